@@ -1,0 +1,1 @@
+"""The main job: `pytest benchmarks --tokperf-engine llama-server`."""

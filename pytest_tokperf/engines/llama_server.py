@@ -1,0 +1,216 @@
+"""Adapter for llama.cpp's ``llama-server`` (tools/server), native ``/completion`` API.
+
+Why these request fields (shared/reference/engines.md, section 1):
+- ``prompt`` as an array of token ids pins the prompt length exactly, and the first
+  ids depend on ``salt`` so no prefix cache can serve a repetition;
+- ``n_predict`` + ``ignore_eos`` make generation stop at exactly N tokens
+  (``stop_type: "limit"``); ``cache_prompt: false`` and ``timings.cache_n == 0``
+  keep prefill honest;
+- the final SSE event (``stop: true``) carries ``timings``: ``prompt_ms`` is the
+  server-side time to the first sampled token, ``predicted_ms`` spans first to last
+  token, ``predicted_n`` includes the first token. ``/completion`` sends no ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from typing import Any
+
+import httpx
+
+from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data
+from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+
+FIRST_PLAIN_TOKEN = 3 + 256
+"""Skip <unk>/<s>/</s> and the 256 byte tokens of an SPM vocabulary."""
+
+
+def prompt_token_ids(n_tokens: int, n_vocab: int, salt: int) -> list[int]:
+    """A deterministic prompt of exactly ``n_tokens`` ids, unique at its start per salt."""
+    low = FIRST_PLAIN_TOKEN if n_vocab > FIRST_PLAIN_TOKEN * 2 else 3
+    rng = random.Random(f"tokperf-{salt}")
+    return [rng.randrange(low, n_vocab) for _ in range(n_tokens)]
+
+
+def parse_build(build_info: str | None) -> tuple[str | None, str | None]:
+    """``"b11434-pypi-sdist"`` -> (``"b11434"``, ``"pypi-sdist"``)."""
+    if not build_info:
+        return None, None
+    match = re.match(r"^(b\d+)-(.*)$", build_info)
+    if match:
+        return match.group(1), match.group(2)
+    return build_info, None
+
+
+class LlamaServer:
+    """A running llama-server reached over HTTP."""
+
+    name = "llama-server"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        transport: httpx.BaseTransport | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
+        )
+        self._settings = settings
+        self._n_vocab: int | None = None
+
+    def ready(self) -> bool:
+        try:
+            response = self._client.get(f"{self.base_url}/health", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    def _vocab_size(self) -> int:
+        if self._n_vocab is None:
+            models = get_json(self._client, f"{self.base_url}/v1/models", "model list")
+            meta = _first_model_meta(models)
+            if not meta or not isinstance(meta.get("n_vocab"), int):
+                raise EngineProtocolError(
+                    f"{self.base_url}/v1/models has no data[0].meta.n_vocab: {models!r:.200}. "
+                    f"Is this a llama-server with a model loaded?"
+                )
+            self._n_vocab = int(meta["n_vocab"])
+        return self._n_vocab
+
+    def info(self) -> EngineInfo:
+        props = get_json(self._client, f"{self.base_url}/props", "server properties")
+        if not isinstance(props, dict) or "build_info" not in props:
+            raise EngineProtocolError(
+                f"{self.base_url}/props does not look like llama-server's (no build_info): "
+                f"{props!r:.200}. Check --tokperf-url and --tokperf-engine."
+            )
+        build, commit = parse_build(props.get("build_info"))
+        defaults = props.get("default_generation_settings") or {}
+        settings = dict(self._settings)
+        settings["total_slots"] = str(props.get("total_slots"))
+        return EngineInfo(
+            name=self.name,
+            version=build,
+            build=props.get("build_info"),
+            base_url=self.base_url,
+            backend=commit,
+            model_path=props.get("model_path"),
+            model_name=props.get("model_alias") or props.get("model_path"),
+            context_size=defaults.get("n_ctx"),
+            threads=_int_or_none(settings.get("threads")),
+            speculative=bool(defaults.get("speculative", False)),
+            settings=tuple(sorted(settings.items())),
+        )
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        body: dict[str, Any] = {
+            "prompt": prompt_token_ids(request.prompt_tokens, self._vocab_size(), request.salt),
+            "n_predict": request.generate_tokens,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            "temperature": 0.0,
+            "seed": 1234,
+            "stream": True,
+        }
+        url = f"{self.base_url}/completion"
+        times: list[float] = []
+        counts: list[int] = []
+        text: list[str] = []
+        final: dict[str, Any] | None = None
+        sent = time.perf_counter()
+        try:
+            with self._client.stream("POST", url, json=body, timeout=request.timeout_s) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise EngineProtocolError(
+                        f"{url} answered HTTP {response.status_code}: {response.text[:300]!r}"
+                    )
+                for payload in iter_sse_data(response):
+                    now = time.perf_counter()
+                    event = decode_json(payload, "a stream event", url)
+                    if not isinstance(event, dict):
+                        raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
+                    if "error" in event:
+                        raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
+                    n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
+                    if n:
+                        times.append(now)
+                        counts.append(n)
+                        text.append(str(event.get("content", "")))
+                    if event.get("stop"):
+                        final = event
+        except httpx.TimeoutException as exc:
+            raise EngineUnavailable(
+                f"{url} did not finish {request.generate_tokens} tokens within "
+                f"{request.timeout_s:.0f} s; raise --tokperf-request-timeout or use a smaller model"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+        if final is None:
+            raise EngineProtocolError(f"{url} closed the stream without a final (stop) event")
+        timings = _timings(final.get("timings"))
+        generated = (
+            timings.generated_tokens
+            if timings and timings.generated_tokens is not None
+            else int(final.get("tokens_predicted") or sum(counts))
+        )
+        return Generation(
+            request=request,
+            sent_s=sent,
+            chunk_times_s=tuple(times),
+            chunk_tokens=tuple(counts),
+            generated_tokens=generated,
+            prompt_tokens=timings.prompt_tokens if timings else final.get("tokens_evaluated"),
+            text="".join(text),
+            stop_reason=final.get("stop_type"),
+            engine=timings,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _first_model_meta(models: Any) -> dict[str, Any] | None:
+    if isinstance(models, dict):
+        data = models.get("data")
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            meta = data[0].get("meta")
+            return meta if isinstance(meta, dict) else None
+    return None
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _timings(raw: Any) -> EngineTimings | None:
+    if not isinstance(raw, dict):
+        return None
+
+    def seconds(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) / 1000.0 if isinstance(value, (int, float)) else None
+
+    def count(key: str) -> int | None:
+        value = raw.get(key)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    return EngineTimings(
+        prompt_tokens=count("prompt_n"),
+        cached_prompt_tokens=count("cache_n"),
+        prefill_s=seconds("prompt_ms"),
+        generated_tokens=count("predicted_n"),
+        decode_s=seconds("predicted_ms"),
+        draft_tokens=count("draft_n"),
+        draft_accepted_tokens=count("draft_n_accepted"),
+    )

@@ -1,0 +1,191 @@
+"""Turn streamed generations into figures: TTFT, prefill and steady-state decode.
+
+Definitions (the same for every engine, shared/reference/engines.md):
+- TTFT: client clock, request sent -> first chunk carrying generated content.
+- decode tok/s: tokens after the first chunk / (t_last_chunk - t_first_chunk); with one
+  token per chunk this is (N - 1) / (t_last - t_first), llama-bench's ``tg`` figure.
+- prefill tok/s: prompt tokens / TTFT on the client side (a lower bound, HTTP included)
+  and prompt tokens / the engine's own prefill time beside it.
+Warm-up runs are measured and discarded; every repetition keeps its raw figures.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
+from pytest_tokperf.results import (
+    BenchResult,
+    EngineInfo,
+    Generation,
+    GenerationRequest,
+    Sample,
+    Summary,
+    Workload,
+)
+
+DEFAULT_AGREEMENT_TOLERANCE = 0.05
+"""Client and engine decode tok/s must agree within 5% or the result says so."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureOptions:
+    agreement_tolerance: float = DEFAULT_AGREEMENT_TOLERANCE
+    timeout_s: float = 600.0
+    salt_base: int = 0
+
+
+def validate_workload(workload: Workload) -> None:
+    """Reject a workload that cannot be measured, before any request is sent."""
+    checks = (
+        ("prompt_tokens", workload.prompt_tokens, 1),
+        ("generate_tokens", workload.generate_tokens, 2),
+        ("repetitions", workload.repetitions, 1),
+        ("warmup", workload.warmup, 0),
+        ("depth_tokens", workload.depth_tokens, 0),
+        ("concurrency", workload.concurrency, 1),
+    )
+    for name, value, minimum in checks:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(
+                f"{name}={value!r} is not a whole number >= {minimum}"
+                + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
+            )
+    if workload.depth_tokens or workload.concurrency != 1:
+        raise ConfigError(
+            f"depth_tokens={workload.depth_tokens!r}, concurrency={workload.concurrency!r}: "
+            f"depth and concurrency sweeps are not supported yet; use 0 and 1"
+        )
+
+
+def to_sample(generation: Generation) -> Sample:
+    """One repetition's figures from what the client saw and what the engine said."""
+    times = generation.chunk_times_s
+    if not times:
+        raise ConfigError("the engine returned no generated tokens; nothing to measure")
+    ttft = times[0] - generation.sent_s
+    prompt_tokens = generation.prompt_tokens or generation.request.prompt_tokens
+    after_first = generation.generated_tokens - generation.chunk_tokens[0]
+    span = times[-1] - times[0]
+    decode = after_first / span if after_first > 0 and span > 0 else None
+    gaps = tuple(
+        (b - a) / n for a, b, n in zip(times, times[1:], generation.chunk_tokens[1:], strict=False)
+    )
+    engine = generation.engine
+    return Sample(
+        ttft_s=ttft,
+        prefill_tokens_per_s=prompt_tokens / ttft if ttft > 0 else None,
+        decode_tokens_per_s=decode,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generation.generated_tokens,
+        inter_token_s=gaps,
+        engine_prefill_s=engine.prefill_s if engine else None,
+        engine_prefill_tokens_per_s=engine.prefill_tokens_per_s if engine else None,
+        engine_decode_tokens_per_s=engine.decode_tokens_per_s if engine else None,
+        cached_prompt_tokens=engine.cached_prompt_tokens if engine else None,
+        speculative=bool(engine and engine.speculative),
+        text_chars=len(generation.text),
+    )
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summarize(
+    workload: Workload,
+    engine: EngineInfo,
+    samples: list[Sample],
+    tolerance: float = DEFAULT_AGREEMENT_TOLERANCE,
+) -> BenchResult:
+    """Medians, dispersion, percentiles and the sanity notes for a set of samples."""
+    notes: list[str] = []
+    short = [s.generated_tokens for s in samples if s.generated_tokens != workload.generate_tokens]
+    if short:
+        notes.append(
+            f"asked for {workload.generate_tokens} tokens, got {sorted(set(short))} in "
+            f"{len(short)} of {len(samples)} repetitions"
+        )
+    cached = [s.cached_prompt_tokens for s in samples if s.cached_prompt_tokens]
+    if cached:
+        notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
+    if any(s.speculative for s in samples):
+        notes.append("speculative decoding was active: this is not the base decode speed")
+    differences = [
+        abs(s.decode_tokens_per_s - s.engine_decode_tokens_per_s) / s.engine_decode_tokens_per_s
+        for s in samples
+        if s.decode_tokens_per_s and s.engine_decode_tokens_per_s
+    ]
+    agreement = statistics.median(differences) if differences else None
+    if agreement is not None and agreement > tolerance:
+        notes.append(
+            f"client and engine decode tok/s differ by {agreement:.1%} (median), more than "
+            f"{tolerance:.0%}: the client or the connection is adding noise"
+        )
+    ttft_gaps = [s.ttft_s - s.engine_prefill_s for s in samples if s.engine_prefill_s is not None]
+    itl = [gap for s in samples for gap in s.inter_token_s]
+    ttft = Summary.of([s.ttft_s for s in samples])
+    assert ttft is not None  # samples is never empty here
+    return BenchResult(
+        workload=workload,
+        engine=engine,
+        samples=tuple(samples),
+        ttft_s=ttft,
+        decode_tokens_per_s=Summary.of([s.decode_tokens_per_s for s in samples]),
+        prefill_tokens_per_s=Summary.of([s.prefill_tokens_per_s for s in samples]),
+        engine_decode_tokens_per_s=Summary.of([s.engine_decode_tokens_per_s for s in samples]),
+        engine_prefill_tokens_per_s=Summary.of([s.engine_prefill_tokens_per_s for s in samples]),
+        inter_token_p50_s=_percentile(itl, 0.50),
+        inter_token_p90_s=_percentile(itl, 0.90),
+        inter_token_p99_s=_percentile(itl, 0.99),
+        decode_agreement=agreement,
+        ttft_minus_engine_prefill_s=statistics.median(ttft_gaps) if ttft_gaps else None,
+        notes=tuple(notes),
+    )
+
+
+def run_workload(
+    engine: Engine,
+    workload: Workload,
+    options: MeasureOptions = MeasureOptions(),
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Warm up, then measure ``workload.repetitions`` generations on one stream."""
+    validate_workload(workload)
+    info = engine.info()
+    samples: list[Sample] = []
+    total = workload.warmup + workload.repetitions
+    for index in range(total):
+        request = GenerationRequest(
+            prompt_tokens=workload.prompt_tokens,
+            generate_tokens=workload.generate_tokens,
+            salt=options.salt_base + index,
+            timeout_s=options.timeout_s,
+        )
+        try:
+            sample = to_sample(engine.generate(request))
+        except TokperfError as exc:
+            partial = summarize(workload, info, samples, options.agreement_tolerance) if samples else None
+            raise MeasurementError(
+                f"repetition {index + 1} of {total} failed: {exc}", partial=partial
+            ) from exc
+        if progress is not None:
+            phase = "warm-up" if index < workload.warmup else "rep"
+            done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
+            of = workload.repetitions if index >= workload.warmup else workload.warmup
+            rate = f"{sample.decode_tokens_per_s:.1f} tok/s" if sample.decode_tokens_per_s else "-"
+            progress(f"{phase} {done}/{of}: decode {rate}, TTFT {sample.ttft_s * 1e3:.0f} ms")
+        if index >= workload.warmup:
+            samples.append(sample)
+    return summarize(workload, info, samples, options.agreement_tolerance)

@@ -1,0 +1,158 @@
+"""pytest glue only: options and ini keys, the ``tok_bench`` fixture, header, summary.
+
+Everything it calls lives in the library (settings, session, measure, storage,
+report); this module resolves settings once, keeps session state in
+``config.stash`` and turns our errors into usage errors or clean test failures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf import settings as settings_mod
+from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
+from pytest_tokperf.fixture import TokBench, TokBenchResult
+from pytest_tokperf.measure import MeasureOptions
+from pytest_tokperf.recorder import Recorder
+from pytest_tokperf.report import Row, summary_table
+from pytest_tokperf.session import EngineSession, check_model_file
+from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
+
+
+@dataclass
+class PluginState:
+    settings: Settings
+    session: EngineSession
+    recorder: Recorder
+    rows: list[Row] = field(default_factory=list)
+
+
+STATE = pytest.StashKey[PluginState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
+    for spec in OPTIONS:
+        group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
+                        metavar=spec.metavar, help=spec.help + (
+                            f" [env {spec.env_var}]" if spec.env else ""))
+        parser.addini(spec.ini, spec.help, default=None)
+    group.addoption(
+        "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
+        metavar="ARG", help="extra argument for a started llama-server (repeatable), "
+        "e.g. --tokperf-server-arg=--flash-attn --tokperf-server-arg=on",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "tokperf(repetitions=N, warmup=N): per-test settings for tok_bench"
+    )
+    try:
+        settings = settings_mod.resolve(
+            cli=lambda name: config.getoption(f"tokperf_{name}"),
+            ini=config.getini,
+            env=os.environ,
+            rootdir=Path(config.rootpath),
+            server_args=tuple(config.getoption("tokperf_server_arg") or ()),
+        )
+        if settings.active and settings.url is None:
+            from pytest_tokperf.engines.launcher import resolve_server_binary
+
+            resolve_server_binary(settings.server_bin)
+            if settings.model not in BUILTIN_MODELS:
+                check_model_file(Path(settings.model).expanduser(),
+                                 source=f"--tokperf-model {settings.model!r}")
+        recorder = Recorder.open(settings.db) if settings.active else Recorder.disabled()
+    except (ConfigError, StorageError) as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    log_dir = Path(config.rootpath) / ".tokperf" / "logs"
+    session = EngineSession(settings=settings, log_dir=log_dir)
+    config.stash[STATE] = PluginState(settings=settings, session=session, recorder=recorder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return
+    try:
+        state.session.close()
+    finally:
+        state.recorder.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    state = config.stash.get(STATE, None)
+    if state is None or not state.settings.active:
+        return []
+    s = state.settings
+    where = f"attach {s.url}" if s.url else f"start llama-server, model {s.model}, threads {s.threads}"
+    db = str(s.db) if s.db else "off"
+    return [f"tokperf: engine {s.engine} ({where}); results db {db}"]
+
+
+class _PytestTokBench(TokBench):
+    """TokBench whose engine errors become clean test failures, not tracebacks."""
+
+    def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:  # type: ignore[override]
+        __tracebackhide__ = True
+        try:
+            return TokBench.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
+        except TokperfError as exc:
+            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
+    """Measure TTFT, prefill and decode tok/s of the configured engine.
+
+    ``result = tok_bench(prompt_tokens=64, generate_tokens=128)``; the
+    ``tokperf(repetitions=..., warmup=...)`` marker overrides the session defaults.
+    """
+    state = request.config.stash[STATE]
+    s = state.settings
+    if not s.active:
+        pytest.skip("no engine configured: pass --tokperf-engine llama-server or --tokperf-url URL")
+    marker = request.node.get_closest_marker("tokperf")
+    kwargs = dict(marker.kwargs) if marker else {}
+    unknown = set(kwargs) - {"repetitions", "warmup"}
+    if unknown:
+        pytest.fail(
+            f"@pytest.mark.tokperf got unknown argument(s) {sorted(unknown)!r}; "
+            f"known: repetitions, warmup",
+            pytrace=False,
+        )
+    test_id = request.node.nodeid
+
+    def record(result, ceiling, verdict):  # type: ignore[no-untyped-def]
+        state.rows.append(Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict))
+        state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
+
+    yield _PytestTokBench(
+        engine=state.session.engine,
+        record=record,
+        repetitions=int(kwargs.get("repetitions", s.repetitions)),
+        warmup=int(kwargs.get("warmup", s.warmup)),
+        options=MeasureOptions(agreement_tolerance=s.agreement, timeout_s=s.request_timeout),
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    state = terminalreporter.config.stash.get(STATE, None)
+    if state is None or not state.rows:
+        return
+    terminalreporter.section("tokperf")
+    for line in summary_table(state.rows):
+        terminalreporter.write_line(line)
+    where = state.recorder.location
+    terminalreporter.write_line(f"results: {len(state.rows)} stored in {where}" if where
+                                else "results: not stored (--tokperf-db off)")
+    server = state.session.server
+    if server is not None:
+        terminalreporter.write_line(f"server: {server.url} (stopped at session end)")
+        terminalreporter.write_line(f"server log: {server.log_path}")

@@ -1,0 +1,293 @@
+"""Frozen value types that cross module boundaries.
+
+SI units inside (seconds, bytes, tokens per second); conversion happens at the edges.
+Adapters produce ``Generation`` values; ``measure`` turns them into ``Sample`` and
+``BenchResult``; storage, statistics and reports read those.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Literal
+
+Verdict = Literal["pass", "fail", "unchecked", "error"]
+"""pass/fail against the configured floors; unchecked when none applies; error when
+the measurement broke off (the samples taken before are still stored)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTimings:
+    """The engine's own account of one request, normalised to seconds and tokens.
+
+    ``decode_s`` spans first to last generated token, so it holds
+    ``generated_tokens - 1`` intervals; ``prefill_s`` is the engine-side time from
+    the start of prompt processing to the first sampled token.
+    """
+
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    prefill_s: float | None = None
+    generated_tokens: int | None = None
+    decode_s: float | None = None
+    draft_tokens: int | None = None
+    draft_accepted_tokens: int | None = None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        if self.generated_tokens is None or self.decode_s is None or self.decode_s <= 0:
+            return None
+        if self.generated_tokens < 2:
+            return None
+        return (self.generated_tokens - 1) / self.decode_s
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        if not self.prompt_tokens or self.prefill_s is None or self.prefill_s <= 0:
+            return None
+        return self.prompt_tokens / self.prefill_s
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_tokens is not None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One streamed generation, pinned to exact token counts where the engine allows.
+
+    ``salt`` makes the prompt unique at its start so no prefix cache can serve it.
+    """
+
+    prompt_tokens: int
+    generate_tokens: int
+    salt: int = 0
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the client saw for one request, on its own monotonic clock.
+
+    ``chunk_times_s[i]`` is when the i-th chunk carrying generated content arrived and
+    ``chunk_tokens[i]`` how many tokens it carried (engines may batch several).
+    """
+
+    request: GenerationRequest
+    sent_s: float
+    chunk_times_s: tuple[float, ...]
+    chunk_tokens: tuple[int, ...]
+    generated_tokens: int
+    prompt_tokens: int | None
+    text: str
+    stop_reason: str | None
+    engine: EngineTimings | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One measured repetition: client figures beside the engine's own."""
+
+    ttft_s: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    prompt_tokens: int
+    generated_tokens: int
+    inter_token_s: tuple[float, ...]
+    engine_prefill_s: float | None
+    engine_prefill_tokens_per_s: float | None
+    engine_decode_tokens_per_s: float | None
+    cached_prompt_tokens: int | None
+    speculative: bool
+    text_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Median and dispersion of one figure over the repetitions."""
+
+    median: float
+    mean: float
+    stdev: float
+    minimum: float
+    maximum: float
+    n: int
+
+    @property
+    def cv(self) -> float:
+        return self.stdev / self.mean if self.mean else float("nan")
+
+    @classmethod
+    def of(cls, values: list[float]) -> Summary | None:
+        clean = [v for v in values if v is not None]
+        if not clean:
+            return None
+        return cls(
+            median=statistics.median(clean),
+            mean=statistics.fmean(clean),
+            stdev=statistics.stdev(clean) if len(clean) > 1 else 0.0,
+            minimum=min(clean),
+            maximum=max(clean),
+            n=len(clean),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """Who answered: engine name, version/build and what it says about itself."""
+
+    name: str
+    version: str | None
+    build: str | None
+    base_url: str
+    backend: str | None = None
+    model_path: str | None = None
+    model_name: str | None = None
+    context_size: int | None = None
+    threads: int | None = None
+    speculative: bool = False
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The parameters that define what was measured (part of the series key)."""
+
+    prompt_tokens: int
+    generate_tokens: int
+    depth_tokens: int = 0
+    concurrency: int = 1
+    repetitions: int = 5
+    warmup: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """Everything one ``tok_bench`` call measured, ready to store and to assert on."""
+
+    workload: Workload
+    engine: EngineInfo
+    samples: tuple[Sample, ...]
+    ttft_s: Summary
+    decode_tokens_per_s: Summary | None
+    prefill_tokens_per_s: Summary | None
+    engine_decode_tokens_per_s: Summary | None
+    engine_prefill_tokens_per_s: Summary | None
+    inter_token_p50_s: float | None
+    inter_token_p90_s: float | None
+    inter_token_p99_s: float | None
+    decode_agreement: float | None
+    """Median relative difference client vs engine decode tok/s (0.001 = 0.1%)."""
+    ttft_minus_engine_prefill_s: float | None
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """Identity of a model file: what a stored figure was measured on."""
+
+    file_name: str
+    path: str | None = None
+    file_bytes: int | None = None
+    content_hash: str | None = None
+    """sha256 of the GGUF header and the first MiB: cheap, and changes when the file does."""
+    architecture: str | None = None
+    parameter_count: int | None = None
+    quant_types: tuple[str, ...] = ()
+    file_type: str | None = None
+    context_length: int | None = None
+
+
+BandwidthSource = Literal["explicit", "nvml", "apple-catalog", "catalog", "dmidecode", "measured"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """A memory bandwidth figure and where it came from."""
+
+    bytes_per_s: float
+    source: BandwidthSource
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareInfo:
+    """The machine the engine runs on, as far as it can be detected."""
+
+    name: str
+    kind: Literal["gpu", "apple", "cpu", "unknown"]
+    driver: str | None = None
+    memory_bytes: int | None = None
+    spec_bandwidth: Bandwidth | None = None
+    measured_bandwidth: Bandwidth | None = None
+    peak_flops: float | None = None
+    detail: str = ""
+
+    @property
+    def bandwidth(self) -> Bandwidth | None:
+        """The figure a ceiling divides by: explicit beats measured beats spec.
+
+        A measured probe is preferred to a datasheet because a ceiling a healthy run
+        exceeds is a wrong ceiling; an explicit value is what the user told us.
+        """
+        for candidate in (self.spec_bandwidth, self.measured_bandwidth):
+            if candidate is not None and candidate.source == "explicit":
+                return candidate
+        return self.measured_bandwidth or self.spec_bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """Bytes one decode step reads from memory, from the model file's tensors."""
+
+    architecture: str
+    weights_bytes: int
+    """Weight bytes streamed per generated token (embedding row, active experts only)."""
+    kv_bytes_per_position: int
+    """KV cache bytes read per earlier token in context (all layers, K and V)."""
+    depth_tokens: int
+    kv_type: str
+    resident_bytes: int
+    """All tensors in the file: what must fit in memory (KV not included)."""
+    active_parameters: int
+    total_parameters: int
+    expert_count: int = 0
+    experts_used: int = 0
+    tied_output: bool = False
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_bytes_per_position * self.depth_tokens
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """How fast decode can be here: bandwidth / bytes per token, with its inputs."""
+
+    bandwidth: Bandwidth
+    footprint: Footprint
+    decode_tokens_per_s: float
+    prefill_tokens_per_s: float | None = None
+    """Compute bound for prompt processing, when peak FLOP/s is known."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One invocation (a pytest session or a CLI run) and where it ran."""
+
+    run_id: str
+    started_at: str
+    """ISO 8601 UTC."""
+    host: str
+    os: str
+    python: str
+    plugin_version: str
+    pytest_version: str | None = None
+    project_commit: str | None = None
+    ci_provider: str | None = None
+    ci_job: str | None = None

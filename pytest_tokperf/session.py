@@ -1,0 +1,156 @@
+"""One benchmarking session: the engine (started or attached), the model, the store.
+
+Shared by the pytest plugin and the ``tokperf`` command, so everything here works
+without pytest. The engine starts lazily on first use and ``close()`` always stops
+it; results are written to the store as each measurement finishes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.launcher import (
+    LaunchSpec,
+    ServerProcess,
+    binary_version,
+    resolve_server_binary,
+    start_llama_server,
+)
+from pytest_tokperf.engines.llama_server import LlamaServer
+from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
+from pytest_tokperf.results import ModelInfo
+from pytest_tokperf.settings import BUILTIN_MODELS, Settings
+
+Progress = Callable[[str], None]
+
+
+def resolve_model_path(model: str, progress: Progress | None = None) -> Path:
+    """A GGUF path for ``--tokperf-model``: a file, or a generated builtin model."""
+    if model in BUILTIN_MODELS:
+        from pytest_tokperf.model.writer import MAIN_MODEL, TEST_MODEL, cached_model
+
+        spec = MAIN_MODEL if model == "main" else TEST_MODEL
+        if progress is not None:
+            progress(f"model: generating or reusing the '{model}' model")
+        return cached_model(spec)
+    path = Path(model).expanduser()
+    check_model_file(path, source=f"--tokperf-model {model!r}")
+    return path
+
+
+def check_model_file(path: Path, source: str) -> None:
+    """Fail early, in words, when a model path is missing or not GGUF."""
+    if not path.exists():
+        raise ConfigError(
+            f"{source}: {str(path)!r} does not exist; pass a .gguf file, or 'main'/'test' "
+            f"for a generated model (`tokperf make-model` writes one)"
+        )
+    if path.is_dir():
+        raise ConfigError(f"{source}: {str(path)!r} is a directory; pass the .gguf file in it")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"GGUF":
+        raise ConfigError(
+            f"{source}: {str(path)!r} is not a GGUF file (starts with {magic!r}, not b'GGUF'); "
+            f"llama-server needs a .gguf model"
+        )
+
+
+def describe_model(path: Path) -> ModelInfo:
+    from pytest_tokperf.model.gguf_file import model_info
+
+    try:
+        return model_info(path)
+    except ModelFileError:
+        return ModelInfo(file_name=path.name, path=str(path), file_bytes=path.stat().st_size)
+
+
+@dataclass
+class EngineSession:
+    """Owns one engine for a session: attach by URL or start llama-server."""
+
+    settings: Settings
+    log_dir: Path
+    progress: Progress | None = None
+    engine_factory: Callable[[str, Settings], Engine] | None = None
+    _engine: Engine | None = field(default=None, init=False)
+    _server: ServerProcess | None = field(default=None, init=False)
+    _model_path: Path | None = field(default=None, init=False)
+    _failure: Exception | None = field(default=None, init=False)
+
+    @property
+    def server(self) -> ServerProcess | None:
+        return self._server
+
+    @property
+    def model_path(self) -> Path | None:
+        return self._model_path
+
+    def engine(self) -> Engine:
+        """The engine, started on first call; a start-up failure is remembered."""
+        if self._failure is not None:
+            raise self._failure
+        if self._engine is None:
+            try:
+                self._engine = self._open()
+            except Exception as exc:
+                self._failure = exc
+                raise
+        return self._engine
+
+    def _settings_pairs(self) -> tuple[tuple[str, str], ...]:
+        s = self.settings
+        pairs = {"threads": str(s.threads), "ctx_size": str(s.ctx_size)}
+        if s.server_args:
+            pairs["server_args"] = " ".join(s.server_args)
+        return tuple(sorted(pairs.items()))
+
+    def _open(self) -> Engine:
+        s = self.settings
+        name = s.engine or "llama-server"
+        if s.url is not None:
+            engine = self._make(name, s.url, ())
+            if not engine.ready():
+                engine.close()
+                raise EngineUnavailable(
+                    f"--tokperf-url {s.url!r} does not answer as a ready {name} "
+                    f"(no 200 from its health endpoint); start the server or fix the URL"
+                )
+            return engine
+        if name != "llama-server":
+            raise ConfigError(
+                f"--tokperf-engine {name!r} cannot be started by this plugin; start it "
+                f"yourself and pass --tokperf-url"
+            )
+        binary = resolve_server_binary(s.server_bin)
+        self._model_path = resolve_model_path(s.model, self.progress)
+        spec = LaunchSpec(
+            binary=binary,
+            model=self._model_path,
+            log_path=self.log_dir / f"llama-server-{os.getpid()}.log",
+            threads=s.threads,
+            context_size=s.ctx_size,
+            port=s.port,
+            extra_args=s.server_args,
+            startup_timeout_s=s.startup_timeout,
+        )
+        if self.progress is not None:
+            self.progress(f"starting {binary} ({binary_version(binary) or 'unknown build'})")
+        self._server = start_llama_server(spec)
+        return self._make(name, self._server.url, self._settings_pairs())
+
+    def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
+        if self.engine_factory is not None:
+            return self.engine_factory(url, self.settings)
+        return LlamaServer(url, timeout_s=self.settings.request_timeout, settings=pairs)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        if self._server is not None:
+            self._server.stop()

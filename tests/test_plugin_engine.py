@@ -1,0 +1,145 @@
+"""The plugin against a real llama-server: attach, start, measure, store, stop."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.engine
+
+BENCH_TEST = """
+def test_decode(tok_bench):
+    r = tok_bench(prompt_tokens=32, generate_tokens=24, repetitions=2, warmup=1)
+    res = r.result
+    assert len(res.samples) == 2
+    assert all(s.generated_tokens == 24 for s in res.samples)
+    assert all(s.prompt_tokens == 32 for s in res.samples)
+    assert res.engine.name == "llama-server"
+    assert res.engine.version == "b11434"
+    assert r.decode_tokens_per_s > 0 and r.ttft_s > 0
+    assert res.decode_agreement is not None and res.decode_agreement < 0.05, res.notes
+    assert all(s.cached_prompt_tokens == 0 for s in res.samples)
+    assert res.notes == ()
+"""
+
+
+def _server_url(stdout: str) -> str | None:
+    match = re.search(r"server: (http://127\.0\.0\.1:\d+)", stdout)
+    return match.group(1) if match else None
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=2.0)
+    except httpx.TransportError:
+        return True
+    return False
+
+
+def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile(BENCH_TEST)
+    db = pytester.path / "r.db"
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", str(db))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*tokperf: engine llama-server (attach http://127.0.0.1:*",
+        "*tokperf*",
+        "test*prompt/gen*TTFT ms*prefill tok/s*decode tok/s*engine decode*",
+        "*test_decode*32/24*b11434-pypi-sdist*unchecked*",
+        f"results: 1 stored in {db}",
+    ])
+    with sqlite3.connect(db) as conn:
+        (n_results,) = conn.execute("select count(*) from results").fetchone()
+        (n_samples,) = conn.execute("select count(*) from samples").fetchone()
+    assert (n_results, n_samples) == (1, 2)
+
+
+def test_start_measures_and_stops_server(
+    pytester: pytest.Pytester, server_binary: Path, test_model: Path
+) -> None:
+    pytester.makepyfile(BENCH_TEST)
+    result = pytester.runpytest(
+        "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
+        "--tokperf-server-bin", str(server_binary), "--tokperf-threads", "2",
+        "--tokperf-db", "off",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["results: not stored (--tokperf-db off)", "server log: *.log"])
+    url = _server_url(result.stdout.str())
+    assert url is not None
+    assert _refused(url), f"{url} still answers after the session ended"
+
+
+def test_server_stopped_after_failing_test(
+    pytester: pytest.Pytester, server_binary: Path, test_model: Path
+) -> None:
+    pytester.makepyfile("""
+        def test_fails(tok_bench):
+            tok_bench(prompt_tokens=8, generate_tokens=4, repetitions=1, warmup=0)
+            raise RuntimeError("boom after measuring")
+    """)
+    db = pytester.path / "r.db"
+    result = pytester.runpytest(
+        "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
+        "--tokperf-server-bin", str(server_binary), "--tokperf-db", str(db),
+    )
+    result.assert_outcomes(failed=1)
+    url = _server_url(result.stdout.str())
+    assert url is not None and _refused(url)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from results").fetchone() == (1,)
+
+
+def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, test_model: Path) -> None:
+    pytester.makepyfile("""
+        import time
+        def test_hangs(tok_bench):
+            tok_bench(prompt_tokens=8, generate_tokens=4, repetitions=1, warmup=0)
+            print("MEASURED", flush=True)
+            time.sleep(120)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
+         "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
+         "--tokperf-server-bin", str(server_binary), "--tokperf-db", "off"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "MEASURED" in line or time.monotonic() > deadline:
+            break
+    log = next(pytester.path.glob(".tokperf/logs/llama-server-*.log"))
+    port = re.search(r"--port (\d+)", " ".join(_cmdlines(log.name)) or "")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in out or "Interrupted" in out or "interrupted" in out
+    assert _cmdlines(log.name) == [], "llama-server is still running after Ctrl-C"
+    assert port is None or _refused(f"http://127.0.0.1:{port.group(1)}")
+
+
+def _cmdlines(log_name: str) -> list[str]:
+    """Command lines of running llama-server processes started for this log file."""
+    pid = log_name.removeprefix("llama-server-").removesuffix(".log")
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            cmd = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = (proc_dir / "status").read_text()
+        except OSError:
+            continue
+        if "llama-server" in cmd and re.search(rf"^PPid:\s*{pid}$", status, re.M):
+            found.append(cmd)
+    return found

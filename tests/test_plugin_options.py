@@ -1,0 +1,186 @@
+"""Options, ini/env precedence and every bad input the user can give the plugin."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf.engines.launcher import free_port
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.settings import resolve
+
+TOUCH = "def test_x(tok_bench):\n    tok_bench(prompt_tokens=8, generate_tokens=4, repetitions=1, warmup=0)\n"
+
+
+def _resolve(cli: dict[str, str] | None = None, ini: dict[str, str] | None = None,
+             env: dict[str, str] | None = None):
+    return resolve(cli=lambda n: (cli or {}).get(n), ini=lambda k: (ini or {}).get(k),
+                   env=env or {}, rootdir=Path("/proj"))
+
+
+def test_help_lists_options(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines([
+        "*LLM engine performance (pytest-tokperf)*",
+        "*--tokperf-engine=NAME*",
+        "*--tokperf-url=URL*",
+        "*--tokperf-model=PATH*",
+        "*--tokperf-server-bin=PATH*",
+        "*--tokperf-db=PATH*",
+        "*--tokperf-server-arg=ARG*",
+    ])
+
+
+def test_precedence_cli_env_ini_default() -> None:
+    assert _resolve().repetitions == 5
+    assert _resolve(ini={"tokperf_repetitions": "7"}).repetitions == 7
+    assert _resolve(cli={"repetitions": "3"}, ini={"tokperf_repetitions": "7"}).repetitions == 3
+    assert _resolve(env={"PYTEST_TOKPERF_MODEL": "test"}, ini={"tokperf_model": "x.gguf"}).model == "test"
+    assert _resolve(cli={"model": "a.gguf"}, env={"PYTEST_TOKPERF_MODEL": "test"}).model == "a.gguf"
+    assert _resolve().db == Path("/proj/.tokperf/results.db")
+    assert _resolve(cli={"db": "off"}).db is None
+    assert _resolve(cli={"url": "http://127.0.0.1:9/"}).engine == "llama-server"
+
+
+@pytest.mark.parametrize(("cli", "message"), [
+    ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is not a whole number >= 1"),
+    ({"warmup": "-1"}, "--tokperf-warmup '-1'"),
+    ({"url": "localhost:8080"}, "is not an http(s) URL"),
+    ({"engine": "llamaserver"}, "--tokperf-engine 'llamaserver' is not an engine this plugin knows"),
+    ({"startup_timeout": "soon"}, "--tokperf-startup-timeout 'soon'"),
+])
+def test_bad_values_name_value_and_fix(cli: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _resolve(cli=cli)
+    assert message in str(info.value)
+
+
+def test_bad_ini_value_names_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ntokperf_repetitions = many\n")
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'many' from ini option tokperf_repetitions*"])
+
+
+def test_no_engine_skips_with_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TOUCH)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no engine configured: pass --tokperf-engine llama-server*"])
+
+
+def test_missing_server_binary_is_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--tokperf-engine", "llama-server",
+                                "--tokperf-server-bin", "/nope/llama-server")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokperf-server-bin '/nope/llama-server' does not exist*"])
+
+
+def test_non_executable_server_binary(pytester: pytest.Pytester) -> None:
+    binary = pytester.path / "llama-server"
+    binary.write_text("not a program")
+    binary.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin", str(binary))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*is not an executable file (chmod +x it*"])
+
+
+def test_missing_model_is_usage_error(pytester: pytest.Pytester, server_binary: Path) -> None:
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
+                                str(server_binary), "--tokperf-model", "missing.gguf")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'missing.gguf' does not exist; pass a .gguf file*"])
+
+
+def test_non_gguf_model_is_usage_error(pytester: pytest.Pytester, server_binary: Path) -> None:
+    model = pytester.path / "model.bin"
+    model.write_bytes(b"PK\x03\x04 a zip, not a model")
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
+                                str(server_binary), "--tokperf-model", str(model))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*is not a GGUF file (starts with b'PK\\x03\\x04'*"])
+
+
+@pytest.mark.engine
+def test_server_exiting_during_startup_shows_log(pytester: pytest.Pytester, server_binary: Path) -> None:
+    model = pytester.path / "broken.gguf"
+    model.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + os.urandom(64))
+    pytester.makepyfile(TOUCH)
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
+                                str(server_binary), "--tokperf-model", str(model), "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EngineUnavailable: llama-server exited with code * during start-up*",
+                                 "*Last lines of *llama-server-*.log*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+@pytest.mark.engine
+def test_port_in_use(pytester: pytest.Pytester, server_binary: Path, test_model: Path) -> None:
+    pytester.makepyfile(TOUCH)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
+                                    str(server_binary), "--tokperf-model", str(test_model),
+                                    "--tokperf-port", str(port), "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*port {port} on 127.0.0.1 is already in use*"])
+
+
+def test_unreachable_url_fails_cleanly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TOUCH)
+    url = f"http://127.0.0.1:{free_port()}"
+    result = pytester.runpytest("--tokperf-url", url, "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*--tokperf-url '{url}' does not answer as a ready llama-server*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+@pytest.mark.engine
+def test_request_timeout_fails_cleanly(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile(
+        "def test_x(tok_bench):\n"
+        "    tok_bench(prompt_tokens=8, generate_tokens=400, repetitions=1, warmup=0)\n"
+    )
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-request-timeout", "0.05",
+                                "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*did not finish 400 tokens within 0 s; raise --tokperf-request-timeout*"])
+    result.stdout.no_fnmatch_line("*httpx*Timeout*Traceback*")
+
+
+def test_marker_rejects_unknown_argument(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        "import pytest\n"
+        "@pytest.mark.tokperf(repetitons=3)\n" + TOUCH
+    )
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off")
+    result.stdout.fnmatch_lines(["*@pytest.mark.tokperf got unknown argument(s) ['repetitons']*"])
+
+
+@pytest.mark.engine
+def test_marker_sets_repetitions(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile(
+        "import pytest\n"
+        "@pytest.mark.tokperf(repetitions=3, warmup=0)\n"
+        "def test_x(tok_bench):\n"
+        "    r = tok_bench(prompt_tokens=8, generate_tokens=4)\n"
+        "    assert len(r.result.samples) == 3\n"
+    )
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", "off")
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_workload_is_clear(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        "def test_x(tok_bench):\n"
+        "    tok_bench(prompt_tokens=8, generate_tokens=1)\n"
+    )
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*generate_tokens=1 is not a whole number >= 2*"])
