@@ -1,0 +1,187 @@
+"""How the results store scales: 1,000,000 synthetic results, then the queries people run.
+
+    nice .venv/bin/python benchmarks/bench_storage.py [DIR] [--series 2000] [--versions 500]
+
+(``PYTHONPATH=.`` from the repository root while the package is not installed.)
+
+Fills a fresh ``results.db`` in DIR (default: a new temporary folder) with
+``series x versions`` results (one run and one environment per engine version, one
+result per series in each run; no samples) through the store's own schema, in one
+transaction with sqlite-utils ``insert_all``. Then, on a freshly opened store, times
+``history()`` of single series (target: < 100 ms at 1M rows), ``latest_per_series()``
+and ``runs()``, and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pytest_tokperf.results import (
+    Bandwidth,
+    BenchResult,
+    EngineInfo,
+    HardwareInfo,
+    ModelInfo,
+    RunInfo,
+    Summary,
+    Workload,
+)
+from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.storage_rows import (
+    Row,
+    environment_row,
+    result_row,
+    run_row,
+    series_of,
+    series_row,
+)
+
+BATCH_SIZE = 10_000
+HISTORY_PROBES = 25
+
+
+def _summary(value: float) -> Summary:
+    return Summary(value, value, value / 50, value * 0.97, value * 1.03, 5)
+
+
+def _result(version: int) -> BenchResult:
+    engine = EngineInfo(
+        name="llama-server",
+        version=f"b{6000 + version}",
+        build=f"{version:07x}",
+        base_url="http://127.0.0.1:8080",
+        backend="CUDA",
+        context_size=4096,
+        threads=8,
+        settings=(("batch_size", "2048"), ("flash_attn", "on"), ("kv_type", "f16")),
+    )
+    return BenchResult(
+        workload=Workload(prompt_tokens=512, generate_tokens=128),
+        engine=engine,
+        samples=(),
+        ttft_s=_summary(0.05),
+        decode_tokens_per_s=_summary(100.0),
+        prefill_tokens_per_s=_summary(5000.0),
+        engine_decode_tokens_per_s=_summary(101.0),
+        engine_prefill_tokens_per_s=_summary(5100.0),
+        inter_token_p50_s=0.01,
+        inter_token_p90_s=0.012,
+        inter_token_p99_s=0.02,
+        decode_agreement=0.002,
+        ttft_minus_engine_prefill_s=0.004,
+    )
+
+
+MODEL = ModelInfo(file_name="m.gguf", file_bytes=1 << 30, content_hash="a" * 64, file_type="F16")
+HARDWARE = HardwareInfo("NVIDIA H200", "gpu", "570.86", spec_bandwidth=Bandwidth(4.8e12, "catalog"))
+
+
+def _stamp(version: int, offset_us: int) -> str:
+    day, hour = divmod(version, 24)
+    return f"2026-{1 + day // 28:02d}-{1 + day % 28:02d}T{hour:02d}:00:00.{offset_us:06d}+00:00"
+
+
+def fill(store: ResultStore, n_series: int, n_versions: int) -> int:
+    db = store.db
+    rng = random.Random(1)
+    test_ids = [f"benchmarks/test_decode.py::test_decode[s{s}]" for s in range(n_series)]
+    keys = [series_of(t, _result(0), MODEL).key for t in test_ids]
+
+    def results() -> Iterator[Row]:
+        for version in range(n_versions):
+            base = result_row(_result(version), None, None, "unchecked")
+            for s, key in enumerate(keys):
+                yield {
+                    **base,
+                    "run_id": f"run-{version:05d}",
+                    "environment_id": version + 1,
+                    "series_key": key,
+                    "test_id": test_ids[s],
+                    "created_at": _stamp(version, s),
+                    "decode_tokens_per_s_median": 100.0 * rng.gauss(1.0, 0.02),
+                }
+
+    with db.atomic():
+        db.table("series").insert_all(
+            (series_row(series_of(t, _result(0), MODEL)) for t in test_ids), batch_size=BATCH_SIZE
+        )
+        for version in range(n_versions):
+            run = RunInfo(
+                f"run-{version:05d}", _stamp(version, 0), "bench", "Linux", "3.11", "0.1.0"
+            )
+            db.table("runs").insert(run_row(run))
+            db.table("environments").insert(
+                {"id": version + 1, **environment_row(_result(version).engine, MODEL, HARDWARE)}
+            )
+        db.table("results").insert_all(results(), batch_size=BATCH_SIZE)
+    return n_series * n_versions
+
+
+def _time_ms(call: Callable[[], object], repeat: int) -> tuple[float, float, object]:
+    times, value = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        value = call()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), max(times), value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", nargs="?", type=Path, default=None)
+    parser.add_argument("--series", type=int, default=2000)
+    parser.add_argument("--versions", type=int, default=500)
+    args = parser.parse_args()
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="tokperf-bench-"))
+    path = folder / "results.db"
+    if path.exists():
+        parser.error(f"{path} exists; give an empty folder")
+
+    with ResultStore.open(path) as store:
+        start = time.perf_counter()
+        rows = fill(store, args.series, args.versions)
+        insert_s = time.perf_counter() - start
+    size_mb = sum(p.stat().st_size for p in folder.glob("results.db*")) / 1e6
+
+    with ResultStore.open(path) as store:
+        keys = [r[0] for r in store.db.execute("SELECT series_key FROM series")]
+        probes = random.Random(2).sample(keys, min(HISTORY_PROBES, len(keys)))
+        history_times = []
+        for key in probes:
+            start = time.perf_counter()
+            history = store.history(key)
+            history_times.append((time.perf_counter() - start) * 1000)
+            assert len(history) == args.versions
+        latest_med, latest_max, latest = _time_ms(store.latest_per_series, 5)
+        runs_med, runs_max, _ = _time_ms(store.runs, 3)
+        assert isinstance(latest, list) and len(latest) == args.series
+        plan = store.db.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM series_history WHERE series_key = ?"
+            " ORDER BY created_at DESC, result_id DESC",
+            [probes[0]],
+        ).fetchall()
+
+    print(
+        f"results.db: {path} ({rows:,} results, {args.series:,} series x "
+        f"{args.versions:,} versions, no samples; {size_mb:,.0f} MB with WAL)"
+    )
+    print(f"{'measure':<34}{'median':>12}{'max':>12}")
+    print(f"{'bulk insert (one transaction)':<34}{rows / insert_s:>9,.0f}/s{insert_s:>11.1f}s")
+    print(
+        f"{'history(one series), ' + str(args.versions) + ' rows':<34}"
+        f"{statistics.median(history_times):>10.1f}ms{max(history_times):>10.1f}ms"
+    )
+    print(f"{'latest_per_series()':<34}{latest_med:>10.1f}ms{latest_max:>10.1f}ms")
+    print(f"{'runs() with result counts':<34}{runs_med:>10.1f}ms{runs_max:>10.1f}ms")
+    print("history plan: " + "; ".join(str(row[-1]) for row in plan))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,427 @@
+"""The results store: every measurement with its environment, in one SQLite file.
+
+sqlite-utils only; nothing here uses pytest. Each ``record`` is one short ``BEGIN IMMEDIATE``
+transaction committed before it returns, so a crash, Ctrl-C or SIGKILL later keeps
+it; WAL and a busy timeout let pytest-xdist workers share one file. The schema is in
+``storage_schema``, value <-> row mapping and the series key in ``storage_rows``,
+export/import/merge in ``storage_io``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar, cast
+
+from sqlite_utils import Database
+
+from pytest_tokperf.environment import utc_now
+from pytest_tokperf.errors import StorageError
+from pytest_tokperf.results import (
+    BenchResult,
+    Ceiling,
+    HardwareInfo,
+    ModelInfo,
+    RunInfo,
+    Sample,
+    Verdict,
+)
+from pytest_tokperf.storage_rows import (
+    Row,
+    bench_result_from_rows,
+    ceiling_from_row,
+    environment_row,
+    hardware_from_row,
+    model_from_row,
+    result_row,
+    run_from_row,
+    run_row,
+    sample_from_row,
+    sample_rows,
+    series_of,
+    series_row,
+)
+from pytest_tokperf.storage_schema import MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_S = 30.0
+DB_ENV_VAR = "PYTEST_TOKPERF_DB"
+OFF_VALUES = frozenset({"off", "none", "no", ""})
+_T = TypeVar("_T")
+
+
+def default_db_path(rootdir: Path) -> Path:
+    """Where results go when nothing says otherwise: inside the project under test."""
+    return rootdir / ".tokperf" / "results.db"
+
+
+def resolve_db_path(
+    cli: str | None, env: Mapping[str, str], ini: str | None, rootdir: Path
+) -> Path | None:
+    """``--tokperf-db`` beats ``PYTEST_TOKPERF_DB`` beats ini ``tokperf_db`` beats the default.
+
+    ``off``, ``none`` or ``no`` from any of them means: write nothing (``None``); so does
+    an empty ``--tokperf-db ""``. An empty environment variable or ini value counts as
+    unset (pytest reports an unset ini key as ``""``). CLI and environment paths are
+    relative to the current directory, the ini path to ``rootdir``.
+    """
+    sources = ((cli, Path.cwd()), (env.get(DB_ENV_VAR) or None, Path.cwd()), (ini or None, rootdir))
+    for value, base in sources:
+        if value is None:
+            continue
+        if value.strip().lower() in OFF_VALUES:
+            return None
+        return base / Path(value).expanduser()
+    return default_db_path(rootdir)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One result of a series with what a comparison varies (``series_history`` view).
+
+    Figures are medians over the repetitions; ``repetitions`` is the workload's count.
+    """
+
+    result_id: int
+    run_id: str
+    created_at: str
+    test_id: str
+    series_key: str
+    engine_name: str
+    engine_version: str | None
+    engine_build: str | None
+    engine_backend: str | None
+    hardware_name: str | None
+    hardware_kind: str | None
+    hardware_driver: str | None
+    model_file_name: str | None
+    model_content_hash: str | None
+    project_commit: str | None
+    host: str
+    ttft_s: float
+    decode_tokens_per_s: float | None
+    decode_tokens_per_s_stdev: float | None
+    prefill_tokens_per_s: float | None
+    engine_decode_tokens_per_s: float | None
+    engine_prefill_tokens_per_s: float | None
+    repetitions: int
+    ceiling_decode_tokens_per_s: float | None
+    efficiency: float | None
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    run: RunInfo
+    finished_at: str | None
+    results: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """One result read back in full: what ``record`` was given, plus its keys."""
+
+    result_id: int
+    run: RunInfo
+    test_id: str
+    series_key: str
+    created_at: str
+    result: BenchResult
+    model: ModelInfo | None
+    hardware: HardwareInfo | None
+    ceiling: Ceiling | None
+    efficiency: float | None
+    verdict: Verdict
+
+
+class Store(Protocol):
+    """What the plugin writes through: ``ResultStore`` or ``NullStore``."""
+
+    def begin_run(self, run: RunInfo) -> None: ...
+
+    def record(
+        self,
+        run_id: str,
+        test_id: str,
+        result: BenchResult,
+        *,
+        model: ModelInfo | None,
+        hardware: HardwareInfo | None,
+        ceiling: Ceiling | None,
+        efficiency: float | None,
+        verdict: Verdict,
+    ) -> int: ...
+
+    def finish_run(self, run_id: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _unwritable(path: Path, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot write the results database {str(path)!r}: {exc}. Point --tokperf-db "
+        f"(or {DB_ENV_VAR}, or ini tokperf_db) at a writable file, or set it to 'off' "
+        f"to run without storing results."
+    )
+
+
+def _not_a_database(path: Path, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"{str(path)!r} is not a readable SQLite results database ({exc}). Move it aside "
+        f"(a new one is created) or use another --tokperf-db."
+    )
+
+
+class ResultStore:
+    """One open results database. Not thread-safe: one per process or thread."""
+
+    def __init__(self, db: Database, path: Path) -> None:
+        self.db = db
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path) -> ResultStore:
+        """Open or create ``path``, creating parent folders and migrating the schema."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S)
+        except (OSError, sqlite3.Error) as exc:
+            raise _unwritable(path, exc) from exc
+        try:
+            db = Database(conn, execute_plugins=False)
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            db.execute("PRAGMA foreign_keys = ON")
+            store = cls(db, path)
+            store._check_version(store._user_version())
+            db.enable_wal()
+            store._migrate()
+        except StorageError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise _unwritable(path, exc) from exc
+            raise _not_a_database(path, exc) from exc
+        return store
+
+    def _user_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"results.db was written by a newer pytest-tokperf (schema {version}, this "
+                f"version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or use another "
+                f"--tokperf-db (the file is {str(self.path)!r})"
+            )
+
+    def _migrate(self) -> None:
+        """Apply each missing step in its own transaction; safe against concurrent openers."""
+        while True:
+            with self._transaction():
+                version = self._user_version()
+                self._check_version(version)
+                if version == SCHEMA_VERSION:
+                    return
+                MIGRATIONS[version](self.db)
+                self.db.execute(f"PRAGMA user_version = {version + 1}")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.db.commit()
+        except BaseException:
+            self.db.rollback()
+            raise
+
+    def write(self, action: str, body: Callable[[], _T]) -> _T:
+        """Run ``body`` in one immediate transaction, retrying while the file is locked.
+
+        ``action`` completes the error message: "cannot {action} in PATH".
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                with self._transaction():
+                    return body()
+            except sqlite3.OperationalError as exc:
+                locked = "locked" in str(exc) or "busy" in str(exc)
+                if locked and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
+
+    def _read(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]:
+        try:
+            cursor = self.db.execute(sql, params)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        except sqlite3.DatabaseError as exc:
+            raise _not_a_database(self.path, exc) from exc
+
+    def begin_run(self, run: RunInfo) -> None:
+        """Store the run; calling it again with the same id (an xdist worker) is a no-op."""
+        self.write("store run", lambda: self.db.table("runs").insert(run_row(run), ignore=True))
+
+    def record(
+        self,
+        run_id: str,
+        test_id: str,
+        result: BenchResult,
+        *,
+        model: ModelInfo | None,
+        hardware: HardwareInfo | None,
+        ceiling: Ceiling | None,
+        efficiency: float | None,
+        verdict: Verdict,
+    ) -> int:
+        """Store one result with its environment and samples; committed on return."""
+        series = series_of(test_id, result, model)
+        env = environment_row(result.engine, model, hardware)
+        row = {
+            "run_id": run_id,
+            "series_key": series.key,
+            "test_id": test_id,
+            "created_at": utc_now(),
+            **result_row(result, ceiling, efficiency, verdict),
+        }
+
+        def body() -> int:
+            if not self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+                raise StorageError(
+                    f"run {run_id!r} is not in {str(self.path)!r}: call begin_run() first"
+                )
+            return self.add_result(env, series_row(series), row, sample_rows(result.samples))
+
+        return self.write("record a result", body)
+
+    def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
+        """Insert one result with its environment, series and samples; call inside ``write``."""
+        self.db.table("series").insert(series, ignore=True)
+        result = {**result, "environment_id": self._environment_id(env)}
+        result_id = cast(int, self.db.table("results").insert(result).last_rowid)
+        self.db.table("samples").insert_all({**s, "result_id": result_id} for s in samples)
+        return result_id
+
+    def _environment_id(self, env: Row) -> int:
+        self.db.table("environments").insert(env, ignore=True)
+        found = self.db.execute(
+            "SELECT id FROM environments WHERE env_hash = ?", [env["env_hash"]]
+        ).fetchone()
+        return int(found[0])
+
+    def finish_run(self, run_id: str) -> None:
+        self.write(
+            "finish run",
+            lambda: self.db.execute(
+                "UPDATE runs SET finished_at = ? WHERE run_id = ?", [utc_now(), run_id]
+            ),
+        )
+
+    def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
+        """A series' results, oldest first; ``limit`` keeps the newest ``limit``."""
+        sql = (
+            "SELECT * FROM series_history WHERE series_key = ?"
+            " ORDER BY created_at DESC, result_id DESC"
+        )
+        params: tuple[object, ...] = (series_key,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (limit,)
+        return [HistoryRow(**row) for row in reversed(self._read(sql, params))]
+
+    def latest_per_series(self) -> list[HistoryRow]:
+        rows = self._read("SELECT * FROM latest_results ORDER BY series_key")
+        return [HistoryRow(**row) for row in rows]
+
+    def runs(self) -> list[StoredRun]:
+        rows = self._read(
+            "SELECT runs.*, (SELECT count(*) FROM results WHERE results.run_id = runs.run_id)"
+            " AS result_count FROM runs ORDER BY started_at, run_id"
+        )
+        return [StoredRun(run_from_row(r), r["finished_at"], r["result_count"]) for r in rows]
+
+    def samples(self, result_id: int) -> tuple[Sample, ...]:
+        rows = self._read(
+            "SELECT * FROM samples WHERE result_id = ? ORDER BY repetition", (result_id,)
+        )
+        return tuple(sample_from_row(r) for r in rows)
+
+    def result(self, result_id: int) -> StoredResult:
+        """Everything ``record`` stored for ``result_id``, rebuilt as value types."""
+        found = self._read("SELECT * FROM results WHERE id = ?", (result_id,))
+        if not found:
+            raise StorageError(f"no result {result_id!r} in {str(self.path)!r}")
+        row = found[0]
+        env = self._read("SELECT * FROM environments WHERE id = ?", (row["environment_id"],))[0]
+        run = self._read("SELECT * FROM runs WHERE run_id = ?", (row["run_id"],))[0]
+        samples = self._read(
+            "SELECT * FROM samples WHERE result_id = ? ORDER BY repetition", (result_id,)
+        )
+        return StoredResult(
+            result_id=result_id,
+            run=run_from_row(run),
+            test_id=row["test_id"],
+            series_key=row["series_key"],
+            created_at=row["created_at"],
+            result=bench_result_from_rows(row, env, samples),
+            model=model_from_row(env),
+            hardware=hardware_from_row(env),
+            ceiling=ceiling_from_row(row),
+            efficiency=row["efficiency"],
+            verdict=row["verdict"],
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NullStore:
+    """The store for ``--tokperf-db off``: accepts everything, writes nothing."""
+
+    def begin_run(self, run: RunInfo) -> None:
+        pass
+
+    def record(
+        self,
+        run_id: str,
+        test_id: str,
+        result: BenchResult,
+        *,
+        model: ModelInfo | None,
+        hardware: HardwareInfo | None,
+        ceiling: Ceiling | None,
+        efficiency: float | None,
+        verdict: Verdict,
+    ) -> int:
+        return 0
+
+    def finish_run(self, run_id: str) -> None:
+        pass
+
+    def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
+        return []
+
+    def latest_per_series(self) -> list[HistoryRow]:
+        return []
+
+    def runs(self) -> list[StoredRun]:
+        return []
+
+    def close(self) -> None:
+        pass

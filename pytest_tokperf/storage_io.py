@@ -1,0 +1,297 @@
+"""Moving results between databases and text: export, import, merge, reference runs.
+
+The reference-run text form (``db/runs/*.jsonl``) is diff-friendly JSON lines with
+sorted keys, one run per file:
+
+- first line ``{"format": "tokperf-run/1", "run": {runs row}}``;
+- then one line per result ``{"environment": {...}, "result": {...}, "samples": [...],
+  "series": "<series_text>"}``: the ``environments``, ``results`` and ``samples`` rows
+  without their database ids, JSON columns as JSON values.
+
+A file may hold several runs: each ``format`` line starts the next. Importing and
+merging dedupe by run id and, inside a run, by (test id, series key, created at),
+so loading the same data twice adds nothing; environments dedupe by content hash.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pytest_tokperf.errors import StorageError
+from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.storage_rows import (
+    JSON_COLUMNS,
+    Row,
+    Series,
+    dumps,
+    environment_hash,
+    series_row,
+)
+
+RUN_FORMAT = "tokperf-run/1"
+_RESULT_IDS = ("id", "run_id", "environment_id")
+
+
+@dataclass(frozen=True, slots=True)
+class ResultBundle:
+    """One result with everything it references, ids stripped."""
+
+    series_text: str
+    environment: Row
+    result: Row
+    samples: list[Row] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunBundle:
+    run: Row
+    results: list[ResultBundle] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What an import or merge added (existing rows are not counted)."""
+
+    runs: int = 0
+    results: int = 0
+    samples: int = 0
+
+    def __add__(self, other: Added) -> Added:
+        return Added(
+            self.runs + other.runs, self.results + other.results, self.samples + other.samples
+        )
+
+
+def _decode(row: Row) -> Row:
+    return {k: json.loads(v) if k in JSON_COLUMNS and v is not None else v for k, v in row.items()}
+
+
+def _encode(row: Row) -> Row:
+    return {k: dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in row.items()}
+
+
+def read_runs(store: ResultStore, run_ids: Iterable[str] | None = None) -> Iterator[RunBundle]:
+    """Every run in ``store`` (or those named) as bundles, in start order."""
+    db = store.db
+    wanted = None if run_ids is None else set(run_ids)
+    for run in db.table("runs").rows_where(order_by="started_at, run_id"):
+        if wanted is not None and run["run_id"] not in wanted:
+            continue
+        bundles = []
+        for result in db.query(
+            "SELECT results.*, series.series_text FROM results JOIN series USING (series_key)"
+            " WHERE run_id = ? ORDER BY results.id",
+            [run["run_id"]],
+        ):
+            env = next(db.table("environments").rows_where("id = ?", [result["environment_id"]]))
+            samples = db.table("samples").rows_where(
+                "result_id = ?", [result["id"]], order_by="repetition"
+            )
+            bundles.append(
+                ResultBundle(
+                    series_text=result.pop("series_text"),
+                    environment={k: v for k, v in env.items() if k != "id"},
+                    result={k: v for k, v in result.items() if k not in _RESULT_IDS},
+                    samples=[{k: v for k, v in s.items() if k != "result_id"} for s in samples],
+                )
+            )
+        yield RunBundle(run, bundles)
+
+
+def add_run(store: ResultStore, bundle: RunBundle) -> Added:
+    """Insert one run bundle in one transaction, skipping what is already there."""
+    run_id = bundle.run["run_id"]
+
+    def body() -> Added:
+        db = store.db
+        known = db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if not known:
+            db.table("runs").insert(bundle.run)
+        added = Added(runs=0 if known else 1)
+        for item in bundle.results:
+            key = (
+                run_id,
+                item.result["test_id"],
+                item.result["series_key"],
+                item.result["created_at"],
+            )
+            if db.execute(
+                "SELECT 1 FROM results WHERE run_id = ? AND test_id = ? AND series_key = ?"
+                " AND created_at = ?",
+                key,
+            ).fetchone():
+                continue
+            env = {**item.environment, "env_hash": environment_hash(item.environment)}
+            series = series_row(Series.from_text(item.series_text))
+            series["series_key"] = item.result["series_key"]
+            store.add_result(env, series, {**item.result, "run_id": run_id}, item.samples)
+            added += Added(results=1, samples=len(item.samples))
+        return added
+
+    return store.write(f"import run {run_id!r}", body)
+
+
+def dump_run(db: Path, run_id: str) -> str:
+    """The text form of one stored run (see the module docstring)."""
+    with ResultStore.open(db) as store:
+        found = list(read_runs(store, [run_id]))
+    if not found:
+        raise StorageError(f"no run {run_id!r} in {str(db)!r}; `tokperf runs` lists them")
+    return _run_text(found[0])
+
+
+def _run_text(bundle: RunBundle) -> str:
+    lines = [json.dumps({"format": RUN_FORMAT, "run": bundle.run}, sort_keys=True)]
+    for item in bundle.results:
+        line = {
+            "environment": _decode(item.environment),
+            "result": _decode(item.result),
+            "samples": [_decode(s) for s in item.samples],
+            "series": item.series_text,
+        }
+        lines.append(json.dumps(line, sort_keys=True))
+    return "\n".join(lines) + "\n"
+
+
+def write_reference_run(db: Path, run_id: str, directory: Path) -> Path:
+    """Write one run into ``directory`` as ``<run_id>.jsonl`` (the ``db/runs`` dataset)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{run_id}.jsonl"
+    target.write_text(dump_run(db, run_id), encoding="utf-8")
+    return target
+
+
+def parse_runs(text: str, source: str) -> list[RunBundle]:
+    """Read the text form; ``source`` names the file in error messages."""
+    runs: list[RunBundle] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if "format" in obj:
+                if obj["format"] != RUN_FORMAT:
+                    raise ValueError(f"unknown format {obj['format']!r}, expected {RUN_FORMAT!r}")
+                runs.append(RunBundle(obj["run"]))
+            elif not runs:
+                raise ValueError(f"a result before any {RUN_FORMAT!r} run line")
+            else:
+                runs[-1].results.append(
+                    ResultBundle(
+                        series_text=obj["series"],
+                        environment=_encode(obj["environment"]),
+                        result=_encode(obj["result"]),
+                        samples=[_encode(s) for s in obj["samples"]],
+                    )
+                )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"{source}:{number}: not a tokperf run line: {exc}") from exc
+    return runs
+
+
+def _export_columns(store: ResultStore) -> list[str]:
+    db = store.db
+    columns = [f"results.{c}" for c in db.table("results").columns_dict if c != "environment_id"]
+    columns += [f"runs.{c}" for c in db.table("runs").columns_dict if c != "run_id"]
+    columns += [f"environments.{c}" for c in db.table("environments").columns_dict if c != "id"]
+    return [*columns, "series.series_text"]
+
+
+def export_rows(store: ResultStore) -> Iterator[Row]:
+    """One row per result, joined with its run, environment and series text."""
+    sql = (
+        f"SELECT {', '.join(_export_columns(store))} FROM results"
+        " JOIN runs USING (run_id) JOIN environments ON environments.id = results.environment_id"
+        " JOIN series USING (series_key) ORDER BY results.created_at, results.id"
+    )
+    for row in store.db.query(sql):
+        row["result_id"] = row.pop("id")
+        yield row
+
+
+def export_results(db: Path, fmt: Literal["csv", "json"], out: Path) -> int:
+    """Write every result as CSV or a JSON list; returns the number of rows.
+
+    JSON columns are JSON values in the JSON export and JSON text in the CSV. Samples
+    are not exported (``dump_run`` keeps them).
+    """
+    with ResultStore.open(db) as store:
+        rows = list(export_rows(store))
+        header = [c.split(".", 1)[1] for c in _export_columns(store)]
+    header[header.index("id")] = "result_id"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "json":
+        out.write_text(json.dumps([_decode(r) for r in rows], indent=1) + "\n", encoding="utf-8")
+    else:
+        with out.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+    return len(rows)
+
+
+def _runs_from_export(store: ResultStore, rows: list[Row]) -> list[RunBundle]:
+    db = store.db
+    run_cols, env_cols = db.table("runs").columns_dict, db.table("environments").columns_dict
+    result_cols = set(db.table("results").columns_dict) - set(_RESULT_IDS)
+    runs: dict[str, RunBundle] = {}
+    for raw in rows:
+        row = _encode(raw)
+        run_id = row["run_id"]
+        bundle = runs.setdefault(run_id, RunBundle({c: row.get(c) for c in run_cols}))
+        bundle.results.append(
+            ResultBundle(
+                series_text=row["series_text"],
+                environment={c: row.get(c) for c in env_cols if c != "id"},
+                result={c: row.get(c) for c in result_cols},
+            )
+        )
+    return list(runs.values())
+
+
+def import_dataset(db: Path, path: Path) -> Added:
+    """Load a run text file (``.jsonl``) or a JSON export (no samples) into ``db``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot read {str(path)!r} to import: {exc}") from exc
+    with ResultStore.open(db) as store:
+        if path.suffix == ".jsonl":
+            bundles = parse_runs(text, str(path))
+        else:
+            try:
+                rows = json.loads(text)
+                if not isinstance(rows, list):
+                    raise ValueError("expected a JSON list of result rows")
+                bundles = _runs_from_export(store, rows)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StorageError(
+                    f"{str(path)!r} is not a `tokperf export --format json` file: {exc}"
+                ) from exc
+        return sum((add_run(store, b) for b in bundles), Added())
+
+
+def load_reference_runs(directory: Path, db: Path) -> Added:
+    """Load every ``*.jsonl`` in ``directory`` (the ``db/runs`` dataset) into ``db``."""
+    return sum((import_dataset(db, p) for p in sorted(directory.glob("*.jsonl"))), Added())
+
+
+def merge(a: Path, b: Path, out: Path) -> Added:
+    """Merge two result databases into ``out`` (created or added to), deduping by run id."""
+    for source in (a, b):
+        if not source.is_file():
+            raise StorageError(f"merge input {str(source)!r} does not exist")
+        if source.resolve() == out.resolve():
+            raise StorageError(f"merge output {str(out)!r} is also an input; name a new file")
+    added = Added()
+    with ResultStore.open(out) as target:
+        for source in (a, b):
+            with ResultStore.open(source) as store:
+                for bundle in read_runs(store):
+                    added += add_run(target, bundle)
+    return added

@@ -1,0 +1,403 @@
+"""Value types to database rows and back, and the series key.
+
+Rows are plain dicts named like the columns in ``storage_schema``; JSON lists and
+objects are stored as text. Nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+from pytest_tokperf.errors import StorageError
+from pytest_tokperf.results import (
+    Bandwidth,
+    BandwidthSource,
+    BenchResult,
+    Ceiling,
+    EngineInfo,
+    Footprint,
+    HardwareInfo,
+    ModelInfo,
+    RunInfo,
+    Sample,
+    Summary,
+    Verdict,
+    Workload,
+)
+from pytest_tokperf.storage_schema import SUMMARY_FIGURES
+
+Row = dict[str, Any]
+
+JSON_COLUMNS = frozenset(
+    {"engine_settings", "model_quant_types", "footprint_warnings", "notes", "inter_token_s"}
+)
+"""Columns holding JSON text (a list, or an object for ``engine_settings``)."""
+
+SETTING_ALIASES: dict[str, tuple[str, ...]] = {
+    "batch_size": ("batch_size", "batch", "n_batch"),
+    "ubatch_size": ("ubatch_size", "ubatch", "n_ubatch"),
+    "gpu_layers": ("gpu_layers", "n_gpu_layers", "ngl"),
+    "flash_attn": ("flash_attn", "fa"),
+    "kv_type": ("kv_type", "cache_type", "type_kv"),
+}
+"""``EngineInfo.settings`` keys read for each speed setting, first match wins.
+
+Adapters should use the first name; the others are what engines call them. When no
+``kv_type`` is given, ``cache_type_k``/``type_k`` and ``..._v`` are combined as ``k/v``.
+"""
+
+_ON = {"1", "true", "on", "yes", "enabled"}
+_OFF = {"0", "false", "off", "no", "disabled"}
+
+
+def dumps(value: object) -> str:
+    """Canonical JSON: sorted keys, no spaces (hashes and JSON columns)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def speed_settings(engine: EngineInfo) -> Row:
+    """The engine settings that change speed, normalised from ``EngineInfo``.
+
+    ``threads``, ``context_size`` and ``speculative`` are ``EngineInfo`` fields; the rest
+    come from ``settings`` under the names in ``SETTING_ALIASES``. ``flash_attn`` is
+    ``"on"``/``"off"`` when the engine said a boolean, else its word (``"auto"``).
+    """
+    settings = {key.lower(): value for key, value in engine.settings}
+
+    def first(names: tuple[str, ...]) -> str | None:
+        return next((settings[n] for n in names if n in settings), None)
+
+    flash = first(SETTING_ALIASES["flash_attn"])
+    if flash is not None:
+        word = flash.strip().lower()
+        flash = "on" if word in _ON else "off" if word in _OFF else word
+    kv_type = first(SETTING_ALIASES["kv_type"])
+    if kv_type is None:
+        k = first(("cache_type_k", "type_k"))
+        v = first(("cache_type_v", "type_v"))
+        kv_type = "/".join(dict.fromkeys(t for t in (k, v) if t is not None)) or None
+    return {
+        "threads": engine.threads,
+        "batch_size": _int_or_none(first(SETTING_ALIASES["batch_size"])),
+        "ubatch_size": _int_or_none(first(SETTING_ALIASES["ubatch_size"])),
+        "gpu_layers": _int_or_none(first(SETTING_ALIASES["gpu_layers"])),
+        "flash_attn": flash,
+        "kv_type": kv_type,
+        "context_size": engine.context_size,
+        "speculative": engine.speculative,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Everything that changes speed except the dimensions a comparison varies.
+
+    Two results are comparable exactly when their series match. Engine version and
+    build, driver, hardware and OS are deliberately absent: they are what a history
+    compares across (as compare-llama-bench keys on config, not on build commit).
+    ``model`` is ``sha256:<content hash>`` when known, else ``file:<name>:<bytes>``,
+    else the engine's model name. Every field is a column of the ``series`` table.
+    """
+
+    test_id: str
+    engine_name: str
+    model: str
+    quant: str | None
+    threads: int | None
+    batch_size: int | None
+    ubatch_size: int | None
+    gpu_layers: int | None
+    flash_attn: str | None
+    kv_type: str | None
+    context_size: int | None
+    speculative: bool
+    prompt_tokens: int
+    generate_tokens: int
+    depth_tokens: int
+    concurrency: int
+
+    @property
+    def text(self) -> str:
+        """The readable form: canonical JSON with sorted keys (``series.series_text``)."""
+        return dumps(asdict(self))
+
+    @property
+    def key(self) -> str:
+        """Stable 16-hex-digit sha256 of ``text`` (``series.series_key``)."""
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_text(cls, text: str) -> Series:
+        return cls(**json.loads(text))
+
+
+def model_identity(engine: EngineInfo, model: ModelInfo | None) -> str:
+    if model is not None and model.content_hash:
+        return f"sha256:{model.content_hash}"
+    if model is not None:
+        return f"file:{model.file_name}:{model.file_bytes}"
+    return f"engine:{engine.model_name or engine.model_path or 'unknown'}"
+
+
+def series_of(test_id: str, result: BenchResult, model: ModelInfo | None) -> Series:
+    """The series a result belongs to (pure; see ``Series`` for what is in it)."""
+    quant = None
+    if model is not None:
+        quant = model.file_type or (",".join(sorted(model.quant_types)) or None)
+    workload = result.workload
+    return Series(
+        test_id=test_id,
+        engine_name=result.engine.name,
+        model=model_identity(result.engine, model),
+        quant=quant,
+        **speed_settings(result.engine),
+        prompt_tokens=workload.prompt_tokens,
+        generate_tokens=workload.generate_tokens,
+        depth_tokens=workload.depth_tokens,
+        concurrency=workload.concurrency,
+    )
+
+
+def series_key(test_id: str, result: BenchResult, model: ModelInfo | None) -> str:
+    """Stable hash of the series a result belongs to; see ``Series``."""
+    return series_of(test_id, result, model).key
+
+
+def series_row(series: Series) -> Row:
+    return {"series_key": series.key, "series_text": series.text, **asdict(series)}
+
+
+def run_row(run: RunInfo) -> Row:
+    return {**asdict(run), "finished_at": None}
+
+
+def run_from_row(row: Row) -> RunInfo:
+    return RunInfo(**{k: row[k] for k in RunInfo.__dataclass_fields__})
+
+
+def _bandwidth_cols(prefix: str, bw: Bandwidth | None) -> Row:
+    return {
+        f"{prefix}_bytes_per_s": bw.bytes_per_s if bw else None,
+        f"{prefix}_source": bw.source if bw else None,
+        f"{prefix}_detail": bw.detail if bw else None,
+    }
+
+
+def _bandwidth(row: Row, prefix: str) -> Bandwidth | None:
+    if row[f"{prefix}_bytes_per_s"] is None:
+        return None
+    source = cast(BandwidthSource, row[f"{prefix}_source"])
+    return Bandwidth(row[f"{prefix}_bytes_per_s"], source, row[f"{prefix}_detail"] or "")
+
+
+def environment_row(
+    engine: EngineInfo, model: ModelInfo | None, hardware: HardwareInfo | None
+) -> Row:
+    """One ``environments`` row; ``env_hash`` is the sha256 of every other column."""
+    hw = hardware
+    row: Row = {
+        "engine_name": engine.name,
+        "engine_version": engine.version,
+        "engine_build": engine.build,
+        "engine_backend": engine.backend,
+        "engine_base_url": engine.base_url,
+        "engine_model_path": engine.model_path,
+        "engine_model_name": engine.model_name,
+        "engine_settings": dumps(dict(engine.settings)),
+        **speed_settings(engine),
+        "hardware_name": hw.name if hw else None,
+        "hardware_kind": hw.kind if hw else None,
+        "hardware_driver": hw.driver if hw else None,
+        "hardware_memory_bytes": hw.memory_bytes if hw else None,
+        "hardware_peak_flops": hw.peak_flops if hw else None,
+        "hardware_detail": hw.detail if hw else None,
+        **_bandwidth_cols("spec_bandwidth", hw.spec_bandwidth if hw else None),
+        **_bandwidth_cols("measured_bandwidth", hw.measured_bandwidth if hw else None),
+    }
+    for name in ModelInfo.__dataclass_fields__:
+        row[f"model_{name}"] = getattr(model, name) if model else None
+    row["model_quant_types"] = dumps(list(model.quant_types)) if model else None
+    row["env_hash"] = environment_hash(row)
+    return row
+
+
+def _canonical(value: object) -> object:
+    """The same number hashes the same whether it is fresh (``True``, ``1e12``) or read back."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def environment_hash(row: Row) -> str:
+    """sha256 of an ``environments`` row's content (every column but ``id``, ``env_hash``).
+
+    Equal for a row built from value types and the same row read back from SQLite.
+    """
+    content = {k: _canonical(v) for k, v in row.items() if k not in ("id", "env_hash")}
+    return hashlib.sha256(dumps(content).encode()).hexdigest()
+
+
+def engine_from_row(row: Row) -> EngineInfo:
+    return EngineInfo(
+        name=row["engine_name"],
+        version=row["engine_version"],
+        build=row["engine_build"],
+        base_url=row["engine_base_url"],
+        backend=row["engine_backend"],
+        model_path=row["engine_model_path"],
+        model_name=row["engine_model_name"],
+        context_size=row["context_size"],
+        threads=row["threads"],
+        speculative=bool(row["speculative"]),
+        settings=tuple(json.loads(row["engine_settings"]).items()),  # sorted by key
+    )
+
+
+def model_from_row(row: Row) -> ModelInfo | None:
+    if row["model_file_name"] is None:
+        return None
+    values = {name: row[f"model_{name}"] for name in ModelInfo.__dataclass_fields__}
+    values["quant_types"] = tuple(json.loads(row["model_quant_types"]))
+    return ModelInfo(**values)
+
+
+def hardware_from_row(row: Row) -> HardwareInfo | None:
+    if row["hardware_name"] is None:
+        return None
+    return HardwareInfo(
+        name=row["hardware_name"],
+        kind=row["hardware_kind"],
+        driver=row["hardware_driver"],
+        memory_bytes=row["hardware_memory_bytes"],
+        spec_bandwidth=_bandwidth(row, "spec_bandwidth"),
+        measured_bandwidth=_bandwidth(row, "measured_bandwidth"),
+        peak_flops=row["hardware_peak_flops"],
+        detail=row["hardware_detail"] or "",
+    )
+
+
+_SUMMARY_COLUMNS = {
+    "median": "median",
+    "mean": "mean",
+    "stdev": "stdev",
+    "min": "minimum",
+    "max": "maximum",
+    "n": "n",
+}
+_RESULT_SCALARS = (
+    "inter_token_p50_s",
+    "inter_token_p90_s",
+    "inter_token_p99_s",
+    "decode_agreement",
+    "ttft_minus_engine_prefill_s",
+)
+_FOOTPRINT_SCALARS = (
+    "architecture",
+    "weights_bytes",
+    "kv_bytes_per_position",
+    "depth_tokens",
+    "kv_type",
+    "resident_bytes",
+    "active_parameters",
+    "total_parameters",
+    "expert_count",
+    "experts_used",
+    "tied_output",
+)
+
+
+def result_row(
+    result: BenchResult,
+    ceiling: Ceiling | None,
+    efficiency: float | None,
+    verdict: Verdict,
+) -> Row:
+    """The ``results`` columns a ``BenchResult`` and its ceiling fill (no ids or keys)."""
+    row: Row = {**asdict(result.workload)}
+    for figure in SUMMARY_FIGURES:
+        summary: Summary | None = getattr(result, figure)
+        for column, field in _SUMMARY_COLUMNS.items():
+            row[f"{figure}_{column}"] = getattr(summary, field) if summary else None
+    for name in _RESULT_SCALARS:
+        row[name] = getattr(result, name)
+    fp = ceiling.footprint if ceiling else None
+    row.update(
+        ceiling_decode_tokens_per_s=ceiling.decode_tokens_per_s if ceiling else None,
+        ceiling_prefill_tokens_per_s=ceiling.prefill_tokens_per_s if ceiling else None,
+        **_bandwidth_cols("ceiling_bandwidth", ceiling.bandwidth if ceiling else None),
+        bytes_per_token=fp.total_bytes if fp else None,
+        **{f"footprint_{name}": getattr(fp, name) if fp else None for name in _FOOTPRINT_SCALARS},
+        footprint_warnings=dumps(list(fp.warnings)) if fp else None,
+        efficiency=efficiency,
+        verdict=verdict,
+        notes=dumps(list(result.notes)),
+    )
+    return row
+
+
+def _summary(row: Row, figure: str) -> Summary | None:
+    if row[f"{figure}_median"] is None:
+        return None
+    return Summary(**{field: row[f"{figure}_{col}"] for col, field in _SUMMARY_COLUMNS.items()})
+
+
+def ceiling_from_row(row: Row) -> Ceiling | None:
+    bandwidth = _bandwidth(row, "ceiling_bandwidth")
+    if bandwidth is None or row["ceiling_decode_tokens_per_s"] is None:
+        return None
+    values = {name: row[f"footprint_{name}"] for name in _FOOTPRINT_SCALARS}
+    values["tied_output"] = bool(values["tied_output"])
+    footprint = Footprint(**values, warnings=tuple(json.loads(row["footprint_warnings"])))
+    return Ceiling(
+        bandwidth=bandwidth,
+        footprint=footprint,
+        decode_tokens_per_s=row["ceiling_decode_tokens_per_s"],
+        prefill_tokens_per_s=row["ceiling_prefill_tokens_per_s"],
+    )
+
+
+def sample_rows(samples: tuple[Sample, ...]) -> list[Row]:
+    """``samples`` rows without their ``result_id``."""
+    rows = []
+    for index, sample in enumerate(samples):
+        row = asdict(sample)
+        row["inter_token_s"] = dumps(list(sample.inter_token_s))
+        rows.append({"repetition": index, **row})
+    return rows
+
+
+def sample_from_row(row: Row) -> Sample:
+    values = {name: row[name] for name in Sample.__dataclass_fields__}
+    values["inter_token_s"] = tuple(json.loads(row["inter_token_s"]))
+    values["speculative"] = bool(row["speculative"])
+    return Sample(**values)
+
+
+def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) -> BenchResult:
+    ttft = _summary(result, "ttft_s")
+    if ttft is None:
+        raise StorageError(f"result {result.get('id')!r} has no ttft_s summary: not a tokperf row")
+    return BenchResult(
+        workload=Workload(**{name: result[name] for name in Workload.__dataclass_fields__}),
+        engine=engine_from_row(environment),
+        samples=tuple(sample_from_row(r) for r in samples),
+        ttft_s=ttft,
+        decode_tokens_per_s=_summary(result, "decode_tokens_per_s"),
+        prefill_tokens_per_s=_summary(result, "prefill_tokens_per_s"),
+        engine_decode_tokens_per_s=_summary(result, "engine_decode_tokens_per_s"),
+        engine_prefill_tokens_per_s=_summary(result, "engine_prefill_tokens_per_s"),
+        **{name: result[name] for name in _RESULT_SCALARS},
+        notes=tuple(json.loads(result["notes"])),
+    )

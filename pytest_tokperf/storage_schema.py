@@ -1,0 +1,233 @@
+"""The results database schema, as ordered migrations over sqlite-utils.
+
+``MIGRATIONS[i]`` takes a database at schema ``i`` to schema ``i + 1``; the schema
+number lives in ``PRAGMA user_version``. Each step is written out in full and never
+edited once shipped: a new column, index or view is a new step at the end.
+
+Plain tables with foreign keys, so ``datasette results.db`` or any SQLite client
+reads the file without this package:
+
+- ``runs``: one pytest session or CLI run and where it ran.
+- ``environments``: engine, hardware and model identity, deduplicated by ``env_hash``.
+- ``series``: the comparable-series key and its components (see ``storage_rows.Series``).
+- ``results``: one ``tok_bench`` measurement: workload, summaries, ceiling, verdict.
+- ``samples``: every repetition's raw figures, client and engine side.
+- views ``series_history`` (one row per result with its environment, the columns of
+  ``storage.HistoryRow``) and ``latest_results`` (the newest result of each series).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlite_utils import Database
+
+SUMMARY_FIGURES = (
+    "ttft_s",
+    "decode_tokens_per_s",
+    "prefill_tokens_per_s",
+    "engine_decode_tokens_per_s",
+    "engine_prefill_tokens_per_s",
+)
+SUMMARY_PARTS: dict[str, type] = {
+    "median": float,
+    "mean": float,
+    "stdev": float,
+    "min": float,
+    "max": float,
+    "n": int,
+}
+
+_RUNS_V1: dict[str, type] = {
+    "run_id": str,
+    "started_at": str,
+    "finished_at": str,
+    "host": str,
+    "os": str,
+    "python": str,
+    "pytest_version": str,
+    "plugin_version": str,
+    "project_commit": str,
+    "ci_provider": str,
+    "ci_job": str,
+}
+
+_SPEED_SETTINGS_V1: dict[str, type] = {
+    "threads": int,
+    "batch_size": int,
+    "ubatch_size": int,
+    "gpu_layers": int,
+    "flash_attn": str,
+    "kv_type": str,
+    "context_size": int,
+    "speculative": bool,
+}
+
+_SERIES_V1: dict[str, type] = {
+    "series_key": str,
+    "series_text": str,
+    "test_id": str,
+    "engine_name": str,
+    "model": str,
+    "quant": str,
+    **_SPEED_SETTINGS_V1,
+    "prompt_tokens": int,
+    "generate_tokens": int,
+    "depth_tokens": int,
+    "concurrency": int,
+}
+
+_ENVIRONMENTS_V1: dict[str, type] = {
+    "id": int,
+    "env_hash": str,
+    "engine_name": str,
+    "engine_version": str,
+    "engine_build": str,
+    "engine_backend": str,
+    "engine_base_url": str,
+    "engine_model_path": str,
+    "engine_model_name": str,
+    "engine_settings": str,
+    **_SPEED_SETTINGS_V1,
+    "hardware_name": str,
+    "hardware_kind": str,
+    "hardware_driver": str,
+    "hardware_memory_bytes": int,
+    "hardware_peak_flops": float,
+    "hardware_detail": str,
+    "spec_bandwidth_bytes_per_s": float,
+    "spec_bandwidth_source": str,
+    "spec_bandwidth_detail": str,
+    "measured_bandwidth_bytes_per_s": float,
+    "measured_bandwidth_source": str,
+    "measured_bandwidth_detail": str,
+    "model_file_name": str,
+    "model_path": str,
+    "model_file_bytes": int,
+    "model_content_hash": str,
+    "model_architecture": str,
+    "model_parameter_count": int,
+    "model_quant_types": str,
+    "model_file_type": str,
+    "model_context_length": int,
+}
+
+_RESULTS_V1: dict[str, type] = {
+    "id": int,
+    "run_id": str,
+    "environment_id": int,
+    "series_key": str,
+    "test_id": str,
+    "created_at": str,
+    "prompt_tokens": int,
+    "generate_tokens": int,
+    "depth_tokens": int,
+    "concurrency": int,
+    "repetitions": int,
+    "warmup": int,
+    **{f"{fig}_{part}": kind for fig in SUMMARY_FIGURES for part, kind in SUMMARY_PARTS.items()},
+    "inter_token_p50_s": float,
+    "inter_token_p90_s": float,
+    "inter_token_p99_s": float,
+    "decode_agreement": float,
+    "ttft_minus_engine_prefill_s": float,
+    "ceiling_decode_tokens_per_s": float,
+    "ceiling_prefill_tokens_per_s": float,
+    "ceiling_bandwidth_bytes_per_s": float,
+    "ceiling_bandwidth_source": str,
+    "ceiling_bandwidth_detail": str,
+    "bytes_per_token": int,
+    "footprint_architecture": str,
+    "footprint_weights_bytes": int,
+    "footprint_kv_bytes_per_position": int,
+    "footprint_depth_tokens": int,
+    "footprint_kv_type": str,
+    "footprint_resident_bytes": int,
+    "footprint_active_parameters": int,
+    "footprint_total_parameters": int,
+    "footprint_expert_count": int,
+    "footprint_experts_used": int,
+    "footprint_tied_output": bool,
+    "footprint_warnings": str,
+    "efficiency": float,
+    "verdict": str,
+    "notes": str,
+}
+
+_SAMPLES_V1: dict[str, type] = {
+    "result_id": int,
+    "repetition": int,
+    "ttft_s": float,
+    "prefill_tokens_per_s": float,
+    "decode_tokens_per_s": float,
+    "prompt_tokens": int,
+    "generated_tokens": int,
+    "inter_token_s": str,
+    "engine_prefill_s": float,
+    "engine_prefill_tokens_per_s": float,
+    "engine_decode_tokens_per_s": float,
+    "cached_prompt_tokens": int,
+    "speculative": bool,
+    "text_chars": int,
+}
+
+
+def _v1_tables(db: Database) -> None:
+    db.table("runs").create(_RUNS_V1, pk="run_id", not_null={"run_id", "started_at"})
+    db.table("environments").create(_ENVIRONMENTS_V1, pk="id", not_null={"env_hash", "engine_name"})
+    db.table("environments").create_index(["env_hash"], unique=True)
+    db.table("series").create(_SERIES_V1, pk="series_key", not_null={"series_text", "test_id"})
+    db.table("results").create(
+        _RESULTS_V1,
+        pk="id",
+        not_null={"run_id", "environment_id", "series_key", "test_id", "created_at"},
+        foreign_keys=[
+            ("run_id", "runs", "run_id"),
+            ("environment_id", "environments", "id"),
+            ("series_key", "series", "series_key"),
+        ],
+    )
+    db.table("results").create_index(["run_id"])
+    db.table("samples").create(
+        _SAMPLES_V1,
+        pk=("result_id", "repetition"),
+        foreign_keys=[("result_id", "results", "id")],
+    )
+
+
+_SERIES_HISTORY_V2 = """
+SELECT r.id AS result_id, r.run_id, r.created_at, r.test_id, r.series_key,
+  e.engine_name, e.engine_version, e.engine_build, e.engine_backend,
+  e.hardware_name, e.hardware_kind, e.hardware_driver,
+  e.model_file_name, e.model_content_hash,
+  ru.project_commit, ru.host,
+  r.ttft_s_median AS ttft_s,
+  r.decode_tokens_per_s_median AS decode_tokens_per_s,
+  r.decode_tokens_per_s_stdev AS decode_tokens_per_s_stdev,
+  r.prefill_tokens_per_s_median AS prefill_tokens_per_s,
+  r.engine_decode_tokens_per_s_median AS engine_decode_tokens_per_s,
+  r.engine_prefill_tokens_per_s_median AS engine_prefill_tokens_per_s,
+  r.repetitions, r.ceiling_decode_tokens_per_s, r.efficiency, r.verdict
+FROM results r
+JOIN environments e ON e.id = r.environment_id
+JOIN runs ru ON ru.run_id = r.run_id
+"""
+
+_LATEST_RESULTS_V2 = """
+SELECT h.* FROM series s
+JOIN series_history h ON h.result_id = (
+  SELECT r.id FROM results r WHERE r.series_key = s.series_key
+  ORDER BY r.created_at DESC, r.id DESC LIMIT 1
+)
+"""
+
+
+def _v2_history(db: Database) -> None:
+    db.table("results").create_index(["series_key", "created_at", "id"])
+    db.table("results").create_index(["created_at"])
+    db.create_view("series_history", _SERIES_HISTORY_V2)
+    db.create_view("latest_results", _LATEST_RESULTS_V2)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_tables, _v2_history)
+SCHEMA_VERSION = len(MIGRATIONS)

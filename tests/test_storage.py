@@ -1,0 +1,301 @@
+"""The results store: schema, round trip, series key, history, errors, migration."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+from storage_factory import (
+    make_engine,
+    make_hardware,
+    make_model,
+    make_result,
+    make_run,
+    record_kwargs,
+)
+
+from pytest_tokperf.errors import StorageError
+from pytest_tokperf.results import Workload
+from pytest_tokperf.storage import (
+    HistoryRow,
+    NullStore,
+    ResultStore,
+    default_db_path,
+    resolve_db_path,
+)
+from pytest_tokperf.storage_rows import (
+    environment_row,
+    result_row,
+    run_row,
+    sample_rows,
+    series_key,
+    series_of,
+    series_row,
+)
+from pytest_tokperf.storage_schema import MIGRATIONS, SCHEMA_VERSION
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ResultStore]:
+    opened = ResultStore.open(tmp_path / "deep" / "results.db")
+    opened.begin_run(make_run())
+    yield opened
+    opened.close()
+
+
+def test_open_creates_parents_wal_and_current_schema(store: ResultStore) -> None:
+    assert store.path.is_file()
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+    assert {"runs", "environments", "series", "results", "samples"} <= set(store.db.table_names())
+    assert {"latest_results", "series_history"} <= set(store.db.view_names())
+    columns = [c.name for c in store.db["series_history"].columns]
+    assert columns == list(HistoryRow.__dataclass_fields__)
+
+
+def test_record_round_trips_every_field(store: ResultStore) -> None:
+    result = make_result()
+    kwargs = record_kwargs()
+    result_id = store.record("run-1", "tests/test_x.py::test_decode", result, **kwargs)
+
+    stored = store.result(result_id)
+
+    assert stored.run == make_run()
+    assert stored.result == result
+    assert (stored.model, stored.hardware, stored.ceiling) == (
+        kwargs["model"],
+        kwargs["hardware"],
+        kwargs["ceiling"],
+    )
+    assert (stored.efficiency, stored.verdict) == (0.0146, "pass")
+    assert stored.series_key == series_key("tests/test_x.py::test_decode", result, make_model())
+    assert store.samples(result_id) == result.samples
+    assert store.db.table("samples").count == 3
+
+
+def test_record_without_optional_parts(store: ResultStore) -> None:
+    result = dataclasses.replace(
+        make_result(), decode_tokens_per_s=None, engine_prefill_tokens_per_s=None, samples=()
+    )
+    result_id = store.record(
+        "run-1",
+        "t",
+        result,
+        model=None,
+        hardware=None,
+        ceiling=None,
+        efficiency=None,
+        verdict="unchecked",
+    )
+    stored = store.result(result_id)
+    assert stored.result == result
+    assert (stored.model, stored.hardware, stored.ceiling, stored.verdict) == (
+        None,
+        None,
+        None,
+        "unchecked",
+    )
+
+
+def test_environments_are_deduplicated(store: ResultStore) -> None:
+    for _ in range(3):
+        store.record("run-1", "t", make_result(), **record_kwargs())
+    store.record("run-1", "t", make_result(engine=make_engine(build="def5678")), **record_kwargs())
+    assert store.db.table("environments").count == 2
+    assert store.db.table("series").count == 1
+
+
+def test_series_key_is_stable_and_ignores_compared_dimensions() -> None:
+    model = make_model()
+    series = series_of("t", make_result(), model)
+    key = series_key("t", make_result(), model)
+    assert key == series.key == "3e67784c19667088"
+    assert series.text.startswith('{"batch_size":2048,"concurrency":1,"context_size":4096,')
+    compared = make_result(engine=make_engine(version="b7000", build="fff", base_url="http://x"))
+    assert series_key("t", compared, model) == key
+    assert series_key("t", make_result(decode=50.0), model) == key
+    changed = [
+        series_key("other", make_result(), model),
+        series_key("t", make_result(engine=make_engine(threads=4)), model),
+        series_key("t", make_result(engine=make_engine(settings=(("kv_type", "f16"),))), model),
+        series_key("t", make_result(workload=Workload(1024, 128)), model),
+        series_key("t", make_result(), make_model(content_hash="e" * 64)),
+        series_key("t", make_result(), make_model(file_type="MOSTLY_Q8_0")),
+    ]
+    assert key not in changed
+    assert len(set(changed)) == len(changed)
+
+
+def test_series_reads_speed_settings_under_engine_names() -> None:
+    engine = make_engine(
+        settings=(
+            ("n_batch", "512"),
+            ("fa", "0"),
+            ("cache_type_k", "q8_0"),
+            ("cache_type_v", "q4_0"),
+            ("n_gpu_layers", "99"),
+        ),
+    )
+    series = series_of("t", make_result(engine=engine), None)
+    assert (series.batch_size, series.flash_attn, series.kv_type, series.gpu_layers) == (
+        512,
+        "off",
+        "q8_0/q4_0",
+        99,
+    )
+    assert series.model == "engine:tiny"
+    assert series_of("t", make_result(), make_model(content_hash=None)).model == (
+        "file:tiny.gguf:123456789"
+    )
+
+
+def test_history_is_in_time_order_and_limit_keeps_newest(store: ResultStore) -> None:
+    ids = [
+        store.record("run-1", "t", make_result(decode=float(d)), **record_kwargs())
+        for d in (10, 20, 30)
+    ]
+    store.record("run-1", "other", make_result(), **record_kwargs())
+    key = series_key("t", make_result(), make_model())
+
+    history = store.history(key)
+    assert [h.result_id for h in history] == ids
+    assert [h.decode_tokens_per_s for h in history] == [10.0, 20.0, 30.0]
+    assert history[0].engine_build == "abc1234"
+    assert history[0].hardware_driver == "570.86"
+    assert [h.result_id for h in store.history(key, limit=2)] == ids[1:]
+    assert store.history("no-such-series") == []
+
+
+def test_latest_per_series_picks_the_newest_of_each(store: ResultStore) -> None:
+    store.record("run-1", "a", make_result(decode=1.0), **record_kwargs())
+    newest_a = store.record("run-1", "a", make_result(decode=2.0), **record_kwargs())
+    only_b = store.record("run-1", "b", make_result(decode=3.0), **record_kwargs())
+    latest = {row.test_id: row.result_id for row in store.latest_per_series()}
+    assert latest == {"a": newest_a, "b": only_b}
+
+
+def test_runs_begin_twice_and_finish(store: ResultStore) -> None:
+    store.begin_run(make_run())
+    store.record("run-1", "t", make_result(), **record_kwargs())
+    store.finish_run("run-1")
+    [stored] = store.runs()
+    assert stored.run == make_run()
+    assert stored.results == 1
+    assert stored.finished_at is not None and stored.finished_at > stored.run.started_at
+
+
+def test_record_needs_its_run(store: ResultStore) -> None:
+    with pytest.raises(StorageError, match=r"run 'ghost' is not in .*call begin_run\(\) first"):
+        store.record("ghost", "t", make_result(), **record_kwargs())
+    assert store.db.table("results").count == 0
+
+
+def test_null_store_writes_nothing(tmp_path: Path) -> None:
+    null = NullStore()
+    null.begin_run(make_run())
+    assert null.record("run-1", "t", make_result(), **record_kwargs()) == 0
+    null.finish_run("run-1")
+    assert (null.history("k"), null.latest_per_series(), null.runs()) == ([], [], [])
+    null.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resolve_db_path_precedence_and_off(tmp_path: Path) -> None:
+    env = {"PYTEST_TOKPERF_DB": str(tmp_path / "env.db")}
+    assert resolve_db_path(None, {}, None, tmp_path) == default_db_path(tmp_path)
+    assert default_db_path(tmp_path) == tmp_path / ".tokperf" / "results.db"
+    assert resolve_db_path(None, {}, "ini.db", tmp_path) == tmp_path / "ini.db"
+    assert resolve_db_path(None, env, "ini.db", tmp_path) == tmp_path / "env.db"
+    assert resolve_db_path(str(tmp_path / "cli.db"), env, "x", tmp_path) == tmp_path / "cli.db"
+    for off in ("off", "None", "no", " OFF "):
+        assert resolve_db_path(off, env, "ini.db", tmp_path) is None
+        assert resolve_db_path(None, {"PYTEST_TOKPERF_DB": off}, "ini.db", tmp_path) is None
+        assert resolve_db_path(None, {}, off, tmp_path) is None
+    assert resolve_db_path("", env, "ini.db", tmp_path) is None
+    assert resolve_db_path(None, {"PYTEST_TOKPERF_DB": ""}, "", tmp_path) == default_db_path(
+        tmp_path
+    )
+
+
+def test_db_from_the_future_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    ResultStore.open(path).close()
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    message = (
+        f"results.db was written by a newer pytest-tokperf (schema {SCHEMA_VERSION + 5}, "
+        f"this version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or use another --tokperf-db"
+    )
+    with pytest.raises(StorageError, match=rf"^{message.replace('(', '.').replace(')', '.')}"):
+        ResultStore.open(path)
+
+
+def test_corrupt_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    path.write_bytes(b"this is not sqlite\n" * 200)
+    with pytest.raises(StorageError, match=r"is not a readable SQLite results database") as info:
+        ResultStore.open(path)
+    assert str(path) in str(info.value)
+    assert "Move it aside" in str(info.value)
+
+
+def test_unwritable_path_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    path = blocker / "sub" / "results.db"
+    with pytest.raises(StorageError, match=r"cannot write the results database") as info:
+        ResultStore.open(path)
+    assert str(path) in str(info.value)
+    assert "--tokperf-db" in str(info.value) and "'off'" in str(info.value)
+
+
+def _write_v1_db(path: Path) -> int:
+    """A database as the first shipped schema wrote it, holding one result."""
+    db = Database(path)
+    MIGRATIONS[0](db)
+    db.execute("PRAGMA user_version = 1")
+    result, model = make_result(), make_model()
+    db.table("runs").insert(run_row(make_run()))
+    env_id = (
+        db.table("environments")
+        .insert(environment_row(result.engine, model, make_hardware()))
+        .last_pk
+    )
+    series = series_of("t", result, model)
+    db.table("series").insert(series_row(series))
+    row = {
+        "run_id": "run-1",
+        "environment_id": env_id,
+        "series_key": series.key,
+        "test_id": "t",
+        "created_at": "2026-01-02T03:04:06.000000+00:00",
+        **result_row(result, None, None, "unchecked"),
+    }
+    result_id = int(db.table("results").insert(row).last_rowid or 0)
+    db.table("samples").insert_all(
+        {**s, "result_id": result_id} for s in sample_rows(result.samples)
+    )
+    db.close()
+    return result_id
+
+
+def test_v1_database_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    result_id = _write_v1_db(path)
+    with ResultStore.open(path) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        key = series_key("t", make_result(), make_model())
+        assert [h.result_id for h in store.history(key)] == [result_id]
+        assert store.result(result_id).result == make_result()
+        assert "idx_results_series_key_created_at_id" in {
+            i.name for i in store.db.table("results").indexes
+        }
+        store.record("run-1", "t", make_result(), **record_kwargs())
+        assert len(store.history(key)) == 2
