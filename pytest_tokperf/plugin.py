@@ -49,6 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _project_dir(config: pytest.Config) -> Path:
+    """Where .tokperf/ goes: the rootdir when an ini file fixed it, else the cwd."""
+    if config.inipath is not None:
+        return Path(config.rootpath)
+    return Path(config.invocation_params.dir)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tokperf(repetitions=N, warmup=N): per-test settings for tok_bench"
@@ -58,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
             cli=lambda name: config.getoption(f"tokperf_{name}"),
             ini=config.getini,
             env=os.environ,
-            rootdir=Path(config.rootpath),
+            rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
         )
         if settings.active and settings.url is None:
@@ -71,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         recorder = Recorder.open(settings.db) if settings.active else Recorder.disabled()
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
-    log_dir = Path(config.rootpath) / ".tokperf" / "logs"
+    log_dir = _project_dir(config) / ".tokperf" / "logs"
     session = EngineSession(settings=settings, log_dir=log_dir)
     config.stash[STATE] = PluginState(settings=settings, session=session, recorder=recorder)
 
@@ -104,7 +111,8 @@ class _PytestTokBench(TokBench):
         try:
             return TokBench.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
         except TokperfError as exc:
-            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+            message = f"{type(exc).__name__}: {exc}"
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture

@@ -43,21 +43,18 @@ def resolve_model_path(model: str, progress: Progress | None = None) -> Path:
 
 
 def check_model_file(path: Path, source: str) -> None:
-    """Fail early, in words, when a model path is missing or not GGUF."""
+    """Fail early, in words, when a model path is missing, not GGUF or corrupt."""
+    from pytest_tokperf.model.gguf_file import check_header
+
     if not path.exists():
         raise ConfigError(
             f"{source}: {str(path)!r} does not exist; pass a .gguf file, or 'main'/'test' "
             f"for a generated model (`tokperf make-model` writes one)"
         )
-    if path.is_dir():
-        raise ConfigError(f"{source}: {str(path)!r} is a directory; pass the .gguf file in it")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic != b"GGUF":
-        raise ConfigError(
-            f"{source}: {str(path)!r} is not a GGUF file (starts with {magic!r}, not b'GGUF'); "
-            f"llama-server needs a .gguf model"
-        )
+    try:
+        check_header(path)
+    except ModelFileError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 def describe_model(path: Path) -> ModelInfo:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import stat
 from pathlib import Path
@@ -98,23 +97,40 @@ def test_missing_model_is_usage_error(pytester: pytest.Pytester, server_binary: 
 
 def test_non_gguf_model_is_usage_error(pytester: pytest.Pytester, server_binary: Path) -> None:
     model = pytester.path / "model.bin"
-    model.write_bytes(b"PK\x03\x04 a zip, not a model")
+    model.write_bytes(b"PK\x03\x04 a zip archive, not a model file at all")
     result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
                                 str(server_binary), "--tokperf-model", str(model))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*is not a GGUF file (starts with b'PK\\x03\\x04'*"])
 
 
+def test_corrupt_gguf_header_is_usage_error(pytester: pytest.Pytester, server_binary: Path) -> None:
+    model = pytester.path / "broken.gguf"
+    model.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2**40).to_bytes(8, "little") + bytes(16))
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
+                                str(server_binary), "--tokperf-model", str(model))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*claims 1099511627776 tensors*header is corrupt*"])
+
+
 @pytest.mark.engine
 def test_server_exiting_during_startup_shows_log(pytester: pytest.Pytester, server_binary: Path) -> None:
-    model = pytester.path / "broken.gguf"
-    model.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + os.urandom(64))
+    import gguf
+
+    model = pytester.path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(model), "alien-arch")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
     pytester.makepyfile(TOUCH)
     result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-server-bin",
                                 str(server_binary), "--tokperf-model", str(model), "--tokperf-db", "off")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*EngineUnavailable: llama-server exited with code * during start-up*",
-                                 "*Last lines of *llama-server-*.log*"])
+    result.stdout.fnmatch_lines([
+        "*EngineUnavailable: llama-server exited with code * during start-up. Last lines of *llama-server-*.log:",
+        "*alien-arch*",
+    ])
     result.stdout.no_fnmatch_line("*Traceback*")
 
 
@@ -160,7 +176,8 @@ def test_marker_rejects_unknown_argument(pytester: pytest.Pytester) -> None:
         "@pytest.mark.tokperf(repetitons=3)\n" + TOUCH
     )
     result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off")
-    result.stdout.fnmatch_lines(["*@pytest.mark.tokperf got unknown argument(s) ['repetitons']*"])
+    result.assert_outcomes(errors=1)
+    assert "@pytest.mark.tokperf got unknown argument(s) ['repetitons']; known: repetitions, warmup" in result.stdout.str()
 
 
 @pytest.mark.engine

@@ -1,0 +1,31 @@
+"""Hardware detection: which device runs the engine and how fast its memory is.
+
+Providers (NVML, Apple, Linux CPU) each return a ``HardwareInfo`` or None; the spec
+catalog lives in ``db/hardware.csv``; the probe measures read bandwidth with numpy.
+"""
+
+from __future__ import annotations
+
+from pytest_tokperf.hardware.apple import detect_apple
+from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, load_catalog, lookup
+from pytest_tokperf.hardware.detect import detect_hardware
+from pytest_tokperf.hardware.linux_cpu import detect_linux_cpu
+from pytest_tokperf.hardware.nvidia import detect_nvidia, nvml_bandwidth_bytes_per_s
+from pytest_tokperf.hardware.probe import ProbeResult, probe_read_bandwidth
+from pytest_tokperf.hardware.units import format_bandwidth, parse_bandwidth
+
+__all__ = [
+    "CatalogEntry",
+    "ProbeResult",
+    "close_names",
+    "detect_apple",
+    "detect_hardware",
+    "detect_linux_cpu",
+    "detect_nvidia",
+    "format_bandwidth",
+    "load_catalog",
+    "lookup",
+    "nvml_bandwidth_bytes_per_s",
+    "parse_bandwidth",
+    "probe_read_bandwidth",
+]

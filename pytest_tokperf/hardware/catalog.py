@@ -1,0 +1,231 @@
+"""The hardware spec catalog: ``db/hardware.csv`` loaded, validated and searched.
+
+Each row is one part with its published memory bandwidth and where that figure comes
+from. ``lookup`` maps a detected device name ("NVIDIA GeForce RTX 4090", "Apple M4 Max")
+to a row by its ``match`` aliases: names are lower-cased, ``-``/``_``/``/`` become
+spaces, and an alias matches as whole words. The longest matching alias wins, so
+"rtx 4080 super" beats "rtx 4080". Rows that share the winning alias (binned Apple chips)
+are told apart by GPU core count; where they still cannot be, the row with the higher
+bandwidth is returned, because a ceiling a healthy engine exceeds is a wrong ceiling.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, cast
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.results import Bandwidth, BandwidthSource
+
+CatalogKind = Literal["gpu", "apple", "cpu"]
+COLUMNS = (
+    "name",
+    "kind",
+    "match",
+    "memory_gb",
+    "bandwidth_gb_s",
+    "fp16_tflops",
+    "gpu_cores",
+    "source",
+)
+CATALOG_ENV = "PYTEST_TOKPERF_CATALOG"
+_KINDS: tuple[CatalogKind, ...] = ("gpu", "apple", "cpu")
+_GUARD_WORDS = ("laptop", "mobile", "max q")
+"""A detected name carrying one of these matches only aliases that carry it too."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One row of the catalog, in SI units."""
+
+    name: str
+    kind: CatalogKind
+    aliases: tuple[str, ...]
+    memory_bytes: int | None
+    bandwidth_bytes_per_s: float
+    fp16_flops: float | None
+    """Dense FP16 tensor peak in FLOP/s (no sparsity), when published."""
+    gpu_cores: tuple[int, ...]
+    source: str
+    line: int
+
+    def bandwidth(self) -> Bandwidth:
+        source: BandwidthSource = "apple-catalog" if self.kind == "apple" else "catalog"
+        return Bandwidth(self.bandwidth_bytes_per_s, source, f"{self.name}: {self.source}")
+
+
+def catalog_path() -> Path:
+    """``$PYTEST_TOKPERF_CATALOG`` when set, else ``db/hardware.csv`` in the project."""
+    override = os.environ.get(CATALOG_ENV)
+    if override:
+        return Path(override).expanduser()
+    return Path(__file__).resolve().parents[2] / "db" / "hardware.csv"
+
+
+def normalize(name: str) -> str:
+    """Lower-case, ``-``/``_``/``/``/``(``/``)`` to spaces, runs of spaces collapsed."""
+    return " ".join(re.sub(r"[-_/(),]", " ", name.lower()).split())
+
+
+def load_catalog(path: Path | None = None) -> tuple[CatalogEntry, ...]:
+    """All rows of the catalog file, validated; cached per file and modification time."""
+    resolved = (path or catalog_path()).resolve()
+    try:
+        mtime = resolved.stat().st_mtime_ns
+    except OSError as exc:
+        raise ConfigError(
+            f"hardware catalog {str(resolved)!r} cannot be read ({exc.strerror}); "
+            f"point {CATALOG_ENV} at a CSV with columns {', '.join(COLUMNS)}"
+        ) from exc
+    return _load(str(resolved), mtime)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int) -> tuple[CatalogEntry, ...]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or tuple(h.strip() for h in header) != COLUMNS:
+            raise ConfigError(f"{path}:1: header {header!r} must be exactly {','.join(COLUMNS)}")
+        entries: list[CatalogEntry] = []
+        seen: dict[str, int] = {}
+        for row in reader:
+            line = reader.line_num
+            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+                continue
+            entry = _parse_row(path, line, row)
+            if entry.name in seen:
+                raise ConfigError(
+                    f"{path}:{line}: name {entry.name!r} already defined on line {seen[entry.name]}"
+                )
+            seen[entry.name] = line
+            entries.append(entry)
+    if not entries:
+        raise ConfigError(f"{path}: the hardware catalog has no rows")
+    return tuple(entries)
+
+
+def _parse_row(path: str, line: int, row: list[str]) -> CatalogEntry:
+    where = f"{path}:{line}"
+    if len(row) != len(COLUMNS):
+        raise ConfigError(
+            f"{where}: expected {len(COLUMNS)} fields ({','.join(COLUMNS)}), got {len(row)}; "
+            "quote fields that contain commas"
+        )
+    fields = dict(zip(COLUMNS, (value.strip() for value in row), strict=True))
+    for required in ("name", "match", "source"):
+        if not fields[required]:
+            raise ConfigError(f"{where}: column {required!r} is empty")
+    if fields["kind"] not in _KINDS:
+        raise ConfigError(f"{where}: kind {fields['kind']!r} must be one of {', '.join(_KINDS)}")
+    bandwidth = _number(where, "bandwidth_gb_s", fields["bandwidth_gb_s"], required=True)
+    memory = _number(where, "memory_gb", fields["memory_gb"], required=False)
+    flops = _number(where, "fp16_tflops", fields["fp16_tflops"], required=False)
+    cores: list[int] = []
+    for part in filter(None, (p.strip() for p in fields["gpu_cores"].split("|"))):
+        if not part.isdigit() or int(part) == 0:
+            raise ConfigError(
+                f"{where}: gpu_cores {fields['gpu_cores']!r} must be counts like 30|40"
+            )
+        cores.append(int(part))
+    aliases = tuple(dict.fromkeys(normalize(a) for a in fields["match"].split("|") if a.strip()))
+    return CatalogEntry(
+        name=fields["name"],
+        kind=fields["kind"],
+        aliases=aliases,
+        memory_bytes=None if memory is None else int(memory * 1e9),
+        bandwidth_bytes_per_s=cast(float, bandwidth) * 1e9,
+        fp16_flops=None if flops is None else flops * 1e12,
+        gpu_cores=tuple(cores),
+        source=fields["source"],
+        line=line,
+    )
+
+
+def _number(where: str, column: str, text: str, *, required: bool) -> float | None:
+    if not text:
+        if required:
+            raise ConfigError(f"{where}: column {column!r} is empty")
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: {column} {text!r} must be a positive number")
+    return value
+
+
+def _contains(haystack: str, alias: str) -> bool:
+    return re.search(rf"(?<![a-z0-9]){re.escape(alias)}(?![a-z0-9])", haystack) is not None
+
+
+def _guarded(query: str, alias: str) -> bool:
+    return any(word in query and word not in alias for word in _GUARD_WORDS)
+
+
+def lookup(
+    name: str,
+    gpu_cores: int | None = None,
+    *,
+    kind: CatalogKind | None = None,
+    catalog: tuple[CatalogEntry, ...] | None = None,
+) -> CatalogEntry | None:
+    """The catalog row for a detected or typed device name, or None.
+
+    "NVIDIA GeForce RTX 4090" -> RTX 4090; "Apple M4 Max" with ``gpu_cores=40`` -> the
+    546 GB/s row. A bare fragment that is part of exactly one row's alias ("4090") also
+    resolves; an ambiguous one ("H100") does not.
+    """
+    rows = [e for e in (catalog or load_catalog()) if kind is None or e.kind == kind]
+    query = normalize(name)
+    if not query:
+        return None
+    exact = [e for e in rows if normalize(e.name) == query]
+    if exact:
+        return _choose(exact, gpu_cores)
+    best_len, best = 0, []
+    for entry in rows:
+        lengths = [len(a) for a in entry.aliases if _contains(query, a) and not _guarded(query, a)]
+        if not lengths:
+            continue
+        if max(lengths) > best_len:
+            best_len, best = max(lengths), [entry]
+        elif max(lengths) == best_len:
+            best.append(entry)
+    if best:
+        return _choose(best, gpu_cores)
+    partial = [e for e in rows if any(_contains(a, query) for a in (*e.aliases, normalize(e.name)))]
+    if partial and len({(e.aliases, e.kind) for e in partial}) == 1:
+        return _choose(partial, gpu_cores)
+    return None
+
+
+def _choose(candidates: list[CatalogEntry], gpu_cores: int | None) -> CatalogEntry:
+    if gpu_cores is not None:
+        by_cores = [e for e in candidates if gpu_cores in e.gpu_cores]
+        candidates = by_cores or candidates
+    return max(candidates, key=lambda e: e.bandwidth_bytes_per_s)
+
+
+def close_names(
+    name: str, limit: int = 6, catalog: tuple[CatalogEntry, ...] | None = None
+) -> list[str]:
+    """Catalog names that look like ``name``, for "did you mean" messages."""
+    entries = catalog or load_catalog()
+    by_key: dict[str, str] = {}
+    for entry in entries:
+        by_key.setdefault(normalize(entry.name), entry.name)
+        for alias in entry.aliases:
+            by_key.setdefault(alias, entry.name)
+    query = normalize(name)
+    keys = [k for k in by_key if query and _contains(k, query)]
+    keys += difflib.get_close_matches(query, list(by_key), n=limit * 3, cutoff=0.5)
+    return list(dict.fromkeys(by_key[k] for k in keys))[:limit]

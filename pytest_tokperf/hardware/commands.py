@@ -1,0 +1,38 @@
+"""Running the small system commands detection reads (sysctl, system_profiler, dmidecode).
+
+Providers take a ``Runner`` so tests can hand them canned output instead of a machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+Runner = Callable[[Sequence[str]], "str | None"]
+"""Runs a command; returns its stdout, or None when it is missing, fails or times out."""
+
+TextReader = Callable[[str], "str | None"]
+"""Reads a text file; returns None when it is missing or unreadable."""
+
+
+def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout
+
+
+def read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None

@@ -1,0 +1,131 @@
+"""Which machine the engine runs on, and the bandwidth its ceiling divides by.
+
+Order: an explicit figure from the user, then an NVIDIA GPU (NVML), then Apple Silicon
+(catalog by chip and GPU cores), then the Linux CPU (dmidecode spec when readable, plus
+the measured read probe). A spec figure and a measured one are both kept when both exist;
+``HardwareInfo.bandwidth`` decides which the ceiling uses.
+
+The CPU probe runs only on the CPU path: on a GPU or on Apple Silicon a CPU read probe
+measures the wrong memory path (the CPU cluster of an M-series Max reaches well under the
+GPU's bandwidth) and would put the ceiling below what a healthy engine does.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Literal
+
+from pytest_tokperf.errors import ConfigError, TokperfWarning
+from pytest_tokperf.hardware.apple import detect_apple
+from pytest_tokperf.hardware.linux_cpu import detect_linux_cpu
+from pytest_tokperf.hardware.nvidia import detect_nvidia
+from pytest_tokperf.hardware.probe import ProbeResult, probe_read_bandwidth
+from pytest_tokperf.hardware.units import format_bandwidth
+from pytest_tokperf.results import Bandwidth, HardwareInfo
+
+Provider = Literal["nvidia", "apple", "cpu"]
+PROVIDERS: tuple[Provider, ...] = ("nvidia", "apple", "cpu")
+_ALIASES: dict[str, Provider] = {
+    "gpu": "nvidia",
+    "cuda": "nvidia",
+    "mac": "apple",
+    "metal": "apple",
+}
+_HOW_TO_PASS = "pass one with --tokperf-bandwidth 1008GB/s (or PYTEST_TOKPERF_BANDWIDTH)"
+
+
+def _provider_order(prefer: str | None) -> tuple[Provider, ...]:
+    if prefer is None:
+        return PROVIDERS
+    key = prefer.strip().lower()
+    chosen = _ALIASES.get(key, key)
+    if chosen not in PROVIDERS:
+        raise ConfigError(
+            f"hardware preference {prefer!r} is not one of {', '.join(PROVIDERS)} "
+            "(or gpu, which means nvidia)"
+        )
+    return (chosen, *(p for p in PROVIDERS if p != chosen))
+
+
+def _generic_cpu() -> HardwareInfo:
+    name = platform.processor() or platform.machine() or "unknown CPU"
+    return HardwareInfo(name=name, kind="cpu", detail=f"no detector for {sys.platform}")
+
+
+def _with_probe(info: HardwareInfo, result: ProbeResult) -> HardwareInfo:
+    passes = ", ".join(f"{b / 1e9:.1f}" for b in result.passes_bytes_per_s)
+    note = f"probe passes {passes} GB/s (spread {result.spread:.0%})"
+    detail = f"{info.detail}; {note}" if info.detail else note
+    return replace(info, measured_bandwidth=result.bandwidth, detail=detail)
+
+
+def detect_hardware(
+    explicit_bandwidth: float | None = None,
+    probe: bool = True,
+    threads: int | None = None,
+    prefer: str | None = None,
+    *,
+    probe_size_bytes: int | None = None,
+    probe_duration_s: float = 2.0,
+) -> HardwareInfo:
+    """Describe this machine; never raises for missing tools, drivers or permissions.
+
+    ``explicit_bandwidth`` (bytes/s) wins over everything and skips the probe; the
+    detected spec, if any, is kept in ``detail``. ``prefer`` puts one provider first
+    (``"cpu"`` for an engine that runs on the CPU of a GPU machine). ``threads`` is the
+    probe's worker count (default: all CPUs this process may use). Warns with
+    ``TokperfWarning`` when no bandwidth is known at the end.
+    """
+    if explicit_bandwidth is not None and (
+        not math.isfinite(explicit_bandwidth) or explicit_bandwidth <= 0
+    ):
+        raise ConfigError(
+            f"explicit bandwidth {explicit_bandwidth!r} bytes/s must be positive; "
+            "for example 1.008e12 for 1008 GB/s"
+        )
+    info: HardwareInfo | None = None
+    detectors: dict[Provider, Callable[[], HardwareInfo | None]] = {
+        "nvidia": detect_nvidia,
+        "apple": detect_apple,
+        "cpu": detect_linux_cpu,
+    }
+    for provider in _provider_order(prefer):
+        info = detectors[provider]()
+        if info is not None:
+            break
+    if info is None:
+        info = _generic_cpu()
+
+    if explicit_bandwidth is not None:
+        given = Bandwidth(explicit_bandwidth, "explicit", "given by the user")
+        detected = info.spec_bandwidth
+        note = (
+            f"detected spec {format_bandwidth(detected.bytes_per_s)} ({detected.source}) overridden"
+            if detected is not None
+            else ""
+        )
+        detail = "; ".join(part for part in (info.detail, note) if part)
+        return replace(info, spec_bandwidth=given, detail=detail)
+
+    if info.kind == "cpu" and probe:
+        info = _with_probe(
+            info,
+            probe_read_bandwidth(
+                size_bytes=probe_size_bytes, threads=threads, duration_s=probe_duration_s
+            ),
+        )
+    if info.bandwidth is None:
+        what = "GPU" if info.kind in ("gpu", "apple") else "machine"
+        remedy = "" if info.kind != "cpu" else " or let the read probe run"
+        warnings.warn(
+            f"no memory bandwidth known for {what} {info.name!r}: the decode ceiling "
+            f"cannot be computed; {_HOW_TO_PASS}{remedy}, or add a row to db/hardware.csv",
+            TokperfWarning,
+            stacklevel=2,
+        )
+    return info

@@ -1,0 +1,149 @@
+"""NVIDIA GPUs through NVML (PyPI ``nvidia-ml-py``, module ``pynvml``), imported lazily.
+
+Peak bandwidth comes from the device itself: the maximum memory clock and the bus width.
+The formula is the CUDA C++ Best Practices Guide's "Theoretical Bandwidth Calculation"
+(https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/; V100: 877 MHz x 2 (DDR) x
+4096-bit / 8 = 898 GB/s). With NVML's *maximum* memory clock it reproduces the published
+figures: RTX 4090 10501 MHz x 384-bit -> 1008 GB/s, A100 40GB 1215 MHz x 5120-bit ->
+1555 GB/s.
+
+NVML enumerates every GPU in PCI bus order and ignores ``CUDA_VISIBLE_DEVICES``. The
+device reported is the first one CUDA would use: the UUID (``GPU-...``) in
+``CUDA_VISIBLE_DEVICES`` when given, an integer index there read as a PCI-order index
+(exact with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else NVML device 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from types import ModuleType
+from typing import Any
+
+from pytest_tokperf.hardware.catalog import lookup
+from pytest_tokperf.hardware.units import format_bandwidth
+from pytest_tokperf.results import Bandwidth, HardwareInfo
+
+
+def nvml_bandwidth_bytes_per_s(max_memory_clock_mhz: float, bus_width_bits: int) -> float:
+    """Theoretical peak: clock (MHz) x 1e6 x 2 transfers per clock x bus width in bytes."""
+    return max_memory_clock_mhz * 1e6 * 2 * bus_width_bits / 8
+
+
+def _import_pynvml() -> ModuleType | None:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError:
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _pick_index(nvml: Any, count: int, visible: str | None) -> tuple[int | None, str]:
+    """NVML index of the device CUDA calls 0, and a note on how it was chosen."""
+    if visible is None:
+        return 0, "first NVML device"
+    first = visible.split(",")[0].strip()
+    if first == "" or first.startswith("-"):
+        return None, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if first.isdigit():
+        index = int(first)
+        if index >= count:
+            return None, f"CUDA_VISIBLE_DEVICES={visible!r} names a missing GPU"
+        return index, f"CUDA_VISIBLE_DEVICES index {index}, read in PCI bus order"
+    if first.startswith("MIG-"):
+        return 0, f"MIG instance {first}: reporting NVML device 0, a MIG slice has less bandwidth"
+    for index in range(count):
+        uuid = _text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index)))
+        if uuid.startswith(first):
+            return index, f"CUDA_VISIBLE_DEVICES UUID {first}"
+    return 0, f"CUDA_VISIBLE_DEVICES {first!r} not matched by UUID; first NVML device"
+
+
+def detect_nvidia(
+    nvml: ModuleType | None = None, visible: str | None = None
+) -> HardwareInfo | None:
+    """The GPU CUDA would use first, or None without ``pynvml``, a driver or a visible GPU.
+
+    ``nvml`` and ``visible`` default to the real module and ``$CUDA_VISIBLE_DEVICES``;
+    tests pass a fake module.
+    """
+    nvml = nvml or _import_pynvml()
+    if nvml is None:
+        return None
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except nvml_error:
+        return None
+    try:
+        return _describe(nvml, nvml_error, visible)
+    except nvml_error:
+        return None
+    finally:
+        with contextlib.suppress(nvml_error):
+            nvml.nvmlShutdown()
+
+
+def _describe(
+    nvml: Any, nvml_error: type[BaseException], visible: str | None
+) -> HardwareInfo | None:
+    count = int(nvml.nvmlDeviceGetCount())
+    if count == 0:
+        return None
+    index, how = _pick_index(nvml, count, visible)
+    if index is None:
+        return None
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    name = _text(nvml.nvmlDeviceGetName(handle))
+    memory_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+
+    def optional(call: str, *args: Any) -> Any:
+        try:
+            return getattr(nvml, call)(*args)
+        except (nvml_error, AttributeError):
+            return None
+
+    driver = optional("nvmlSystemGetDriverVersion")
+    clock_mhz = optional("nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+    bus_bits = optional("nvmlDeviceGetMemoryBusWidth", handle)
+    entry = lookup(name, kind="gpu")
+
+    spec: Bandwidth | None = None
+    if clock_mhz and bus_bits:
+        spec = Bandwidth(
+            nvml_bandwidth_bytes_per_s(float(clock_mhz), int(bus_bits)),
+            "nvml",
+            f"max memory clock {clock_mhz} MHz x 2 x {bus_bits}-bit / 8",
+        )
+    elif entry is not None:
+        spec = entry.bandwidth()
+
+    notes = [f"NVML device {index} of {count} ({how})"]
+    if entry is not None:
+        notes.append(f"catalog {entry.name}: {format_bandwidth(entry.bandwidth_bytes_per_s)}")
+        if spec is not None and spec.source == "nvml":
+            ratio = spec.bytes_per_s / entry.bandwidth_bytes_per_s
+            if not 0.8 <= ratio <= 1.25:
+                notes.append(f"NVML figure is {ratio:.2f}x the catalog's")
+    if count > 1:
+        others = [
+            _text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(count)
+            if i != index
+        ]
+        notes.append("also present: " + ", ".join(others))
+    return HardwareInfo(
+        name=name,
+        kind="gpu",
+        driver=_text(driver) if driver is not None else None,
+        memory_bytes=memory_bytes,
+        spec_bandwidth=spec,
+        peak_flops=entry.fp16_flops if entry is not None else None,
+        detail="; ".join(notes),
+    )

@@ -1,0 +1,67 @@
+"""Bandwidth strings in, bytes per second out; and back again for messages.
+
+Decimal units throughout (1 GB = 1e9 bytes), as vendors publish them; ``GiB/s`` and
+``TiB/s`` are accepted for figures copied from tools that print binary units.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from pytest_tokperf.errors import ConfigError
+
+_UNITS: dict[str, float] = {
+    "b/s": 1.0,
+    "kb/s": 1e3,
+    "mb/s": 1e6,
+    "gb/s": 1e9,
+    "tb/s": 1e12,
+    "kib/s": 2.0**10,
+    "mib/s": 2.0**20,
+    "gib/s": 2.0**30,
+    "tib/s": 2.0**40,
+}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z/]*)\s*$", re.IGNORECASE)
+_EXAMPLES = (
+    "'1008GB/s', '1008 GB/s', '1.0TB/s', '800GiB/s' or a bare number of GB/s such as '68.25'"
+)
+
+
+def parse_bandwidth(value: str | float) -> float:
+    """``"1008GB/s"`` -> ``1.008e12`` bytes/s; a bare number means GB/s.
+
+    Raises ``ConfigError`` naming the value for anything unparsable, zero or negative.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"memory bandwidth {value!r} is not a number; use {_EXAMPLES}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), "gb/s"
+    else:
+        match = _PATTERN.match(value)
+        if match is None:
+            raise ConfigError(f"cannot read memory bandwidth {value!r}; use {_EXAMPLES}")
+        number, unit = float(match.group(1)), (match.group(2).lower() or "gb/s")
+        if unit not in _UNITS:
+            raise ConfigError(
+                f"unknown unit {match.group(2)!r} in memory bandwidth {value!r}; use {_EXAMPLES}"
+            )
+    bytes_per_s = number * _UNITS[unit]
+    if not math.isfinite(bytes_per_s) or bytes_per_s <= 0:
+        raise ConfigError(f"memory bandwidth {value!r} must be a positive figure; use {_EXAMPLES}")
+    return bytes_per_s
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """``1.008e12`` -> ``"1008 GB/s"``; three significant digits below 100 GB/s."""
+    gb = bytes_per_s / 1e9
+    if gb >= 100:
+        return f"{gb:.0f} GB/s"
+    if gb >= 10:
+        return f"{gb:.1f} GB/s"
+    return f"{gb:.2f} GB/s"
+
+
+def format_gb(n_bytes: float) -> str:
+    """Bytes as decimal gigabytes with two decimals: ``11.78 GB``."""
+    return f"{n_bytes / 1e9:.2f} GB"

@@ -1,0 +1,169 @@
+"""What a model should do on hardware you may not have: the ceiling and a likely range.
+
+``predict("RTX 4090", footprint)`` divides the catalog's bandwidth by the bytes per
+token and scales by realized fractions seen in practice (single stream: typically 50-80%
+of the ceiling; Q4_K_M lower than F16/Q8_0). The memory line says whether the weights and
+the KV cache at the footprint's depth fit in the device's memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, lookup
+from pytest_tokperf.hardware.units import format_bandwidth, format_gb, parse_bandwidth
+from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
+
+DEFAULT_EFFICIENCIES = (0.5, 0.6, 0.75, 0.8)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The ceiling, the expected decode range and the memory a model needs somewhere."""
+
+    hardware: str
+    entry: CatalogEntry | None
+    ceiling: Ceiling
+    efficiencies: tuple[float, ...]
+    expected_tokens_per_s: tuple[float, ...]
+    """``ceiling x efficiency`` for each of ``efficiencies``, same order."""
+    memory_needed_bytes: int
+    """Resident weights plus the KV cache at the footprint's depth."""
+    memory_available_bytes: int | None
+
+    @property
+    def expected_low(self) -> float:
+        return min(self.expected_tokens_per_s)
+
+    @property
+    def expected_high(self) -> float:
+        return max(self.expected_tokens_per_s)
+
+    @property
+    def fits(self) -> bool | None:
+        if self.memory_available_bytes is None:
+            return None
+        return self.memory_needed_bytes <= self.memory_available_bytes
+
+
+def _resolve(
+    hardware: str | float, gpu_cores: int | None
+) -> tuple[str, Bandwidth, CatalogEntry | None]:
+    if isinstance(hardware, (int, float)) and not isinstance(hardware, bool):
+        if not math.isfinite(hardware) or hardware <= 0:
+            raise ConfigError(f"bandwidth {hardware!r} bytes/s must be positive, e.g. 1.008e12")
+        label = format_bandwidth(float(hardware))
+        return label, Bandwidth(float(hardware), "explicit", "given to predict"), None
+    if not isinstance(hardware, str):
+        raise ConfigError(f"hardware {hardware!r} must be a catalog name or bytes/s")
+    entry = lookup(hardware, gpu_cores)
+    if entry is not None:
+        return entry.name, entry.bandwidth(), entry
+    if "/s" in hardware.lower():
+        bytes_per_s = parse_bandwidth(hardware)
+        return format_bandwidth(bytes_per_s), Bandwidth(bytes_per_s, "explicit", hardware), None
+    close = close_names(hardware)
+    suggestion = f"; close catalog names: {', '.join(close)}" if close else ""
+    raise ConfigError(
+        f"hardware {hardware!r} does not name one row of the hardware catalog "
+        f"(db/hardware.csv){suggestion}; "
+        "or give the bandwidth itself, e.g. '1008GB/s'"
+    )
+
+
+def predict(
+    hardware: str | float,
+    footprint: Footprint,
+    efficiencies: tuple[float, ...] = DEFAULT_EFFICIENCIES,
+    *,
+    gpu_cores: int | None = None,
+) -> Prediction:
+    """Ceiling and expected decode range for ``footprint`` on ``hardware``.
+
+    ``hardware`` is a catalog name ("RTX 4090", "Apple M4 Max" with ``gpu_cores``), a
+    bandwidth string ("1008GB/s") or a bandwidth in bytes/s.
+    """
+    if not efficiencies:
+        raise ConfigError("efficiencies must name at least one fraction, e.g. (0.5, 0.8)")
+    for fraction in efficiencies:
+        if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1.5:
+            raise ConfigError(f"efficiency {fraction!r} must be a fraction in (0, 1.5]")
+    label, bandwidth, entry = _resolve(hardware, gpu_cores)
+    ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
+    return Prediction(
+        hardware=label,
+        entry=entry,
+        ceiling=ceiling,
+        efficiencies=tuple(float(f) for f in efficiencies),
+        expected_tokens_per_s=tuple(ceiling.decode_tokens_per_s * f for f in efficiencies),
+        memory_needed_bytes=footprint.resident_bytes + footprint.kv_bytes,
+        memory_available_bytes=entry.memory_bytes if entry else None,
+    )
+
+
+def format_prediction(pred: Prediction) -> str:
+    """Plain text for a terminal."""
+    fp = pred.ceiling.footprint
+    bandwidth = format_bandwidth(pred.ceiling.bandwidth.bytes_per_s)
+    head = (
+        f"{pred.entry.name}: {bandwidth} ({pred.entry.source})"
+        if pred.entry
+        else (f"given bandwidth: {bandwidth}")
+    )
+    lines = [
+        head,
+        f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
+        f"({describe_ceiling(pred.ceiling)})",
+        f"expected decode: {pred.expected_low:.1f}-{pred.expected_high:.1f} tok/s ("
+        + ", ".join(
+            f"{f:.0%}: {t:.1f}"
+            for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
+        )
+        + ")",
+    ]
+    needed = (
+        f"memory needed: {format_gb(pred.memory_needed_bytes)} (model "
+        f"{format_gb(fp.resident_bytes)} + KV {format_gb(fp.kv_bytes)} at depth {fp.depth_tokens})"
+    )
+    if pred.memory_available_bytes is not None:
+        verdict = "fits" if pred.fits else "does NOT fit"
+        needed += f" of {format_gb(pred.memory_available_bytes)}: {verdict}"
+    lines.append(needed)
+    prefill = pred.ceiling.prefill_tokens_per_s
+    if prefill is not None and pred.entry is not None and pred.entry.fp16_flops:
+        lines.append(
+            f"prefill bound: {prefill:.0f} tok/s ({pred.entry.fp16_flops / 1e12:g} TFLOPS FP16 "
+            f"dense / 2 x {fp.active_parameters / 1e9:.2f} B active parameters)"
+        )
+    lines.extend(f"note: {w}" for w in fp.warnings)
+    return "\n".join(lines)
+
+
+def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
+    """JSON-ready view for ``--json``: SI units, names with units."""
+    fp = pred.ceiling.footprint
+    bw = pred.ceiling.bandwidth
+    return {
+        "hardware": pred.hardware,
+        "catalog_name": pred.entry.name if pred.entry else None,
+        "bandwidth_bytes_per_s": bw.bytes_per_s,
+        "bandwidth_source": bw.source,
+        "bandwidth_detail": pred.entry.source if pred.entry else bw.detail,
+        "bytes_per_token": fp.total_bytes,
+        "weights_bytes_per_token": fp.weights_bytes,
+        "kv_bytes_per_token": fp.kv_bytes,
+        "depth_tokens": fp.depth_tokens,
+        "decode_ceiling_tokens_per_s": pred.ceiling.decode_tokens_per_s,
+        "prefill_bound_tokens_per_s": pred.ceiling.prefill_tokens_per_s,
+        "expected_decode_tokens_per_s": {
+            f"{f:g}": t for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
+        },
+        "memory_needed_bytes": pred.memory_needed_bytes,
+        "memory_available_bytes": pred.memory_available_bytes,
+        "fits": pred.fits,
+        "warnings": list(fp.warnings),
+    }

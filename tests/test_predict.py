@@ -1,0 +1,121 @@
+"""Predictions for hardware from the catalog."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.predict import format_prediction, predict, prediction_to_dict
+from pytest_tokperf.results import Footprint
+
+LLAMA_8B_Q4_K_M = Footprint(
+    architecture="llama",
+    weights_bytes=4_900_000_000,
+    kv_bytes_per_position=131_072,
+    depth_tokens=0,
+    kv_type="f16",
+    resident_bytes=4_920_000_000,
+    active_parameters=8_030_000_000,
+    total_parameters=8_030_000_000,
+)
+
+
+def test_rtx_4090_8b_q4_k_m_is_about_205_tok_s() -> None:
+    pred = predict("RTX 4090", LLAMA_8B_Q4_K_M)
+    assert pred.ceiling.decode_tokens_per_s == pytest.approx(205.7, abs=0.1)
+    assert pred.entry is not None and pred.entry.name == "NVIDIA GeForce RTX 4090"
+    assert pred.expected_tokens_per_s == pytest.approx(
+        tuple(205.714 * f for f in (0.5, 0.6, 0.75, 0.8)), rel=1e-4
+    )
+    assert pred.expected_low == pytest.approx(102.86, abs=0.01)
+    assert pred.expected_high == pytest.approx(164.57, abs=0.01)
+    assert pred.memory_needed_bytes == 4_920_000_000
+    assert pred.fits is True
+    assert pred.ceiling.prefill_tokens_per_s == pytest.approx(330.3e12 / (2 * 8.03e9))
+
+
+def test_format_prediction() -> None:
+    text = format_prediction(predict("RTX 4090", LLAMA_8B_Q4_K_M))
+    lines = text.splitlines()
+    assert lines[0].startswith("NVIDIA GeForce RTX 4090: 1008 GB/s (https://")
+    assert lines[1] == (
+        "decode ceiling: 205.7 tok/s "
+        "(1008 GB/s / 4.90 GB per token: weights 4.90 GB + KV 0.00 GB at depth 0)"
+    )
+    assert lines[2] == (
+        "expected decode: 102.9-164.6 tok/s (50%: 102.9, 60%: 123.4, 75%: 154.3, 80%: 164.6)"
+    )
+    assert lines[3] == (
+        "memory needed: 4.92 GB (model 4.92 GB + KV 0.00 GB at depth 0) of 24.00 GB: fits"
+    )
+    assert lines[4].startswith("prefill bound: 20567 tok/s (330.3 TFLOPS FP16 dense")
+
+
+def test_prediction_to_dict_is_json() -> None:
+    data = prediction_to_dict(predict("RTX 4090", LLAMA_8B_Q4_K_M))
+    assert json.loads(json.dumps(data)) == data
+    assert data["catalog_name"] == "NVIDIA GeForce RTX 4090"
+    assert data["bandwidth_bytes_per_s"] == 1008e9
+    assert data["decode_ceiling_tokens_per_s"] == pytest.approx(205.71, abs=0.01)
+    assert set(data["expected_decode_tokens_per_s"]) == {"0.5", "0.6", "0.75", "0.8"}
+    assert data["fits"] is True
+
+
+def test_memory_counts_kv_at_depth_and_can_fail_to_fit() -> None:
+    deep = Footprint(
+        architecture="llama",
+        weights_bytes=16_000_000_000,
+        kv_bytes_per_position=131_072,
+        depth_tokens=65_536,
+        kv_type="f16",
+        resident_bytes=16_100_000_000,
+        active_parameters=8_030_000_000,
+        total_parameters=8_030_000_000,
+    )
+    pred = predict("RTX 4080", deep)
+    assert pred.memory_needed_bytes == 16_100_000_000 + 131_072 * 65_536
+    assert pred.fits is False
+    assert "does NOT fit" in format_prediction(pred)
+
+
+def test_bandwidth_given_directly() -> None:
+    by_float = predict(1.008e12, LLAMA_8B_Q4_K_M)
+    by_text = predict("1008GB/s", LLAMA_8B_Q4_K_M)
+    for pred in (by_float, by_text):
+        assert pred.entry is None
+        assert pred.ceiling.bandwidth.source == "explicit"
+        assert pred.ceiling.decode_tokens_per_s == pytest.approx(205.7, abs=0.1)
+        assert pred.fits is None
+        assert format_prediction(pred).startswith("given bandwidth: 1008 GB/s\n")
+
+
+def test_apple_core_variant() -> None:
+    binned = predict("Apple M4 Max", LLAMA_8B_Q4_K_M, gpu_cores=32)
+    assert binned.ceiling.bandwidth.bytes_per_s == pytest.approx(409.6e9)
+    assert binned.ceiling.bandwidth.source == "apple-catalog"
+
+
+def test_unknown_hardware_lists_close_names() -> None:
+    with pytest.raises(ConfigError) as info:
+        predict("H100", LLAMA_8B_Q4_K_M)
+    message = str(info.value)
+    assert message.startswith("hardware 'H100' does not name one row of the hardware catalog")
+    assert "NVIDIA H100 SXM, NVIDIA H100 PCIe, NVIDIA H100 NVL" in message
+    assert "'1008GB/s'" in message
+    with pytest.raises(ConfigError, match="close catalog names: .*NVIDIA GeForce RTX 4090"):
+        predict("RTX 4091", LLAMA_8B_Q4_K_M)
+
+
+@pytest.mark.parametrize("bad", [(), (0.0,), (2.0,)])
+def test_efficiencies_validated(bad: tuple[float, ...]) -> None:
+    with pytest.raises(ConfigError, match="efficienc"):
+        predict("RTX 4090", LLAMA_8B_Q4_K_M, bad)
+
+
+def test_bad_bandwidth_rejected() -> None:
+    with pytest.raises(ConfigError, match="bandwidth -5.0 bytes/s must be positive"):
+        predict(-5.0, LLAMA_8B_Q4_K_M)
+    with pytest.raises(ConfigError, match="cannot read memory bandwidth 'x GB/s'"):
+        predict("x GB/s", LLAMA_8B_Q4_K_M)
