@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.errors import TokperfError
+from pytest_tokperf.errors import ConfigError, TokperfError
 
 Handler = Callable[[argparse.Namespace], int]
 _HANDLERS: dict[str, Handler] = {}
@@ -52,14 +52,8 @@ def _install_engine(args: argparse.Namespace) -> int:
 def _make_model(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pytest_tokperf.model.writer import (
-        MAIN_MODEL,
-        TEST_MODEL,
-        cached_model,
-        parse_size,
-        spec_for_size,
-        write_model,
-    )
+    from pytest_tokperf.model.spec import MAIN_MODEL, TEST_MODEL, parse_size, spec_for_size
+    from pytest_tokperf.model.writer import cached_model, write_model
 
     if args.size:
         spec = spec_for_size(parse_size(args.size), tensor_type=args.type)
@@ -73,6 +67,27 @@ def _make_model(args: argparse.Namespace) -> int:
     size = path.stat().st_size
     _emit(args, {"path": str(path), "bytes": size, "spec": asdict(spec)},
           f"{path} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+@_verb("predict")
+def _predict(args: argparse.Namespace) -> int:
+    from pytest_tokperf.model.footprint import estimate_footprint, footprint
+    from pytest_tokperf.model.gguf_file import load_gguf
+    from pytest_tokperf.predict import format_prediction, predict, prediction_to_dict
+
+    if args.model:
+        fp = footprint(load_gguf(Path(args.model)), depth_tokens=args.depth, kv_type=args.kv_type)
+    elif args.params:
+        fp = estimate_footprint(
+            args.params, args.quant, n_layer=args.layers, n_head_kv=args.kv_heads,
+            head_dim=args.head_dim, depth_tokens=args.depth, kv_type=args.kv_type,
+            active_parameters=args.active_params,
+        )
+    else:
+        raise ConfigError("predict needs a model: --model FILE.gguf, or --params 8e9 --quant Q4_K_M")
+    pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores)
+    _emit(args, prediction_to_dict(pred), format_prediction(pred))
     return 0
 
 
@@ -105,6 +120,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, help="embedding width")
     p.add_argument("--vocab", type=int, help="vocabulary size")
     p.add_argument("--output", "-o", help="write here instead of the cache")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = verbs.add_parser("predict", help="decode ceiling of a model on some hardware",
+                         description="Ceiling = bandwidth / bytes read per token, with the "
+                         "expected range at typical efficiencies and the memory needed. The "
+                         "model is a GGUF file, or parameters + quant for 'before you buy'.")
+    p.add_argument("--hardware", required=True,
+                   help="catalog name (e.g. 'RTX 4090', 'Apple M4 Max') or a bandwidth "
+                   "('1008GB/s')")
+    p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
+    p.add_argument("--model", help="GGUF file: bytes per token from its tensors")
+    p.add_argument("--params", type=float, help="total parameters, e.g. 8e9 (no file)")
+    p.add_argument("--active-params", type=float, help="MoE: parameters active per token")
+    p.add_argument("--quant", default="Q4_K_M", help="quant type or bits per weight (Q4_K_M)")
+    p.add_argument("--layers", type=int, default=0, help="layers (for the KV cache)")
+    p.add_argument("--kv-heads", type=int, default=0, help="KV heads (for the KV cache)")
+    p.add_argument("--head-dim", type=int, default=0, help="head size (for the KV cache)")
+    p.add_argument("--depth", type=int, default=0, help="context depth in tokens (KV read)")
+    p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, ...")
     p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 

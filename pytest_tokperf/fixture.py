@@ -8,11 +8,13 @@ assertion runs, so a failing floor never loses the figures.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.errors import MeasurementError
+from pytest_tokperf.errors import MeasurementError, TokperfWarning
 from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, validate_workload
 from pytest_tokperf.results import BenchResult, Ceiling, Verdict, Workload
 
@@ -46,6 +48,32 @@ class TokBenchResult:
             return None
         return self.decode_tokens_per_s / self.ceiling.decode_tokens_per_s
 
+    def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
+        """Compare the median decode to the ceiling; the message shows the arithmetic."""
+        __tracebackhide__ = True
+        if self.ceiling is None:
+            raise AssertionError(
+                "no decode ceiling is known for this result: the model file is not readable "
+                "here or no bandwidth is known; pass --tokperf-model PATH and/or "
+                "--tokperf-bandwidth 1008GB/s"
+            )
+        if self.decode_tokens_per_s is None:
+            raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
+        return check_efficiency(self.decode_tokens_per_s, self.ceiling, min_fraction)
+
+    def assert_efficiency(self, min_fraction: float = 0.6) -> None:
+        """Fail when decode is below ``min_fraction`` of the bandwidth ceiling.
+
+        A decode far above the ceiling (the ceiling is wrong, not the engine) warns
+        with ``TokperfWarning`` instead of passing silently.
+        """
+        __tracebackhide__ = True
+        check = self.check_efficiency(min_fraction)
+        if check.status == "fail":
+            raise AssertionError(check.message)
+        if check.status == "suspect":
+            warnings.warn(check.message, TokperfWarning, stacklevel=2)
+
     def assert_ttft(self, max_s: float) -> None:
         """Fail when the median time to first token is above ``max_s`` seconds."""
         __tracebackhide__ = True
@@ -78,6 +106,8 @@ class TokBench:
     options: MeasureOptions = MeasureOptions()
     progress: Progress | None = None
     ceiling_for: Callable[[BenchResult], Ceiling | None] | None = None
+    before_measure: Callable[[], object] | None = None
+    min_efficiency: float | None = None
     calls: int = 0
 
     def __call__(
@@ -102,12 +132,21 @@ class TokBench:
         )
         self.calls += 1
         validate_workload(workload)
+        engine = self.engine()
+        if self.before_measure is not None:
+            self.before_measure()
         try:
-            result = run_workload(self.engine(), workload, options, self.progress)
+            result = run_workload(engine, workload, options, self.progress)
         except MeasurementError as exc:
             if isinstance(exc.partial, BenchResult):
                 self.record(exc.partial, None, "error")
             raise
         ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
-        self.record(result, ceiling, "unchecked")
-        return TokBenchResult(result=result, ceiling=ceiling)
+        outcome = TokBenchResult(result=result, ceiling=ceiling)
+        check = None
+        if self.min_efficiency is not None and ceiling is not None:
+            check = outcome.check_efficiency(self.min_efficiency)
+        self.record(result, ceiling, check.status if check else "unchecked")
+        if self.min_efficiency is not None:
+            outcome.assert_efficiency(self.min_efficiency)
+        return outcome

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf import settings as settings_mod
+from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
 from pytest_tokperf.fixture import TokBench, TokBenchResult
 from pytest_tokperf.measure import MeasureOptions
@@ -29,6 +30,7 @@ class PluginState:
     settings: Settings
     session: EngineSession
     recorder: Recorder
+    ceilings: CeilingSource
     rows: list[Row] = field(default_factory=list)
 
 
@@ -58,7 +60,8 @@ def _project_dir(config: pytest.Config) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "tokperf(repetitions=N, warmup=N): per-test settings for tok_bench"
+        "markers",
+        "tokperf(repetitions=N, warmup=N, min_efficiency=F): per-test settings for tok_bench",
     )
     try:
         settings = settings_mod.resolve(
@@ -80,7 +83,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from exc
     log_dir = _project_dir(config) / ".tokperf" / "logs"
     session = EngineSession(settings=settings, log_dir=log_dir)
-    config.stash[STATE] = PluginState(settings=settings, session=session, recorder=recorder)
+    ceilings = CeilingSource(
+        explicit_bandwidth=settings.bandwidth,
+        threads=settings.threads,
+        kv_type=kv_type_from_args(settings.server_args),
+    )
+    config.stash[STATE] = PluginState(
+        settings=settings, session=session, recorder=recorder, ceilings=ceilings
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -100,7 +110,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     s = state.settings
     where = f"attach {s.url}" if s.url else f"start llama-server, model {s.model}, threads {s.threads}"
     db = str(s.db) if s.db else "off"
-    return [f"tokperf: engine {s.engine} ({where}); results db {db}"]
+    lines = [f"tokperf: engine {s.engine} ({where}); results db {db}"]
+    from pytest_tokperf.hardware.units import format_bandwidth
+
+    hw = state.ceilings.detect()
+    bw = hw.bandwidth
+    source = (f"{format_bandwidth(bw.bytes_per_s)} ({bw.source})" if bw is not None
+              else "read probe before each measurement" if hw.kind == "cpu" else "unknown")
+    lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
+                 + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
+    return lines
 
 
 class _PytestTokBench(TokBench):
@@ -128,25 +147,30 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
         pytest.skip("no engine configured: pass --tokperf-engine llama-server or --tokperf-url URL")
     marker = request.node.get_closest_marker("tokperf")
     kwargs = dict(marker.kwargs) if marker else {}
-    unknown = set(kwargs) - {"repetitions", "warmup"}
+    unknown = set(kwargs) - {"repetitions", "warmup", "min_efficiency"}
     if unknown:
         pytest.fail(
             f"@pytest.mark.tokperf got unknown argument(s) {sorted(unknown)!r}; "
-            f"known: repetitions, warmup",
+            f"known: repetitions, warmup, min_efficiency",
             pytrace=False,
         )
     test_id = request.node.nodeid
 
     def record(result, ceiling, verdict):  # type: ignore[no-untyped-def]
         state.rows.append(Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict))
+        state.recorder.hardware = state.ceilings.hardware
         state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
 
+    min_efficiency = kwargs.get("min_efficiency", s.min_efficiency)
     yield _PytestTokBench(
         engine=state.session.engine,
         record=record,
         repetitions=int(kwargs.get("repetitions", s.repetitions)),
         warmup=int(kwargs.get("warmup", s.warmup)),
         options=MeasureOptions(agreement_tolerance=s.agreement, timeout_s=s.request_timeout),
+        ceiling_for=lambda result: state.ceilings.ceiling_for(result, state.session.model_path),
+        before_measure=state.ceilings.probe,
+        min_efficiency=None if min_efficiency is None else float(min_efficiency),
     )
 
 
@@ -157,6 +181,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("tokperf")
     for line in summary_table(state.rows):
         terminalreporter.write_line(line)
+    for problem in dict.fromkeys(state.ceilings.problems):
+        terminalreporter.write_line(f"note: {problem}")
     where = state.recorder.location
     terminalreporter.write_line(f"results: {len(state.rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")

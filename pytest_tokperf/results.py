@@ -11,9 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Literal
 
-Verdict = Literal["pass", "fail", "unchecked", "error"]
-"""pass/fail against the configured floors; unchecked when none applies; error when
-the measurement broke off (the samples taken before are still stored)."""
+Verdict = Literal["pass", "fail", "suspect", "unchecked", "error"]
+"""pass/fail against the configured efficiency floor; suspect when the measurement
+beats the ceiling by too much (the ceiling is wrong); unchecked when no floor applies;
+error when the measurement broke off (the samples taken before are still stored)."""
 
 
 @dataclass(frozen=True, slots=True)

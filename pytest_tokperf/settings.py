@@ -67,6 +67,28 @@ def _text(value: str, where: str, name: str) -> str:
     return value
 
 
+def _bandwidth(value: str, where: str, name: str) -> float:
+    from pytest_tokperf.hardware.units import parse_bandwidth
+
+    try:
+        return parse_bandwidth(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{name} from {where}: {exc}") from exc
+
+
+def _fraction(value: str, where: str, name: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0 < number <= 1.5:
+        raise ConfigError(
+            f"{name} {value!r} from {where} is not a fraction of the ceiling in (0, 1.5]; "
+            f"e.g. 0.6 asks for decode >= 60% of the bandwidth ceiling"
+        )
+    return number
+
+
 @dataclass(frozen=True, slots=True)
 class OptionSpec:
     name: str
@@ -109,6 +131,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("startup_timeout", "seconds to wait for a started server's /health",
                _positive_float, 120.0, "S"),
     OptionSpec("request_timeout", "seconds one generation may take", _positive_float, 600.0, "S"),
+    OptionSpec("bandwidth", "memory bandwidth for the ceiling, e.g. 1008GB/s (default: "
+               "detected: NVML, the catalog, or a read probe on the CPU)", _bandwidth, None,
+               "BW", True),
+    OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
+               "fraction of the ceiling, e.g. 0.6", _fraction, None, "F"),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _positive_float, 0.05, "F"),
 )
@@ -128,6 +155,8 @@ class Settings:
     db: Path | None
     startup_timeout: float
     request_timeout: float
+    bandwidth: float | None
+    min_efficiency: float | None
     agreement: float
     server_args: tuple[str, ...] = ()
 

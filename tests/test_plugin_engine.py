@@ -67,8 +67,8 @@ def test_start_measures_and_stops_server(
 ) -> None:
     pytester.makepyfile(BENCH_TEST)
     result = pytester.runpytest(
-        "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
-        "--tokperf-server-bin", str(server_binary), "--tokperf-threads", "2",
+        "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "2",
         "--tokperf-db", "off",
     )
     result.assert_outcomes(passed=1)
@@ -88,8 +88,8 @@ def test_server_stopped_after_failing_test(
     """)
     db = pytester.path / "r.db"
     result = pytester.runpytest(
-        "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
-        "--tokperf-server-bin", str(server_binary), "--tokperf-db", str(db),
+        "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-db", str(db),
     )
     result.assert_outcomes(failed=1)
     url = _server_url(result.stdout.str())
@@ -108,8 +108,8 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
     """)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-         "--tokperf-engine", "llama-server", "--tokperf-model", str(test_model),
-         "--tokperf-server-bin", str(server_binary), "--tokperf-db", "off"],
+         "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
+         f"--tokperf-server-bin={server_binary}", "--tokperf-db", "off"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None
@@ -143,3 +143,63 @@ def _cmdlines(log_name: str) -> list[str]:
         if "llama-server" in cmd and re.search(rf"^PPid:\s*{pid}$", status, re.M):
             found.append(cmd)
     return found
+
+
+def test_efficiency_floor_fails_with_arithmetic_and_stores_verdict(
+    pytester: pytest.Pytester, llama_url: str, test_model: Path
+) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.tokperf(repetitions=2, warmup=0, min_efficiency=0.6)
+        def test_floor(tok_bench):
+            tok_bench(prompt_tokens=16, generate_tokens=16)
+    """)
+    db = pytester.path / "r.db"
+    # 100 TB/s makes the ceiling absurdly high, so decode is far below 60% of it.
+    result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                "--tokperf-bandwidth", "100TB/s", "--tokperf-db", str(db))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*AssertionError: decode * tok/s is *% of the * tok/s ceiling (100000 GB/s / 0.06 GB per "
+        "token: weights 0.06 GB + KV 0.00 GB at depth 23); required >= 60%*",
+    ])
+    assert "partial offload" in result.stdout.str()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select verdict, efficiency, ceiling_decode_tokens_per_s from results").fetchall()
+    assert len(rows) == 1 and rows[0][0] == "fail" and rows[0][1] < 0.01 and rows[0][2] > 1e5
+
+
+def test_measured_ceiling_efficiency_is_plausible(pytester: pytest.Pytester, llama_url: str,
+                                                  test_model: Path) -> None:
+    pytester.makepyfile("""
+        def test_eff(tok_bench):
+            r = tok_bench(prompt_tokens=16, generate_tokens=32, repetitions=2, warmup=1)
+            assert r.ceiling is not None
+            assert r.ceiling.bandwidth.source == "measured"
+            # Loose on purpose: this VM's bandwidth drifts +/-20% between runs.
+            assert 0.2 < r.efficiency < 2.0, r.efficiency
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                "--tokperf-db", "off")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["tokperf: hardware * (cpu); bandwidth read probe before each measurement"])
+
+
+def test_ceiling_below_measurement_warns_suspect(pytester: pytest.Pytester, llama_url: str,
+                                                 test_model: Path) -> None:
+    pytester.makepyfile("""
+        def test_eff(tok_bench):
+            r = tok_bench(prompt_tokens=8, generate_tokens=16, repetitions=1, warmup=0)
+            r.assert_efficiency(0.6)
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                "--tokperf-bandwidth", "0.001GB/s", "--tokperf-db", "off",
+                                "-W", "default")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*TokperfWarning*"])
+
+
+def test_bad_bandwidth_is_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-bandwidth", "fast")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokperf-bandwidth from option --tokperf-bandwidth*'fast'*"])

@@ -1,0 +1,298 @@
+"""Generic adapter for any OpenAI-compatible server: streaming ``POST /v1/completions``.
+
+What it tolerates (shared/reference/engines.md, sections 1, 3-5):
+- usage only in one extra final chunk with ``choices: []`` (``stream_options.include_usage``),
+  or usage on every chunk (vLLM ``continuous_usage_stats``), or no usage at all;
+- several tokens in one chunk: a chunk's token count comes from the growth of
+  ``usage.completion_tokens`` when the server sends it per chunk, else from
+  ``choices[0].token_ids``, else one per chunk that carries text;
+- ``data: [DONE]`` or a stream that just ends; ``:`` comment lines (keep-alives);
+- llama.cpp's ``timings`` on the final chunk and vLLM's per-request ``metrics``
+  (``--enable-per-request-metrics``) as the engine's own timings.
+
+``ignore_eos`` (llama.cpp, vLLM) is sent only when the subclass says the server takes it;
+servers that only cap (LM Studio, mlx_lm) return what they generated, and that real
+count is recorded (``measure`` notes a shortfall).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data
+from pytest_tokperf.engines.wire import (
+    ChunkLog,
+    count,
+    error_text,
+    model_ids,
+    number,
+    stream_post,
+    text_prompt,
+    wrong_engine,
+)
+from pytest_tokperf.errors import EngineError, EngineProtocolError
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+
+
+class OpenAICompatible:
+    """Any server with OpenAI's streaming ``/v1/completions`` and ``/v1/models``."""
+
+    name = "openai"
+    display = "OpenAI-compatible server"
+    send_ignore_eos = False
+    """Add llama.cpp/vLLM's ``ignore_eos: true``; servers that reject unknown fields say no."""
+    continuous_usage = False
+    """Ask for usage on every chunk (vLLM ``continuous_usage_stats``) to count tokens per chunk."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
+        )
+        self._settings = settings
+        self._requested_model = model
+        self._model: str | None = model
+        self._fingerprint: str | None = None
+
+    # -- readiness and identity -------------------------------------------------
+
+    def ready(self) -> bool:
+        try:
+            response = self._client.get(f"{self.base_url}/v1/models", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        if response.status_code == 503:
+            return False
+        if response.status_code == 200 and self._looks_right(response):
+            return True
+        raise wrong_engine(self.name, self.base_url, "no model list at GET /v1/models", self._client)
+
+    def _looks_right(self, response: httpx.Response) -> bool:
+        try:
+            data = response.json()
+        except ValueError:
+            return False
+        return isinstance(data, dict) and isinstance(data.get("data"), list)
+
+    def available_models(self) -> list[str]:
+        """What the server says it can serve (``GET /v1/models``); empty when it cannot say."""
+        try:
+            return model_ids(get_json(self._client, f"{self.base_url}/v1/models", "model list"))
+        except EngineError:
+            return []
+
+    def model(self) -> str | None:
+        """The model to request: the one asked for, else the first the server lists."""
+        if self._model is None:
+            models = self.available_models()
+            self._model = models[0] if models else None
+        return self._model
+
+    def unknown_model(self, detail: str) -> EngineProtocolError:
+        models = self.available_models()
+        listed = ", ".join(repr(m) for m in models) if models else "(the server lists none)"
+        return EngineProtocolError(
+            f"{self.display} at {self.base_url} has no model {self._model!r} ({detail}); "
+            f"available: {listed}. Pass one with --tokperf-model."
+        )
+
+    def check_model(self) -> None:
+        """Fail early, naming the alternatives, when the asked-for model is not listed."""
+        if self._requested_model is None:
+            return
+        models = self.available_models()
+        if models and self._requested_model not in models:
+            raise self.unknown_model("not in GET /v1/models")
+
+    def info(self) -> EngineInfo:
+        self.check_model()
+        return EngineInfo(
+            name=self.name,
+            version=None,
+            build=self._fingerprint,
+            base_url=self.base_url,
+            model_name=self.model(),
+            settings=self._settings,
+        )
+
+    # -- generation ---------------------------------------------------------------
+
+    def prompt(self, request: GenerationRequest) -> str | list[int]:
+        return text_prompt(request.prompt_tokens, request.salt)
+
+    def completion_body(self, request: GenerationRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": self.prompt(request),
+            "max_tokens": request.generate_tokens,
+            "temperature": 0.0,
+            "seed": 1234,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        model = self.model()
+        if model is not None:
+            body["model"] = model
+        if self.send_ignore_eos:
+            body["ignore_eos"] = True
+        if self.continuous_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
+        return body
+
+    def _on_error(self, status: int, body: str) -> EngineError | None:
+        detail = error_text(body)
+        if status == 404 or (status in (400, 500) and "model" in detail.lower()):
+            if self._model is not None and (status == 404 or self._model in detail):
+                return self.unknown_model(f"HTTP {status}: {detail}")
+        return None
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        body = self.completion_body(request)
+        url = f"{self.base_url}/v1/completions"
+        log = ChunkLog()
+        usage: dict[str, Any] | None = None
+        last: dict[str, Any] = {}
+        finish: str | None = None
+        seen_tokens = 0
+        with stream_post(self._client, url, body, request, self._on_error) as response:
+            for payload in iter_sse_data(response):
+                now = time.perf_counter()
+                if payload.strip() == "[DONE]":
+                    break
+                event = decode_json(payload, "a stream event", url)
+                if not isinstance(event, dict):
+                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
+                if "error" in event or event.get("object") == "error":
+                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
+                                              f"{error_text(payload)}")
+                last = event
+                self._fingerprint = event.get("system_fingerprint") or self._fingerprint
+                chunk_usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
+                if chunk_usage is not None:
+                    usage = chunk_usage
+                choices = event.get("choices") or []
+                if not choices:
+                    continue
+                choice = choices[0] if isinstance(choices[0], dict) else {}
+                text = _choice_text(choice)
+                finish = choice.get("finish_reason") or finish
+                cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
+                if cumulative is not None:
+                    n, seen_tokens = cumulative - seen_tokens, cumulative
+                elif isinstance(choice.get("token_ids"), list):
+                    n = len(choice["token_ids"])
+                else:
+                    n = 1 if text else 0
+                log.add(now, n, text)
+        if not log.times_s:
+            raise EngineProtocolError(
+                f"{url} streamed no generated tokens (finish_reason {finish!r}, last event "
+                f"{last!r:.200})"
+            )
+        timings = self.timings(last, usage)
+        generated = (
+            timings.generated_tokens
+            if timings is not None and timings.generated_tokens is not None
+            else sum(log.tokens)
+        )
+        return Generation(
+            request=request,
+            sent_s=log.sent_s,
+            chunk_times_s=tuple(log.times_s),
+            chunk_tokens=tuple(log.tokens),
+            generated_tokens=generated,
+            prompt_tokens=timings.prompt_tokens if timings is not None else None,
+            text="".join(log.text),
+            stop_reason=finish,
+            engine=timings,
+        )
+
+    def timings(self, last: dict[str, Any], usage: dict[str, Any] | None) -> EngineTimings | None:
+        """Counts from ``usage``; durations from llama.cpp ``timings`` or vLLM ``metrics``."""
+        if usage is None and not isinstance(last.get("timings"), dict):
+            return None
+        usage = usage or {}
+        details = usage.get("prompt_tokens_details")
+        cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        result = EngineTimings(
+            prompt_tokens=count(usage.get("prompt_tokens")),
+            cached_prompt_tokens=cached,
+            generated_tokens=count(usage.get("completion_tokens")),
+        )
+        llama = last.get("timings")
+        if isinstance(llama, dict):
+            result = _with_llama_cpp_timings(result, llama)
+        metrics = last.get("metrics") or usage.get("metrics")
+        if isinstance(metrics, dict):
+            result = _with_vllm_metrics(result, metrics)
+        return result
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    text = choice.get("text")
+    if isinstance(text, str):
+        return text
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+        return str(delta["content"])
+    return ""
+
+
+def _with_llama_cpp_timings(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
+    """llama.cpp ``timings``: ms, ``prompt_n`` excludes ``cache_n`` (engines.md section 1)."""
+
+    def seconds(key: str) -> float | None:
+        value = number(raw.get(key))
+        return value / 1000.0 if value is not None else None
+
+    return EngineTimings(
+        prompt_tokens=count(raw.get("prompt_n")) if "prompt_n" in raw else base.prompt_tokens,
+        cached_prompt_tokens=count(raw.get("cache_n")) if "cache_n" in raw
+        else base.cached_prompt_tokens,
+        prefill_s=seconds("prompt_ms"),
+        generated_tokens=count(raw.get("predicted_n")) or base.generated_tokens,
+        decode_s=seconds("predicted_ms"),
+        draft_tokens=count(raw.get("draft_n")),
+        draft_accepted_tokens=count(raw.get("draft_n_accepted")),
+    )
+
+
+def _with_vllm_metrics(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
+    """vLLM per-request ``metrics`` (engines.md section 3).
+
+    ``time_to_first_token_ms`` runs from scheduling to the first token (queue excluded),
+    so it stands for prefill; ``generation_time_ms`` runs first to last token, the
+    N-1 intervals ``EngineTimings.decode_s`` means. ``tokens_per_second`` includes
+    prefill and is not used. ``speculative_decoding`` is present only when it ran.
+    """
+    ttft = number(raw.get("time_to_first_token_ms"))
+    generation = number(raw.get("generation_time_ms"))
+    spec = raw.get("speculative_decoding")
+    draft: int | None = None
+    accepted: int | None = None
+    if spec is not None:
+        spec_dict = spec if isinstance(spec, dict) else {}
+        draft = count(spec_dict.get("num_draft_tokens")) or 0
+        accepted = count(spec_dict.get("num_accepted_tokens"))
+    return EngineTimings(
+        prompt_tokens=base.prompt_tokens,
+        cached_prompt_tokens=base.cached_prompt_tokens,
+        prefill_s=ttft / 1000.0 if ttft is not None else base.prefill_s,
+        generated_tokens=base.generated_tokens,
+        decode_s=generation / 1000.0 if generation is not None else base.decode_s,
+        draft_tokens=draft if draft is not None else base.draft_tokens,
+        draft_accepted_tokens=accepted if accepted is not None else base.draft_accepted_tokens,
+    )
