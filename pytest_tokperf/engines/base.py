@@ -41,6 +41,21 @@ class Engine(Protocol):
         ...
 
 
+def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """An httpx client for one engine, without keep-alive.
+
+    Engines' embedded HTTP servers close idle or much-used connections on their own
+    (llama-server's after a few requests or seconds); reusing such a stale connection
+    fails a generation with "Server disconnected without sending a response". A fresh
+    loopback connection per request costs well under a millisecond of TTFT.
+    """
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout_s, connect=10.0),
+        transport=transport,
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
+
+
 def iter_sse_data(response: httpx.Response) -> Iterator[str]:
     """Yield the ``data:`` payloads of a server-sent-event stream as they arrive.
 

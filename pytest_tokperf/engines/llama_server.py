@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data
+from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
@@ -59,9 +59,7 @@ class LlamaServer:
         settings: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
-        )
+        self._client = make_client(timeout_s, transport)
         self._settings = settings
         self._n_vocab: int | None = None
 
@@ -131,6 +129,14 @@ class LlamaServer:
                     response.read()
                     raise EngineProtocolError(
                         f"{url} answered HTTP {response.status_code}: {response.text[:300]!r}"
+                    )
+                kind = response.headers.get("content-type", "")
+                if not kind.startswith("text/event-stream"):
+                    response.read()
+                    raise EngineProtocolError(
+                        f"{url} answered {kind or 'no content-type'!r}, not an event stream: "
+                        f"{response.text[:200]!r}. Is this URL a llama-server? Check "
+                        f"--tokperf-url and --tokperf-engine."
                     )
                 for payload in iter_sse_data(response):
                     now = time.perf_counter()

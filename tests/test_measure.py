@@ -1,0 +1,174 @@
+"""Measurement arithmetic and the llama-server adapter's wire handling, without a server."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from pytest_tokperf.engines.llama_server import LlamaServer, parse_build, prompt_token_ids
+from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.measure import summarize, to_sample, validate_workload
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    Workload,
+)
+
+SSE = {"content-type": "text/event-stream"}
+INFO = EngineInfo(name="llama-server", version="b1", build="b1-x", base_url="http://h")
+
+
+def _generation(times: list[float], tokens: list[int], *, sent: float = 0.0, generated: int | None = None,
+                engine: EngineTimings | None = None, asked: int = 5) -> Generation:
+    return Generation(
+        request=GenerationRequest(prompt_tokens=10, generate_tokens=asked),
+        sent_s=sent, chunk_times_s=tuple(times), chunk_tokens=tuple(tokens),
+        generated_tokens=sum(tokens) if generated is None else generated,
+        prompt_tokens=10, text="abcde", stop_reason="limit", engine=engine,
+    )
+
+
+def test_decode_excludes_first_token() -> None:
+    # 5 tokens, first at 0.5 s, then one every 0.1 s: 4 intervals in 0.4 s -> 10 tok/s.
+    sample = to_sample(_generation([0.5, 0.6, 0.7, 0.8, 0.9], [1] * 5))
+    assert sample.ttft_s == pytest.approx(0.5)
+    assert sample.decode_tokens_per_s == pytest.approx(10.0)
+    assert sample.prefill_tokens_per_s == pytest.approx(20.0)
+    assert sample.inter_token_s == pytest.approx((0.1, 0.1, 0.1, 0.1))
+
+
+def test_multi_token_chunks_count_tokens_not_chunks() -> None:
+    # First chunk 2 tokens at 0.5 s, then 3 tokens arrive in one chunk at 0.8 s.
+    sample = to_sample(_generation([0.5, 0.8], [2, 3]))
+    assert sample.decode_tokens_per_s == pytest.approx(3 / 0.3)
+    assert sample.inter_token_s == pytest.approx((0.1,))
+
+
+def test_engine_figures_use_n_minus_one() -> None:
+    timings = EngineTimings(prompt_tokens=10, cached_prompt_tokens=0, prefill_s=0.25,
+                            generated_tokens=5, decode_s=0.4)
+    sample = to_sample(_generation([0.3, 0.4, 0.5, 0.6, 0.7], [1] * 5, engine=timings))
+    assert sample.engine_decode_tokens_per_s == pytest.approx(10.0)
+    assert sample.engine_prefill_tokens_per_s == pytest.approx(40.0)
+
+
+def test_summary_notes_short_cached_speculative_and_disagreement() -> None:
+    timings = EngineTimings(prompt_tokens=10, cached_prompt_tokens=4, prefill_s=0.2,
+                            generated_tokens=4, decode_s=0.15, draft_tokens=3)
+    samples = [to_sample(_generation([0.3, 0.4, 0.5, 0.6], [1] * 4, engine=timings)) for _ in range(3)]
+    result = summarize(Workload(10, 5, repetitions=3), INFO, samples)
+    joined = " | ".join(result.notes)
+    assert "asked for 5 tokens, got [4] in 3 of 3 repetitions" in joined
+    assert "reused 4 cached prompt tokens" in joined
+    assert "speculative decoding was active" in joined
+    assert "client and engine decode tok/s differ by 50.0%" in joined
+    assert result.ttft_minus_engine_prefill_s == pytest.approx(0.1)
+    assert result.decode_tokens_per_s is not None and result.decode_tokens_per_s.n == 3
+
+
+def test_clean_summary_has_no_notes() -> None:
+    timings = EngineTimings(prompt_tokens=10, cached_prompt_tokens=0, prefill_s=0.29,
+                            generated_tokens=5, decode_s=0.4)
+    samples = [to_sample(_generation([0.3, 0.4, 0.5, 0.6, 0.7], [1] * 5, engine=timings))] * 2
+    result = summarize(Workload(10, 5, repetitions=2), INFO, samples)
+    assert result.notes == ()
+    assert result.decode_agreement == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(("workload", "message"), [
+    (Workload(0, 5), "prompt_tokens=0 is not a whole number >= 1"),
+    (Workload(5, 1), "generate_tokens=1 is not a whole number >= 2"),
+    (Workload(5, 5, repetitions=0), "repetitions=0"),
+    (Workload(5, 5, warmup=-1), "warmup=-1"),
+    (Workload(5, 5, concurrency=0), "concurrency=0"),
+])
+def test_bad_workloads(workload: Workload, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        validate_workload(workload)
+
+
+def test_prompt_ids_exact_length_unique_start() -> None:
+    a, b = prompt_token_ids(50, 8192, salt=1), prompt_token_ids(50, 8192, salt=2)
+    assert len(a) == 50 and a[:3] != b[:3]
+    assert all(259 <= t < 8192 for t in a)
+    assert prompt_token_ids(50, 8192, salt=1) == a
+
+
+def test_parse_build() -> None:
+    assert parse_build("b11434-pypi-sdist") == ("b11434", "pypi-sdist")
+    assert parse_build("custom") == ("custom", None)
+    assert parse_build(None) == (None, None)
+
+
+def _server(handler) -> LlamaServer:  # type: ignore[no-untyped-def]
+    return LlamaServer("http://llama.test", transport=httpx.MockTransport(handler))
+
+
+def _models(request: httpx.Request) -> httpx.Response | None:
+    if request.url.path == "/v1/models":
+        return httpx.Response(200, json={"data": [{"id": "m", "meta": {"n_vocab": 1000}}]})
+    return None
+
+
+def test_stream_parsed_with_final_timings() -> None:
+    events = [{"content": "a", "tokens": [5], "stop": False},
+              {"content": "bc", "tokens": [6, 7], "stop": False},
+              {"content": "", "tokens": [], "stop": True, "stop_type": "limit",
+               "timings": {"prompt_n": 4, "cache_n": 0, "prompt_ms": 20.0,
+                           "predicted_n": 3, "predicted_ms": 10.0}}]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content) if request.content else {}
+        if request.url.path == "/completion":
+            assert sent["ignore_eos"] is True and sent["cache_prompt"] is False
+            assert sent["n_predict"] == 3 and len(sent["prompt"]) == 4
+            return httpx.Response(200, text=": ping\n\n" + body,
+                                  headers={"content-type": "text/event-stream"})
+        return _models(request) or httpx.Response(404)
+
+    g = _server(handler).generate(GenerationRequest(prompt_tokens=4, generate_tokens=3))
+    assert g.chunk_tokens == (1, 2) and g.generated_tokens == 3 and g.text == "abc"
+    assert g.engine is not None and g.engine.prefill_s == pytest.approx(0.02)
+    assert g.engine.decode_tokens_per_s == pytest.approx(200.0)
+    assert g.stop_reason == "limit"
+
+
+@pytest.mark.parametrize(("response", "message"), [
+    (httpx.Response(200, text="<html>nginx</html>", headers={"content-type": "text/html"}),
+     "answered 'text/html', not an event stream: '<html>nginx</html>'"),
+    (httpx.Response(200, text="data: <html>\n\n", headers=SSE), "not JSON: '<html>'"),
+    (httpx.Response(200, text='data: {"error": {"code": 500, "message": "boom"}}\n\n', headers=SSE),
+     "reported an error"),
+    (httpx.Response(200, text='data: {"content": "a", "tokens": [1], "stop": false}\n\n', headers=SSE),
+     "without a final (stop) event"),
+    (httpx.Response(404, text="File Not Found"), "answered HTTP 404"),
+])
+def test_bad_engine_answers(response: httpx.Response, message: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _models(request) or response
+
+    with pytest.raises(EngineProtocolError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _server(handler).generate(GenerationRequest(prompt_tokens=2, generate_tokens=2))
+
+
+def test_props_of_another_engine_is_named() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"version": "0.5.1"})
+
+    with pytest.raises(EngineProtocolError, match="does not look like llama-server's"):
+        _server(handler).info()
+
+
+def test_connection_refused_is_engine_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    server = _server(handler)
+    assert server.ready() is False
+    with pytest.raises(EngineUnavailable, match="cannot reach http://llama.test/props"):
+        server.info()
