@@ -16,6 +16,7 @@ import pytest
 
 from pytest_tokperf import settings as settings_mod
 from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
+from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
 from pytest_tokperf.fixture import TokBench, TokBenchResult
 from pytest_tokperf.measure import MeasureOptions
@@ -35,6 +36,12 @@ class PluginState:
 
 
 STATE = pytest.StashKey[PluginState]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_tokperf import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,15 +70,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "tokperf(repetitions=N, warmup=N, min_efficiency=F): per-test settings for tok_bench",
     )
+    registry = EngineRegistry()
     try:
+        config.hook.pytest_tokperf_add_engines(register=registry.register)
         settings = settings_mod.resolve(
             cli=lambda name: config.getoption(f"tokperf_{name}"),
             ini=config.getini,
             env=os.environ,
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
+            engine_names=registry.names(),
         )
-        if settings.active and settings.url is None:
+        if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
             from pytest_tokperf.engines.launcher import resolve_server_binary
 
             resolve_server_binary(settings.server_bin)
@@ -82,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     log_dir = _project_dir(config) / ".tokperf" / "logs"
-    session = EngineSession(settings=settings, log_dir=log_dir)
+    session = EngineSession(settings=settings, log_dir=log_dir, registry=registry)
     ceilings = CeilingSource(
         explicit_bandwidth=settings.bandwidth,
         threads=settings.threads,

@@ -20,7 +20,7 @@ from pytest_tokperf.engines.launcher import (
     resolve_server_binary,
     start_llama_server,
 )
-from pytest_tokperf.engines.llama_server import LlamaServer
+from pytest_tokperf.engines.registry import EngineRegistry, create_engine
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
 from pytest_tokperf.results import ModelInfo
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
@@ -73,7 +73,7 @@ class EngineSession:
     settings: Settings
     log_dir: Path
     progress: Progress | None = None
-    engine_factory: Callable[[str, Settings], Engine] | None = None
+    registry: EngineRegistry | None = None
     _engine: Engine | None = field(default=None, init=False)
     _server: ServerProcess | None = field(default=None, init=False)
     _model_path: Path | None = field(default=None, init=False)
@@ -110,6 +110,9 @@ class EngineSession:
         s = self.settings
         name = s.engine or "llama-server"
         if s.url is not None:
+            candidate = Path(s.model).expanduser()
+            if s.model not in BUILTIN_MODELS and candidate.is_file():
+                self._model_path = candidate  # the attached engine's model, for the ceiling
             engine = self._make(name, s.url, ())
             if not engine.ready():
                 engine.close()
@@ -141,9 +144,10 @@ class EngineSession:
         return self._make(name, self._server.url, self._settings_pairs())
 
     def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
-        if self.engine_factory is not None:
-            return self.engine_factory(url, self.settings)
-        return LlamaServer(url, timeout_s=self.settings.request_timeout, settings=pairs)
+        s = self.settings
+        model = s.model if s.url is not None and s.model not in BUILTIN_MODELS else None
+        return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
+                             registry=self.registry)
 
     def close(self) -> None:
         if self._engine is not None:

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from pytest_tokperf.engines.registry import BUILTIN_ENGINES
 from pytest_tokperf.errors import ConfigError
 
-ENGINE_NAMES = ("llama-server",)
+ENGINE_NAMES = tuple(BUILTIN_ENGINES)
 """Engines this package can drive; conftest hooks may register more."""
 
 BUILTIN_MODELS = ("main", "test")

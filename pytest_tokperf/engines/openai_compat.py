@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data
+from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
@@ -57,9 +57,7 @@ class OpenAICompatible:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
-        )
+        self._client = make_client(timeout_s, transport)
         self._settings = settings
         self._requested_model = model
         self._model: str | None = model
@@ -76,7 +74,8 @@ class OpenAICompatible:
             return False
         if response.status_code == 200 and self._looks_right(response):
             return True
-        raise wrong_engine(self.name, self.base_url, "no model list at GET /v1/models", self._client)
+        raise wrong_engine(self.name, self.base_url, "no model list at GET /v1/models",
+                           self._client)
 
     def _looks_right(self, response: httpx.Response) -> bool:
         try:

@@ -34,7 +34,7 @@ FILLER_WORDS = (
     "body back parent face level office door health person art war history party "
     "result change morning reason research girl moment air teacher force education"
 ).split()
-"""Common English words: one token each (with the leading space) in BPE and SPM vocabularies."""
+"""Common English words: mostly one token each (leading space included) in BPE and SPM."""
 
 SALT_LINE_TOKENS = 8
 """About how many tokens the salted first line takes."""
@@ -43,6 +43,7 @@ SALT_LINE_TOKENS = 8
 def text_prompt(n_tokens: int, salt: int) -> str:
     """A text of about ``n_tokens`` tokens whose first line is unique per ``salt``.
 
+    The tag comes first so that only the BOS token can match an earlier prompt's prefix.
     It ends as an open word list, which models tend to continue rather than close,
     so engines that can only cap the output length rarely stop early.
     """
@@ -50,7 +51,7 @@ def text_prompt(n_tokens: int, salt: int) -> str:
     words = max(n_tokens - SALT_LINE_TOKENS, 1)
     start = salt % len(FILLER_WORDS)
     body = " ".join(FILLER_WORDS[(start + i * 7) % len(FILLER_WORDS)] for i in range(words))
-    return f"Run {salt} {tag}: word list\n{body}"
+    return f"{tag} run {salt}: word list\n{body}"
 
 
 def looks_like_html(text: str) -> bool:
@@ -131,7 +132,9 @@ def identify(client: httpx.Client, base_url: str) -> str:
     return f"HTTP {response.status_code} {response.text[:80]!r} on GET /"
 
 
-def wrong_engine(engine: str, base_url: str, expected: str, client: httpx.Client) -> EngineProtocolError:
+def wrong_engine(
+    engine: str, base_url: str, expected: str, client: httpx.Client
+) -> EngineProtocolError:
     """The error for a URL that does not answer as ``engine``: names both."""
     return EngineProtocolError(
         f"--tokperf-engine {engine!r}: {base_url} does not answer as {engine} ({expected}); "
@@ -174,6 +177,12 @@ def stream_post(
                 raise EngineProtocolError(
                     f"{url} answered with {error_text(text)}; is --tokperf-url the engine "
                     f"itself and not a proxy or web UI?"
+                )
+            if kind.startswith("application/json"):
+                text = response.read().decode("utf-8", errors="replace")
+                raise EngineProtocolError(
+                    f"{url} answered one JSON document, not a stream ({error_text(text)}); "
+                    f"does this server support streaming on this endpoint?"
                 )
             yield response
     except httpx.TimeoutException as exc:

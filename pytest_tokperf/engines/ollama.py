@@ -1,0 +1,354 @@
+"""Adapter for Ollama's native API (shared/reference/engines.md, section 2).
+
+- ``POST /api/generate`` streams NDJSON, one object per line; only the last one
+  (``done: true``) has the metrics, durations in **nanoseconds**, and zero values are
+  **omitted** (``load_duration`` when the model was loaded already, for instance).
+- ``raw: true`` sends the prompt without a template, so the salted first line really is
+  the start of the context (Ollama hard-codes ``cache_prompt: true``; a unique start is
+  the only way to keep its prefix cache out). No ``ignore_eos``: ``num_predict`` only
+  caps, so the real ``eval_count`` is recorded and a short run is noted by ``measure``.
+- Timings mapped to ``EngineTimings`` (seconds):
+  ``prompt_eval_duration`` -> ``prefill_s``; ``eval_duration`` -> ``decode_s``;
+  ``eval_count`` -> ``generated_tokens``; ``prompt_eval_count`` -> ``prompt_tokens``.
+  ``eval_count`` includes the first token, while ``eval_duration`` runs from the first
+  sampled token to the last (>= 0.30: llama-server's ``predicted_n``/``predicted_ms``;
+  older runners: ``lastUpdated - firstToken - sampling``), i.e. N-1 intervals. So the
+  documented ``eval_count / eval_duration`` (``--verbose`` "eval rate") is a little high,
+  and ``EngineTimings.decode_tokens_per_s`` = (N-1)/``decode_s`` is the figure comparable
+  with the client's. ``prompt_eval_count`` includes cached tokens while
+  ``prompt_eval_duration`` covers only the uncached ones; Ollama has no cached-token
+  counter, so ``cached_prompt_tokens`` stays unknown.
+- ``/api/version`` (identity), ``/api/show`` (details, model_info, parameters),
+  ``/api/ps`` (loaded models: two at once, or ``size_vram < size`` = partial offload, are
+  reported as the slowdowns they are), ``/api/tags`` (what can be asked for).
+- Speculative decoding: ``draft_num_predict`` > 0 in the model's parameters, or MTP
+  layers (``*.nextn_predict_layers`` > 0) with the default ``draft_num_predict`` of 4.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from pytest_tokperf.engines.base import decode_json, get_json, make_client
+from pytest_tokperf.engines.wire import (
+    ChunkLog,
+    count,
+    error_text,
+    stream_post,
+    text_prompt,
+    wrong_engine,
+)
+from pytest_tokperf.errors import ConfigError, EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    ModelInfo,
+)
+
+NS = 1e9
+
+
+def canonical(name: str) -> str:
+    """Ollama names default to the ``latest`` tag: ``llama3.2`` is ``llama3.2:latest``."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def parse_parameters(text: str | None) -> dict[str, str]:
+    """``/api/show`` ``parameters``: one ``key value`` per line (keys may repeat: last wins)."""
+    result: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key:
+            result[key] = value.strip().strip('"')
+    return result
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in version.split("-")[0].split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+class Ollama:
+    """A running Ollama server reached over HTTP."""
+
+    name = "ollama"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = make_client(timeout_s, transport)
+        self._settings = settings
+        self._model = model
+        self._show: dict[str, Any] | None = None
+
+    def ready(self) -> bool:
+        try:
+            response = self._client.get(f"{self.base_url}/api/version", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        if response.status_code == 503:
+            return False
+        try:
+            data = response.json() if response.status_code == 200 else None
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "version" in data:
+            return True
+        raise wrong_engine(self.name, self.base_url, "no version at GET /api/version", self._client)
+
+    # -- models ---------------------------------------------------------------------
+
+    def _get(self, path: str, what: str) -> dict[str, Any]:
+        data = get_json(self._client, f"{self.base_url}{path}", what)
+        if not isinstance(data, dict):
+            raise EngineProtocolError(
+                f"{self.base_url}{path} ({what}) is not an object: {data!r:.200}"
+            )
+        return data
+
+    def _loaded(self) -> list[dict[str, Any]]:
+        models = self._get("/api/ps", "loaded models").get("models")
+        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+    def available_models(self) -> list[str]:
+        try:
+            models = self._get("/api/tags", "local models").get("models")
+        except EngineError:
+            return []
+        return [str(m.get("name") or m.get("model")) for m in models or [] if isinstance(m, dict)]
+
+    def model(self) -> str:
+        """The asked-for model, else the only one loaded; Ollama needs a name per request."""
+        if self._model is None:
+            loaded = [str(m.get("name") or m.get("model")) for m in self._loaded()]
+            if len(loaded) != 1:
+                pulled = ", ".join(repr(m) for m in self.available_models()) or "none"
+                state = f"{len(loaded)} models are loaded ({', '.join(loaded)})" if loaded \
+                    else "no model is loaded"
+                raise ConfigError(
+                    f"Ollama at {self.base_url}: {state}, so name one with --tokperf-model; "
+                    f"pulled models: {pulled}"
+                )
+            self._model = loaded[0]
+        return self._model
+
+    def unknown_model(self, detail: str) -> EngineProtocolError:
+        pulled = ", ".join(repr(m) for m in self.available_models()) or "none"
+        return EngineProtocolError(
+            f"Ollama at {self.base_url} has no model {self._model!r} ({detail}); pulled models: "
+            f"{pulled}. Pass one with --tokperf-model, or `ollama pull {self._model}` first."
+        )
+
+    def _on_error(self, status: int, body: str) -> EngineError | None:
+        if status == 404:
+            return self.unknown_model(f"HTTP 404: {error_text(body)}")
+        return None
+
+    def show(self) -> dict[str, Any]:
+        if self._show is None:
+            url = f"{self.base_url}/api/show"
+            try:
+                response = self._client.post(url, json={"model": self.model()}, timeout=30.0)
+            except httpx.HTTPError as exc:
+                raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
+            if response.status_code >= 400:
+                raise self._on_error(response.status_code, response.text) or EngineProtocolError(
+                    f"{url} answered HTTP {response.status_code}: {error_text(response.text)}"
+                )
+            data = decode_json(response.text, "model details", url)
+            self._show = data if isinstance(data, dict) else {}
+        return self._show
+
+    def model_info(self) -> ModelInfo:
+        """Model identity from ``/api/show`` (no file path: Ollama keeps blobs to itself)."""
+        show = self.show()
+        details = show.get("details") if isinstance(show.get("details"), dict) else {}
+        info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+        arch = info.get("general.architecture")
+        quant = str(details["quantization_level"]) if details.get("quantization_level") else None
+        return ModelInfo(
+            file_name=self.model(),
+            architecture=str(arch) if arch else details.get("family"),
+            parameter_count=count(info.get("general.parameter_count")),
+            quant_types=(quant,) if quant else (),
+            file_type=quant,
+            context_length=count(info.get(f"{arch}.context_length")) if arch else None,
+        )
+
+    # -- info -----------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        version = self._get("/api/version", "Ollama version")
+        if "version" not in version:
+            raise wrong_engine(self.name, self.base_url, "no version at GET /api/version",
+                               self._client)
+        show = self.show()
+        me = canonical(self.model())
+        details = show.get("details") if isinstance(show.get("details"), dict) else {}
+        model_info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+        parameters = parse_parameters(show.get("parameters"))
+        settings = dict(self._settings)
+        for key in ("parameter_size", "quantization_level", "family", "format"):
+            if details.get(key):
+                settings[f"model_{key}"] = str(details[key])
+        warnings: list[str] = []
+        loaded = self._loaded()
+        names = [str(m.get("name") or m.get("model")) for m in loaded]
+        settings["loaded_models"] = str(len(loaded))
+        if len(loaded) > 1:
+            warnings.append(
+                f"{len(loaded)} models loaded at once ({', '.join(names)}): they share memory "
+                f"and bandwidth, so decode is slower than with one"
+            )
+        context: int | None = None
+        for entry in loaded:
+            if canonical(str(entry.get("name") or entry.get("model"))) != me:
+                continue
+            size, vram = count(entry.get("size")), count(entry.get("size_vram")) or 0
+            context = count(entry.get("context_length"))
+            if size:
+                settings["size_bytes"] = str(size)
+                settings["size_vram_bytes"] = str(vram)
+                settings["gpu_share"] = f"{vram / size:.0%}"
+                if vram < size:
+                    warnings.append(
+                        f"partial offload: {vram / size:.0%} of {me} is in GPU memory "
+                        f"(size_vram {vram} of size {size} bytes); the rest runs from system "
+                        f"memory, which bounds decode"
+                    )
+        speculative = self._speculative(parameters, model_info)
+        if speculative:
+            settings["draft_num_predict"] = parameters.get("draft_num_predict", "4 (default)")
+            warnings.append("speculative decoding (draft model or MTP layers) is on: decode "
+                            "speed is not the base speed; set draft_num_predict 0 to measure it")
+        if warnings:
+            settings["warning"] = "; ".join(warnings)
+        text = str(version["version"])
+        settings["runner"] = "llama-server" if version_tuple(text) >= (0, 30) else "ollama"
+        return EngineInfo(
+            name=self.name,
+            version=text,
+            build=f"ollama-{text}",
+            base_url=self.base_url,
+            model_name=self.model(),
+            context_size=context,
+            speculative=speculative,
+            settings=tuple(sorted(settings.items())),
+        )
+
+    @staticmethod
+    def _speculative(parameters: dict[str, str], model_info: dict[str, Any]) -> bool:
+        draft = parameters.get("draft_num_predict")
+        if draft is not None:
+            return (_int(draft) or 0) > 0
+        return any(
+            key.endswith(".nextn_predict_layers") and (count(value) or 0) > 0
+            for key, value in model_info.items()
+        )
+
+    # -- generation -----------------------------------------------------------------
+
+    def _options(self, request: GenerationRequest) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "num_predict": request.generate_tokens, "temperature": 0.0, "seed": 1234,
+        }
+        # A num_ctx different from the loaded one reloads the model, so it is set only
+        # when asked for or when the loaded context (Ollama's default may be 4k) is short.
+        asked = dict(self._settings).get("ctx_size") or dict(self._settings).get("num_ctx")
+        need = request.prompt_tokens * 2 + request.generate_tokens + 64
+        if asked:
+            options["num_ctx"] = int(asked)
+        else:
+            loaded = [count(m.get("context_length")) for m in self._loaded()
+                      if canonical(str(m.get("name") or m.get("model"))) == canonical(self.model())]
+            if not loaded or (loaded[0] or 0) < need:
+                options["num_ctx"] = max(4096, -(-need // 1024) * 1024)
+        return options
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        body = {
+            "model": self.model(),
+            "prompt": text_prompt(request.prompt_tokens, request.salt),
+            "raw": True,
+            "stream": True,
+            "keep_alive": "30m",
+            "options": self._options(request),
+        }
+        url = f"{self.base_url}/api/generate"
+        log = ChunkLog()
+        final: dict[str, Any] | None = None
+        with stream_post(self._client, url, body, request, self._on_error) as response:
+            for line in response.iter_lines():
+                if not line.strip():
+                    continue
+                now = time.perf_counter()
+                event = decode_json(line, "an NDJSON line", url)
+                if not isinstance(event, dict):
+                    raise EngineProtocolError(f"{url} sent a non-object line: {event!r:.200}")
+                if "error" in event:
+                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
+                                              f"{error_text(json.dumps(event))}")
+                text = str(event.get("response") or "") + str(event.get("thinking") or "")
+                log.add(now, 1 if text else 0, text)
+                if event.get("done"):
+                    final = event
+                    break
+        if final is None:
+            raise EngineProtocolError(f"{url} closed the stream without the final done:true object")
+        if not log.times_s:
+            raise EngineProtocolError(
+                f"{url} streamed no generated tokens (done_reason {final.get('done_reason')!r})"
+            )
+        timings = _timings(final)
+        return Generation(
+            request=request,
+            sent_s=log.sent_s,
+            chunk_times_s=tuple(log.times_s),
+            chunk_tokens=tuple(log.tokens),
+            generated_tokens=timings.generated_tokens or sum(log.tokens),
+            prompt_tokens=timings.prompt_tokens,
+            text="".join(log.text),
+            stop_reason=final.get("done_reason"),
+            engine=timings,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _timings(final: dict[str, Any]) -> EngineTimings:
+    """The done:true object, ns -> s; absent fields are zero (``omitempty``), not unknown."""
+
+    def seconds(key: str) -> float:
+        return (count(final.get(key)) or 0) / NS
+
+    return EngineTimings(
+        prompt_tokens=count(final.get("prompt_eval_count")) or 0,
+        prefill_s=seconds("prompt_eval_duration"),
+        generated_tokens=count(final.get("eval_count")) or 0,
+        decode_s=seconds("eval_duration"),
+    )

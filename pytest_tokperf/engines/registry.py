@@ -1,0 +1,183 @@
+"""Engine name -> adapter factory, for ``--tokperf-engine NAME`` and for scripts.
+
+A factory takes one ``EngineConfig`` (so new fields never break old factories) and
+returns an ``Engine``. The built-in names are fixed; a conftest adds more through the
+``pytest_tokperf_add_engines(register)`` hook (see ``hookspecs``), a script through
+``register_engine`` or its own ``EngineRegistry``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import httpx
+
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything an adapter gets: where, how long to wait, which model, settings."""
+
+    base_url: str
+    timeout_s: float = 600.0
+    settings: tuple[tuple[str, str], ...] = ()
+    """Settings pairs recorded in ``EngineInfo.settings`` (a started server's flags)."""
+    model: str | None = None
+    """The model to ask for, where the engine serves several (Ollama, vLLM, LM Studio)."""
+    transport: httpx.BaseTransport | None = None
+    """For tests: an ``httpx.MockTransport`` instead of the network."""
+
+
+EngineFactory = Callable[[EngineConfig], Engine]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _llama_server(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.llama_server import LlamaServer
+
+    return LlamaServer(config.base_url, timeout_s=config.timeout_s, transport=config.transport,
+                       settings=config.settings)
+
+
+def _ollama(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.ollama import Ollama
+
+    return Ollama(config.base_url, timeout_s=config.timeout_s, model=config.model,
+                  settings=config.settings, transport=config.transport)
+
+
+def _vllm(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.vllm import VLLM
+
+    return VLLM(config.base_url, timeout_s=config.timeout_s, model=config.model,
+                settings=config.settings, transport=config.transport)
+
+
+def _lmstudio(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.lmstudio import LMStudio
+
+    return LMStudio(config.base_url, timeout_s=config.timeout_s, model=config.model,
+                    settings=config.settings, transport=config.transport)
+
+
+def _mlx(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.mlx import MLX
+
+    return MLX(config.base_url, timeout_s=config.timeout_s, model=config.model,
+               settings=config.settings, transport=config.transport)
+
+
+def _sglang(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.sglang import SGLang
+
+    return SGLang(config.base_url, timeout_s=config.timeout_s, model=config.model,
+                  settings=config.settings, transport=config.transport)
+
+
+def _openai(config: EngineConfig) -> Engine:
+    from pytest_tokperf.engines.openai_compat import OpenAICompatible
+
+    return OpenAICompatible(config.base_url, timeout_s=config.timeout_s, model=config.model,
+                            settings=config.settings, transport=config.transport)
+
+
+BUILTIN_ENGINES: Mapping[str, EngineFactory] = MappingProxyType({
+    "llama-server": _llama_server,
+    "ollama": _ollama,
+    "vllm": _vllm,
+    "lmstudio": _lmstudio,
+    "mlx": _mlx,
+    "sglang": _sglang,
+    "openai": _openai,
+})
+"""The adapters this package ships; ``openai`` is any OpenAI-compatible server."""
+
+
+class EngineRegistry:
+    """Names -> factories: the built-ins plus whatever was registered."""
+
+    def __init__(self, factories: Mapping[str, EngineFactory] = BUILTIN_ENGINES) -> None:
+        self._factories: dict[str, EngineFactory] = dict(factories)
+
+    def register(self, name: str, factory: EngineFactory) -> None:
+        """Add ``name``; a built-in or already registered name cannot be taken over."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(
+                f"engine name {name!r} is not usable as --tokperf-engine: use letters, digits, "
+                f"'-', '_' or '.'"
+            )
+        if not callable(factory):
+            raise ConfigError(f"engine {name!r}: the factory {factory!r} is not callable")
+        if name in self._factories and self._factories[name] is not factory:
+            raise ConfigError(
+                f"engine {name!r} is already registered ({self._factories[name]!r}); pick "
+                f"another name"
+            )
+        self._factories[name] = factory
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._factories)
+
+    def create(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        settings: tuple[tuple[str, str], ...] = (),
+        model: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> Engine:
+        factory = self._factories.get(name)
+        if factory is None:
+            raise ConfigError(
+                f"--tokperf-engine {name!r} is not an engine this plugin knows; choose one of: "
+                f"{', '.join(self._factories)} (a conftest can add more with the "
+                f"pytest_tokperf_add_engines hook)"
+            )
+        config = EngineConfig(base_url=base_url.rstrip("/"), timeout_s=timeout_s,
+                              settings=settings, model=model, transport=transport)
+        engine = factory(config)
+        if not isinstance(engine, Engine):
+            raise ConfigError(
+                f"the factory registered for engine {name!r} returned {engine!r}, which lacks "
+                f"the Engine methods (name, base_url, ready, info, generate, close)"
+            )
+        return engine
+
+    def copy(self) -> EngineRegistry:
+        return EngineRegistry(self._factories)
+
+
+DEFAULT_REGISTRY = EngineRegistry()
+"""What the module functions use; a pytest session should keep its own copy in the stash."""
+
+
+def register_engine(name: str, factory: EngineFactory) -> None:
+    DEFAULT_REGISTRY.register(name, factory)
+
+
+def engine_names() -> tuple[str, ...]:
+    return DEFAULT_REGISTRY.names()
+
+
+def create_engine(
+    name: str,
+    base_url: str,
+    *,
+    timeout_s: float = 600.0,
+    settings: tuple[tuple[str, str], ...] = (),
+    model: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+    registry: EngineRegistry | None = None,
+) -> Engine:
+    """An adapter for engine ``name`` at ``base_url``; ``ConfigError`` for an unknown name."""
+    chosen = registry if registry is not None else DEFAULT_REGISTRY
+    return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
+                         transport=transport)

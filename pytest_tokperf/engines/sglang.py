@@ -1,0 +1,216 @@
+"""Adapter for SGLang's native ``/generate`` API (shared/reference/engines.md, section 6).
+
+- Exact counts: ``sampling_params{max_new_tokens: N, min_new_tokens: N, ignore_eos: true}``.
+- Stream: SSE ``data: {"text", "meta_info"}`` ... ``data: [DONE]``. ``text`` is cumulative
+  (newer servers can stream increments instead; both are handled) and
+  ``meta_info.completion_tokens`` grows with each event, so its growth is the token
+  count of each chunk. ``meta_info`` also has ``prompt_tokens``, ``cached_tokens``
+  (radix cache hits; prompts are salted at their start) and ``spec_verify_ct`` only
+  when speculative decoding runs. ``finish_reason`` is ``{"type": "length"|"stop", ...}``.
+- Identity: ``GET /get_server_info`` (every server arg and ``version``; ``/server_info``
+  on builds that renamed it) and ``GET /get_model_info`` (``model_path``). SGLang serves
+  one model, so ``--tokperf-model`` is checked against it rather than sent.
+- SGLang reports no prefill or decode durations per request.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
+from pytest_tokperf.engines.wire import (
+    ChunkLog,
+    count,
+    error_text,
+    stream_post,
+    text_prompt,
+    wrong_engine,
+)
+from pytest_tokperf.errors import EngineError, EngineProtocolError
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+
+SERVER_SETTINGS = (
+    "tp_size", "dp_size", "device", "dtype", "quantization", "kv_cache_dtype",
+    "attention_backend", "context_length", "chunked_prefill_size", "max_running_requests",
+    "speculative_algorithm", "speculative_num_draft_tokens", "disable_radix_cache",
+    "stream_interval",
+)
+
+
+class SGLang:
+    """A running SGLang server reached over HTTP."""
+
+    name = "sglang"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = make_client(timeout_s, transport)
+        self._settings = settings
+        self._model = model
+
+    def ready(self) -> bool:
+        try:
+            response = self._client.get(f"{self.base_url}/get_model_info", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        if response.status_code == 503:
+            return False
+        if self._model_info_from(response) is not None:
+            return True
+        raise wrong_engine(self.name, self.base_url, "no model_path at GET /get_model_info",
+                           self._client)
+
+    @staticmethod
+    def _model_info_from(response: httpx.Response) -> dict[str, Any] | None:
+        if response.status_code != 200:
+            return None
+        try:
+            data = response.json()
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and "model_path" in data else None
+
+    def _model_info(self) -> dict[str, Any]:
+        info = get_json(self._client, f"{self.base_url}/get_model_info", "SGLang model info")
+        if not isinstance(info, dict) or "model_path" not in info:
+            raise wrong_engine(self.name, self.base_url, "no model_path at GET /get_model_info",
+                               self._client)
+        return info
+
+    def _server_info(self) -> dict[str, Any]:
+        for path in ("/get_server_info", "/server_info"):
+            try:
+                data = get_json(self._client, f"{self.base_url}{path}", "SGLang server info")
+            except EngineProtocolError:
+                continue
+            if isinstance(data, dict):
+                return data
+        return {}
+
+    def _check_model(self, served: tuple[str, ...]) -> None:
+        if self._model is None:
+            return
+        names = {s for s in served if s} | {s.rstrip("/").rsplit("/", 1)[-1] for s in served if s}
+        if self._model not in names:
+            raise EngineProtocolError(
+                f"SGLang at {self.base_url} serves {served[0]!r}, not {self._model!r}; it serves "
+                f"one model (--model-path at launch). Pass --tokperf-model {served[0]!r} or "
+                f"drop the option."
+            )
+
+    def info(self) -> EngineInfo:
+        model_info = self._model_info()
+        server = self._server_info()
+        model_path = str(model_info.get("model_path"))
+        served_name = server.get("served_model_name")
+        self._check_model((model_path, str(served_name) if served_name else ""))
+        settings = dict(self._settings)
+        for key in SERVER_SETTINGS:
+            if server.get(key) is not None:
+                settings[key] = str(server[key])
+        if model_info.get("weight_version") is not None:
+            settings["weight_version"] = str(model_info["weight_version"])
+        speculative = bool(server.get("speculative_algorithm"))
+        if speculative:
+            settings["warning"] = (
+                f"speculative decoding ({server['speculative_algorithm']}) is on: decode speed "
+                f"is not the base speed"
+            )
+        version = server.get("version")
+        return EngineInfo(
+            name=self.name,
+            version=str(version) if version else None,
+            build=f"sglang-{version}" if version else None,
+            base_url=self.base_url,
+            backend=str(server["device"]) if server.get("device") else None,
+            model_path=model_path,
+            model_name=str(served_name) if served_name else model_path,
+            context_size=count(server.get("context_length")),
+            speculative=speculative,
+            settings=tuple(sorted(settings.items())),
+        )
+
+    def _on_error(self, status: int, body: str) -> EngineError | None:
+        return EngineProtocolError(
+            f"{self.base_url}/generate answered HTTP {status}: {error_text(body)}"
+        )
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        body = {
+            "text": text_prompt(request.prompt_tokens, request.salt),
+            "sampling_params": {
+                "max_new_tokens": request.generate_tokens,
+                "min_new_tokens": request.generate_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            },
+            "stream": True,
+        }
+        url = f"{self.base_url}/generate"
+        log = ChunkLog()
+        meta: dict[str, Any] = {}
+        seen_text = ""
+        seen_tokens = 0
+        with stream_post(self._client, url, body, request, self._on_error) as response:
+            for payload in iter_sse_data(response):
+                now = time.perf_counter()
+                if payload.strip() == "[DONE]":
+                    break
+                event = decode_json(payload, "a stream event", url)
+                if not isinstance(event, dict):
+                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
+                if "error" in event:
+                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
+                                              f"{error_text(payload)}")
+                meta = event.get("meta_info") if isinstance(event.get("meta_info"), dict) else {}
+                text = str(event.get("text") or "")
+                if text.startswith(seen_text):
+                    new_text, seen_text = text[len(seen_text):], text
+                else:
+                    new_text, seen_text = text, seen_text + text
+                total = count(meta.get("completion_tokens"))
+                if total is not None:
+                    n, seen_tokens = total - seen_tokens, total
+                else:
+                    n = 1 if new_text else 0
+                log.add(now, n, new_text)
+        if not log.times_s:
+            raise EngineProtocolError(
+                f"{url} streamed no generated tokens (last meta_info {meta!r:.200})"
+            )
+        spec = count(meta.get("spec_verify_ct"))
+        timings = EngineTimings(
+            prompt_tokens=count(meta.get("prompt_tokens")),
+            cached_prompt_tokens=count(meta.get("cached_tokens")),
+            generated_tokens=count(meta.get("completion_tokens")),
+            # spec_verify_ct counts verification steps, present only when speculating;
+            # it stands in for the draft count so EngineTimings.speculative is true.
+            draft_tokens=spec,
+        )
+        finish = meta.get("finish_reason")
+        stop = finish.get("type") if isinstance(finish, dict) else finish
+        return Generation(
+            request=request,
+            sent_s=log.sent_s,
+            chunk_times_s=tuple(log.times_s),
+            chunk_tokens=tuple(log.tokens),
+            generated_tokens=timings.generated_tokens or sum(log.tokens),
+            prompt_tokens=timings.prompt_tokens,
+            text="".join(log.text),
+            stop_reason=str(stop) if stop is not None else None,
+            engine=timings,
+        )
+
+    def close(self) -> None:
+        self._client.close()
