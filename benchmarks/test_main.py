@@ -10,7 +10,13 @@ engine side, and every result lands in the results database.
 from __future__ import annotations
 
 
+import pytest
+
+
+@pytest.mark.tokperf(min_efficiency=0.25)
 def test_decode_short_prompt(tok_bench):
+    # The floor is loose on purpose: healthy CPU runs here reach 65-90% of the probed
+    # ceiling; below 25% the build, the threads or the machine is wrong.
     result = tok_bench(prompt_tokens=64, generate_tokens=128)
     result.assert_usable(min_tokens_per_s=2.0)
 

@@ -75,12 +75,12 @@ class EngineSession:
     progress: Progress | None = None
     registry: EngineRegistry | None = None
     _engine: Engine | None = field(default=None, init=False)
-    _server: ServerProcess | None = field(default=None, init=False)
+    _server: ServerProcess | DetachedServer | None = field(default=None, init=False)
     _model_path: Path | None = field(default=None, init=False)
     _failure: Exception | None = field(default=None, init=False)
 
     @property
-    def server(self) -> ServerProcess | None:
+    def server(self) -> ServerProcess | DetachedServer | None:
         return self._server
 
     @property
@@ -122,10 +122,7 @@ class EngineSession:
                 )
             return engine
         if name != "llama-server":
-            raise ConfigError(
-                f"--tokperf-engine {name!r} cannot be started by this plugin; start it "
-                f"yourself and pass --tokperf-url"
-            )
+            return self._start_other(name)
         binary = resolve_server_binary(s.server_bin)
         self._model_path = resolve_model_path(s.model, self.progress)
         spec = LaunchSpec(
@@ -143,9 +140,26 @@ class EngineSession:
         self._server = start_llama_server(spec)
         return self._make(name, self._server.url, self._settings_pairs())
 
+    def _start_other(self, name: str) -> Engine:
+        """Start ollama / vllm / mlx_lm / lms from PATH with the same clean lifecycle."""
+        from pytest_tokperf.engines.launcher import free_port
+        from pytest_tokperf.engines.launchers import find_binary, launch_plan, start_planned
+
+        s = self.settings
+        binary = find_binary(name, s.server_bin)
+        model = None if s.model in BUILTIN_MODELS else s.model
+        plan = launch_plan(name, model=model, port=s.port or free_port(), binary=binary,
+                           extra_args=s.server_args)
+        if self.progress is not None:
+            self.progress(f"starting {' '.join(plan.command)}")
+        self._server = start_planned(
+            plan, self.log_dir / f"{name}-{os.getpid()}.log", s.startup_timeout
+        )
+        return self._make(name, plan.url, self._settings_pairs())
+
     def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
         s = self.settings
-        model = s.model if s.url is not None and s.model not in BUILTIN_MODELS else None
+        model = None if s.model in BUILTIN_MODELS or name == "llama-server" else s.model
         return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
                              registry=self.registry)
 

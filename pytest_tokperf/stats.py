@@ -2,23 +2,9 @@
 
 Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower) and
 tok/s and seconds are treated alike; a metric's direction only decides which sign is
-a regression.
-
-**Against one baseline run: Welch's t on log values.** At 3-10 repetitions a rank
-test barely works (Mann-Whitney at 3 vs 3 cannot go below p = 0.1 two-sided, at 5
-vs 5 below 0.008), while Welch on logs is exact for log-normal noise, does not
-assume equal spread and reaches any level at 3 vs 3. A stall (one sample far off)
-inflates its variance, so it turns conservative, not wrong. It cannot see
-run-to-run drift: give a history when there is one.
-
-**Against a history (earlier versions' samples): ranks.** With tens of baseline
-samples the rank test has its full power (95% of the t-test's on normal noise, more
-on heavy tails), its false-alarm rate is exact whatever the noise looks like
-(stalls, two clock states), and the Hodges-Lehmann shift with its Moses interval
-ignores stalls. When the baseline versions differ more than their own samples
-explain (Kruskal-Wallis p < ``DRIFT_LEVEL``), that run-to-run drift is noise too:
-the current median must then also stand out from the spread of the version
-medians (a t prediction test), so drift widens the interval instead of alarming.
+a regression. The baseline is one run's samples (Welch's t on logs) or, better, the
+samples of earlier versions (a rank test that is exact on any noise and widens for
+run-to-run drift); ``shifts`` has the tests and why they were chosen.
 
 **The rule**, with ``CI`` the ``1 - alpha`` interval and ``m`` the metric's
 ``min_effect``:
@@ -34,31 +20,37 @@ medians (a t prediction test), so drift widens the interval instead of alarming.
 * inconclusive: too few samples, or not significant with an interval spanning both
   ``-m`` and ``+m``: too noisy to decide either way.
 
-**alpha = 0.01 by default**: once the noise is comparable to ``m`` the minimum
-effect stops filtering and the false-alarm rate is ``alpha`` itself, so 0.05 would
-cry wolf on one comparison in twenty (asv uses 0.002, Otava 0.001).
+**alpha = 0.005 by default.** Once the noise is comparable to ``m`` the minimum
+effect stops filtering and the false-alarm rate is ``alpha`` itself (both
+directions together), so 0.05 would cry wolf on one comparison in twenty; asv uses
+0.002, Otava 0.001. At 5 repetitions against a 20-version history this still
+catches >= 95% of 5% steps at CV 2% (benchmarks/bench_stats.py).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar, Union
 
 import numpy as np
-from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.shifts import Shift, log_samples, shift_between
+
+__all__ = [
+    "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "Comparison", "Metric",
+    "Outcome", "Shift", "benjamini_hochberg", "compare", "compare_many", "judge",
+    "log_samples", "measure_shift",
+]
 
 Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
-Method = Literal["welch", "rank", "rank+versions", "exact"]
 Baseline = Union[Sequence[float], Sequence[Sequence[float]]]
 K = TypeVar("K", bound=Hashable)
 
-DEFAULT_ALPHA = 0.01
-DRIFT_LEVEL = 0.05
+DEFAULT_ALPHA = 0.005
+_EXACT_NOTE = " (identical samples on each side: the difference is exact)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +73,6 @@ DECODE = Metric("decode", higher_is_better=True)
 PREFILL = Metric("prefill", higher_is_better=True)
 TTFT = Metric("ttft", higher_is_better=False)
 EFFICIENCY = Metric("efficiency", higher_is_better=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Shift:
-    """Current over baseline in log units: estimate, interval at ``confidence``, p."""
-
-    log_shift: float
-    log_low: float
-    log_high: float
-    confidence: float
-    p_value: float
-    n_baseline: int
-    n_current: int
-    method: Method
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +119,7 @@ def compare(
         raise ConfigError(f"min_samples is {min_samples!r}: a spread needs at least 2")
     groups, cur = _prepare(baseline, current, metric)
     scarce = _scarce(groups, cur, metric, min_samples, alpha)
-    return scarce or judge(_shift_of(groups, cur, alpha), metric, alpha=alpha)
+    return scarce or judge(shift_between(groups, cur, alpha), metric, alpha=alpha)
 
 
 def measure_shift(
@@ -152,7 +130,7 @@ def measure_shift(
     groups, cur = _prepare(baseline, current, metric)
     if sum(len(g) for g in groups) < 2 or len(cur) < 2:
         raise ConfigError(f"{metric.name}: a shift needs at least 2 samples on each side")
-    return _shift_of(groups, cur, alpha)
+    return shift_between(groups, cur, alpha)
 
 
 def judge(
@@ -163,7 +141,7 @@ def judge(
     p = shift.p_value
     sig = p < alpha if significant is None else significant
     d = shift.log_shift
-    rel, lo, hi = math.expm1(d), math.expm1(shift.log_low), math.expm1(shift.log_high)
+    rel, lo, hi = _ratio(d), _ratio(shift.log_low), _ratio(shift.log_high)
     m = metric.min_effect
     figures = f"{metric.name} {_pct(rel)} [{_pct(lo)}, {_pct(hi)}], p={_p(p, alpha)}"
     verdict: Outcome
@@ -186,7 +164,7 @@ def judge(
     return Comparison(
         metric=metric.name, verdict=verdict, relative_change=rel, ci_low=lo, ci_high=hi,
         confidence=shift.confidence, p_value=p, n_baseline=shift.n_baseline,
-        n_current=shift.n_current, reason=why + note,
+        n_current=shift.n_current, reason=why + _EXACT_NOTE * (shift.method == "exact") + note,
     )
 
 
@@ -239,7 +217,7 @@ def compare_many(
         if scarce:
             out[key] = scarce
         else:
-            shifts[key] = (_shift_of(groups, cur, alpha), met)
+            shifts[key] = (shift_between(groups, cur, alpha), met)
     flags = benjamini_hochberg([s.p_value for s, _ in shifts.values()], alpha)
     for (key, (shift, met)), flag in zip(shifts.items(), flags):
         note = "" if flag or shift.p_value >= alpha else (
@@ -248,95 +226,17 @@ def compare_many(
     return {k: out[k] for k in current}
 
 
-def _shift_of(groups: list[np.ndarray], cur: np.ndarray, alpha: float) -> Shift:
-    nb = sum(len(g) for g in groups)
-    pooled = np.concatenate([*groups, cur])
-    if np.ptp(pooled) == 0 or (len(groups) == 1 and np.ptp(groups[0]) == np.ptp(cur) == 0):
-        d = float(cur.mean() - groups[0].mean()) if np.ptp(pooled) else 0.0
-        return Shift(d, d, d, 1.0, 0.0 if d else 1.0, nb, len(cur), "exact")
-    if len(groups) == 1:
-        return _welch(groups[0], cur, alpha)
-    rank = _rank(np.concatenate(groups), cur, alpha)
-    if not _drifts(groups):
-        return rank
-    versions = _version_medians(groups, cur, alpha)
-    return Shift(versions.log_shift, versions.log_low, versions.log_high, 1 - alpha,
-                 max(rank.p_value, versions.p_value), nb, len(cur), "rank+versions")
-
-
-def _welch(b: np.ndarray, c: np.ndarray, alpha: float) -> Shift:
-    vb, vc = _var(b) / len(b), _var(c) / len(c)
-    df = (vb + vc) ** 2 / (vb * vb / (len(b) - 1) + vc * vc / (len(c) - 1))
-    return _t_shift(float(c.mean() - b.mean()), math.sqrt(vb + vc), df, alpha,
-                    len(b), len(c), "welch")
-
-
-def _rank(base: np.ndarray, cur: np.ndarray, alpha: float) -> Shift:
-    """Mann-Whitney p, Hodges-Lehmann shift and its Moses (exact rank) interval."""
-    diffs = np.sort((cur[:, None] - base[None, :]).ravel())
-    cut = _moses_cut(len(base), len(cur), alpha)
-    lo = float(diffs[cut]) if cut >= 0 else -math.inf
-    hi = float(diffs[-1 - cut]) if cut >= 0 else math.inf
-    p = float(sps.mannwhitneyu(cur, base, alternative="two-sided").pvalue)
-    return Shift(float(np.median(diffs)), lo, hi, 1 - alpha, p, len(base), len(cur), "rank")
-
-
-@functools.lru_cache(maxsize=256)
-def _moses_cut(m: int, n: int, alpha: float) -> int:
-    """How many pairwise differences to drop at each end (-1: level unreachable)."""
-    if m * n > 20_000:
-        z = float(sps.norm.ppf(1 - alpha / 2))
-        return max(-1, math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12)) - 1)
-    counts = np.zeros((n + 1, m * n + 1))  # counts[j, u]: j current picked, U = u
-    counts[0, 0] = 1.0
-    for i in range(m + n):
-        for j in range(min(i, n - 1), -1, -1):
-            below = i - j  # baseline values under the (j+1)-th current one
-            if below <= m:
-                counts[j + 1, below:] += counts[j, : m * n + 1 - below]
-    cdf = np.cumsum(counts[n]) / counts[n].sum()
-    return int(np.searchsorted(cdf, alpha / 2, side="right")) - 1
-
-
-def _drifts(groups: list[np.ndarray]) -> bool:
-    """Do the baseline versions differ more than their own samples explain?"""
-    if sum(len(g) for g in groups) <= len(groups) or np.ptp(np.concatenate(groups)) == 0:
-        return False
-    return float(sps.kruskal(*groups).pvalue) < DRIFT_LEVEL
-
-
-def _version_medians(groups: list[np.ndarray], cur: np.ndarray, alpha: float) -> Shift:
-    """Is the current median outside the spread of the baseline version medians?"""
-    meds = np.array([np.median(g) for g in groups])
-    k = len(meds)
-    se = math.sqrt(_var(meds) * (1 + 1 / k))
-    d = float(np.median(cur) - meds.mean())
-    return _t_shift(d, se, k - 1, alpha, sum(len(g) for g in groups), len(cur), "welch")
-
-
-def _t_shift(d: float, se: float, df: float, alpha: float, nb: int, nc: int, method: Method
-             ) -> Shift:
-    half = float(sps.t.ppf(1 - alpha / 2, df)) * se
-    p = float(2 * sps.t.sf(abs(d) / se, df)) if se > 0 else (0.0 if d else 1.0)
-    return Shift(d, d - half, d + half, 1 - alpha, min(1.0, p), nb, nc, method)
-
-
-def _var(x: np.ndarray) -> float:
-    if len(x) < 2:
-        return 0.0
-    return float(((x - x.mean()) ** 2).sum() / (len(x) - 1))
-
-
 def _prepare(
     baseline: Baseline, current: Sequence[float], metric: Metric
 ) -> tuple[list[np.ndarray], np.ndarray]:
     items = list(baseline)
-    nested = [not _is_number(x) for x in items]
-    cur = _logs(current, metric, "current")
+    nested = [isinstance(x, (Sequence, np.ndarray)) and not isinstance(x, str) for x in items]
+    cur = log_samples(current, f"{metric.name} current")
     if items and all(nested):
         groups = []
         for v, samples in enumerate(items):
-            logs = _logs(samples, metric, f"baseline version {v}")  # type: ignore[arg-type]
+            label = f"{metric.name} baseline version {v}"
+            logs = log_samples(samples, label)  # type: ignore[arg-type]
             if len(logs) == 0:
                 raise ConfigError(f"{metric.name} baseline version {v} has no samples; "
                                   "leave versions without results out of the history")
@@ -345,24 +245,7 @@ def _prepare(
     if any(nested):
         raise ConfigError(f"{metric.name} baseline mixes numbers and lists: give one "
                           "run's samples or a list of per-version sample lists")
-    return [_logs(items, metric, "baseline")], cur  # type: ignore[arg-type]
-
-
-def _logs(values: Sequence[float], metric: Metric | None, role: str) -> np.ndarray:
-    out = []
-    for i, v in enumerate(values):
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            what = f"{metric.name} {role}" if metric else role
-            raise ConfigError(
-                f"{what}[{i}] is {v!r}: samples must be finite numbers > 0; "
-                "drop failed or empty runs instead of recording them"
-            )
-        out.append(math.log(v))
-    return np.array(out, dtype=float)
-
-
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+    return [log_samples(items, f"{metric.name} baseline")], cur  # type: ignore[arg-type]
 
 
 def _scarce(
@@ -391,12 +274,20 @@ def _check_level(x: float, name: str) -> None:
         raise ConfigError(f"{name} is {x!r}: give a probability between 0 and 1, e.g. 0.01")
 
 
+def _ratio(log_shift: float) -> float:
+    return math.expm1(log_shift) if log_shift < 700 else math.inf
+
+
 def _pct(x: float) -> str:
+    if math.isinf(x):
+        return "+∞"
     return f"{x * 100:+.1f}%".replace("-", "−")
 
 
 def _p(p: float, alpha: float | None = None) -> str:
     """p to two figures, more when rounding would move it across ``alpha``."""
+    if p == 0:
+        return "0"
     if p < 1e-3:
         return f"{p:.1e}"
     for digits in (2, 3, 4):
