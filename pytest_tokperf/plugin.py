@@ -19,6 +19,7 @@ from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
 from pytest_tokperf.fixture import TokBench, TokBenchResult
+from pytest_tokperf.gate import Baseline, GateFinding, describe, judge, parse_baseline
 from pytest_tokperf.measure import MeasureOptions
 from pytest_tokperf.recorder import Recorder
 from pytest_tokperf.report import Row, summary_table
@@ -32,7 +33,9 @@ class PluginState:
     session: EngineSession
     recorder: Recorder
     ceilings: CeilingSource
+    baseline: Baseline
     rows: list[Row] = field(default_factory=list)
+    findings: list[GateFinding] = field(default_factory=list)
 
 
 STATE = pytest.StashKey[PluginState]()
@@ -51,6 +54,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                         metavar=spec.metavar, help=spec.help + (
                             f" [env {spec.env_var}]" if spec.env else ""))
         parser.addini(spec.ini, spec.help, default=None)
+    group.addoption(
+        "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",
+        default=None, help="fail a test whose decode or TTFT regressed against the baseline "
+        "(significant AND at least --tokperf-min-effect); noisy series are reported, not failed",
+    )
+    parser.addini("tokperf_fail_on_regression", "fail tests on regressions", type="bool",
+                  default=False)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
@@ -79,8 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
             env=os.environ,
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
+            fail_on_regression=bool(config.getoption("tokperf_fail_on_regression")
+                                    or config.getini("tokperf_fail_on_regression")),
             engine_names=registry.names(),
         )
+        baseline = parse_baseline(settings.baseline)
         if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
             from pytest_tokperf.engines.launcher import resolve_server_binary
 
@@ -99,7 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
         kv_type=kv_type_from_args(settings.server_args),
     )
     config.stash[STATE] = PluginState(
-        settings=settings, session=session, recorder=recorder, ceilings=ceilings
+        settings=settings, session=session, recorder=recorder, ceilings=ceilings,
+        baseline=baseline,
     )
 
 
@@ -169,7 +183,10 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
     def record(result, ceiling, verdict):  # type: ignore[no-untyped-def]
         state.rows.append(Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict))
         state.recorder.hardware = state.ceilings.hardware
-        state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
+        stored = state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
+        if stored is None or verdict == "error":
+            return
+        _gate(state, test_id, stored[1], result)
 
     min_efficiency = kwargs.get("min_efficiency", s.min_efficiency)
     yield _PytestTokBench(
@@ -184,6 +201,24 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
     )
 
 
+def _gate(state: PluginState, test_id: str, series_key: str, result) -> None:  # type: ignore[no-untyped-def]
+    """Judge the result against its baseline; fail the test on a regression if asked."""
+    __tracebackhide__ = True
+    from pytest_tokperf.storage import ResultStore
+
+    store = state.recorder.store
+    assert isinstance(store, ResultStore)
+    findings = judge(
+        store, state.baseline, test_id=test_id, series_key=series_key, samples=result.samples,
+        current_build=result.engine.build or result.engine.version or "?",
+        run_id=state.recorder.run_id, min_effect=state.settings.min_effect,
+    )
+    state.findings.extend(findings)
+    regressions = [f for f in findings if f.comparison.verdict == "regression"]
+    if regressions and state.settings.fail_on_regression:
+        raise AssertionError("\n".join(describe(f) for f in regressions))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE, None)
     if state is None or not state.rows:
@@ -191,6 +226,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("tokperf")
     for line in summary_table(state.rows):
         terminalreporter.write_line(line)
+    judged = [f for f in state.findings if f.comparison.verdict != "inconclusive"]
+    if judged:
+        terminalreporter.write_line(f"against {state.baseline.label}:")
+        for finding in judged:
+            terminalreporter.write_line(f"  {describe(finding)}")
+    noisy = [f for f in state.findings if f.comparison.verdict == "inconclusive"
+             and f.comparison.n_baseline > 0]
+    for finding in noisy:
+        terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
     for problem in dict.fromkeys(state.ceilings.problems):
         terminalreporter.write_line(f"note: {problem}")
     where = state.recorder.location

@@ -59,11 +59,13 @@ class Recorder:
         ceiling: Ceiling | None,
         verdict: Verdict,
         model_path: Path | None,
-    ) -> None:
+    ) -> tuple[int, str] | None:
+        """Store one result; returns (result id, series key), or None when not storing."""
         if self.store is None:
-            return
+            return None
         from pytest_tokperf.environment import collect_run_info
         from pytest_tokperf.storage import ResultStore
+        from pytest_tokperf.storage_rows import series_key
 
         store = self.store
         assert isinstance(store, ResultStore)
@@ -74,16 +76,18 @@ class Recorder:
         efficiency = None
         if ceiling is not None and result.decode_tokens_per_s is not None:
             efficiency = result.decode_tokens_per_s.median / ceiling.decode_tokens_per_s
-        store.record(
+        model = self._model(model_path, result)
+        result_id = store.record(
             self._run_id,
             test_id,
             result,
-            model=self._model(model_path, result),
+            model=model,
             hardware=self.hardware,
             ceiling=ceiling,
             efficiency=efficiency,
             verdict=verdict,
         )
+        return result_id, series_key(test_id, result, model)
 
     def close(self) -> None:
         if self.store is None:

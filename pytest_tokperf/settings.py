@@ -137,6 +137,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "BW", True),
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
                "fraction of the ceiling, e.g. 0.6", _fraction, None, "F"),
+    OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
+               "the DB, default), 'engine=VERSION', or another results DB", _text, "history",
+               "SPEC", True),
+    OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
+               _positive_float, 0.05, "F"),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _positive_float, 0.05, "F"),
 )
@@ -158,8 +163,11 @@ class Settings:
     request_timeout: float
     bandwidth: float | None
     min_efficiency: float | None
+    baseline: str
+    min_effect: float
     agreement: float
     server_args: tuple[str, ...] = ()
+    fail_on_regression: bool = False
 
     @property
     def active(self) -> bool:
@@ -173,6 +181,7 @@ def resolve(
     env: Mapping[str, str],
     rootdir: Path,
     server_args: tuple[str, ...] = (),
+    fail_on_regression: bool = False,
     engine_names: tuple[str, ...] = ENGINE_NAMES,
 ) -> Settings:
     """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset."""
@@ -197,7 +206,7 @@ def resolve(
         values["engine"] = "llama-server"
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
-    return Settings(server_args=server_args, **values)
+    return Settings(server_args=server_args, fail_on_regression=fail_on_regression, **values)
 
 
 def _db_path(value: str | None, rootdir: Path) -> Path | None:
