@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+from pathlib import Path
 from typing import Any
 
+from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.storage_rows import series_key
 from pytest_tokperf.results import (
     Bandwidth,
     BenchResult,
@@ -164,3 +168,29 @@ def record_kwargs() -> dict[str, Any]:
         "efficiency": 0.0146,
         "verdict": "pass",
     }
+
+
+def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -> BenchResult:
+    """A result of engine ``build`` whose 5 samples decode at ``decode`` tok/s (CV ``cv``)."""
+    samples = tuple(
+        dataclasses.replace(make_sample(i), decode_tokens_per_s=decode * rng.gauss(1, cv),
+                            ttft_s=0.05 * rng.gauss(1, cv))
+        for i in range(5)
+    )
+    return dataclasses.replace(make_result(engine=make_engine(version=build, build=build)),
+                               samples=samples)
+
+
+def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tuple[ResultStore, str]:
+    """A DB with one run per (build, decode level), 5 samples each at CV 1%."""
+    rng = random.Random(seed)
+    store = ResultStore.open(db)
+    key = ""
+    for i, (build, level) in enumerate(levels):
+        run = make_run(run_id=f"run-{i}", started_at=f"2026-01-{i + 1:02d}T00:00:00+00:00")
+        store.begin_run(run)
+        result = result_at(build, level, rng)
+        store.record(run.run_id, "t::decode", result, model=make_model(), hardware=make_hardware(),
+                     ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
+        key = series_key("t::decode", result, make_model())
+    return store, key

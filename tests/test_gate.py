@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import sqlite3
 import subprocess
@@ -14,40 +13,8 @@ import pytest
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.gate import Baseline, judge, parse_baseline
 from pytest_tokperf.storage import ResultStore
-from pytest_tokperf.storage_rows import series_key
-from storage_factory import (
-    make_ceiling,
-    make_engine,
-    make_hardware,
-    make_model,
-    make_result,
-    make_run,
-    make_sample,
-)
-
-
-def _result(build: str, decode: float, rng: random.Random, cv: float = 0.01):
-    samples = tuple(
-        dataclasses.replace(make_sample(i), decode_tokens_per_s=decode * rng.gauss(1, cv),
-                            ttft_s=0.05 * rng.gauss(1, cv))
-        for i in range(5)
-    )
-    return dataclasses.replace(make_result(engine=make_engine(version=build, build=build)),
-                               samples=samples)
-
-
-def _fill(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tuple[ResultStore, str]:
-    rng = random.Random(seed)
-    store = ResultStore.open(db)
-    key = ""
-    for i, (build, level) in enumerate(levels):
-        run = make_run(run_id=f"run-{i}", started_at=f"2026-01-{i + 1:02d}T00:00:00+00:00")
-        store.begin_run(run)
-        result = _result(build, level, rng)
-        store.record(run.run_id, "t::decode", result, model=make_model(), hardware=make_hardware(),
-                     ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
-        key = series_key("t::decode", result, make_model())
-    return store, key
+from storage_factory import fill_history as _fill
+from storage_factory import result_at as _result
 
 
 def _verdicts(store: ResultStore, key: str, samples, baseline: Baseline = Baseline("history"),

@@ -1,0 +1,229 @@
+"""``tokperf`` verbs over stored results: history, compare, changes, export/import/merge.
+
+Each handler reads the results DB through ``storage``/``storage_io`` and judges with
+``stats``/``changepoints``/``calibration``; plain text by default, ``--json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.calibration import format_noise, noise
+from pytest_tokperf.changepoints import change_points, settled_baseline
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.gate import history_points
+from pytest_tokperf.stats import DECODE, Comparison, compare_many
+from pytest_tokperf.storage import HistoryRow, ResultStore
+
+
+def _open(path: str) -> ResultStore:
+    db = Path(path).expanduser()
+    if not db.is_file():
+        raise ConfigError(f"results DB {path!r} does not exist; pytest writes one to "
+                          f".tokperf/results.db, or pass --tokperf-db PATH")
+    return ResultStore.open(db)
+
+
+def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else "\n".join(lines))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    fmt = "  ".join(f"{{:{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths)),
+            *(fmt.format(*r).rstrip() for r in rows)]
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _find_series(store: ResultStore, pattern: str | None) -> list[HistoryRow]:
+    rows = store.latest_per_series()
+    if pattern:
+        rows = [r for r in rows if r.series_key.startswith(pattern) or pattern in r.test_id]
+        if not rows:
+            raise ConfigError(f"no stored series matches {pattern!r} (a series key prefix or "
+                              f"part of a test id); `tokperf history DB` lists them")
+    return rows
+
+
+def history(args: argparse.Namespace) -> int:
+    """List series, or one series' runs with its noise and what it can detect."""
+    store = _open(args.db)
+    latest = _find_series(store, args.series)
+    if args.series is None or len(latest) > 1:
+        rows = [(r.series_key[:12], r.test_id, r.engine_build or "-", _f(r.decode_tokens_per_s),
+                 _f(r.efficiency, ".0%"), r.created_at[:19]) for r in latest]
+        _emit(args, [asdict(r) for r in latest],
+              _table(("series", "test", "latest build", "decode tok/s", "eff", "at"), rows))
+        return 0
+    key = latest[0].series_key
+    runs = store.history(key)
+    points = history_points(store, key, DECODE)
+    reps = max((len(p.samples) for p in points), default=0)
+    line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
+            if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
+    rows = [(r.created_at[:19], r.engine_build or "-", r.hardware_name or "-",
+             _f(r.decode_tokens_per_s), _f(r.decode_tokens_per_s_stdev), _f(r.ttft_s * 1e3, ".0f"),
+             _f(r.efficiency, ".0%"), r.verdict) for r in runs]
+    _emit(args, {"series_key": key, "noise": line, "runs": [asdict(r) for r in runs]},
+          [f"series {key} ({latest[0].test_id})",
+           *_table(("at", "build", "hardware", "decode", "±", "TTFT ms", "eff", "verdict"), rows),
+           line])
+    return 0
+
+
+def _samples_by_series(
+    store: ResultStore, version: str | None, settled: bool = False
+) -> dict[str, list[list[float]]]:
+    """Per series, each stored run's decode samples; ``settled``: since the last step."""
+    out: dict[str, list[list[float]]] = {}
+    for row in store.latest_per_series():
+        points = history_points(store, row.series_key, DECODE, engine_version=version)
+        if settled and points:
+            points = settled_baseline(points, DECODE)
+        if points:
+            out[row.series_key] = [list(p.samples) for p in points]
+    return out
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Two engine versions in one DB, or the latest runs of a second DB vs the first."""
+    base_store = _open(args.db)
+    if args.other:
+        current_store = _open(args.other)
+        base = _samples_by_series(base_store, args.baseline, settled=True)
+        current = {k: v[-1] for k, v in _samples_by_series(current_store, args.current).items()}
+    else:
+        if not (args.baseline and args.current):
+            raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
+        base = _samples_by_series(base_store, args.baseline)
+        current = {k: [x for run in v for x in run]
+                   for k, v in _samples_by_series(base_store, args.current).items()}
+    common = sorted(set(base) & set(current))
+    if not common:
+        raise ConfigError("no series has results on both sides; check the versions with "
+                          "`tokperf history DB`")
+    tests = {r.series_key: r.test_id for r in base_store.latest_per_series()}
+    verdicts: dict[str, Comparison] = compare_many(
+        {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
+        {k: current[k] for k in common}, DECODE)
+    rows = [(k[:12], tests.get(k, "?"), v.verdict, f"{v.relative_change:+.1%}", v.reason)
+            for k, v in verdicts.items()]
+    _emit(args, {k: asdict(v) for k, v in verdicts.items()},
+          _table(("series", "test", "verdict", "decode", "why"), rows))
+    return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
+
+
+def changes(args: argparse.Namespace) -> int:
+    """Detected level steps per series, with the dimension that changed there."""
+    store = _open(args.db)
+    found = []
+    for row in _find_series(store, args.series):
+        for cp in change_points(history_points(store, row.series_key, DECODE), DECODE):
+            found.append((row, cp))
+    rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
+             f"{cp.relative_change:+.1%}", f"{cp.p_value:.1e}",
+             ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
+            for r, cp in found]
+    _emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
+          _table(("series", "test", "step", "change", "p", "what changed"), rows)
+          if rows else ["no change points: every series is level (or too short: about 12 runs "
+                        "are needed before a split can be significant)"])
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from pytest_tokperf.storage_io import export_results
+
+    n = export_results(Path(args.db), args.format, Path(args.output))
+    print(f"{n} results -> {args.output}")
+    return 0
+
+
+def import_(args: argparse.Namespace) -> int:
+    from pytest_tokperf.storage_io import Added, import_dataset, load_reference_runs
+
+    added = Added()
+    for source in args.files:
+        path = Path(source)
+        added = added + (load_reference_runs(path, Path(args.db)) if path.is_dir()
+                         else import_dataset(Path(args.db), path))
+    print(f"added {added.runs} runs, {added.results} results, {added.samples} samples to {args.db}")
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    from pytest_tokperf.storage_io import merge as merge_dbs
+
+    added = merge_dbs(Path(args.a), Path(args.b), Path(args.output))
+    print(f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples")
+    return 0
+
+
+def save_reference(args: argparse.Namespace) -> int:
+    from pytest_tokperf.storage_io import write_reference_run
+
+    store = _open(args.db)
+    run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
+    if run_id is None:
+        raise ConfigError(f"{args.db!r} holds no runs to save")
+    print(write_reference_run(Path(args.db), run_id, Path(args.directory)))
+    return 0
+
+
+def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
+    """Add this module's verbs to the ``tokperf`` parser."""
+    p = verbs.add_parser("history", help="stored series, or one series' runs and noise")
+    p.add_argument("db", help="results DB")
+    p.add_argument("series", nargs="?", help="series key prefix or part of a test id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("history", history)
+
+    p = verbs.add_parser("compare", help="decode tok/s of two engine versions, or two DBs",
+                         description="Per series: significant AND at least 5%% -> regression or "
+                         "improvement; too noisy -> inconclusive. Benjamini-Hochberg across series.")
+    p.add_argument("db", help="results DB (the baseline side for two DBs)")
+    p.add_argument("other", nargs="?", help="second DB: its latest run per series is 'current'")
+    p.add_argument("--baseline", help="baseline engine version or build")
+    p.add_argument("--current", help="current engine version or build")
+    p.add_argument("--fail", action="store_true", help="exit 1 when a series regressed")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("compare", compare)
+
+    p = verbs.add_parser("changes", help="change points in each series' history")
+    p.add_argument("db", help="results DB")
+    p.add_argument("series", nargs="?", help="series key prefix or part of a test id")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("changes", changes)
+
+    p = verbs.add_parser("export", help="results as CSV or JSON (one row per result)")
+    p.add_argument("db")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.add_argument("--output", "-o", required=True)
+    register("export", export)
+
+    p = verbs.add_parser("import", help="add runs from reference .jsonl files, a folder of them "
+                         "(e.g. db/runs) or a JSON export")
+    p.add_argument("db")
+    p.add_argument("files", nargs="+")
+    register("import", import_)
+
+    p = verbs.add_parser("merge", help="merge two results DBs, deduplicated by run id")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--output", "-o", required=True)
+    register("merge", merge)
+
+    p = verbs.add_parser("save-reference", help="write a run as diff-friendly text (db/runs/)")
+    p.add_argument("db")
+    p.add_argument("--run", help="run id (default: the latest)")
+    p.add_argument("--directory", "-d", default="db/runs")
+    register("save-reference", save_reference)

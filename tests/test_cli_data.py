@@ -1,0 +1,82 @@
+"""`tokperf history/compare/changes/export/import/merge/save-reference` on stored results."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from storage_factory import fill_history
+
+from pytest_tokperf.cli import main
+
+STEP = [(f"b{i:02d}", 100.0) for i in range(10)] + [(f"b{i:02d}", 88.0) for i in range(10, 20)]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    store, _ = fill_history(tmp_path / "r.db", STEP)
+    store.close()
+    return tmp_path / "r.db"
+
+
+def test_history_lists_series_then_one(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["history", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "t::decode" in out and "b19" in out
+    assert main(["history", str(db), "t::decode"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  unchecked") == 20
+    assert "decode CV " in out and "smallest detectable change at 5 reps" in out
+
+
+def test_changes_names_the_step_and_build(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["changes", str(db), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert len(found) == 1
+    step = found[0]
+    assert (step["version_before"], step["version_after"]) == ("b09", "b10")
+    assert step["relative_change"] == pytest.approx(-0.12, abs=0.02)
+    assert step["changed"]["engine_build"] == ["b09", "b10"]
+
+
+def test_compare_versions_flags_regression(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(db), "--baseline", "b03", "--current", "b15", "--fail"]) == 1
+    out = capsys.readouterr().out
+    assert "regression" in out and "decode −11." in out
+    assert main(["compare", str(db), "--baseline", "b03", "--current", "b04"]) == 0
+    assert "regression" not in capsys.readouterr().out
+
+
+def test_compare_two_dbs(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fill_history(tmp_path / "new.db", [("b99", 80.0)])[0].close()
+    assert main(["compare", str(db), str(tmp_path / "new.db"), "--json"]) == 0
+    verdicts = json.loads(capsys.readouterr().out)
+    assert [v["verdict"] for v in verdicts.values()] == ["regression"]
+
+
+def test_export_import_merge_reference(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_csv = tmp_path / "r.csv"
+    assert main(["export", str(db), "--format", "csv", "-o", str(out_csv)]) == 0
+    with out_csv.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 20 and {r["engine_build"] for r in rows} >= {"b00", "b19"}
+    refs = tmp_path / "runs"
+    assert main(["save-reference", str(db), "-d", str(refs)]) == 0
+    saved = list(refs.glob("*.jsonl"))
+    assert len(saved) == 1
+    assert main(["import", str(tmp_path / "fresh.db"), str(refs)]) == 0
+    assert "added 1 runs, 1 results, 5 samples" in capsys.readouterr().out
+    assert main(["merge", str(db), str(tmp_path / "fresh.db"), "-o", str(tmp_path / "m.db")]) == 0
+    assert "20 runs, 20 results, 100 samples" in capsys.readouterr().out
+
+
+def test_missing_db_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["history", str(tmp_path / "nope.db")]) == 2
+    assert "results DB" in capsys.readouterr().err
+
+
+def test_unknown_series_is_clear(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["history", str(db), "zzz"]) == 2
+    assert "no stored series matches 'zzz'" in capsys.readouterr().err
