@@ -47,12 +47,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+def _help(spec: settings_mod.OptionSpec) -> str:
+    text = spec.help
+    if spec.default is not None and "default" not in text:
+        text += f" (default {spec.default})"
+    if spec.env:
+        text += f" [env {spec.env_var}]"
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
         group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
-                        metavar=spec.metavar, help=spec.help + (
-                            f" [env {spec.env_var}]" if spec.env else ""))
+                        metavar=spec.metavar, help=_help(spec))
         parser.addini(spec.ini, spec.help, default=None)
     group.addoption(
         "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",

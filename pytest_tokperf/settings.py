@@ -127,8 +127,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ctx_size", "context size of a started server", _positive_int, 4096, "N"),
     OptionSpec("repetitions", "measured repetitions per workload", _positive_int, 5, "N"),
     OptionSpec("warmup", "discarded warm-up runs per workload", _non_negative_int, 1, "N"),
-    OptionSpec("db", "results database (default <rootdir>/.tokperf/results.db; 'off' "
-               "writes nothing)", _text, None, "PATH", True),
+    OptionSpec("db", "results database (default .tokperf/results.db in the rootdir when an "
+               "ini file sets it, else in the current directory; 'off' writes nothing)",
+               _text, None, "PATH", True),
     OptionSpec("startup_timeout", "seconds to wait for a started server's /health",
                _positive_float, 120.0, "S"),
     OptionSpec("request_timeout", "seconds one generation may take", _positive_float, 600.0, "S"),

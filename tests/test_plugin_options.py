@@ -30,8 +30,15 @@ def test_help_lists_options(pytester: pytest.Pytester) -> None:
         "*--tokperf-model=PATH*",
         "*--tokperf-server-bin=PATH*",
         "*--tokperf-db=PATH*",
+        "*--tokperf-bandwidth=BW*",
+        "*--tokperf-min-efficiency=F*",
+        "*--tokperf-baseline=SPEC*",
+        "*--tokperf-min-effect=F*",
+        "*= 5%) (default 0.05)*",
+        "*--tokperf-fail-on-regression*",
         "*--tokperf-server-arg=ARG*",
     ])
+    result.stdout.fnmatch_lines(["*tokperf_min_efficiency (string):*"])
 
 
 def test_precedence_cli_env_ini_default() -> None:
