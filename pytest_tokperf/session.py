@@ -20,6 +20,7 @@ from pytest_tokperf.engines.launcher import (
     resolve_server_binary,
     start_llama_server,
 )
+from pytest_tokperf.engines.launchers import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
 from pytest_tokperf.results import ModelInfo

@@ -19,7 +19,7 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import count, error_text, wrong_engine
+from pytest_tokperf.engines.wire import count, error_text, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo
 
@@ -33,16 +33,8 @@ class LMStudio(OpenAICompatible):
         self._probe: dict[str, Any] | None = None
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/api/v0/models", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        if response.status_code == 200 and self._looks_right(response):
-            return True
-        raise wrong_engine(self.name, self.base_url, "no model list at GET /api/v0/models",
-                           self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/api/v0/models",
+                           self._looks_right, "no model list at GET /api/v0/models")
 
     def _catalog(self) -> list[dict[str, Any]]:
         listing = get_json(self._client, f"{self.base_url}/api/v0/models", "LM Studio model list")

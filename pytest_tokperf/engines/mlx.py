@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import error_text, wrong_engine
+from pytest_tokperf.engines.wire import error_text, json_field, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo
 
@@ -53,20 +53,9 @@ class MLX(OpenAICompatible):
     display = "mlx_lm.server"
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/health", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        try:
-            data = response.json() if response.status_code == 200 else None
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and data.get("status") == "ok":
-            return True
-        raise wrong_engine(self.name, self.base_url, 'no {"status": "ok"} at GET /health',
-                           self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/health",
+                           lambda r: json_field(r, "status", "ok"),
+                           'no {"status": "ok"} at GET /health')
 
     def model(self) -> str | None:
         return self._requested_model

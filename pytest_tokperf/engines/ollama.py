@@ -38,6 +38,8 @@ from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
     error_text,
+    json_field,
+    probe_ready,
     stream_post,
     text_prompt,
     wrong_engine,
@@ -99,19 +101,8 @@ class Ollama:
         self._show: dict[str, Any] | None = None
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/api/version", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        try:
-            data = response.json() if response.status_code == 200 else None
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and "version" in data:
-            return True
-        raise wrong_engine(self.name, self.base_url, "no version at GET /api/version", self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/api/version",
+                           lambda r: json_field(r, "version"), "no version at GET /api/version")
 
     # -- models ---------------------------------------------------------------------
 

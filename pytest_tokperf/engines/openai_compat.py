@@ -29,9 +29,9 @@ from pytest_tokperf.engines.wire import (
     error_text,
     model_ids,
     number,
+    probe_ready,
     stream_post,
     text_prompt,
-    wrong_engine,
 )
 from pytest_tokperf.errors import EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
@@ -66,16 +66,8 @@ class OpenAICompatible:
     # -- readiness and identity -------------------------------------------------
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/v1/models", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        if response.status_code == 200 and self._looks_right(response):
-            return True
-        raise wrong_engine(self.name, self.base_url, "no model list at GET /v1/models",
-                           self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/v1/models",
+                           self._looks_right, "no model list at GET /v1/models")
 
     def _looks_right(self, response: httpx.Response) -> bool:
         try:

@@ -25,6 +25,7 @@ from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
     error_text,
+    probe_ready,
     stream_post,
     text_prompt,
     wrong_engine,
@@ -60,16 +61,9 @@ class SGLang:
         self._model = model
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/get_model_info", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        if self._model_info_from(response) is not None:
-            return True
-        raise wrong_engine(self.name, self.base_url, "no model_path at GET /get_model_info",
-                           self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/get_model_info",
+                           lambda r: self._model_info_from(r) is not None,
+                           "no model_path at GET /get_model_info")
 
     @staticmethod
     def _model_info_from(response: httpx.Response) -> dict[str, Any] | None:

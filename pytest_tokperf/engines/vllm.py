@@ -23,7 +23,7 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import count, text_prompt, wrong_engine
+from pytest_tokperf.engines.wire import count, json_field, probe_ready, text_prompt, wrong_engine
 from pytest_tokperf.errors import EngineError
 from pytest_tokperf.results import EngineInfo, GenerationRequest
 
@@ -39,19 +39,8 @@ class VLLM(OpenAICompatible):
         self._tokenize = True
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/version", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        if response.status_code == 503:
-            return False
-        try:
-            data = response.json() if response.status_code == 200 else None
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and "version" in data:
-            return True
-        raise wrong_engine(self.name, self.base_url, "no version at GET /version", self._client)
+        return probe_ready(self.name, self.base_url, self._client, "/version",
+                           lambda r: json_field(r, "version"), "no version at GET /version")
 
     def prompt(self, request: GenerationRequest) -> str | list[int]:
         if not self._tokenize:

@@ -132,6 +132,38 @@ def identify(client: httpx.Client, base_url: str) -> str:
     return f"HTTP {response.status_code} {response.text[:80]!r} on GET /"
 
 
+def probe_ready(
+    engine: str,
+    base_url: str,
+    client: httpx.Client,
+    path: str,
+    looks_right: Callable[[httpx.Response], bool],
+    expected: str,
+) -> bool:
+    """GET ``path``: False while unreachable or loading (503), True when the answer
+    ``looks_right``, else the engine at that URL is another one: ``wrong_engine``."""
+    try:
+        response = client.get(f"{base_url}{path}", timeout=5.0)
+    except httpx.HTTPError:
+        return False
+    if response.status_code == 503:
+        return False
+    if response.status_code == 200 and looks_right(response):
+        return True
+    raise wrong_engine(engine, base_url, expected, client)
+
+
+def json_field(response: httpx.Response, key: str, value: object = None) -> bool:
+    """True when the response is a JSON object with ``key`` (equal to ``value`` if given)."""
+    try:
+        data = response.json()
+    except ValueError:
+        return False
+    if not isinstance(data, dict) or key not in data:
+        return False
+    return value is None or data[key] == value
+
+
 def wrong_engine(
     engine: str, base_url: str, expected: str, client: httpx.Client
 ) -> EngineProtocolError:

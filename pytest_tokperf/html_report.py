@@ -1,0 +1,181 @@
+"""A self-contained HTML report: summary table, changes and the PNG figures inline.
+
+One file with no external URLs and no JavaScript: images are base64 ``data:`` URIs,
+styles are inline, and a Content-Security-Policy forbids loading anything else, so it
+opens the same from a CI artifact, a mail attachment or a disk with no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.plots import Plot, plot_all
+from pytest_tokperf.report_data import (
+    ResultFigures,
+    SeriesChange,
+    load_histories,
+    store_figures,
+)
+from pytest_tokperf.report_formats import SUMMARY_HEADER, change_line, headline, summary_cells
+from pytest_tokperf.stats import DECODE, Metric
+from pytest_tokperf.storage import ResultStore
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+.headline { font-size: 16px; margin: 0 0 12px; }
+table { border-collapse: collapse; margin: 8px 0 16px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; }
+th { background: #f0f3f7; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.v-fail, .v-error, .v-suspect, .regression { color: #b00020; font-weight: bold; }
+.v-pass, .improvement { color: #1b7f2a; }
+.inconclusive { color: #8a6d00; }
+figure { margin: 16px 0 24px; }
+figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { color: #555; font-size: 13px; }
+.skipped { color: #666; }
+"""
+_NUMERIC = {2, 3, 4, 5, 6}
+_SECTIONS = (
+    ("regression", "Regressions"),
+    ("improvement", "Improvements"),
+    ("inconclusive", "Too noisy to decide"),
+)
+
+
+def _table(figures: Sequence[ResultFigures]) -> list[str]:
+    if not figures:
+        return ["<p>No results.</p>"]
+    out = ["<table>", "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in SUMMARY_HEADER) + "</tr>"]
+    for fig in figures:
+        cells = []
+        for i, text in enumerate(summary_cells(fig)):
+            css = "num" if i in _NUMERIC else ""
+            if i == len(SUMMARY_HEADER) - 1:
+                css = f"v-{fig.verdict}"
+            attr = f' class="{css}"' if css else ""
+            cells.append(f"<td{attr}>{escape(text)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return out
+
+
+def _changes(changes: Sequence[SeriesChange]) -> list[str]:
+    out: list[str] = []
+    for verdict, heading in _SECTIONS:
+        picked = [c for c in changes if c.verdict == verdict]
+        if not picked:
+            continue
+        out += [f"<h2>{heading}</h2>", "<ul>"]
+        for c in picked:
+            out.append(
+                f'<li><b>{escape(c.test_id)}</b> <span class="{verdict}">{verdict}</span>: '
+                f'{escape(change_line(c))}<br><small>{escape(c.reason)}</small></li>'
+            )
+        out.append("</ul>")
+    if not out:
+        out.append("<p>No regressions or improvements found.</p>")
+    return out
+
+
+def _figure(plot: Plot, path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the plot {str(plot.path)!r} to embed it: {exc}") from exc
+    uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    caption = escape(plot.title) + (f" — {escape(plot.note)}" if plot.note else "")
+    return (f'<figure><img alt="{escape(plot.title)}" src="{uri}">'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+def render_html(
+    figures: Sequence[ResultFigures],
+    changes: Sequence[SeriesChange],
+    plots: Sequence[Plot],
+    *,
+    title: str = "pytest-tokperf report",
+    subtitle: str = "",
+) -> str:
+    """The whole page as text; each drawn plot's PNG is read and embedded."""
+    setups = sorted({f.setup_label for f in figures})
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="headline">{escape(headline(figures, changes))}</p>',
+    ]
+    if subtitle:
+        body.append(f"<p>{escape(subtitle)}</p>")
+    if setups:
+        body.append(f"<p>Setup: {escape('; '.join(setups))}</p>")
+    body += _table(figures)
+    body += _changes(changes)
+    drawn = [(p, p.path) for p in plots if p.path is not None]
+    if drawn:
+        body.append("<h2>Figures</h2>")
+        body += [_figure(p, path) for p, path in drawn]
+    skipped = [p for p in plots if p.skipped]
+    if skipped:
+        body.append('<ul class="skipped">')
+        body += [f"<li>{escape(p.title)}: not drawn ({escape(p.note)})</li>" for p in skipped]
+        body.append("</ul>")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{_STYLE}</style>",
+        "</head><body>",
+        *body,
+        "</body></html>",
+        "",
+    ])
+
+
+def write_html(html: str, path: Path) -> Path:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the HTML report to {str(path)!r}: {exc}") from exc
+    return path
+
+
+def build_html_report(
+    store: ResultStore,
+    path: Path,
+    *,
+    run_id: str | None = None,
+    series_keys: Sequence[str] | None = None,
+    metric: Metric = DECODE,
+    limit: int | None = None,
+    extra_changes: Sequence[SeriesChange] = (),
+    title: str = "pytest-tokperf report",
+) -> Path:
+    """Read ``store``, draw every figure and write one self-contained page to ``path``.
+
+    Without ``run_id`` the table has the latest result of each series; with it, that
+    run's results (and only their series' histories). The changes listed are the
+    change points of each history (``metric``, newest ``limit`` results) followed by
+    ``extra_changes`` (e.g. the session gate's comparisons); histories with a change
+    point are drawn first.
+    """
+    figures = store_figures(store, run_id=run_id, series_keys=series_keys)
+    keys = series_keys if run_id is None else sorted({f.series_key for f in figures
+                                                       if f.series_key is not None})
+    histories = load_histories(store, keys, metric=metric, limit=limit)
+    histories.sort(key=lambda h: not h.changes)  # series that stepped come first
+    changes = [c for h in histories for c in h.series_changes()] + list(extra_changes)
+    subtitle = f"{store.path}" + (f", run {run_id}" if run_id else "")
+    with tempfile.TemporaryDirectory(prefix="tokperf-plots-") as tmp:
+        plots = plot_all(figures, histories, Path(tmp))
+        html = render_html(figures, changes, plots, title=title, subtitle=subtitle)
+    return write_html(html, path)

@@ -1,0 +1,235 @@
+"""PNG figures from plain report values, drawn with matplotlib (the ``plot`` extra).
+
+matplotlib is imported on first use; without it every function raises ``ConfigError``
+saying what to install. Figures use matplotlib's object API on an Agg canvas, so
+nothing touches pyplot's global state or the user's backend. A figure the data cannot
+support (no concurrency sweep, one build only) is skipped: its ``Plot`` has no path and
+a note that says why.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.report_data import ResultFigures, SeriesHistory
+from pytest_tokperf.report_formats import pct
+from pytest_tokperf.stats import TTFT
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+INSTALL_HINT = "pip install 'pytest-tokperf[plot]'"
+PlotKind = Literal["history", "efficiency-depth", "ttft-prompt", "concurrency"]
+LINE = "#1f77b4"
+"""The colour of every measured line (tests look for it in rendered pages)."""
+VERDICT_COLOURS = {"regression": "#d62728", "improvement": "#2ca02c"}
+_DPI = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    """One figure: written to ``path``, or skipped (``path`` is None) for ``note``."""
+
+    kind: PlotKind
+    title: str
+    path: Path | None
+    note: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        return self.path is None
+
+
+def _new_figure(width_in: float = 9.0, height_in: float = 4.8) -> tuple[Figure, Axes]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ConfigError(
+            f"plots need matplotlib, which is not installed here: {INSTALL_HINT}"
+        ) from exc
+    fig = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot {str(path)!r}: {exc}; choose another "
+                          "output folder") from exc
+    return path
+
+
+def _legend(ax: Axes) -> None:
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize="small", loc="best")
+
+
+def plot_history(history: SeriesHistory, path: Path) -> Plot:
+    """The metric per engine build (samples and medians) with each change point marked.
+
+    A change point is a dashed vertical line between the two builds, labelled with the
+    step in percent, and the levels on either side as horizontal segments.
+    """
+    points = history.points
+    title = f"{history.metric.name} across builds: {history.title}"
+    if len(points) < 2:
+        return Plot("history", title, None,
+                    f"{history.title}: {len(points)} build(s) with samples, a history needs 2")
+    ms = history.metric is TTFT
+    scale = 1e3 if ms else 1.0
+    fig, ax = _new_figure(max(7.0, min(14.0, 0.6 * len(points) + 4)))
+    for i, point in enumerate(points):
+        ax.plot([i] * len(point.samples), [v * scale for v in point.samples], ".",
+                color=LINE, alpha=0.35, markersize=4)
+    medians = [statistics.median(p.samples) * scale for p in points]
+    ax.plot(range(len(points)), medians, "o-", color=LINE, label=f"{history.metric.name} median")
+    bounds = [0, *(c.index for c in history.changes), len(points)]
+    for n, change in enumerate(history.changes):
+        colour = VERDICT_COLOURS[change.verdict]
+        x = change.index - 0.5
+        ax.axvline(x, color=colour, linestyle="--", linewidth=1.5)
+        ax.text(x + 0.08, 0.97 - 0.07 * (n % 2), f"{pct(change.relative_change)} {change.verdict}",
+                transform=ax.get_xaxis_transform(), color=colour, va="top", ha="left",
+                fontsize="small", fontweight="bold",
+                bbox={"facecolor": "white", "edgecolor": colour, "alpha": 0.9, "pad": 2})
+        ax.hlines(change.level_before * scale, bounds[n] - 0.3, x, colors=colour, alpha=0.6)
+        ax.hlines(change.level_after * scale, x, bounds[n + 2] - 0.7, colors=colour, alpha=0.6)
+    ceiling = history.ceiling_decode_tokens_per_s
+    if ceiling and history.metric.name == "decode":
+        if ceiling <= 2 * max(medians):
+            ax.axhline(ceiling, color="grey", linestyle=":", label=f"ceiling {ceiling:.1f}")
+        else:
+            title += f" (ceiling {ceiling:.0f} tok/s, off scale)"
+    ax.set_xticks(list(range(len(points))))
+    ax.set_xticklabels([p.version for p in points], rotation=30 if len(points) > 6 else 0,
+                       ha="right" if len(points) > 6 else "center", fontsize="small")
+    ax.set_xlabel("engine build (oldest first)")
+    ax.set_ylabel("TTFT ms" if ms else f"{history.metric.name} tok/s")
+    ax.set_title(title, fontsize="medium")
+    _legend(ax)
+    steps = ", ".join(f"{c.verdict} {pct(c.relative_change)} at {c.version_after}"
+                      for c in history.changes) or "no change point"
+    return Plot("history", title, _save(fig, path), steps)
+
+
+Curves = dict[str, tuple[list[float], list[float]]]
+
+
+def _curves(
+    figures: Sequence[ResultFigures],
+    x_of: Callable[[ResultFigures], float],
+    y_of: Callable[[ResultFigures], float | None],
+    group_of: Callable[[ResultFigures], str],
+) -> Curves:
+    """Per group, x ascending with the median y of the results at each x."""
+    grouped: dict[str, dict[float, list[float]]] = {}
+    for fig in figures:
+        y = y_of(fig)
+        if y is not None:
+            grouped.setdefault(group_of(fig), {}).setdefault(x_of(fig), []).append(y)
+    curves: Curves = {}
+    for label in sorted(grouped):
+        xs = sorted(grouped[label])
+        curves[label] = (xs, [statistics.median(grouped[label][x]) for x in xs])
+    return curves
+
+
+def _draw_curves(curves: Curves, path: Path, title: str, xlabel: str, ylabel: str,
+                 kind: PlotKind, note: str, integer_x: bool = False) -> Plot:
+    fig, ax = _new_figure()
+    colours = [LINE, "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+    for n, (label, (xs, ys)) in enumerate(curves.items()):
+        ax.plot(xs, ys, "o-", color=colours[n % len(colours)], label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.set_ylim(bottom=0)
+    if integer_x:
+        ax.set_xticks(sorted({x for xs, _ in curves.values() for x in xs}))
+    _legend(ax)
+    return Plot(kind, title, _save(fig, path), note)
+
+
+def _distinct_x(curves: Curves) -> int:
+    return len({x for xs, _ in curves.values() for x in xs})
+
+
+def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Plot:
+    """Decode efficiency (decode / ceiling) against the mean KV depth during decode.
+
+    Single-request results only: with concurrent requests the ceiling means another thing.
+    """
+    title = "Decode efficiency vs depth"
+    curves = _curves(
+        [f for f in figures if f.concurrency == 1], lambda f: f.mean_decode_depth_tokens,
+        lambda f: None if f.efficiency is None else f.efficiency * 100, lambda f: f.setup_label,
+    )
+    if _distinct_x(curves) < 2:
+        return Plot("efficiency-depth", title, None,
+                    "efficiency vs depth needs results with a ceiling at two or more "
+                    "decode depths (vary depth_tokens or prompt_tokens)")
+    return _draw_curves(curves, path, title,
+                        "mean decode depth (KV tokens read per generated token)",
+                        "efficiency (% of the bandwidth ceiling)", "efficiency-depth",
+                        f"{len(curves)} setup(s)")
+
+
+def plot_ttft_vs_prompt(figures: Sequence[ResultFigures], path: Path) -> Plot:
+    """Time to first token against prompt length, one line per setup (single requests)."""
+    title = "TTFT vs prompt length"
+    curves = _curves([f for f in figures if f.concurrency == 1], lambda f: f.prompt_tokens,
+                     lambda f: f.ttft_s * 1e3, lambda f: f.setup_label)
+    if _distinct_x(curves) < 2:
+        return Plot("ttft-prompt", title, None,
+                    "TTFT vs prompt length needs results at two or more prompt lengths")
+    return _draw_curves(curves, path, title, "prompt tokens", "TTFT ms", "ttft-prompt",
+                        f"{len(curves)} setup(s)")
+
+
+def plot_concurrency(figures: Sequence[ResultFigures], path: Path) -> Plot:
+    """Aggregate decode tok/s (per-request decode × concurrency) against concurrency."""
+    title = "Aggregate decode vs concurrency"
+    swept = {_workload_group(f) for f in figures if f.concurrency > 1}
+    if not swept:
+        return Plot("concurrency", title, None,
+                    "no results with concurrency > 1: nothing to draw a concurrency curve from")
+    curves = _curves(
+        [f for f in figures if _workload_group(f) in swept], lambda f: f.concurrency,
+        lambda f: None if f.decode_tokens_per_s is None
+        else f.decode_tokens_per_s * f.concurrency,
+        _workload_group,
+    )
+    return _draw_curves(curves, path, title, "concurrent requests",
+                        "aggregate decode tok/s", "concurrency", f"{len(curves)} workload(s)",
+                        integer_x=True)
+
+
+def _workload_group(fig: ResultFigures) -> str:
+    return (f"{fig.setup_label} · prompt {fig.prompt_tokens}, gen {fig.generate_tokens}"
+            + (f", depth {fig.depth_tokens}" if fig.depth_tokens else ""))
+
+
+def plot_all(
+    figures: Sequence[ResultFigures], histories: Sequence[SeriesHistory], out_dir: Path
+) -> list[Plot]:
+    """Every figure into ``out_dir``: one history per series, then the three curves."""
+    out_dir = Path(out_dir)
+    plots = [plot_history(h, out_dir / f"history-{h.series_key}-{h.metric.name}.png")
+             for h in histories]
+    plots.append(plot_efficiency_vs_depth(figures, out_dir / "efficiency-vs-depth.png"))
+    plots.append(plot_ttft_vs_prompt(figures, out_dir / "ttft-vs-prompt.png"))
+    plots.append(plot_concurrency(figures, out_dir / "concurrency.png"))
+    return plots

@@ -1,0 +1,300 @@
+"""What the reports read: results and changes as flat values in SI units.
+
+``report_formats``, ``plots`` and ``html_report`` take these plain values; this module
+is the one place that reads a ``ResultStore`` for them (a session's rows, the latest
+result of each series, a series' history with its change points).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_tokperf.ceiling_source import mean_decode_depth
+from pytest_tokperf.changepoints import ChangePoint, Point, change_points
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.report import Row
+from pytest_tokperf.results import (
+    BenchResult,
+    Ceiling,
+    HardwareInfo,
+    ModelInfo,
+    Sample,
+    Summary,
+    Workload,
+)
+from pytest_tokperf.stats import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.storage import HistoryRow, ResultStore, StoredResult
+
+SAMPLE_FIELDS: dict[str, str] = {
+    DECODE.name: "decode_tokens_per_s",
+    PREFILL.name: "prefill_tokens_per_s",
+    TTFT.name: "ttft_s",
+}
+"""The ``Sample`` field a history plot and its change points use, per metric name."""
+
+METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT)}
+
+
+@dataclass(frozen=True, slots=True)
+class ResultFigures:
+    """One measured workload as every report shows it (medians over the repetitions)."""
+
+    test_id: str
+    series_key: str | None
+    engine_name: str
+    engine_version: str | None
+    engine_build: str | None
+    hardware_name: str | None
+    model_file_name: str | None
+    prompt_tokens: int
+    generate_tokens: int
+    depth_tokens: int
+    concurrency: int
+    repetitions: int
+    ttft_s: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    decode_tokens_per_s_stdev: float | None
+    ceiling_decode_tokens_per_s: float | None
+    efficiency: float | None
+    verdict: str
+    run_id: str | None = None
+    created_at: str | None = None
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(
+            prompt_tokens=self.prompt_tokens, generate_tokens=self.generate_tokens,
+            depth_tokens=self.depth_tokens, concurrency=self.concurrency,
+            repetitions=self.repetitions,
+        )
+
+    @property
+    def mean_decode_depth_tokens(self) -> int:
+        """KV positions read per decoded token on average (what the ceiling assumed)."""
+        return mean_decode_depth(self.workload)
+
+    @property
+    def build_label(self) -> str:
+        return version_label(self.engine_version, self.engine_build)
+
+    @property
+    def setup_label(self) -> str:
+        """Engine, build, model and hardware: what one line of a comparison plot is."""
+        parts = [f"{self.engine_name} {self.build_label}", self.model_file_name,
+                 self.hardware_name]
+        return " · ".join(p for p in parts if p)
+
+
+def version_label(version: str | None, build: str | None) -> str:
+    """``b6000 (abc1234)``, or whichever of the two is known, or ``?``."""
+    if version and build and version != build:
+        return f"{version} ({build})"
+    return version or build or "?"
+
+
+def workload_label(prompt_tokens: int, generate_tokens: int, depth_tokens: int = 0,
+                   concurrency: int = 1) -> str:
+    """``prompt 512, gen 128`` plus depth and concurrency when they are not the default."""
+    text = f"prompt {prompt_tokens}, gen {generate_tokens}"
+    if depth_tokens:
+        text += f", depth {depth_tokens}"
+    if concurrency != 1:
+        text += f", ×{concurrency}"
+    return text
+
+
+def figures_from_result(
+    test_id: str, result: BenchResult, *, ceiling: Ceiling | None, verdict: str,
+    efficiency: float | None = None, series_key: str | None = None,
+    model: ModelInfo | None = None, hardware: HardwareInfo | None = None,
+    run_id: str | None = None, created_at: str | None = None,
+) -> ResultFigures:
+    """Flatten one result; ``efficiency`` defaults to decode / ceiling."""
+    decode = result.decode_tokens_per_s
+    ceiling_tps = ceiling.decode_tokens_per_s if ceiling else None
+    if efficiency is None and decode is not None and ceiling_tps:
+        efficiency = decode.median / ceiling_tps
+    w = result.workload
+    return ResultFigures(
+        test_id=test_id, series_key=series_key, engine_name=result.engine.name,
+        engine_version=result.engine.version, engine_build=result.engine.build,
+        hardware_name=hardware.name if hardware else None,
+        model_file_name=model.file_name if model else result.engine.model_name,
+        prompt_tokens=w.prompt_tokens, generate_tokens=w.generate_tokens,
+        depth_tokens=w.depth_tokens, concurrency=w.concurrency,
+        repetitions=len(result.samples) or w.repetitions,
+        ttft_s=result.ttft_s.median,
+        prefill_tokens_per_s=_median(result.prefill_tokens_per_s),
+        decode_tokens_per_s=_median(decode),
+        decode_tokens_per_s_stdev=decode.stdev if decode else None,
+        ceiling_decode_tokens_per_s=ceiling_tps, efficiency=efficiency, verdict=verdict,
+        run_id=run_id, created_at=created_at,
+    )
+
+
+def _median(summary: Summary | None) -> float | None:
+    return summary.median if summary else None
+
+
+def figures_from_row(row: Row, *, series_key: str | None = None) -> ResultFigures:
+    """A terminal-summary ``report.Row`` (what the plugin holds at session end)."""
+    return figures_from_result(row.test_id, row.result, ceiling=row.ceiling,
+                               verdict=row.verdict, series_key=series_key)
+
+
+def figures_from_stored(stored: StoredResult) -> ResultFigures:
+    return figures_from_result(
+        stored.test_id, stored.result, ceiling=stored.ceiling, verdict=stored.verdict,
+        efficiency=stored.efficiency, series_key=stored.series_key, model=stored.model,
+        hardware=stored.hardware, run_id=stored.run.run_id, created_at=stored.created_at,
+    )
+
+
+def store_figures(
+    store: ResultStore, *, run_id: str | None = None, series_keys: Sequence[str] | None = None
+) -> list[ResultFigures]:
+    """The latest result of each series, or with ``run_id`` every result of that run.
+
+    ``series_keys`` keeps those series only. Ordered by test id, then creation.
+    """
+    wanted = set(series_keys) if series_keys is not None else None
+    latest = [h for h in store.latest_per_series() if wanted is None or h.series_key in wanted]
+    if run_id is None:
+        rows = latest
+    else:
+        rows = [h for s in latest for h in store.history(s.series_key) if h.run_id == run_id]
+    figures = [figures_from_stored(store.result(h.result_id)) for h in rows]
+    return sorted(figures, key=lambda f: (f.test_id, f.created_at or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesChange:
+    """A verdict on one series with the builds it compared: a gate result or a step."""
+
+    test_id: str
+    series_key: str | None
+    metric: str
+    verdict: Outcome
+    relative_change: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    baseline: str
+    """What was compared against: a build label, or ``b6000 .. b6010`` for a history."""
+    current: str
+    reason: str
+
+    @classmethod
+    def from_comparison(
+        cls, test_id: str, comparison: Comparison, *, baseline: str, current: str,
+        series_key: str | None = None,
+    ) -> SeriesChange:
+        return cls(
+            test_id=test_id, series_key=series_key, metric=comparison.metric,
+            verdict=comparison.verdict, relative_change=comparison.relative_change,
+            ci_low=comparison.ci_low, ci_high=comparison.ci_high,
+            p_value=comparison.p_value, baseline=baseline, current=current,
+            reason=comparison.reason,
+        )
+
+    @classmethod
+    def from_change_point(
+        cls, test_id: str, change: ChangePoint, metric: Metric, *, series_key: str | None = None
+    ) -> SeriesChange:
+        return cls(
+            test_id=test_id, series_key=series_key, metric=metric.name,
+            verdict=change.verdict, relative_change=change.relative_change,
+            ci_low=change.ci_low, ci_high=change.ci_high, p_value=change.p_value,
+            baseline=change.version_before, current=change.version_after,
+            reason=change.reason,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesHistory:
+    """A series across engine builds: one point per build, oldest first, and its steps."""
+
+    series_key: str
+    test_id: str
+    title: str
+    metric: Metric
+    points: tuple[Point, ...]
+    changes: tuple[ChangePoint, ...]
+    ceiling_decode_tokens_per_s: float | None
+
+    def series_changes(self) -> list[SeriesChange]:
+        return [SeriesChange.from_change_point(self.test_id, c, self.metric,
+                                               series_key=self.series_key)
+                for c in self.changes]
+
+
+def metric_named(name: str) -> Metric:
+    if name not in METRICS:
+        raise ConfigError(f"metric {name!r} has no per-sample history: use one of "
+                          f"{', '.join(sorted(METRICS))}")
+    return METRICS[name]
+
+
+def history_points(
+    rows: Sequence[HistoryRow], samples: Sequence[Sequence[Sample]], metric: Metric
+) -> list[Point]:
+    """One ``Point`` per run of consecutive results with the same build and labels.
+
+    ``samples[i]`` are the repetitions of ``rows[i]``; results whose samples lack the
+    metric are left out, and so are builds left with none.
+    """
+    field = SAMPLE_FIELDS[metric_named(metric.name).name]
+    points: list[Point] = []
+    for row, repetitions in zip(rows, samples, strict=True):
+        version, labels = version_label(row.engine_version, row.engine_build), _labels(row)
+        values = [v for s in repetitions if (v := getattr(s, field)) is not None
+                  and math.isfinite(v) and v > 0]
+        if points and (points[-1].version, points[-1].labels) == (version, labels):
+            points[-1] = Point(version, [*points[-1].samples, *values], labels)
+        else:
+            points.append(Point(version, values, labels))
+    return [p for p in points if p.samples]
+
+
+def _labels(row: HistoryRow) -> dict[str, str]:
+    labels = {
+        "engine_build": version_label(row.engine_version, row.engine_build),
+        "hardware": row.hardware_name,
+        "driver": row.hardware_driver,
+        "model_hash": (row.model_content_hash or "")[:12] or None,
+    }
+    return {k: v for k, v in labels.items() if v}
+
+
+def load_history(
+    store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None
+) -> SeriesHistory:
+    """A series' history from ``store`` with the change points ``changepoints`` finds."""
+    rows = store.history(series_key, limit)
+    if not rows:
+        raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
+                          "list series with `tokperf history`")
+    points = history_points(rows, [store.samples(r.result_id) for r in rows], metric)
+    stored = store.result(rows[-1].result_id)
+    w = stored.result.workload
+    label = workload_label(w.prompt_tokens, w.generate_tokens, w.depth_tokens, w.concurrency)
+    title = f"{rows[-1].test_id} — {label}"
+    return SeriesHistory(
+        series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
+        points=tuple(points), changes=tuple(change_points(points, metric)),
+        ceiling_decode_tokens_per_s=rows[-1].ceiling_decode_tokens_per_s,
+    )
+
+
+def load_histories(
+    store: ResultStore, series_keys: Sequence[str] | None = None, *,
+    metric: Metric = DECODE, limit: int | None = None,
+) -> list[SeriesHistory]:
+    """``load_history`` for each of ``series_keys`` (default: every series), by test id."""
+    keys = ([h.series_key for h in store.latest_per_series()] if series_keys is None
+            else list(series_keys))
+    histories = [load_history(store, key, metric=metric, limit=limit) for key in keys]
+    return sorted(histories, key=lambda h: (h.test_id, h.title, h.series_key))

@@ -1,0 +1,266 @@
+"""CI formats: a markdown summary for one screen, a JSON document, JUnit properties.
+
+The markdown says what passed, what regressed and by how much; it goes to a file or
+is appended to ``$GITHUB_STEP_SUMMARY``. The JSON document has stable keys with the
+units in their names (``ttft_s``, ``decode_tokens_per_s``); NaN becomes ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.report import Row
+from pytest_tokperf.report_data import (
+    ResultFigures,
+    SeriesChange,
+    figures_from_row,
+    workload_label,
+)
+from pytest_tokperf.results import RunInfo
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+JSON_SCHEMA = "pytest-tokperf/report/1"
+SUMMARY_HEADER = (
+    "test", "workload", "TTFT ms", "prefill tok/s", "decode tok/s", "ceiling tok/s",
+    "efficiency", "build", "verdict",
+)
+VERDICT_ORDER = ("fail", "error", "suspect", "pass", "unchecked")
+_SECTIONS = (
+    ("regression", "Regressions"),
+    ("improvement", "Improvements"),
+    ("inconclusive", "Too noisy to decide"),
+)
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """``+12.3%`` / ``−4.0%`` (a true minus sign), ``-`` for unknown or NaN."""
+    if x is None or math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "+∞" if x > 0 else "−∞"
+    return f"{x * 100:+.{digits}f}%".replace("-", "−")
+
+
+def rate(value: float | None, stdev: float | None = None) -> str:
+    """Tokens per second to a useful precision: ``102.4 ±1.9``, ``5230``."""
+    if value is None:
+        return "-"
+    text = f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    if stdev:
+        text += f" ±{stdev:.1f}" if stdev < 1000 else f" ±{stdev:.0f}"
+    return text
+
+
+def p_value(p: float) -> str:
+    if math.isnan(p):
+        return "-"
+    return f"{p:.1e}" if 0 < p < 1e-3 else f"{p:.2g}"
+
+
+def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
+    """One row of the summary table as text, in ``SUMMARY_HEADER`` order."""
+    return (
+        fig.test_id,
+        workload_label(fig.prompt_tokens, fig.generate_tokens, fig.depth_tokens,
+                       fig.concurrency),
+        f"{fig.ttft_s * 1e3:.1f}",
+        rate(fig.prefill_tokens_per_s),
+        rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
+        rate(fig.ceiling_decode_tokens_per_s),
+        f"{fig.efficiency:.1%}" if fig.efficiency is not None else "-",
+        fig.build_label,
+        fig.verdict,
+    )
+
+
+def change_line(change: SeriesChange) -> str:
+    """``decode −12.0% [−14.1%, −9.8%], p=0.0005, b6000 → b6100``: figures and builds."""
+    interval = ""
+    if not math.isnan(change.ci_low):
+        interval = f" [{pct(change.ci_low)}, {pct(change.ci_high)}]"
+    return (f"{change.metric} {pct(change.relative_change)}{interval}, "
+            f"p={p_value(change.p_value)}, {change.baseline} → {change.current}")
+
+
+def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) -> str:
+    """``5 results: 3 pass, 1 fail, 1 unchecked · 1 regression`` (verdicts worst first)."""
+    counts = Counter(f.verdict for f in figures)
+    order = [*VERDICT_ORDER, *sorted(v for v in counts if v not in VERDICT_ORDER)]
+    text = f"{len(figures)} result{'s' * (len(figures) != 1)}"
+    parts = [f"{counts[v]} {v}" for v in order if counts[v]]
+    if parts:
+        text += ": " + ", ".join(parts)
+    steps = Counter(c.verdict for c in changes)
+    found = [f"{steps[v]} {v}{'s' * (steps[v] != 1)}" for v in ("regression", "improvement")
+             if steps[v]]
+    if changes:
+        text += " · " + (", ".join(found) if found else "no regressions")
+    return text
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_summary(
+    figures: Sequence[ResultFigures],
+    changes: Sequence[SeriesChange] = (),
+    *,
+    title: str = "pytest-tokperf",
+) -> str:
+    """One screen of GitHub-flavoured markdown: the results table, then the changes.
+
+    ``changes`` are the session's comparisons (or a history's steps); regressions,
+    improvements and inconclusive ones each get a section with their figures and the
+    builds compared, unchanged ones only a count in the headline.
+    """
+    lines = [f"### {title}: {headline(figures, changes)}", ""]
+    setups = sorted({f.setup_label for f in figures})
+    if setups:
+        lines += [f"Setup: {'; '.join(setups)}", ""]
+    if figures:
+        lines.append("| " + " | ".join(SUMMARY_HEADER) + " |")
+        lines.append("|" + "|".join(["---", "---", *["---:"] * 5, "---", "---"]) + "|")
+        for fig in figures:
+            cells = [_md_cell(c) for c in summary_cells(fig)]
+            if fig.verdict in ("fail", "error", "suspect"):
+                cells[-1] = f"**{cells[-1]}**"
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    else:
+        lines += ["No results.", ""]
+    for verdict, heading in _SECTIONS:
+        picked = [c for c in changes if c.verdict == verdict]
+        if not picked:
+            continue
+        lines += [f"#### {heading}", ""]
+        for change in picked:
+            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: {change_line(change)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_step_summary(markdown: str, env: Mapping[str, str]) -> Path | None:
+    """Append ``markdown`` to the file ``$GITHUB_STEP_SUMMARY`` names; ``None`` when unset."""
+    target = env.get(STEP_SUMMARY_ENV)
+    if not target:
+        return None
+    return write_markdown(markdown, Path(target), append=True, source=STEP_SUMMARY_ENV)
+
+
+def write_markdown(
+    markdown: str, path: Path, *, append: bool = False, source: str = "the markdown path"
+) -> Path:
+    """Write (or append) ``markdown`` with a trailing newline; ``ConfigError`` if unwritable."""
+    try:
+        with Path(path).open("a" if append else "w", encoding="utf-8") as out:
+            out.write(markdown.rstrip("\n") + ("\n\n" if append else "\n"))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the markdown summary to {str(path)!r} (from {source}): {exc}"
+        ) from exc
+    return Path(path)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def result_json(fig: ResultFigures) -> dict[str, Any]:
+    """One result with stable, unit-named keys."""
+    return {
+        "test_id": fig.test_id,
+        "series_key": fig.series_key,
+        "run_id": fig.run_id,
+        "created_at": fig.created_at,
+        "engine_name": fig.engine_name,
+        "engine_version": fig.engine_version,
+        "engine_build": fig.engine_build,
+        "hardware_name": fig.hardware_name,
+        "model_file_name": fig.model_file_name,
+        "prompt_tokens": fig.prompt_tokens,
+        "generate_tokens": fig.generate_tokens,
+        "depth_tokens": fig.depth_tokens,
+        "mean_decode_depth_tokens": fig.mean_decode_depth_tokens,
+        "concurrency": fig.concurrency,
+        "repetitions": fig.repetitions,
+        "ttft_s": _finite(fig.ttft_s),
+        "prefill_tokens_per_s": _finite(fig.prefill_tokens_per_s),
+        "decode_tokens_per_s": _finite(fig.decode_tokens_per_s),
+        "decode_tokens_per_s_stdev": _finite(fig.decode_tokens_per_s_stdev),
+        "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
+        "efficiency": _finite(fig.efficiency),
+        "verdict": fig.verdict,
+    }
+
+
+def change_json(change: SeriesChange) -> dict[str, Any]:
+    return {
+        "test_id": change.test_id,
+        "series_key": change.series_key,
+        "metric": change.metric,
+        "verdict": change.verdict,
+        "relative_change": _finite(change.relative_change),
+        "ci_low": _finite(change.ci_low),
+        "ci_high": _finite(change.ci_high),
+        "p_value": _finite(change.p_value),
+        "baseline": change.baseline,
+        "current": change.current,
+        "reason": change.reason,
+    }
+
+
+def report_json(
+    figures: Sequence[ResultFigures],
+    changes: Sequence[SeriesChange] = (),
+    *,
+    run: RunInfo | None = None,
+) -> dict[str, Any]:
+    """The session document: ``schema``, ``run``, ``counts``, ``results``, ``changes``."""
+    counts = Counter(f.verdict for f in figures)
+    return {
+        "schema": JSON_SCHEMA,
+        "run": None if run is None else {
+            "run_id": run.run_id, "started_at": run.started_at, "host": run.host,
+            "os": run.os, "python": run.python, "plugin_version": run.plugin_version,
+            "pytest_version": run.pytest_version, "project_commit": run.project_commit,
+            "ci_provider": run.ci_provider, "ci_job": run.ci_job,
+        },
+        "counts": {v: counts[v] for v in sorted(counts)},
+        "results": [result_json(f) for f in figures],
+        "changes": [change_json(c) for c in changes],
+    }
+
+
+def dumps_report(document: Mapping[str, Any]) -> str:
+    """Indented, key-order-stable JSON; refuses NaN (``report_json`` has none)."""
+    return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
+    """``record_property`` pairs: ``tokperf_<figure>`` with SI units, unknowns left out."""
+    fig = row if isinstance(row, ResultFigures) else figures_from_row(row)
+    values: list[tuple[str, str | float | None]] = [
+        ("tokperf_ttft_s", fig.ttft_s),
+        ("tokperf_prefill_tokens_per_s", fig.prefill_tokens_per_s),
+        ("tokperf_decode_tokens_per_s", fig.decode_tokens_per_s),
+        ("tokperf_decode_tokens_per_s_stdev", fig.decode_tokens_per_s_stdev),
+        ("tokperf_ceiling_decode_tokens_per_s", fig.ceiling_decode_tokens_per_s),
+        ("tokperf_efficiency", fig.efficiency),
+        ("tokperf_prompt_tokens", float(fig.prompt_tokens)),
+        ("tokperf_generate_tokens", float(fig.generate_tokens)),
+        ("tokperf_repetitions", float(fig.repetitions)),
+        ("tokperf_engine", fig.engine_name),
+        ("tokperf_engine_build", fig.build_label),
+        ("tokperf_verdict", fig.verdict),
+    ]
+    return [(k, v) for k, v in values
+            if v is not None and not (isinstance(v, float) and not math.isfinite(v))]
