@@ -8,6 +8,8 @@ returns an ``Engine``. The built-in names are fixed; a conftest adds more throug
 
 from __future__ import annotations
 
+import importlib
+
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,63 +40,27 @@ EngineFactory = Callable[[EngineConfig], Engine]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def _llama_server(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.llama_server import LlamaServer
+def _lazy(module: str, class_name: str, *, takes_model: bool = True) -> EngineFactory:
+    """A factory that imports its adapter on first use (keeps plugin start-up light)."""
 
-    return LlamaServer(config.base_url, timeout_s=config.timeout_s, transport=config.transport,
-                       settings=config.settings)
+    def factory(config: EngineConfig) -> Engine:
+        adapter = getattr(importlib.import_module(f"pytest_tokperf.engines.{module}"), class_name)
+        extra = {"model": config.model} if takes_model else {}
+        engine: Engine = adapter(config.base_url, timeout_s=config.timeout_s,
+                                 settings=config.settings, transport=config.transport, **extra)
+        return engine
 
-
-def _ollama(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.ollama import Ollama
-
-    return Ollama(config.base_url, timeout_s=config.timeout_s, model=config.model,
-                  settings=config.settings, transport=config.transport)
-
-
-def _vllm(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.vllm import VLLM
-
-    return VLLM(config.base_url, timeout_s=config.timeout_s, model=config.model,
-                settings=config.settings, transport=config.transport)
-
-
-def _lmstudio(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.lmstudio import LMStudio
-
-    return LMStudio(config.base_url, timeout_s=config.timeout_s, model=config.model,
-                    settings=config.settings, transport=config.transport)
-
-
-def _mlx(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.mlx import MLX
-
-    return MLX(config.base_url, timeout_s=config.timeout_s, model=config.model,
-               settings=config.settings, transport=config.transport)
-
-
-def _sglang(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.sglang import SGLang
-
-    return SGLang(config.base_url, timeout_s=config.timeout_s, model=config.model,
-                  settings=config.settings, transport=config.transport)
-
-
-def _openai(config: EngineConfig) -> Engine:
-    from pytest_tokperf.engines.openai_compat import OpenAICompatible
-
-    return OpenAICompatible(config.base_url, timeout_s=config.timeout_s, model=config.model,
-                            settings=config.settings, transport=config.transport)
+    return factory
 
 
 BUILTIN_ENGINES: Mapping[str, EngineFactory] = MappingProxyType({
-    "llama-server": _llama_server,
-    "ollama": _ollama,
-    "vllm": _vllm,
-    "lmstudio": _lmstudio,
-    "mlx": _mlx,
-    "sglang": _sglang,
-    "openai": _openai,
+    "llama-server": _lazy("llama_server", "LlamaServer", takes_model=False),
+    "ollama": _lazy("ollama", "Ollama"),
+    "vllm": _lazy("vllm", "VLLM"),
+    "lmstudio": _lazy("lmstudio", "LMStudio"),
+    "mlx": _lazy("mlx", "MLX"),
+    "sglang": _lazy("sglang", "SGLang"),
+    "openai": _lazy("openai_compat", "OpenAICompatible"),
 })
 """The adapters this package ships; ``openai`` is any OpenAI-compatible server."""
 
