@@ -8,7 +8,7 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from pytest_tokperf.gate import Baseline, GateFinding, describe, judge, parse_ba
 from pytest_tokperf.measure import MeasureOptions
 from pytest_tokperf.recorder import Recorder
 from pytest_tokperf.report import Row, summary_table
+from pytest_tokperf.report_formats import junit_properties
 from pytest_tokperf.session import EngineSession, check_model_file
 from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
 
@@ -189,7 +190,9 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
     test_id = request.node.nodeid
 
     def record(result, ceiling, verdict):  # type: ignore[no-untyped-def]
-        state.rows.append(Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict))
+        row = Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict)
+        state.rows.append(row)
+        request.node.user_properties.extend(junit_properties(row))  # JUnit XML carries them
         state.recorder.hardware = state.ceilings.hardware
         stored = state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
         if stored is None or verdict == "error":
@@ -206,6 +209,7 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
         ceiling_for=lambda result: state.ceilings.ceiling_for(result, state.session.model_path),
         before_measure=state.ceilings.probe,
         min_efficiency=None if min_efficiency is None else float(min_efficiency),
+        progress=_progress(request.config, test_id),
     )
 
 
@@ -225,6 +229,23 @@ def _gate(state: PluginState, test_id: str, series_key: str, result) -> None:  #
     regressions = [f for f in findings if f.comparison.verdict == "regression"]
     if regressions and state.settings.fail_on_regression:
         raise AssertionError("\n".join(describe(f) for f in regressions))
+
+
+def _progress(config: pytest.Config, test_id: str) -> Callable[[str], None] | None:
+    """With -v, a line per repetition (test, i of n, tok/s) outside output capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or config.get_verbosity() < 1:
+        return None
+
+    def show(message: str) -> None:
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(f"tokperf {test_id}: {message}")
+        else:
+            reporter.write_line(f"tokperf {test_id}: {message}")
+
+    return show
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -248,7 +269,25 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     where = state.recorder.location
     terminalreporter.write_line(f"results: {len(state.rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")
+    _write_reports(state, terminalreporter)
     server = state.session.server
     if server is not None:
         terminalreporter.write_line(f"server: {server.url} (stopped at session end)")
         terminalreporter.write_line(f"server log: {server.log_path}")
+
+
+def _write_reports(state: PluginState, terminalreporter: pytest.TerminalReporter) -> None:
+    from pytest_tokperf.session_reports import ReportPaths, write_session_reports
+
+    s = state.settings
+    paths = ReportPaths(*(Path(p) if p else None for p in (s.report_md, s.report_json, s.report_html)))
+    try:
+        written = write_session_reports(
+            state.rows, state.findings, paths, os.environ,
+            db=state.recorder.location, run=state.recorder.run,
+        )
+    except TokperfError as exc:
+        terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)
+        return
+    for path in written:
+        terminalreporter.write_line(f"report: {path}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, Verdict
+from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Recorder:
     location: Path | None
     hardware: HardwareInfo | None = None
     pytest_version: str | None = None
-    _run_id: str | None = field(default=None, init=False)
+    _run: RunInfo | None = field(default=None, init=False)
     _models: dict[str, ModelInfo] = field(default_factory=dict, init=False)
 
     @classmethod
@@ -35,8 +35,13 @@ class Recorder:
         return cls(store=None, location=None)
 
     @property
+    def run(self) -> RunInfo | None:
+        """The run row, once the first result created it."""
+        return self._run
+
+    @property
     def run_id(self) -> str | None:
-        return self._run_id
+        return self._run.run_id if self._run is not None else None
 
     def _model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
         from pytest_tokperf.session import describe_model
@@ -69,16 +74,16 @@ class Recorder:
 
         store = self.store
         assert isinstance(store, ResultStore)
-        if self._run_id is None:
+        if self._run is None:
             run = collect_run_info(pytest_version=self.pytest_version)
             store.begin_run(run)
-            self._run_id = run.run_id
+            self._run = run
         efficiency = None
         if ceiling is not None and result.decode_tokens_per_s is not None:
             efficiency = result.decode_tokens_per_s.median / ceiling.decode_tokens_per_s
         model = self._model(model_path, result)
         result_id = store.record(
-            self._run_id,
+            self._run.run_id,
             test_id,
             result,
             model=model,
@@ -96,6 +101,6 @@ class Recorder:
 
         store = self.store
         assert isinstance(store, ResultStore)
-        if self._run_id is not None:
-            store.finish_run(self._run_id)
+        if self._run is not None:
+            store.finish_run(self._run.run_id)
         store.close()

@@ -143,6 +143,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "SPEC", True),
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
                _positive_float, 0.05, "F"),
+    OptionSpec("report_md", "write a markdown summary here at the end (the GitHub step "
+               "summary gets one whenever GITHUB_STEP_SUMMARY is set)", _text, None, "PATH"),
+    OptionSpec("report_json", "write the session's results as JSON here", _text, None, "PATH"),
+    OptionSpec("report_html", "write a self-contained HTML report with plots here (needs "
+               "matplotlib: pip install 'pytest-tokperf[plot]')", _text, None, "PATH"),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _positive_float, 0.05, "F"),
 )
@@ -166,6 +171,9 @@ class Settings:
     min_efficiency: float | None
     baseline: str
     min_effect: float
+    report_md: str | None
+    report_json: str | None
+    report_html: str | None
     agreement: float
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False

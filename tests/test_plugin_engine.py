@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sqlite3
@@ -107,7 +108,7 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
             time.sleep(120)
     """)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
+        [sys.executable, "-X", "faulthandler", "-m", "pytest", "-s", "-p", "no:cacheprovider",
          "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
          f"--tokperf-server-bin={server_binary}", "--tokperf-db", "off"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -122,7 +123,12 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
     log = next(pytester.path.glob(".tokperf/logs/llama-server-*.log"))
     port = re.search(r"--port (\d+)", " ".join(_cmdlines(log.name)) or "")
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    try:
+        out, _ = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # -X faulthandler prints every thread's stack
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"pytest did not exit within 90 s of Ctrl-C; its output:\n{out[-6000:]}")
     assert "KeyboardInterrupt" in out or "Interrupted" in out or "interrupted" in out
     assert _cmdlines(log.name) == [], "llama-server is still running after Ctrl-C"
     assert port is None or _refused(f"http://127.0.0.1:{port.group(1)}")
@@ -203,3 +209,32 @@ def test_bad_bandwidth_is_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-bandwidth", "fast")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tokperf-bandwidth from option --tokperf-bandwidth*'fast'*"])
+
+
+def test_reports_junit_progress_and_step_summary(
+    pytester: pytest.Pytester, llama_url: str, test_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(BENCH_TEST)
+    summary = pytester.path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(
+        "-v", "--tokperf-url", llama_url, f"--tokperf-model={test_model}", "--tokperf-db", "off",
+        "--tokperf-report-md=r.md", "--tokperf-report-json=r.json", "--tokperf-report-html=r.html",
+        "--junitxml=j.xml",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "tokperf *test_decode: warm-up 1/1: decode * tok/s, TTFT * ms",
+        "tokperf *test_decode: rep 2/2: decode * tok/s, TTFT * ms",
+    ])
+    result.stdout.fnmatch_lines(["report: *step.md", "report: r.md", "report: r.json", "report: r.html"])
+    markdown = (pytester.path / "r.md").read_text()
+    assert "| prompt 32, gen 24 |" in markdown and "b11434" in markdown
+    assert summary.read_text() == markdown
+    document = json.loads((pytester.path / "r.json").read_text())
+    (entry,) = document["results"]
+    assert entry["decode_tokens_per_s"] > 0 and entry["ceiling_decode_tokens_per_s"] > 0
+    html = (pytester.path / "r.html").read_text()
+    assert "test_decode" in html and "http://" not in html.replace(llama_url, "")
+    junit = (pytester.path / "j.xml").read_text()
+    assert '<property name="tokperf_decode_tokens_per_s" value="' in junit

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
-from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
+from pytest_tokperf.engines.wire import ChunkLog, stream_post
+from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
 FIRST_PLAIN_TOKEN = 3 + 256
@@ -118,63 +119,36 @@ class LlamaServer:
             "stream": True,
         }
         url = f"{self.base_url}/completion"
-        times: list[float] = []
-        counts: list[int] = []
-        text: list[str] = []
         final: dict[str, Any] | None = None
-        sent = time.perf_counter()
-        try:
-            with self._client.stream("POST", url, json=body, timeout=request.timeout_s) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise EngineProtocolError(
-                        f"{url} answered HTTP {response.status_code}: {response.text[:300]!r}"
-                    )
-                kind = response.headers.get("content-type", "")
-                if not kind.startswith("text/event-stream"):
-                    response.read()
-                    raise EngineProtocolError(
-                        f"{url} answered {kind or 'no content-type'!r}, not an event stream: "
-                        f"{response.text[:200]!r}. Is this URL a llama-server? Check "
-                        f"--tokperf-url and --tokperf-engine."
-                    )
-                for payload in iter_sse_data(response):
-                    now = time.perf_counter()
-                    event = decode_json(payload, "a stream event", url)
-                    if not isinstance(event, dict):
-                        raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
-                    if "error" in event:
-                        raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
-                    n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
-                    if n:
-                        times.append(now)
-                        counts.append(n)
-                        text.append(str(event.get("content", "")))
-                    if event.get("stop"):
-                        final = event
-        except httpx.TimeoutException as exc:
-            raise EngineUnavailable(
-                f"{url} did not finish {request.generate_tokens} tokens within "
-                f"{request.timeout_s:.0f} s; raise --tokperf-request-timeout or use a smaller model"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+        log = ChunkLog(request, url)
+        with stream_post(self._client, url, body, request) as response:
+            for payload in iter_sse_data(response):
+                now = time.perf_counter()
+                event = decode_json(payload, "a stream event", url)
+                if not isinstance(event, dict):
+                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
+                if "error" in event:
+                    raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
+                n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
+                log.add(now, n, str(event.get("content", "")))
+                if event.get("stop"):
+                    final = event
         if final is None:
             raise EngineProtocolError(f"{url} closed the stream without a final (stop) event")
         timings = _timings(final.get("timings"))
         generated = (
             timings.generated_tokens
             if timings and timings.generated_tokens is not None
-            else int(final.get("tokens_predicted") or sum(counts))
+            else int(final.get("tokens_predicted") or sum(log.tokens))
         )
         return Generation(
             request=request,
-            sent_s=sent,
-            chunk_times_s=tuple(times),
-            chunk_tokens=tuple(counts),
+            sent_s=log.sent_s,
+            chunk_times_s=tuple(log.times_s),
+            chunk_tokens=tuple(log.tokens),
             generated_tokens=generated,
             prompt_tokens=timings.prompt_tokens if timings else final.get("tokens_evaluated"),
-            text="".join(text),
+            text="".join(log.text),
             stop_reason=final.get("stop_type"),
             engine=timings,
         )

@@ -283,7 +283,7 @@ class Ollama:
             "options": self._options(request),
         }
         url = f"{self.base_url}/api/generate"
-        log = ChunkLog()
+        log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
         with stream_post(self._client, url, body, request, self._on_error) as response:
             for line in response.iter_lines():

@@ -150,7 +150,7 @@ class OpenAICompatible:
     def generate(self, request: GenerationRequest) -> Generation:
         body = self.completion_body(request)
         url = f"{self.base_url}/v1/completions"
-        log = ChunkLog()
+        log = ChunkLog(request, url)
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
         finish: str | None = None

@@ -152,7 +152,7 @@ class SGLang:
             "stream": True,
         }
         url = f"{self.base_url}/generate"
-        log = ChunkLog()
+        log = ChunkLog(request, url)
         meta: dict[str, Any] = {}
         seen_text = ""
         seen_tokens = 0

@@ -182,6 +182,13 @@ def model_ids(payload: Any) -> list[str]:
     return [str(m["id"]) for m in payload["data"] if isinstance(m, dict) and "id" in m]
 
 
+def too_slow(url: str, request: GenerationRequest) -> EngineUnavailable:
+    return EngineUnavailable(
+        f"{url} did not finish {request.generate_tokens} tokens within "
+        f"{request.timeout_s:g} s; raise --tokperf-request-timeout or use a smaller model"
+    )
+
+
 @contextmanager
 def stream_post(
     client: httpx.Client,
@@ -218,10 +225,7 @@ def stream_post(
                 )
             yield response
     except httpx.TimeoutException as exc:
-        raise EngineUnavailable(
-            f"{url} did not finish {request.generate_tokens} tokens within "
-            f"{request.timeout_s:.0f} s; raise --tokperf-request-timeout or use a smaller model"
-        ) from exc
+        raise too_slow(url, request) from exc
     except httpx.HTTPError as exc:
         raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
 
@@ -230,12 +234,21 @@ def stream_post(
 class ChunkLog:
     """Client arrival times and token counts of the chunks that carried content."""
 
+    request: GenerationRequest | None = None
+    url: str = ""
     sent_s: float = field(default_factory=time.perf_counter)
     times_s: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
 
     def add(self, now_s: float, n_tokens: int, text: str) -> None:
+        """Record one event; past the request's deadline the generation has failed.
+
+        httpx's read timeout bounds the gap between bytes, not the whole stream, so
+        the total ``request.timeout_s`` is enforced here, as events arrive.
+        """
+        if self.request is not None and now_s - self.sent_s > self.request.timeout_s:
+            raise too_slow(self.url, self.request)
         if text:
             self.text.append(text)
         if n_tokens > 0:

@@ -1,0 +1,138 @@
+"""The self-contained HTML report: its content, and that a real browser renders it.
+
+The browser tests use Debian's Chromium. They skip only on a developer machine
+without it; under CI (``CI`` set) a missing Chromium fails them.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_fixture import build_db
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.html_report import build_html_report, render_html, write_html
+from pytest_tokperf.plots import LINE, Plot
+from pytest_tokperf.report_data import store_figures
+from pytest_tokperf.storage import ResultStore
+
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResultStore]:
+    path = build_db(tmp_path_factory.mktemp("html") / "results.db", concurrency=True)
+    with ResultStore.open(path) as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def report(db: ResultStore, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_html_report(db, tmp_path_factory.mktemp("report") / "sub" / "report.html")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
+                                         else None)
+    if found is None:
+        message = "chromium is not installed: apt-get install -y chromium (.ci/install does)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+def run_chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
+    html = report.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>")
+    assert '<p class="headline">6 results: 1 fail, 4 pass, 1 unchecked · 1 regression</p>' in html
+    assert ("<td>test_decode[short]</td><td>prompt 512, gen 128</td><td class=\"num\">50.0</td>"
+            in html)
+    assert '<td class="num">88.0 ±0.3</td>' in html
+    assert '<td class="v-fail">fail</td>' in html
+    assert '<td class="v-unchecked">unchecked</td>' in html
+    assert "<h2>Regressions</h2>" in html
+    assert re.search(r"<b>test_decode\[short\]</b> <span class=\"regression\">regression</span>: "
+                     r"decode −12\.0% \[−12\.\d%, −11\.\d%\], p=0\.004, "
+                     r"b6005 \(c0ffee5\) → b6006 \(c0ffee6\)", html)
+    assert "not drawn (test_batch — prompt 512, gen 128: 1 build(s) with samples" in html
+
+
+def test_report_is_self_contained(report: Path) -> None:
+    html = report.read_text(encoding="utf-8")
+    sources = re.findall(r'<img alt="([^"]*)" src="([^"]*)"', html)
+    assert [alt for alt, _ in sources] == [
+        "decode across builds: test_decode[short] — prompt 512, gen 128",
+        "decode across builds: test_decode[deep] — prompt 512, gen 128, depth 8192",
+        "decode across builds: test_decode[long] — prompt 4096, gen 128",
+        "Decode efficiency vs depth", "TTFT vs prompt length", "Aggregate decode vs concurrency",
+    ]
+    for _, src in sources:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert not re.search(r"https?://|<script|<link|@import|url\(", html)
+
+
+def test_run_report_and_escaping(db: ResultStore, tmp_path: Path) -> None:
+    one_run = build_html_report(db, tmp_path / "run.html", run_id="run-00").read_text()
+    assert one_run.count("<tr>") == 4 and "run run-00" in one_run
+    assert '<td class="num">100.3 ±0.4</td>' in one_run
+    odd = dataclasses.replace(store_figures(db)[0], test_id="t[<b>&]")
+    html = render_html([odd], [], [Plot("concurrency", "c", None, "no <data>")])
+    assert "<td>t[&lt;b&gt;&amp;]</td>" in html and "no &lt;data&gt;" in html
+    assert "No regressions or improvements found." in html and "<img" not in html
+
+
+def test_unwritable_report_path_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=r"cannot write the HTML report to .*file/r\.html"):
+        write_html("<html></html>", tmp_path / "file" / "r.html")
+
+
+def test_chromium_renders_it_without_console_errors(
+    report: Path, chromium: str, tmp_path: Path
+) -> None:
+    from matplotlib.image import imread
+
+    shot = tmp_path / "shot.png"
+    done = run_chromium(chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+                        f"--screenshot={shot}", "--window-size=1200,1600", report.as_uri())
+    console = [line for line in done.stderr.splitlines()
+               if ":CONSOLE" in line or "Uncaught" in line]
+    assert not console, "\n".join(console)
+    image = np.asarray(imread(str(shot))[..., :3], dtype=float)
+    assert image.shape[:2] == (1600, 1200)
+    assert image.std() > 0.05, "the screenshot is blank"
+    rgb = np.array([int(LINE[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    plotted = float((np.abs(image - rgb).max(axis=-1) < 0.08).mean())
+    assert plotted > 0.0005, "no plot line visible: the embedded PNGs did not render"
+
+
+def test_chromium_builds_the_whole_dom(report: Path, chromium: str, tmp_path: Path) -> None:
+    dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", report.as_uri()).stdout
+    assert dom.count("<img") == 6 and dom.count("<figure>") == 6
+    assert dom.count("<tr>") == 7
+    assert "test_decode[short]" in dom and "b6006 (c0ffee6)" in dom
+    assert dom.rstrip().endswith("</body></html>")
