@@ -179,6 +179,40 @@ def save_reference(args: argparse.Namespace) -> int:
     return 0
 
 
+def _series_keys(store: ResultStore, patterns: list[str] | None) -> list[str] | None:
+    if not patterns:
+        return None
+    return sorted({r.series_key for p in patterns for r in _find_series(store, p)})
+
+
+def plot(args: argparse.Namespace) -> int:
+    """PNG figures: history per series with change points, efficiency vs depth, ..."""
+    from pytest_tokperf.plots import plot_all
+    from pytest_tokperf.report_data import load_histories, metric_named, store_figures
+
+    store = _open(args.db)
+    keys = _series_keys(store, args.series)
+    plots = plot_all(store_figures(store, run_id=args.run, series_keys=keys),
+                     load_histories(store, keys, metric=metric_named(args.metric), limit=args.limit),
+                     Path(args.output))
+    _emit(args, [asdict(p) for p in plots],
+          [f"{p.kind}: {p.path}" if p.path else f"{p.kind}: skipped ({p.note})" for p in plots])
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """One self-contained HTML page: table, regressions, change points, figures."""
+    from pytest_tokperf.html_report import build_html_report
+    from pytest_tokperf.report_data import metric_named
+
+    store = _open(args.db)
+    path = build_html_report(store, Path(args.output), run_id=args.run,
+                             series_keys=_series_keys(store, args.series),
+                             metric=metric_named(args.metric), limit=args.limit)
+    print(path)
+    return 0
+
+
 def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
     """Add this module's verbs to the ``tokperf`` parser."""
     p = verbs.add_parser("history", help="stored series, or one series' runs and noise")
@@ -203,6 +237,24 @@ def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespac
     p.add_argument("series", nargs="?", help="series key prefix or part of a test id")
     p.add_argument("--json", action="store_true", help="print JSON")
     register("changes", changes)
+
+    for verb, func, what in (("plot", plot, "PNG figures into a folder"),
+                             ("report", report, "a self-contained HTML report")):
+        p = verbs.add_parser(verb, help=f"{what} (needs matplotlib: pytest-tokperf[plot])",
+                             description=f"{what}: each series' history across engine builds with "
+                             "its change points, efficiency vs KV depth, TTFT vs prompt length "
+                             "and the concurrency curve.")
+        p.add_argument("db", help="results DB")
+        p.add_argument("--output", "-o", required=True,
+                       help="folder for the PNGs" if verb == "plot" else "HTML file to write")
+        p.add_argument("--series", action="append", help="series key prefix or test id part "
+                       "(repeatable; default: all)")
+        p.add_argument("--run", help="only this run's results in the tables and curves")
+        p.add_argument("--metric", default="decode", choices=["decode", "prefill", "ttft"])
+        p.add_argument("--limit", type=int, help="newest N results per history")
+        if verb == "plot":
+            p.add_argument("--json", action="store_true", help="print JSON")
+        register(verb, func)
 
     p = verbs.add_parser("export", help="results as CSV or JSON (one row per result)")
     p.add_argument("db")

@@ -140,12 +140,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
     if state is None or not state.settings.active:
         return []
-    s = state.settings
-    where = f"attach {s.url}" if s.url else f"start llama-server, model {s.model}, threads {s.threads}"
-    db = str(s.db) if s.db else "off"
-    lines = [f"tokperf: engine {s.engine} ({where}); results db {db}"]
     from pytest_tokperf.hardware.units import format_bandwidth
 
+    s = state.settings
+    db = str(s.db) if s.db else "off"
+    lines = [f"tokperf: engine {s.engine}, {_engine_line(state)}; results db {db}"]
     hw = state.ceilings.detect()
     bw = hw.bandwidth
     source = (f"{format_bandwidth(bw.bytes_per_s)} ({bw.source})" if bw is not None
@@ -153,6 +152,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
     return lines
+
+
+def _engine_line(state: PluginState) -> str:
+    """What will be measured: the attached server's build, or the binary and model to start."""
+    s = state.settings
+    if s.url is not None:
+        try:
+            info = state.session.engine().info()
+        except TokperfError as exc:
+            return f"attach {s.url} (not answering yet: {exc})"
+        return f"attach {s.url}, build {info.build or info.version or '?'}, model {info.model_name}"
+    if s.engine != "llama-server":
+        return f"start from PATH, model {s.model}, threads {s.threads}"
+    from pytest_tokperf.engines.launcher import binary_version, resolve_server_binary
+
+    binary = resolve_server_binary(s.server_bin)
+    model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS
+             else f"model {s.model} ({Path(s.model).expanduser().stat().st_size / 1e9:.2f} GB)")
+    return (f"start {binary.name} {binary_version(binary) or '(unknown build)'}, {model}, "
+            f"threads {s.threads}")
 
 
 class _PytestTokBench(TokBench):

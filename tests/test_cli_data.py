@@ -80,3 +80,13 @@ def test_missing_db_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_unknown_series_is_clear(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["history", str(db), "zzz"]) == 2
     assert "no stored series matches 'zzz'" in capsys.readouterr().err
+
+
+def test_plot_and_report(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", str(db), "-o", str(tmp_path / "plots"), "--json"]) == 0
+    plots = json.loads(capsys.readouterr().out)
+    history = next(p for p in plots if p["kind"] == "history")
+    assert Path(history["path"]).stat().st_size > 10_000
+    assert main(["report", str(db), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "t::decode" in html and "data:image/png;base64," in html and "regression" in html

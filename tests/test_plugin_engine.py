@@ -51,7 +51,7 @@ def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -
     result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", str(db))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "*tokperf: engine llama-server (attach http://127.0.0.1:*",
+        "tokperf: engine llama-server, attach http://127.0.0.1:*, build b11434-pypi-sdist, model *.gguf; results db *r.db",
         "*tokperf*",
         "test*prompt/gen*TTFT ms*prefill tok/s*decode tok/s*engine decode*",
         "*test_decode*32/24*b11434-pypi-sdist*unchecked*",
@@ -73,6 +73,10 @@ def test_start_measures_and_stops_server(
         "--tokperf-db", "off",
     )
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "tokperf: engine llama-server, start llama-server b11434 (pypi-sdist), model *.gguf (0.07 GB), threads 2; results db off",
+        "tokperf: hardware * (cpu); bandwidth read probe before each measurement",
+    ])
     result.stdout.fnmatch_lines(["results: not stored (--tokperf-db off)", "server log: *.log"])
     url = _server_url(result.stdout.str())
     assert url is not None
