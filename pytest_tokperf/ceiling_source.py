@@ -98,10 +98,15 @@ class CeilingSource:
         from pytest_tokperf.model.gguf_file import GGUFModel
 
         path = model_path or (Path(result.engine.model_path) if result.engine.model_path else None)
-        if path is None or not path.is_file():
+        if path is None:
             self.problems.append(
-                f"no ceiling: the model file {str(path)!r} is not readable here; pass "
-                f"--tokperf-model PATH for an attached engine's model"
+                f"no ceiling: {result.engine.name} did not say where its model file is; for "
+                f"an attached llama-server pass --tokperf-model PATH (the GGUF it serves)"
+            )
+            return None
+        if not path.is_file():
+            self.problems.append(
+                f"no ceiling: the model file {str(path)!r} is not readable on this machine"
             )
             return None
         model = self._model(path)

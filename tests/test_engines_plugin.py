@@ -59,7 +59,7 @@ def test_tok_bench_measures_each_engine(
             args += ["--tokperf-model", model]
         result = pytester.runpytest(*args)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"*tokperf: engine {name} (attach http://127.0.0.1:*",
+    result.stdout.fnmatch_lines([f"tokperf: engine {name}, attach http://127.0.0.1:*, build *",
                                  "*test_bench*24/10*"])
 
 
