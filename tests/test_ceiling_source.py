@@ -1,0 +1,71 @@
+"""Per-workload ceilings: KV depth, KV type from server args, probes around a measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import pytest_tokperf.hardware.probe as probe_mod
+from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args, mean_decode_depth
+from pytest_tokperf.model.footprint import footprint
+from pytest_tokperf.model.gguf_file import load_gguf
+from pytest_tokperf.results import Bandwidth, HardwareInfo, Workload
+from storage_factory import make_engine, make_result
+
+
+def test_mean_decode_depth() -> None:
+    assert mean_decode_depth(Workload(prompt_tokens=64, generate_tokens=129)) == 128
+    assert mean_decode_depth(Workload(prompt_tokens=10, generate_tokens=2, depth_tokens=100)) == 110
+
+
+@pytest.mark.parametrize(("args", "kv"), [
+    ((), "f16"), (("-ctk", "q8_0"), "q8_0"), (("--cache-type-k=Q4_0",), "q4_0"),
+    (("-t", "2", "--cache-type-k", "q8_0", "-ctv", "q8_0"), "q8_0"),
+])
+def test_kv_type_from_args(args: tuple[str, ...], kv: str) -> None:
+    assert kv_type_from_args(args) == kv
+
+
+def _probe_sequence(monkeypatch: pytest.MonkeyPatch, figures: list[float]) -> None:
+    def fake(threads: int | None = None, duration_s: float = 2.0) -> probe_mod.ProbeResult:
+        value = figures.pop(0)
+        return probe_mod.ProbeResult(Bandwidth(value, "measured", "fake probe"), (value,),
+                                     threads or 1, 1, 1, 0.0)
+
+    monkeypatch.setattr(probe_mod, "probe_read_bandwidth", fake)
+
+
+def test_ceiling_uses_the_higher_probe_around_the_measurement(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    _probe_sequence(monkeypatch, [30e9, 40e9])
+    source = CeilingSource(threads=2)
+    source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
+    source.probe()
+    result = dataclasses.replace(make_result(engine=make_engine(model_path=str(test_model))),
+                                 workload=Workload(prompt_tokens=64, generate_tokens=65))
+    ceiling = source.ceiling_for(result, None)
+    assert ceiling is not None
+    expected = footprint(load_gguf(test_model), depth_tokens=96)
+    assert ceiling.footprint.total_bytes == expected.total_bytes
+    assert ceiling.decode_tokens_per_s == pytest.approx(40e9 / expected.total_bytes)
+    assert "before (30.0 GB/s) and after (40.0 GB/s)" in ceiling.bandwidth.detail
+
+
+def test_explicit_bandwidth_never_probes(monkeypatch: pytest.MonkeyPatch, test_model: Path) -> None:
+    _probe_sequence(monkeypatch, [])  # any probe would pop from an empty list
+    source = CeilingSource(explicit_bandwidth=1e12)
+    result = make_result(engine=make_engine(model_path=str(test_model)))
+    ceiling = source.ceiling_for(result, None)
+    assert ceiling is not None and ceiling.bandwidth.source == "explicit"
+
+
+def test_missing_model_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    source = CeilingSource(explicit_bandwidth=1e12)
+    assert source.ceiling_for(make_result(engine=make_engine(model_path=None)), None) is None
+    missing = make_result(engine=make_engine(model_path=str(tmp_path / "gone.gguf")))
+    assert source.ceiling_for(missing, None) is None
+    assert any("did not say where its model file is" in p for p in source.problems)
+    assert any("gone.gguf' is not readable" in p for p in source.problems)
