@@ -156,7 +156,8 @@ def _draw_curves(curves: Curves, path: Path, title: str, xlabel: str, ylabel: st
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="medium")
-    ax.set_ylim(bottom=0)
+    top = max((y for _, ys in curves.values() for y in ys), default=1.0)
+    ax.set_ylim(bottom=0, top=top * 1.15)  # headroom so the highest point and the legend fit
     if integer_x:
         ax.set_xticks(sorted({x for xs, _ in curves.values() for x in xs}))
     _legend(ax)
