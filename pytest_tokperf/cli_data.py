@@ -144,7 +144,7 @@ def export(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage_io import export_results
 
     n = export_results(Path(args.db), args.format, Path(args.output))
-    print(f"{n} results -> {args.output}")
+    _emit(args, {"results": n, "output": args.output}, [f"{n} results -> {args.output}"])
     return 0
 
 
@@ -156,7 +156,8 @@ def import_(args: argparse.Namespace) -> int:
         path = Path(source)
         added = added + (load_reference_runs(path, Path(args.db)) if path.is_dir()
                          else import_dataset(Path(args.db), path))
-    print(f"added {added.runs} runs, {added.results} results, {added.samples} samples to {args.db}")
+    _emit(args, {**asdict(added), "db": args.db},
+          [f"added {added.runs} runs, {added.results} results, {added.samples} samples to {args.db}"])
     return 0
 
 
@@ -164,7 +165,8 @@ def merge(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage_io import merge as merge_dbs
 
     added = merge_dbs(Path(args.a), Path(args.b), Path(args.output))
-    print(f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples")
+    _emit(args, {**asdict(added), "output": args.output},
+          [f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples"])
     return 0
 
 
@@ -175,7 +177,8 @@ def save_reference(args: argparse.Namespace) -> int:
     run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
     if run_id is None:
         raise ConfigError(f"{args.db!r} holds no runs to save")
-    print(write_reference_run(Path(args.db), run_id, Path(args.directory)))
+    path = write_reference_run(Path(args.db), run_id, Path(args.directory))
+    _emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
     return 0
 
 
@@ -209,7 +212,7 @@ def report(args: argparse.Namespace) -> int:
     path = build_html_report(store, Path(args.output), run_id=args.run,
                              series_keys=_series_keys(store, args.series),
                              metric=metric_named(args.metric), limit=args.limit)
-    print(path)
+    _emit(args, {"path": str(path)}, [str(path)])
     return 0
 
 
@@ -252,30 +255,33 @@ def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespac
         p.add_argument("--run", help="only this run's results in the tables and curves")
         p.add_argument("--metric", default="decode", choices=["decode", "prefill", "ttft"])
         p.add_argument("--limit", type=int, help="newest N results per history")
-        if verb == "plot":
-            p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("--json", action="store_true", help="print JSON")
         register(verb, func)
 
     p = verbs.add_parser("export", help="results as CSV or JSON (one row per result)")
     p.add_argument("db")
     p.add_argument("--format", choices=["csv", "json"], default="csv")
     p.add_argument("--output", "-o", required=True)
+    p.add_argument("--json", action="store_true", help="print JSON")
     register("export", export)
 
     p = verbs.add_parser("import", help="add runs from reference .jsonl files, a folder of them "
                          "(e.g. db/runs) or a JSON export")
     p.add_argument("db")
     p.add_argument("files", nargs="+")
+    p.add_argument("--json", action="store_true", help="print JSON")
     register("import", import_)
 
     p = verbs.add_parser("merge", help="merge two results DBs, deduplicated by run id")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--output", "-o", required=True)
+    p.add_argument("--json", action="store_true", help="print JSON")
     register("merge", merge)
 
     p = verbs.add_parser("save-reference", help="write a run as diff-friendly text (db/runs/)")
     p.add_argument("db")
     p.add_argument("--run", help="run id (default: the latest)")
     p.add_argument("--directory", "-d", default="db/runs")
+    p.add_argument("--json", action="store_true", help="print JSON")
     register("save-reference", save_reference)

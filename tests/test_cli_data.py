@@ -90,3 +90,11 @@ def test_plot_and_report(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["report", str(db), "-o", str(tmp_path / "r.html")]) == 0
     html = (tmp_path / "r.html").read_text()
     assert "t::decode" in html and "data:image/png;base64," in html and "regression" in html
+
+
+def test_data_verbs_speak_json(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["merge", str(db), str(db), "-o", str(tmp_path / "m.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "runs": 20, "results": 20, "samples": 100, "output": str(tmp_path / "m.db")}
+    assert main(["export", str(db), "--format", "json", "-o", str(tmp_path / "e.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == 20

@@ -116,6 +116,9 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
          "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
          f"--tokperf-server-bin={server_binary}", "--tokperf-db", "off"],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # A shell without job control starts background jobs with SIGINT ignored and the
+        # child would inherit that; a user's terminal delivers Ctrl-C normally.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
