@@ -16,7 +16,7 @@ from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import MeasurementError, TokperfWarning
 from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, validate_workload
-from pytest_tokperf.results import BenchResult, Ceiling, Verdict, Workload
+from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workload
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], None]
 
@@ -36,6 +36,12 @@ class TokBenchResult:
     @property
     def prefill_tokens_per_s(self) -> float | None:
         s = self.result.prefill_tokens_per_s
+        return s.median if s else None
+
+    @property
+    def chars_per_s(self) -> float | None:
+        """Median characters per second of steady decode (what a reader feels)."""
+        s = Summary.of([sample.chars_per_s for sample in self.result.samples])
         return s.median if s else None
 
     @property
@@ -115,13 +121,16 @@ class TokBench:
         prompt_tokens: int = 64,
         generate_tokens: int = 128,
         *,
+        depth_tokens: int = 0,
         repetitions: int | None = None,
         warmup: int | None = None,
     ) -> TokBenchResult:
+        """Measure one workload; ``depth_tokens`` of context precede the prompt."""
         __tracebackhide__ = True
         workload = Workload(
             prompt_tokens=prompt_tokens,
             generate_tokens=generate_tokens,
+            depth_tokens=depth_tokens,
             repetitions=self.repetitions if repetitions is None else repetitions,
             warmup=self.warmup if warmup is None else warmup,
         )

@@ -6,6 +6,8 @@ Definitions (the same for every engine, shared/reference/engines.md):
   token per chunk this is (N - 1) / (t_last - t_first), llama-bench's ``tg`` figure.
 - prefill tok/s: prompt tokens / TTFT on the client side (a lower bound, HTTP included)
   and prompt tokens / the engine's own prefill time beside it.
+- depth: ``depth_tokens`` of context come before the prompt, so decode reads a KV cache
+  that deep (llama-bench's ``-d``); TTFT and prefill then cover depth + prompt tokens.
 Warm-up runs are measured and discarded; every repetition keeps its raw figures.
 """
 
@@ -57,10 +59,21 @@ def validate_workload(workload: Workload) -> None:
                 f"{name}={value!r} is not a whole number >= {minimum}"
                 + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
             )
-    if workload.depth_tokens or workload.concurrency != 1:
+    if workload.concurrency != 1:
         raise ConfigError(
-            f"depth_tokens={workload.depth_tokens!r}, concurrency={workload.concurrency!r}: "
-            f"depth and concurrency sweeps are not supported yet; use 0 and 1"
+            f"concurrency={workload.concurrency!r}: concurrent streams are not supported yet; "
+            f"use 1"
+        )
+
+
+def check_context(workload: Workload, info: EngineInfo) -> None:
+    """Depth + prompt + generated tokens must fit the engine's context, before generating."""
+    needed = workload.depth_tokens + workload.prompt_tokens + workload.generate_tokens
+    if info.context_size and needed > info.context_size:
+        raise ConfigError(
+            f"depth {workload.depth_tokens} + prompt {workload.prompt_tokens} + generate "
+            f"{workload.generate_tokens} = {needed} tokens exceeds the engine's context of "
+            f"{info.context_size}; lower the depth or raise --tokperf-ctx-size"
         )
 
 
@@ -167,11 +180,12 @@ def run_workload(
     """Warm up, then measure ``workload.repetitions`` generations on one stream."""
     validate_workload(workload)
     info = engine.info()
+    check_context(workload, info)
     samples: list[Sample] = []
     total = workload.warmup + workload.repetitions
     for index in range(total):
         request = GenerationRequest(
-            prompt_tokens=workload.prompt_tokens,
+            prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
             generate_tokens=workload.generate_tokens,
             salt=options.salt_base + index,
             timeout_s=options.timeout_s,

@@ -44,7 +44,8 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
         eff = f"{decode / ceiling:.0%}" if ceiling and decode else "-"
         body.append((
             _short(row.test_id),
-            f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}",
+            (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")
+            + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}",
             f"{r.ttft_s.median * 1e3:.0f}",
             _rate(r.prefill_tokens_per_s),
             _rate(r.decode_tokens_per_s),

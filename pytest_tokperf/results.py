@@ -8,6 +8,7 @@ Adapters produce ``Generation`` values; ``measure`` turns them into ``Sample`` a
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,6 +103,17 @@ class Sample:
     speculative: bool
     text_chars: int
 
+    @property
+    def chars_per_s(self) -> float | None:
+        """Characters a reader sees per second during steady decode.
+
+        A token of Korean carries less text than one of English, so the same tok/s
+        reads slower: this is the speed a reader feels.
+        """
+        if not self.decode_tokens_per_s or not self.generated_tokens:
+            return None
+        return self.text_chars / self.generated_tokens * self.decode_tokens_per_s
+
 
 @dataclass(frozen=True, slots=True)
 class Summary:
@@ -119,7 +131,7 @@ class Summary:
         return self.stdev / self.mean if self.mean else float("nan")
 
     @classmethod
-    def of(cls, values: list[float]) -> Summary | None:
+    def of(cls, values: Sequence[float | None]) -> Summary | None:
         clean = [v for v in values if v is not None]
         if not clean:
             return None

@@ -245,3 +245,35 @@ def test_reports_junit_progress_and_step_summary(
     assert "test_decode" in html and "http://" not in html.replace(llama_url, "")
     junit = (pytester.path / "j.xml").read_text()
     assert '<property name="tokperf_decode_tokens_per_s" value="' in junit
+
+
+def test_depth_reads_deeper_kv_and_ceiling_follows(pytester: pytest.Pytester, llama_url: str,
+                                                    test_model: Path) -> None:
+    pytester.makepyfile("""
+        def test_depth(tok_bench):
+            shallow = tok_bench(prompt_tokens=16, generate_tokens=17, repetitions=2, warmup=0)
+            deep = tok_bench(prompt_tokens=16, generate_tokens=17, depth_tokens=1024,
+                             repetitions=2, warmup=0)
+            assert all(s.prompt_tokens == 1040 for s in deep.result.samples)
+            assert deep.ceiling.footprint.depth_tokens == 1024 + 16 + 8
+            assert shallow.ceiling.footprint.depth_tokens == 16 + 8
+            assert deep.ceiling.footprint.kv_bytes > 40 * shallow.ceiling.footprint.kv_bytes
+            assert deep.chars_per_s > 0
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                "--tokperf-db", "off", "--tokperf-bandwidth", "30GB/s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_depth*d1024+16/17*"])
+
+
+def test_depth_beyond_context_is_clear(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile("""
+        def test_too_deep(tok_bench):
+            tok_bench(prompt_tokens=16, generate_tokens=16, depth_tokens=100_000)
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*ConfigError: depth 100000 + prompt 16 + generate 16 = 100032 tokens exceeds the "
+        "engine's context of 2048; lower the depth or raise --tokperf-ctx-size"])
+    result.stdout.no_fnmatch_line("*Traceback*")
