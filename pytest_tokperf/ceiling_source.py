@@ -132,4 +132,10 @@ class CeilingSource:
         if not isinstance(model, GGUFModel) or bandwidth is None:
             return None
         fp = footprint(model, depth_tokens=mean_decode_depth(result.workload), kv_type=self.kv_type)
+        streams = result.workload.concurrency
+        if streams > 1:
+            # One decode step reads the weights once for all streams and every stream's own
+            # KV cache, and yields one token per stream: per stream the bound is
+            # bandwidth / (weights + streams x KV). Far below it, compute is the wall.
+            fp = replace(fp, kv_bytes_per_position=fp.kv_bytes_per_position * streams)
         return compute_ceiling(fp, bandwidth, hardware.peak_flops)

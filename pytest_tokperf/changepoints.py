@@ -96,7 +96,7 @@ def change_points(
             level_after=math.exp(float(np.median(right))),
             relative_change=verdict.relative_change, ci_low=verdict.ci_low,
             ci_high=verdict.ci_high, p_value=p,
-            verdict=verdict.verdict,  # type: ignore[arg-type]
+            verdict=verdict.verdict,
             changed=changed,
             reason=(f"{metric.name} {verdict.verdict} of {_pct(verdict.relative_change)} "
                     f"[{_pct(verdict.ci_low)}, {_pct(verdict.ci_high)}] between "
@@ -192,7 +192,8 @@ def _stats(rows: np.ndarray, splits: np.ndarray, ends: np.ndarray) -> np.ndarray
     n_left, n_right = splits, ends - splits
     left, right = s1[:, splits], s1[:, ends] - s1[:, splits]
     weight = np.sqrt(n_left * n_right / (n_left + n_right))
-    return np.abs(right / n_right - left / n_left) * weight
+    stat: np.ndarray = np.abs(right / n_right - left / n_left) * weight
+    return stat
 
 
 def _changed(

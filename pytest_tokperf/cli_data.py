@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else "\n".join(lines))
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     fmt = "  ".join(f"{{:{w}}}" for w in widths)
     return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths)),
@@ -70,12 +70,13 @@ def history(args: argparse.Namespace) -> int:
     reps = max((len(p.samples) for p in points), default=0)
     line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
-    rows = [(r.created_at[:19], r.engine_build or "-", r.hardware_name or "-",
-             _f(r.decode_tokens_per_s), _f(r.decode_tokens_per_s_stdev), _f(r.ttft_s * 1e3, ".0f"),
-             _f(r.efficiency, ".0%"), r.verdict) for r in runs]
+    run_rows = [(r.created_at[:19], r.engine_build or "-", r.hardware_name or "-",
+                 _f(r.decode_tokens_per_s), _f(r.decode_tokens_per_s_stdev),
+                 _f(r.ttft_s * 1e3, ".0f"), _f(r.efficiency, ".0%"), r.verdict) for r in runs]
     _emit(args, {"series_key": key, "noise": line, "runs": [asdict(r) for r in runs]},
           [f"series {key} ({latest[0].test_id})",
-           *_table(("at", "build", "hardware", "decode", "±", "TTFT ms", "eff", "verdict"), rows),
+           *_table(("at", "build", "hardware", "decode", "±", "TTFT ms", "eff", "verdict"),
+                   run_rows),
            line])
     return 0
 

@@ -122,15 +122,18 @@ class TokBench:
         generate_tokens: int = 128,
         *,
         depth_tokens: int = 0,
+        concurrency: int = 1,
         repetitions: int | None = None,
         warmup: int | None = None,
     ) -> TokBenchResult:
-        """Measure one workload; ``depth_tokens`` of context precede the prompt."""
+        """Measure one workload; ``depth_tokens`` of context precede the prompt and
+        ``concurrency`` streams run at once (decode is reported per stream)."""
         __tracebackhide__ = True
         workload = Workload(
             prompt_tokens=prompt_tokens,
             generate_tokens=generate_tokens,
             depth_tokens=depth_tokens,
+            concurrency=concurrency,
             repetitions=self.repetitions if repetitions is None else repetitions,
             warmup=self.warmup if warmup is None else warmup,
         )

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
@@ -59,11 +60,6 @@ def validate_workload(workload: Workload) -> None:
                 f"{name}={value!r} is not a whole number >= {minimum}"
                 + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
             )
-    if workload.concurrency != 1:
-        raise ConfigError(
-            f"concurrency={workload.concurrency!r}: concurrent streams are not supported yet; "
-            f"use 1"
-        )
 
 
 def check_context(workload: Workload, info: EngineInfo) -> None:
@@ -74,6 +70,13 @@ def check_context(workload: Workload, info: EngineInfo) -> None:
             f"depth {workload.depth_tokens} + prompt {workload.prompt_tokens} + generate "
             f"{workload.generate_tokens} = {needed} tokens exceeds the engine's context of "
             f"{info.context_size}; lower the depth or raise --tokperf-ctx-size"
+        )
+    slots = dict(info.settings).get("total_slots")
+    if slots and slots.isdigit() and workload.concurrency > int(slots):
+        raise ConfigError(
+            f"concurrency {workload.concurrency} needs {workload.concurrency} server slots but "
+            f"{info.name} at {info.base_url} has {slots}; start it with --tokperf-parallel "
+            f"{workload.concurrency} (llama-server -np {workload.concurrency})"
         )
 
 
@@ -171,38 +174,72 @@ def summarize(
     )
 
 
+def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation]:
+    """One generation per request, all streams at once when there are several."""
+    if len(requests) == 1:
+        return [engine.generate(requests[0])]
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        return list(pool.map(engine.generate, requests))
+
+
+def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
+    """Output tokens of all streams / wall time from the first send to the last token."""
+    ends = [g.chunk_times_s[-1] for g in generations if g.chunk_times_s]
+    span = max(ends, default=0.0) - min(g.sent_s for g in generations)
+    return sum(g.generated_tokens for g in generations) / span if ends and span > 0 else None
+
+
 def run_workload(
     engine: Engine,
     workload: Workload,
     options: MeasureOptions = MeasureOptions(),
     progress: Progress | None = None,
 ) -> BenchResult:
-    """Warm up, then measure ``workload.repetitions`` generations on one stream."""
+    """Warm up, then measure ``workload.repetitions`` rounds of ``concurrency`` streams."""
     validate_workload(workload)
     info = engine.info()
     check_context(workload, info)
     samples: list[Sample] = []
+    aggregates: list[float] = []
     total = workload.warmup + workload.repetitions
+    n = workload.concurrency
     for index in range(total):
-        request = GenerationRequest(
-            prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
-            generate_tokens=workload.generate_tokens,
-            salt=options.salt_base + index,
-            timeout_s=options.timeout_s,
-        )
+        requests = [
+            GenerationRequest(
+                prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
+                generate_tokens=workload.generate_tokens,
+                salt=options.salt_base + index * n + stream,
+                timeout_s=options.timeout_s,
+            )
+            for stream in range(n)
+        ]
         try:
-            sample = to_sample(engine.generate(request))
+            generations = _round(engine, requests)
+            round_samples = [to_sample(g) for g in generations]
         except TokperfError as exc:
             partial = summarize(workload, info, samples, options.agreement_tolerance) if samples else None
             raise MeasurementError(
                 f"repetition {index + 1} of {total} failed: {exc}", partial=partial
             ) from exc
+        aggregate = aggregate_tokens_per_s(generations)
         if progress is not None:
             phase = "warm-up" if index < workload.warmup else "rep"
             done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
             of = workload.repetitions if index >= workload.warmup else workload.warmup
-            rate = f"{sample.decode_tokens_per_s:.1f} tok/s" if sample.decode_tokens_per_s else "-"
-            progress(f"{phase} {done}/{of}: decode {rate}, TTFT {sample.ttft_s * 1e3:.0f} ms")
+            rates = [s.decode_tokens_per_s for s in round_samples if s.decode_tokens_per_s]
+            rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
+            streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
+            progress(f"{phase} {done}/{of}: decode {rate}{streams}, "
+                     f"TTFT {round_samples[0].ttft_s * 1e3:.0f} ms")
         if index >= workload.warmup:
-            samples.append(sample)
-    return summarize(workload, info, samples, options.agreement_tolerance)
+            samples.extend(round_samples)
+            if aggregate is not None:
+                aggregates.append(aggregate)
+    result = replace(summarize(workload, info, samples, options.agreement_tolerance),
+                     aggregate_tokens_per_s=Summary.of(aggregates))
+    agg, per_stream = result.aggregate_tokens_per_s, result.decode_tokens_per_s
+    if n > 1 and agg is not None and per_stream is not None:
+        note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
+                f"{per_stream.median:.1f} tok/s decode per stream")
+        result = replace(result, notes=(*result.notes, note))
+    return result

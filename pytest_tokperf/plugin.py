@@ -177,7 +177,7 @@ def _engine_line(state: PluginState) -> str:
 class _PytestTokBench(TokBench):
     """TokBench whose engine errors become clean test failures, not tracebacks."""
 
-    def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:  # type: ignore[override]
+    def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:
         __tracebackhide__ = True
         try:
             return TokBench.__call__(self, *args, **kwargs)  # type: ignore[arg-type]

@@ -45,7 +45,8 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
         body.append((
             _short(row.test_id),
             (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")
-            + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}",
+            + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}"
+            + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
             f"{r.ttft_s.median * 1e3:.0f}",
             _rate(r.prefill_tokens_per_s),
             _rate(r.decode_tokens_per_s),

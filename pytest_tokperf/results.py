@@ -193,6 +193,9 @@ class BenchResult:
     """Median relative difference client vs engine decode tok/s (0.001 = 0.1%)."""
     ttft_minus_engine_prefill_s: float | None
     notes: tuple[str, ...] = field(default=())
+    aggregate_tokens_per_s: Summary | None = None
+    """Output tokens of all streams per second of wall time (first send to last token),
+    prefill included; with one stream it is the request's end-to-end output rate."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,8 @@ class EngineSession:
 
     def _settings_pairs(self) -> tuple[tuple[str, str], ...]:
         s = self.settings
-        pairs = {"threads": str(s.threads), "ctx_size": str(s.ctx_size)}
+        pairs = {"threads": str(s.threads), "ctx_size": str(s.ctx_size),
+                 "parallel": str(s.parallel)}
         if s.server_args:
             pairs["server_args"] = " ".join(s.server_args)
         return tuple(sorted(pairs.items()))
@@ -132,6 +133,7 @@ class EngineSession:
             log_path=self.log_dir / f"llama-server-{os.getpid()}.log",
             threads=s.threads,
             context_size=s.ctx_size,
+            parallel=s.parallel,
             port=s.port,
             extra_args=s.server_args,
             startup_timeout_s=s.startup_timeout,

@@ -124,7 +124,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("port", "loopback port for a started server (default: a free one)",
                _positive_int, None, "N"),
     OptionSpec("threads", "engine threads (default: all cores)", _positive_int, None, "N"),
-    OptionSpec("ctx_size", "context size of a started server", _positive_int, 4096, "N"),
+    OptionSpec("ctx_size", "context size per slot of a started server", _positive_int, 4096,
+               "N"),
+    OptionSpec("parallel", "slots of a started llama-server (-np): how many concurrent "
+               "streams tok_bench(concurrency=N) may use", _positive_int, 1, "N"),
     OptionSpec("repetitions", "measured repetitions per workload", _positive_int, 5, "N"),
     OptionSpec("warmup", "discarded warm-up runs per workload", _non_negative_int, 1, "N"),
     OptionSpec("db", "results database (default .tokperf/results.db in the rootdir when an "
@@ -162,6 +165,7 @@ class Settings:
     port: int | None
     threads: int
     ctx_size: int
+    parallel: int
     repetitions: int
     warmup: int
     db: Path | None

@@ -175,3 +175,12 @@ def test_connection_refused_is_engine_unavailable() -> None:
     assert server.ready() is False
     with pytest.raises(EngineUnavailable, match="cannot reach http://llama.test/props"):
         server.info()
+
+
+def test_aggregate_is_all_output_over_wall_time() -> None:
+    from pytest_tokperf.measure import aggregate_tokens_per_s
+
+    a = _generation([0.5, 0.6, 0.7], [1, 1, 1], sent=0.0)
+    b = _generation([0.6, 0.8, 1.0], [1, 1, 1], sent=0.1)
+    assert aggregate_tokens_per_s([a, b]) == pytest.approx(6 / 1.0)
+    assert aggregate_tokens_per_s([_generation([], [], generated=0)]) is None

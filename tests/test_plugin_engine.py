@@ -277,3 +277,40 @@ def test_depth_beyond_context_is_clear(pytester: pytest.Pytester, llama_url: str
         "*ConfigError: depth 100000 + prompt 16 + generate 16 = 100032 tokens exceeds the "
         "engine's context of 2048; lower the depth or raise --tokperf-ctx-size"])
     result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_concurrent_streams_on_a_two_slot_server(
+    pytester: pytest.Pytester, server_binary: Path, test_model: Path
+) -> None:
+    pytester.makepyfile("""
+        def test_two_streams(tok_bench):
+            one = tok_bench(prompt_tokens=16, generate_tokens=32, repetitions=2, warmup=1)
+            two = tok_bench(prompt_tokens=16, generate_tokens=32, concurrency=2,
+                            repetitions=2, warmup=1)
+            assert len(two.result.samples) == 4
+            assert all(s.generated_tokens == 32 for s in two.result.samples)
+            assert two.result.aggregate_tokens_per_s.n == 2
+            # per stream the ceiling reads the weights once and both streams' KV
+            kv = one.ceiling.footprint.kv_bytes_per_position
+            assert two.ceiling.footprint.kv_bytes_per_position == 2 * kv
+            assert any("2 concurrent streams: aggregate" in n for n in two.result.notes)
+    """)
+    result = pytester.runpytest(
+        "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-parallel", "2",
+        "--tokperf-db", "off", "--tokperf-bandwidth", "30GB/s",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_two_streams*16/32 x2*"])
+
+
+def test_concurrency_beyond_slots_is_clear(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile("""
+        def test_four(tok_bench):
+            tok_bench(prompt_tokens=8, generate_tokens=8, concurrency=4)
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*ConfigError: concurrency 4 needs 4 server slots but llama-server at http://127.0.0.1:* "
+        "has 1; start it with --tokperf-parallel 4 (llama-server -np 4)"])

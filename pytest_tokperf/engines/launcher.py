@@ -43,6 +43,8 @@ class LaunchSpec:
     log_path: Path
     threads: int
     context_size: int = 4096
+    """Per slot: the server gets ``context_size * parallel``."""
+    parallel: int = 1
     port: int | None = None
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 120.0
@@ -121,8 +123,8 @@ def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[st
     """The command line; flags a build does not know are left out, not guessed."""
     cmd = [
         str(spec.binary), "-m", str(spec.model), "--host", LOOPBACK, "--port", str(port),
-        "-t", str(spec.threads), "-tb", str(spec.threads), "-c", str(spec.context_size),
-        "-np", "1", "--metrics",
+        "-t", str(spec.threads), "-tb", str(spec.threads),
+        "-c", str(spec.context_size * spec.parallel), "-np", str(spec.parallel), "--metrics",
     ]
     if "--no-webui" in help_text:
         cmd.append("--no-webui")

@@ -19,7 +19,7 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import count, error_text, probe_ready, wrong_engine
+from pytest_tokperf.engines.wire import count, error_text, json_object, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo
 
@@ -55,7 +55,8 @@ class LMStudio(OpenAICompatible):
         if self._model is None:
             catalog = self._catalog()
             loaded = [str(m.get("id")) for m in catalog if m.get("state") == "loaded"]
-            self._model = (loaded or [str(m.get("id")) for m in catalog] or [None])[0]
+            names = loaded or [str(m.get("id")) for m in catalog]
+            self._model = names[0] if names else None
         return self._model
 
     def _probe_answer(self) -> dict[str, Any]:
@@ -87,9 +88,9 @@ class LMStudio(OpenAICompatible):
         catalog = self._catalog()
         self.check_model()
         probe = self._probe_answer()
-        runtime = probe.get("runtime") if isinstance(probe.get("runtime"), dict) else {}
-        model_info = probe.get("model_info") if isinstance(probe.get("model_info"), dict) else {}
-        stats = probe.get("stats") if isinstance(probe.get("stats"), dict) else {}
+        runtime = json_object(probe, "runtime")
+        model_info = json_object(probe, "model_info")
+        stats = json_object(probe, "stats")
         settings = dict(self._settings)
         loaded = [str(m.get("id")) for m in catalog if m.get("state") == "loaded"]
         settings["loaded_models"] = str(len(loaded))

@@ -39,6 +39,7 @@ from pytest_tokperf.engines.wire import (
     count,
     error_text,
     json_field,
+    json_object,
     probe_ready,
     stream_post,
     text_prompt,
@@ -170,8 +171,8 @@ class Ollama:
     def model_info(self) -> ModelInfo:
         """Model identity from ``/api/show`` (no file path: Ollama keeps blobs to itself)."""
         show = self.show()
-        details = show.get("details") if isinstance(show.get("details"), dict) else {}
-        info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+        details = json_object(show, "details")
+        info = json_object(show, "model_info")
         arch = info.get("general.architecture")
         quant = str(details["quantization_level"]) if details.get("quantization_level") else None
         return ModelInfo(
@@ -192,8 +193,8 @@ class Ollama:
                                self._client)
         show = self.show()
         me = canonical(self.model())
-        details = show.get("details") if isinstance(show.get("details"), dict) else {}
-        model_info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+        details = json_object(show, "details")
+        model_info = json_object(show, "model_info")
         parameters = parse_parameters(show.get("parameters"))
         settings = dict(self._settings)
         for key in ("parameter_size", "quantization_level", "family", "format"):

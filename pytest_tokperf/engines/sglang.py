@@ -167,7 +167,8 @@ class SGLang:
                 if "error" in event:
                     raise EngineProtocolError(f"{url} reported an error mid-stream: "
                                               f"{error_text(payload)}")
-                meta = event.get("meta_info") if isinstance(event.get("meta_info"), dict) else {}
+                meta_info = event.get("meta_info")
+                meta = meta_info if isinstance(meta_info, dict) else {}
                 text = str(event.get("text") or "")
                 if text.startswith(seen_text):
                     new_text, seen_text = text[len(seen_text):], text

@@ -256,6 +256,12 @@ class ChunkLog:
             self.tokens.append(n_tokens)
 
 
+def json_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]`` when it is a JSON object, else an empty one."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
