@@ -197,7 +197,7 @@ class ResultStore:
             db.execute("PRAGMA foreign_keys = ON")
             store = cls(db, path)
             store._check_version(store._user_version())
-            db.enable_wal()
+            store._enable_wal()
             store._migrate()
         except StorageError:
             conn.close()
@@ -208,6 +208,19 @@ class ResultStore:
                 raise _unwritable(path, exc) from exc
             raise _not_a_database(path, exc) from exc
         return store
+
+    def _enable_wal(self) -> None:
+        """Switch to WAL; SQLite answers 'locked' at once (no busy wait) when another
+        process opens a new file at the same moment, so retry within the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _user_version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
