@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -139,6 +140,67 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
     assert "KeyboardInterrupt" in out or "Interrupted" in out or "interrupted" in out
     assert _cmdlines(log.name) == [], "llama-server is still running after Ctrl-C"
     assert port is None or _refused(f"http://127.0.0.1:{port.group(1)}")
+
+
+def test_sigkill_of_pytest_takes_the_server_down(
+    pytester: pytest.Pytester, server_binary: Path, test_model: Path
+) -> None:
+    """Even a pytest killed with SIGKILL (no teardown at all) leaves no server behind."""
+    pytester.makepyfile("""
+        import time
+        def test_hangs(tok_bench):
+            tok_bench(prompt_tokens=8, generate_tokens=4, repetitions=1, warmup=0)
+            print("MEASURED", flush=True)
+            time.sleep(120)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
+         "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
+         f"--tokperf-server-bin={server_binary}", "--tokperf-db", "off"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "MEASURED" in line:
+            break
+    log = next(pytester.path.glob(".tokperf/logs/llama-server-*.log"))
+    pid = log.name.removeprefix("llama-server-").removesuffix(".log")
+    assert _servers_started_by(pid), "no llama-server was running before the kill"
+    proc.kill()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    deadline = time.monotonic() + 30
+    while _servers_started_by(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _servers_started_by(pid) == [], "llama-server outlived the SIGKILLed pytest"
+
+
+def _servers_started_by(pid: str) -> list[str]:
+    """Running llama-server processes whose command line names this pytest's model cache
+    and whose parent was ``pid`` (orphans are re-parented, so match the log name too)."""
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            cmd = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = (proc_dir / "status").read_text()
+        except OSError:
+            continue
+        zombie = re.search(r"^State:\s*Z", status, re.M)
+        if "llama-server" in cmd and "--metrics" in cmd and not zombie and (
+            re.search(rf"^PPid:\s*{pid}$", status, re.M) or _started_for(proc_dir, pid)
+        ):
+            found.append(cmd)
+    return found
+
+
+def _started_for(proc_dir: Path, pid: str) -> bool:
+    """True when the process writes to llama-server-<pid>.log (its stdout)."""
+    try:
+        return f"llama-server-{pid}.log" in os.readlink(proc_dir / "fd" / "1")
+    except OSError:
+        return False
 
 
 def _cmdlines(log_name: str) -> list[str]:
