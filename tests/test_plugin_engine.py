@@ -104,7 +104,13 @@ def test_server_stopped_after_failing_test(
         assert conn.execute("select count(*) from results").fetchone() == (1,)
 
 
-def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, test_model: Path) -> None:
+def _hanging_session(
+    pytester: pytest.Pytester, server_binary: Path, test_model: Path
+) -> tuple[subprocess.Popen[str], str]:
+    """A child pytest that starts llama-server, measures, prints MEASURED and sleeps.
+
+    Returns the child and its pid (the server log is named after it) once measured.
+    """
     pytester.makepyfile("""
         import time
         def test_hangs(tok_bench):
@@ -122,14 +128,18 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    lines = []
     for line in proc.stdout:
-        lines.append(line)
-        if "MEASURED" in line or time.monotonic() > deadline:
+        if "MEASURED" in line:
             break
     log = next(pytester.path.glob(".tokperf/logs/llama-server-*.log"))
-    port = re.search(r"--port (\d+)", " ".join(_cmdlines(log.name)) or "")
+    pid = log.name.removeprefix("llama-server-").removesuffix(".log")
+    assert _servers_started_by(pid), "no llama-server was running after the measurement"
+    return proc, pid
+
+
+def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, test_model: Path) -> None:
+    proc, pid = _hanging_session(pytester, server_binary, test_model)
+    port = re.search(r"--port (\d+)", " ".join(_servers_started_by(pid)))
     proc.send_signal(signal.SIGINT)
     try:
         out, _ = proc.communicate(timeout=90)
@@ -138,7 +148,7 @@ def test_ctrl_c_stops_server(pytester: pytest.Pytester, server_binary: Path, tes
         out, _ = proc.communicate(timeout=30)
         pytest.fail(f"pytest did not exit within 90 s of Ctrl-C; its output:\n{out[-6000:]}")
     assert "KeyboardInterrupt" in out or "Interrupted" in out or "interrupted" in out
-    assert _cmdlines(log.name) == [], "llama-server is still running after Ctrl-C"
+    assert _servers_started_by(pid) == [], "llama-server is still running after Ctrl-C"
     assert port is None or _refused(f"http://127.0.0.1:{port.group(1)}")
 
 
@@ -146,28 +156,10 @@ def test_sigkill_of_pytest_takes_the_server_down(
     pytester: pytest.Pytester, server_binary: Path, test_model: Path
 ) -> None:
     """Even a pytest killed with SIGKILL (no teardown at all) leaves no server behind."""
-    pytester.makepyfile("""
-        import time
-        def test_hangs(tok_bench):
-            tok_bench(prompt_tokens=8, generate_tokens=4, repetitions=1, warmup=0)
-            print("MEASURED", flush=True)
-            time.sleep(120)
-    """)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-         "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
-         f"--tokperf-server-bin={server_binary}", "--tokperf-db", "off"],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "MEASURED" in line:
-            break
-    log = next(pytester.path.glob(".tokperf/logs/llama-server-*.log"))
-    pid = log.name.removeprefix("llama-server-").removesuffix(".log")
-    assert _servers_started_by(pid), "no llama-server was running before the kill"
+    proc, pid = _hanging_session(pytester, server_binary, test_model)
     proc.kill()
     proc.wait(timeout=30)
+    assert proc.stdout is not None
     proc.stdout.close()
     deadline = time.monotonic() + 30
     while _servers_started_by(pid) and time.monotonic() < deadline:
@@ -176,8 +168,8 @@ def test_sigkill_of_pytest_takes_the_server_down(
 
 
 def _servers_started_by(pid: str) -> list[str]:
-    """Running llama-server processes whose command line names this pytest's model cache
-    and whose parent was ``pid`` (orphans are re-parented, so match the log name too)."""
+    """Command lines of live llama-server processes started by pytest ``pid``: its
+    children, or orphans still writing to its ``llama-server-<pid>.log``."""
     found = []
     for proc_dir in Path("/proc").iterdir():
         if not proc_dir.name.isdigit():
@@ -201,23 +193,6 @@ def _started_for(proc_dir: Path, pid: str) -> bool:
         return f"llama-server-{pid}.log" in os.readlink(proc_dir / "fd" / "1")
     except OSError:
         return False
-
-
-def _cmdlines(log_name: str) -> list[str]:
-    """Command lines of running llama-server processes started for this log file."""
-    pid = log_name.removeprefix("llama-server-").removesuffix(".log")
-    found = []
-    for proc_dir in Path("/proc").iterdir():
-        if not proc_dir.name.isdigit():
-            continue
-        try:
-            cmd = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            status = (proc_dir / "status").read_text()
-        except OSError:
-            continue
-        if "llama-server" in cmd and re.search(rf"^PPid:\s*{pid}$", status, re.M):
-            found.append(cmd)
-    return found
 
 
 def test_efficiency_floor_fails_with_arithmetic_and_stores_verdict(
