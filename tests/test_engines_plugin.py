@@ -1,30 +1,13 @@
-"""The real ``tok_bench`` fixture against every fake engine, through pytester.
-
-NEEDS THE LEAD'S WIRING (issue 6), so the module skips until it is there:
-``EngineSession`` builds adapters with ``registry.create_engine(settings.engine,
-settings.url, timeout_s=..., settings=(), model=<--tokperf-model unless 'main'/'test'>)``,
-``--tokperf-engine`` accepts the registry's names, and the plugin calls the
-``pytest_tokperf_add_engines`` hook. Run after wiring:
-``.venv/bin/python -m pytest tests/test_engines_plugin.py -q``.
-"""
+"""The real ``tok_bench`` fixture against every fake engine, through pytester."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
 from fake_http import FakeServer
-
-from pytest_tokperf import plugin, session
-
-WIRED = "create_engine" in inspect.getsource(session) or "registry" in inspect.getsource(session)
-HOOKED = "pytest_tokperf_add_engines" in inspect.getsource(plugin)
-
-pytestmark = pytest.mark.skipif(
-    not WIRED, reason="needs the lead's wiring: EngineSession must use engines.registry (issue 6)"
-)
 
 BENCH = """
 def test_bench(tok_bench):
@@ -89,7 +72,6 @@ def test_an_unknown_engine_name_is_a_usage_error_listing_all(pytester: pytest.Py
     result.stderr.fnmatch_lines(["*'tgi' is not an engine*ollama, vllm, lmstudio, mlx, sglang, openai*"])
 
 
-@pytest.mark.skipif(not HOOKED, reason="needs the lead's wiring: plugin must call pytest_tokperf_add_engines")
 def test_a_conftest_registers_an_engine(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         from pytest_tokperf.engines.openai_compat import OpenAICompatible
@@ -109,4 +91,20 @@ def test_a_conftest_registers_an_engine(pytester: pytest.Pytester) -> None:
     with FakeVLLM(eos_after=3) as fake:
         result = pytester.runpytest("--tokperf-engine", "my-server", "--tokperf-url", fake.url,
                                     "--tokperf-db", "off")
+    result.assert_outcomes(passed=1)
+
+
+def test_ollama_model_file_gives_a_ceiling(pytester: pytest.Pytester, test_model: Path) -> None:
+    """/api/show's modelfile names the GGUF blob; on the same host that is enough for a
+    ceiling, as for an attached llama-server."""
+    pytester.makepyfile("""
+        def test_bench(tok_bench):
+            r = tok_bench(prompt_tokens=24, generate_tokens=10, repetitions=2, warmup=0)
+            assert r.ceiling is not None and r.efficiency > 0
+            assert r.ceiling.bandwidth.source == "explicit"
+    """)
+    with FakeOllama(blob_path=str(test_model)) as fake:
+        result = pytester.runpytest("--tokperf-engine", "ollama", "--tokperf-url", fake.url,
+                                    "--tokperf-model", "llama3.2:3b", "--tokperf-db", "off",
+                                    "--tokperf-bandwidth", "30GB/s")
     result.assert_outcomes(passed=1)

@@ -72,6 +72,19 @@ def parse_parameters(text: str | None) -> dict[str, str]:
     return result
 
 
+def modelfile_source(show: dict[str, Any]) -> str | None:
+    """The GGUF blob ``/api/show``'s modelfile says ``FROM`` (an absolute path), if any.
+
+    ``ollama show --modelfile`` prints ``FROM /…/models/blobs/sha256-…``; on the same host
+    that file is what the ceiling reads its bytes per token from.
+    """
+    for line in str(show.get("modelfile") or "").splitlines():
+        if line.startswith("FROM "):
+            source = line[5:].strip()
+            return source if source.startswith("/") else None
+    return None
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     parts: list[int] = []
     for piece in version.split("-")[0].split("."):
@@ -240,6 +253,7 @@ class Ollama:
             build=f"ollama-{text}",
             base_url=self.base_url,
             model_name=self.model(),
+            model_path=modelfile_source(show),
             context_size=context,
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
