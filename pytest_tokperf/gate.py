@@ -6,7 +6,8 @@ The baseline is, by ``--tokperf-baseline``:
 - ``engine=VERSION``: only earlier runs whose engine version or build is VERSION;
 - a path to another results DB: that DB's runs of the same series.
 
-Decode tok/s (higher is better) and TTFT (lower is better) are judged; a regression
+Decode tok/s (higher is better; the engine's own figure where it reports one) and TTFT
+(lower is better; client clock) are judged; a regression
 must be significant AND at least the minimum effect; a series too noisy or too
 short to judge is "inconclusive" and reported, never failed.
 """
@@ -79,8 +80,14 @@ class GateFinding:
 
 
 def _values(samples: Sequence[Sample], metric: Metric) -> list[float]:
+    """The figures judged: client TTFT; decode from the engine's own timings when every
+    sample has them (a starved client reads bursts of tokens and its decode rate jumps),
+    else the client's."""
     if metric.name == TTFT.name:
         return [s.ttft_s for s in samples]
+    engine = [s.engine_decode_tokens_per_s for s in samples]
+    if samples and all(engine):
+        return [float(v) for v in engine if v]
     return [s.decode_tokens_per_s for s in samples if s.decode_tokens_per_s]
 
 

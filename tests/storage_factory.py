@@ -173,9 +173,9 @@ def record_kwargs() -> dict[str, Any]:
 def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -> BenchResult:
     """A result of engine ``build`` whose 5 samples decode at ``decode`` tok/s (CV ``cv``)."""
     samples = tuple(
-        dataclasses.replace(make_sample(i), decode_tokens_per_s=decode * rng.gauss(1, cv),
+        dataclasses.replace(make_sample(i), decode_tokens_per_s=rate, engine_decode_tokens_per_s=rate,
                             ttft_s=0.05 * rng.gauss(1, cv))
-        for i in range(5)
+        for i, rate in enumerate(decode * rng.gauss(1, cv) for _ in range(5))
     )
     return dataclasses.replace(make_result(engine=make_engine(version=build, build=build)),
                                samples=samples)
