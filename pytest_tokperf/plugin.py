@@ -235,10 +235,9 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
 def _gate(state: PluginState, test_id: str, series_key: str, result) -> None:  # type: ignore[no-untyped-def]
     """Judge the result against its baseline; fail the test on a regression if asked."""
     __tracebackhide__ = True
-    from pytest_tokperf.storage import ResultStore
-
     store = state.recorder.store
-    assert isinstance(store, ResultStore)
+    if store is None:
+        return
     findings = judge(
         store, state.baseline, test_id=test_id, series_key=series_key, samples=result.samples,
         current_build=result.engine.build or result.engine.version or "?",

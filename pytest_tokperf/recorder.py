@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
+from pytest_tokperf.storage import ResultStore
 
 
 @dataclass
 class Recorder:
-    store: object | None
+    store: ResultStore | None
     location: Path | None
     hardware: HardwareInfo | None = None
     pytest_version: str | None = None
@@ -26,8 +27,6 @@ class Recorder:
         """Open (creating or migrating) the DB at ``path``; None writes nothing."""
         if path is None:
             return cls.disabled()
-        from pytest_tokperf.storage import ResultStore
-
         return cls(store=ResultStore.open(path), location=path, pytest_version=pytest_version)
 
     @classmethod
@@ -69,11 +68,9 @@ class Recorder:
         if self.store is None:
             return None
         from pytest_tokperf.environment import collect_run_info
-        from pytest_tokperf.storage import ResultStore
         from pytest_tokperf.storage_rows import series_key
 
         store = self.store
-        assert isinstance(store, ResultStore)
         if self._run is None:
             run = collect_run_info(pytest_version=self.pytest_version)
             store.begin_run(run)
@@ -97,10 +94,6 @@ class Recorder:
     def close(self) -> None:
         if self.store is None:
             return
-        from pytest_tokperf.storage import ResultStore
-
-        store = self.store
-        assert isinstance(store, ResultStore)
         if self._run is not None:
-            store.finish_run(self._run.run_id)
-        store.close()
+            self.store.finish_run(self._run.run_id)
+        self.store.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,33 +49,7 @@ from pytest_tokperf.storage_schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_S = 30.0
 DB_ENV_VAR = "PYTEST_TOKPERF_DB"
-OFF_VALUES = frozenset({"off", "none", "no", ""})
 _T = TypeVar("_T")
-
-
-def default_db_path(rootdir: Path) -> Path:
-    """Where results go when nothing says otherwise: inside the project under test."""
-    return rootdir / ".tokperf" / "results.db"
-
-
-def resolve_db_path(
-    cli: str | None, env: Mapping[str, str], ini: str | None, rootdir: Path
-) -> Path | None:
-    """``--tokperf-db`` beats ``PYTEST_TOKPERF_DB`` beats ini ``tokperf_db`` beats the default.
-
-    ``off``, ``none`` or ``no`` from any of them means: write nothing (``None``); so does
-    an empty ``--tokperf-db ""``. An empty environment variable or ini value counts as
-    unset (pytest reports an unset ini key as ``""``). CLI and environment paths are
-    relative to the current directory, the ini path to ``rootdir``.
-    """
-    sources = ((cli, Path.cwd()), (env.get(DB_ENV_VAR) or None, Path.cwd()), (ini or None, rootdir))
-    for value, base in sources:
-        if value is None:
-            continue
-        if value.strip().lower() in OFF_VALUES:
-            return None
-        return base / Path(value).expanduser()
-    return default_db_path(rootdir)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,14 @@ def test_precedence_cli_env_ini_default() -> None:
     assert _resolve(cli={"model": "a.gguf"}, env={"PYTEST_TOKPERF_MODEL": "test"}).model == "a.gguf"
     assert _resolve().db == Path("/proj/.tokperf/results.db")
     assert _resolve(cli={"db": "off"}).db is None
+    env_db = {"PYTEST_TOKPERF_DB": "/env.db"}
+    assert _resolve(env=env_db, ini={"tokperf_db": "/ini.db"}).db == Path("/env.db")
+    assert _resolve(cli={"db": "/cli.db"}, env=env_db).db == Path("/cli.db")
+    assert _resolve(ini={"tokperf_db": "/ini.db"}).db == Path("/ini.db")
+    for off in ("off", "None", "no", " OFF "):
+        assert _resolve(cli={"db": off}, env=env_db).db is None
+        assert _resolve(env={"PYTEST_TOKPERF_DB": off}, ini={"tokperf_db": "/ini.db"}).db is None
+        assert _resolve(ini={"tokperf_db": off}).db is None
     assert _resolve(cli={"url": "http://127.0.0.1:9/"}).engine == "llama-server"
 
 

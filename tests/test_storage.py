@@ -25,8 +25,6 @@ from pytest_tokperf.storage import (
     HistoryRow,
     NullStore,
     ResultStore,
-    default_db_path,
-    resolve_db_path,
 )
 from pytest_tokperf.storage_rows import (
     environment_row,
@@ -205,23 +203,6 @@ def test_null_store_writes_nothing(tmp_path: Path) -> None:
     assert (null.history("k"), null.latest_per_series(), null.runs()) == ([], [], [])
     null.close()
     assert list(tmp_path.iterdir()) == []
-
-
-def test_resolve_db_path_precedence_and_off(tmp_path: Path) -> None:
-    env = {"PYTEST_TOKPERF_DB": str(tmp_path / "env.db")}
-    assert resolve_db_path(None, {}, None, tmp_path) == default_db_path(tmp_path)
-    assert default_db_path(tmp_path) == tmp_path / ".tokperf" / "results.db"
-    assert resolve_db_path(None, {}, "ini.db", tmp_path) == tmp_path / "ini.db"
-    assert resolve_db_path(None, env, "ini.db", tmp_path) == tmp_path / "env.db"
-    assert resolve_db_path(str(tmp_path / "cli.db"), env, "x", tmp_path) == tmp_path / "cli.db"
-    for off in ("off", "None", "no", " OFF "):
-        assert resolve_db_path(off, env, "ini.db", tmp_path) is None
-        assert resolve_db_path(None, {"PYTEST_TOKPERF_DB": off}, "ini.db", tmp_path) is None
-        assert resolve_db_path(None, {}, off, tmp_path) is None
-    assert resolve_db_path("", env, "ini.db", tmp_path) is None
-    assert resolve_db_path(None, {"PYTEST_TOKPERF_DB": ""}, "", tmp_path) == default_db_path(
-        tmp_path
-    )
 
 
 def test_db_from_the_future_is_refused(tmp_path: Path) -> None:
