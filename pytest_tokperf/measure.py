@@ -119,6 +119,22 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+def _disagreement_note(samples: list[Sample], agreement: float, tolerance: float) -> str:
+    """Say which way client and engine disagree, and what that usually means."""
+    head = (f"client and engine decode tok/s differ by {agreement:.1%} (median), more than "
+            f"{tolerance:.0%}")
+    faster = sum(1 for s in samples if s.decode_tokens_per_s and s.engine_decode_tokens_per_s
+                 and s.decode_tokens_per_s > s.engine_decode_tokens_per_s)
+    if faster * 2 > len(samples):
+        # Tokens cannot reach the client faster than the engine makes them: they were
+        # delivered in bursts, so the client's clock says nothing about decode.
+        return (f"{head}: the client read tokens in bursts, faster than the engine made them; "
+                "the client was starved of CPU (engine threads on every core?) or something "
+                "buffered the stream. Leave the client a core with --tokperf-threads, or "
+                "judge the engine's own figure")
+    return f"{head}: the client or the connection is adding latency"
+
+
 def summarize(
     workload: Workload,
     engine: EngineInfo,
@@ -148,10 +164,7 @@ def summarize(
     ]
     agreement = statistics.median(differences) if differences else None
     if agreement is not None and agreement > tolerance:
-        notes.append(
-            f"client and engine decode tok/s differ by {agreement:.1%} (median), more than "
-            f"{tolerance:.0%}: the client or the connection is adding noise"
-        )
+        notes.append(_disagreement_note(samples, agreement, tolerance))
     ttft_gaps = [s.ttft_s - s.engine_prefill_s for s in samples if s.engine_prefill_s is not None]
     itl = [gap for s in samples for gap in s.inter_token_s]
     ttft = Summary.of([s.ttft_s for s in samples])

