@@ -101,6 +101,16 @@ class TokBenchResult:
             )
 
 
+WORKLOAD_DEFAULTS: dict[str, int] = {
+    "prompt_tokens": 64,
+    "generate_tokens": 128,
+    "depth_tokens": 0,
+    "concurrency": 1,
+    "cached_prefix_tokens": 0,
+}
+"""The workload a bare ``tok_bench()`` measures; each is also a marker argument."""
+
+
 @dataclass
 class TokBench:
     """Callable fixture value: ``tok_bench(prompt_tokens=..., generate_tokens=...)``."""
@@ -115,25 +125,37 @@ class TokBench:
     before_measure: Callable[[], object] | None = None
     min_efficiency: float | None = None
     calls: int = 0
+    workload_defaults: tuple[tuple[str, int], ...] = ()
+    """Defaults for the workload arguments (from a ``tokperf(...)`` marker)."""
 
     def __call__(
         self,
-        prompt_tokens: int = 64,
-        generate_tokens: int = 128,
+        prompt_tokens: int | None = None,
+        generate_tokens: int | None = None,
         *,
-        depth_tokens: int = 0,
-        concurrency: int = 1,
+        depth_tokens: int | None = None,
+        concurrency: int | None = None,
+        cached_prefix_tokens: int | None = None,
         repetitions: int | None = None,
         warmup: int | None = None,
     ) -> TokBenchResult:
-        """Measure one workload; ``depth_tokens`` of context precede the prompt and
-        ``concurrency`` streams run at once (decode is reported per stream)."""
+        """Measure one workload.
+
+        ``depth_tokens`` of context precede the prompt; ``concurrency`` streams run at
+        once (decode is reported per stream); ``cached_prefix_tokens`` of depth + prompt
+        are primed first so the engine's prefix cache may serve them (warm TTFT). An
+        argument left out comes from the test's ``tokperf(...)`` marker, else from
+        ``WORKLOAD_DEFAULTS``.
+        """
         __tracebackhide__ = True
+        given = {"prompt_tokens": prompt_tokens, "generate_tokens": generate_tokens,
+                 "depth_tokens": depth_tokens, "concurrency": concurrency,
+                 "cached_prefix_tokens": cached_prefix_tokens}
+        marked = dict(self.workload_defaults)
+        chosen = {name: value if value is not None else marked.get(name, WORKLOAD_DEFAULTS[name])
+                  for name, value in given.items()}
         workload = Workload(
-            prompt_tokens=prompt_tokens,
-            generate_tokens=generate_tokens,
-            depth_tokens=depth_tokens,
-            concurrency=concurrency,
+            **chosen,
             repetitions=self.repetitions if repetitions is None else repetitions,
             warmup=self.warmup if warmup is None else warmup,
         )

@@ -8,6 +8,10 @@ Definitions (the same for every engine, shared/reference/engines.md):
   and prompt tokens / the engine's own prefill time beside it.
 - depth: ``depth_tokens`` of context come before the prompt, so decode reads a KV cache
   that deep (llama-bench's ``-d``); TTFT and prefill then cover depth + prompt tokens.
+- warm prefix: with ``cached_prefix_tokens`` = N, an unmeasured request first sends the
+  first N tokens, then the measured one may take them from the engine's prefix cache
+  (a chat turn after its history); prefill tok/s then counts the tokens the engine
+  reports it processed. Cold (N = 0) prompts are salted so no cache can serve them.
 Warm-up runs are measured and discarded; every repetition keeps its raw figures.
 """
 
@@ -53,6 +57,7 @@ def validate_workload(workload: Workload) -> None:
         ("warmup", workload.warmup, 0),
         ("depth_tokens", workload.depth_tokens, 0),
         ("concurrency", workload.concurrency, 1),
+        ("cached_prefix_tokens", workload.cached_prefix_tokens, 0),
     )
     for name, value, minimum in checks:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -60,6 +65,13 @@ def validate_workload(workload: Workload) -> None:
                 f"{name}={value!r} is not a whole number >= {minimum}"
                 + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
             )
+    context = workload.depth_tokens + workload.prompt_tokens
+    if workload.cached_prefix_tokens >= context:
+        raise ConfigError(
+            f"cached_prefix_tokens={workload.cached_prefix_tokens} must be below depth + prompt "
+            f"({workload.depth_tokens} + {workload.prompt_tokens} = {context}): a warm TTFT "
+            f"needs new tokens after the cached prefix; lower it or raise prompt_tokens"
+        )
 
 
 def check_context(workload: Workload, info: EngineInfo) -> None:
@@ -107,6 +119,8 @@ def to_sample(generation: Generation) -> Sample:
         cached_prompt_tokens=engine.cached_prompt_tokens if engine else None,
         speculative=bool(engine and engine.speculative),
         text_chars=len(generation.text),
+        draft_tokens=engine.draft_tokens if engine else None,
+        draft_accepted_tokens=engine.draft_accepted_tokens if engine else None,
     )
 
 
@@ -149,12 +163,23 @@ def summarize(
             f"asked for {workload.generate_tokens} tokens, got {sorted(set(short))} in "
             f"{len(short)} of {len(samples)} repetitions"
         )
-    # One cached token is the shared start-of-text token some prefix caches match
-    # (mlx_lm, SGLang); more than that means the prompt was not cold.
-    cached = [s.cached_prompt_tokens for s in samples
-              if s.cached_prompt_tokens and s.cached_prompt_tokens > max(1, s.prompt_tokens // 100)]
-    if cached:
-        notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
+    offered = workload.cached_prefix_tokens
+    if offered:
+        # A warm workload: the engine should serve (nearly) all of the primed prefix.
+        served = [s.cached_prompt_tokens for s in samples if s.cached_prompt_tokens is not None]
+        if served and min(served) < 0.9 * offered:
+            notes.append(
+                f"engine served only {min(served)} of {offered} primed prefix tokens from its "
+                "cache: its prompt cache is off, too small, or evicted the prefix, so this "
+                "TTFT is not warm"
+            )
+    else:
+        # One cached token is the shared start-of-text token some prefix caches match
+        # (mlx_lm, SGLang); more than that means the prompt was not cold.
+        cached = [s.cached_prompt_tokens for s in samples
+                  if s.cached_prompt_tokens and s.cached_prompt_tokens > max(1, s.prompt_tokens // 100)]
+        if cached:
+            notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
     if any(s.speculative for s in samples):
         notes.append("speculative decoding was active: this is not the base decode speed")
     differences = [
@@ -216,6 +241,7 @@ def run_workload(
     aggregates: list[float] = []
     total = workload.warmup + workload.repetitions
     n = workload.concurrency
+    warm = workload.cached_prefix_tokens > 0
     for index in range(total):
         requests = [
             GenerationRequest(
@@ -223,10 +249,15 @@ def run_workload(
                 generate_tokens=workload.generate_tokens,
                 salt=options.salt_base + index * n + stream,
                 timeout_s=options.timeout_s,
+                reuse_prefix=warm,
             )
             for stream in range(n)
         ]
         try:
+            if warm:
+                # Unmeasured: the same salt makes these prompts the measured ones' prefix.
+                _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
+                                        generate_tokens=1) for r in requests])
             generations = _round(engine, requests)
             round_samples = [to_sample(g) for g in generations]
         except TokperfError as exc:

@@ -18,7 +18,7 @@ from pytest_tokperf import settings as settings_mod
 from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
-from pytest_tokperf.fixture import TokBench, TokBenchResult
+from pytest_tokperf.fixture import WORKLOAD_DEFAULTS, TokBench, TokBenchResult
 from pytest_tokperf.gate import Baseline, GateFinding, describe, judge, parse_baseline
 from pytest_tokperf.measure import MeasureOptions
 from pytest_tokperf.recorder import Recorder
@@ -87,7 +87,9 @@ def _project_dir(config: pytest.Config) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tokperf(repetitions=N, warmup=N, min_efficiency=F): per-test settings for tok_bench",
+        "tokperf(repetitions=N, warmup=N, min_efficiency=F, prompt_tokens=N, generate_tokens=N, "
+        "depth_tokens=N, concurrency=N, cached_prefix_tokens=N): per-test settings and "
+        "workload defaults for tok_bench",
     )
     registry = EngineRegistry()
     try:
@@ -191,7 +193,8 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
     """Measure TTFT, prefill and decode tok/s of the configured engine.
 
     ``result = tok_bench(prompt_tokens=64, generate_tokens=128)``; the
-    ``tokperf(repetitions=..., warmup=...)`` marker overrides the session defaults.
+    ``tokperf(repetitions=..., warmup=..., depth_tokens=..., ...)`` marker overrides the
+    session defaults and sets the workload a bare ``tok_bench()`` measures.
     """
     state = request.config.stash[STATE]
     s = state.settings
@@ -199,11 +202,12 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
         pytest.skip("no engine configured: pass --tokperf-engine llama-server or --tokperf-url URL")
     marker = request.node.get_closest_marker("tokperf")
     kwargs = dict(marker.kwargs) if marker else {}
-    unknown = set(kwargs) - {"repetitions", "warmup", "min_efficiency"}
+    known = ("repetitions", "warmup", "min_efficiency", *WORKLOAD_DEFAULTS)
+    unknown = set(kwargs) - set(known)
     if unknown:
         pytest.fail(
             f"@pytest.mark.tokperf got unknown argument(s) {sorted(unknown)!r}; "
-            f"known: repetitions, warmup, min_efficiency",
+            f"known: {', '.join(known)}",
             pytrace=False,
         )
     test_id = request.node.nodeid
@@ -229,6 +233,7 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
         before_measure=state.ceilings.probe,
         min_efficiency=None if min_efficiency is None else float(min_efficiency),
         progress=_progress(request.config, test_id),
+        workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
     )
 
 

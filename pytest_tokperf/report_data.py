@@ -62,13 +62,14 @@ class ResultFigures:
     verdict: str
     run_id: str | None = None
     created_at: str | None = None
+    cached_prefix_tokens: int = 0
 
     @property
     def workload(self) -> Workload:
         return Workload(
             prompt_tokens=self.prompt_tokens, generate_tokens=self.generate_tokens,
             depth_tokens=self.depth_tokens, concurrency=self.concurrency,
-            repetitions=self.repetitions,
+            repetitions=self.repetitions, cached_prefix_tokens=self.cached_prefix_tokens,
         )
 
     @property
@@ -95,14 +96,15 @@ def version_label(version: str | None, build: str | None) -> str:
     return version or build or "?"
 
 
-def workload_label(prompt_tokens: int, generate_tokens: int, depth_tokens: int = 0,
-                   concurrency: int = 1) -> str:
-    """``prompt 512, gen 128`` plus depth and concurrency when they are not the default."""
-    text = f"prompt {prompt_tokens}, gen {generate_tokens}"
-    if depth_tokens:
-        text += f", depth {depth_tokens}"
-    if concurrency != 1:
-        text += f", ×{concurrency}"
+def workload_label(w: Workload) -> str:
+    """``prompt 512, gen 128`` plus depth, warm prefix and concurrency when not default."""
+    text = f"prompt {w.prompt_tokens}, gen {w.generate_tokens}"
+    if w.depth_tokens:
+        text += f", depth {w.depth_tokens}"
+    if w.cached_prefix_tokens:
+        text += f", warm {w.cached_prefix_tokens}"
+    if w.concurrency != 1:
+        text += f", ×{w.concurrency}"
     return text
 
 
@@ -131,7 +133,7 @@ def figures_from_result(
         decode_tokens_per_s=_median(decode),
         decode_tokens_per_s_stdev=decode.stdev if decode else None,
         ceiling_decode_tokens_per_s=ceiling_tps, efficiency=efficiency, verdict=verdict,
-        run_id=run_id, created_at=created_at,
+        run_id=run_id, created_at=created_at, cached_prefix_tokens=w.cached_prefix_tokens,
     )
 
 
@@ -279,8 +281,7 @@ def load_history(
                           "list series with `tokperf history`")
     points = history_points(rows, [store.samples(r.result_id) for r in rows], metric)
     stored = store.result(rows[-1].result_id)
-    w = stored.result.workload
-    label = workload_label(w.prompt_tokens, w.generate_tokens, w.depth_tokens, w.concurrency)
+    label = workload_label(stored.result.workload)
     title = f"{rows[-1].test_id} — {label}"
     return SeriesHistory(
         series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,

@@ -67,8 +67,7 @@ def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
     """One row of the summary table as text, in ``SUMMARY_HEADER`` order."""
     return (
         fig.test_id,
-        workload_label(fig.prompt_tokens, fig.generate_tokens, fig.depth_tokens,
-                       fig.concurrency),
+        workload_label(fig.workload),
         f"{fig.ttft_s * 1e3:.1f}",
         rate(fig.prefill_tokens_per_s),
         rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
@@ -189,6 +188,7 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "prompt_tokens": fig.prompt_tokens,
         "generate_tokens": fig.generate_tokens,
         "depth_tokens": fig.depth_tokens,
+        "cached_prefix_tokens": fig.cached_prefix_tokens,
         "mean_decode_depth_tokens": fig.mean_decode_depth_tokens,
         "concurrency": fig.concurrency,
         "repetitions": fig.repetitions,

@@ -58,13 +58,17 @@ class EngineTimings:
 class GenerationRequest:
     """One streamed generation, pinned to exact token counts where the engine allows.
 
-    ``salt`` makes the prompt unique at its start so no prefix cache can serve it.
+    ``salt`` makes the prompt unique at its start so no prefix cache can serve it. A
+    prompt is a prefix of every longer prompt with the same salt, so a short request
+    primes the cache for a longer one; ``reuse_prefix`` lets the engine serve the
+    prompt's start from its prefix cache (cold requests never may).
     """
 
     prompt_tokens: int
     generate_tokens: int
     salt: int = 0
     timeout_s: float = 600.0
+    reuse_prefix: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,8 @@ class Sample:
     cached_prompt_tokens: int | None
     speculative: bool
     text_chars: int
+    draft_tokens: int | None = None
+    draft_accepted_tokens: int | None = None
 
     @property
     def chars_per_s(self) -> float | None:
@@ -172,6 +178,9 @@ class Workload:
     concurrency: int = 1
     repetitions: int = 5
     warmup: int = 1
+    cached_prefix_tokens: int = 0
+    """The first N tokens of depth + prompt were sent in an unmeasured request just
+    before, so the engine's prefix cache may serve them: a warm TTFT (0 = cold)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,10 @@ def speed_settings(engine: EngineInfo) -> Row:
     }
 
 
+_LATER_FIELDS: dict[str, object] = {"cached_prefix_tokens": 0, "draft_model": None}
+"""Series fields added in schema v3, with the value that leaves a key unchanged."""
+
+
 @dataclass(frozen=True, slots=True)
 class Series:
     """Everything that changes speed except the dimensions a comparison varies.
@@ -125,11 +129,19 @@ class Series:
     generate_tokens: int
     depth_tokens: int
     concurrency: int
+    cached_prefix_tokens: int = 0
+    draft_model: str | None = None
 
     @property
     def text(self) -> str:
-        """The readable form: canonical JSON with sorted keys (``series.series_text``)."""
-        return dumps(asdict(self))
+        """The readable form: canonical JSON with sorted keys (``series.series_text``).
+
+        Fields added after schema v2 appear only when they differ from their default,
+        so every series stored before them keeps its key.
+        """
+        fields = {name: value for name, value in asdict(self).items()
+                  if not (name in _LATER_FIELDS and value == _LATER_FIELDS[name])}
+        return dumps(fields)
 
     @property
     def key(self) -> str:
@@ -165,6 +177,8 @@ def series_of(test_id: str, result: BenchResult, model: ModelInfo | None) -> Ser
         generate_tokens=workload.generate_tokens,
         depth_tokens=workload.depth_tokens,
         concurrency=workload.concurrency,
+        cached_prefix_tokens=workload.cached_prefix_tokens,
+        draft_model=dict(result.engine.settings).get("draft_model"),
     )
 
 
@@ -379,7 +393,8 @@ def sample_rows(samples: tuple[Sample, ...]) -> list[Row]:
 
 
 def sample_from_row(row: Row) -> Sample:
-    values = {name: row[name] for name in Sample.__dataclass_fields__}
+    # Columns added by later schema steps are absent from older exports.
+    values = {name: row[name] for name in Sample.__dataclass_fields__ if name in row}
     values["inter_token_s"] = tuple(json.loads(row["inter_token_s"]))
     values["speculative"] = bool(row["speculative"])
     return Sample(**values)
@@ -390,7 +405,8 @@ def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) ->
     if ttft is None:
         raise StorageError(f"result {result.get('id')!r} has no ttft_s summary: not a tokperf row")
     return BenchResult(
-        workload=Workload(**{name: result[name] for name in Workload.__dataclass_fields__}),
+        workload=Workload(**{name: result[name] for name in Workload.__dataclass_fields__
+                             if result.get(name) is not None}),
         engine=engine_from_row(environment),
         samples=tuple(sample_from_row(r) for r in samples),
         ttft_s=ttft,

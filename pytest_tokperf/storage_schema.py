@@ -229,5 +229,16 @@ def _v2_history(db: Database) -> None:
     db.create_view("latest_results", _LATEST_RESULTS_V2)
 
 
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_v1_tables, _v2_history)
+def _v3_warm_prefix_and_drafts(db: Database) -> None:
+    """Warm-prefix workloads and speculative decoding: new columns, old rows default."""
+    db.table("results").add_column("cached_prefix_tokens", int, not_null_default=0)
+    db.table("series").add_column("cached_prefix_tokens", int, not_null_default=0)
+    db.table("series").add_column("draft_model", str)
+    db.table("samples").add_column("draft_tokens", int)
+    db.table("samples").add_column("draft_accepted_tokens", int)
+
+
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (
+    _v1_tables, _v2_history, _v3_warm_prefix_and_drafts,
+)
 SCHEMA_VERSION = len(MIGRATIONS)

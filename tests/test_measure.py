@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
 
 from pytest_tokperf.engines.llama_server import LlamaServer, parse_build, prompt_token_ids
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.measure import summarize, to_sample, validate_workload
+from pytest_tokperf.measure import run_workload, summarize, to_sample, validate_workload
 from pytest_tokperf.results import (
     EngineInfo,
     EngineTimings,
@@ -96,9 +97,12 @@ def test_clean_summary_has_no_notes() -> None:
     (Workload(5, 5, repetitions=0), "repetitions=0"),
     (Workload(5, 5, warmup=-1), "warmup=-1"),
     (Workload(5, 5, concurrency=0), "concurrency=0"),
+    (Workload(5, 5, cached_prefix_tokens=-1), "cached_prefix_tokens=-1"),
+    (Workload(5, 5, depth_tokens=3, cached_prefix_tokens=8),
+     "cached_prefix_tokens=8 must be below depth + prompt (3 + 5 = 8)"),
 ])
 def test_bad_workloads(workload: Workload, message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         validate_workload(workload)
 
 
@@ -195,3 +199,58 @@ def test_aggregate_is_all_output_over_wall_time() -> None:
     b = _generation([0.6, 0.8, 1.0], [1, 1, 1], sent=0.1)
     assert aggregate_tokens_per_s([a, b]) == pytest.approx(6 / 1.0)
     assert aggregate_tokens_per_s([_generation([], [], generated=0)]) is None
+
+
+class _PrefixCacheEngine:
+    """An in-process engine with a one-entry prefix cache keyed by salt, like a slot."""
+
+    def __init__(self, serve: bool = True) -> None:
+        self.requests: list[GenerationRequest] = []
+        self.cached: tuple[int, int] | None = None  # (salt, tokens) left by the last request
+        self.serve = serve
+
+    def info(self) -> EngineInfo:
+        return INFO
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        self.requests.append(request)
+        hit = 0
+        if self.serve and request.reuse_prefix and self.cached and self.cached[0] == request.salt:
+            hit = min(self.cached[1], request.prompt_tokens - 1)
+        self.cached = (request.salt, request.prompt_tokens)
+        n = request.generate_tokens
+        timings = EngineTimings(prompt_tokens=request.prompt_tokens - hit, cached_prompt_tokens=hit,
+                                prefill_s=0.1, generated_tokens=n, decode_s=0.1 * (n - 1))
+        return Generation(request=request, sent_s=0.0,
+                          chunk_times_s=tuple(0.1 + 0.1 * i for i in range(n)),
+                          chunk_tokens=(1,) * n, generated_tokens=n,
+                          prompt_tokens=request.prompt_tokens - hit, text="x" * n,
+                          stop_reason="limit", engine=timings)
+
+
+def test_warm_prefix_primes_each_repetition_with_the_same_salt() -> None:
+    engine = _PrefixCacheEngine()
+    workload = Workload(prompt_tokens=40, generate_tokens=4, depth_tokens=100,
+                        cached_prefix_tokens=120, repetitions=2, warmup=1)
+    result = run_workload(engine, workload)  # type: ignore[arg-type]
+    sent = [(r.prompt_tokens, r.generate_tokens, r.reuse_prefix) for r in engine.requests]
+    assert sent == [(120, 1, True), (140, 4, True)] * 3
+    salts = [r.salt for r in engine.requests]
+    assert salts[0] == salts[1] != salts[2] == salts[3]
+    assert [s.cached_prompt_tokens for s in result.samples] == [120, 120]
+    # Prefill counts the 20 tokens the engine processed, not the 140 it was sent.
+    assert [s.prompt_tokens for s in result.samples] == [20, 20]
+    assert result.notes == ()
+
+
+def test_cold_workload_never_offers_the_cache() -> None:
+    engine = _PrefixCacheEngine()
+    run_workload(engine, Workload(prompt_tokens=40, generate_tokens=4, repetitions=2))  # type: ignore[arg-type]
+    assert [(r.prompt_tokens, r.reuse_prefix) for r in engine.requests] == [(40, False)] * 3
+
+
+def test_warm_prefix_the_engine_did_not_serve_is_noted() -> None:
+    engine = _PrefixCacheEngine(serve=False)
+    result = run_workload(engine, Workload(prompt_tokens=40, generate_tokens=4,  # type: ignore[arg-type]
+                                           cached_prefix_tokens=32, repetitions=2))
+    assert any("served only 0 of 32 primed prefix tokens" in n for n in result.notes), result.notes

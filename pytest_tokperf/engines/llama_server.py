@@ -5,7 +5,9 @@ Why these request fields (shared/reference/engines.md, section 1):
   ids depend on ``salt`` so no prefix cache can serve a repetition;
 - ``n_predict`` + ``ignore_eos`` make generation stop at exactly N tokens
   (``stop_type: "limit"``); ``cache_prompt: false`` and ``timings.cache_n == 0``
-  keep prefill honest;
+  keep prefill honest; a warm request (``reuse_prefix``) sends ``cache_prompt: true``
+  so the slot's KV serves the prefix an earlier request with the same salt left there,
+  and ``cache_n`` says how many tokens it served;
 - the final SSE event (``stop: true``) carries ``timings``: ``prompt_ms`` is the
   server-side time to the first sampled token, ``predicted_ms`` spans first to last
   token, ``predicted_n`` includes the first token. ``/completion`` sends no ``[DONE]``.
@@ -113,7 +115,7 @@ class LlamaServer:
             "prompt": prompt_token_ids(request.prompt_tokens, self._vocab_size(), request.salt),
             "n_predict": request.generate_tokens,
             "ignore_eos": True,
-            "cache_prompt": False,
+            "cache_prompt": request.reuse_prefix,
             "temperature": 0.0,
             "seed": 1234,
             "stream": True,

@@ -1,0 +1,129 @@
+"""Refuse a draft model that llama-server could not pair with its target, before any start.
+
+The rule is llama.cpp's own, ``common_speculative_are_compatible`` in
+``common/speculative.cpp`` (build b11434), applied to the GGUF metadata:
+
+1. the vocabulary type (``tokenizer.ggml.model``) is the same;
+2. the add-BOS flags are equal and, when BOS is added, so are the BOS token ids;
+3. the same for EOS;
+4. the vocabulary sizes differ by at most ``SPEC_VOCAB_MAX_SIZE_DIFFERENCE`` (128);
+5. every token text from id ``SPEC_VOCAB_CHECK_START_TOKEN_ID`` (5) up to the smaller
+   vocabulary size is byte-for-byte equal.
+
+Only the metadata is read (``gguf.GGUFReader`` maps the file; tensor data is never
+touched). Every failure is a ``ConfigError`` naming both files, the rule and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+from pytest_tokperf.errors import ConfigError, ModelFileError
+from pytest_tokperf.model.gguf_file import _int, _open_reader, _scalar
+
+SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
+SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
+
+# (add_bos, bos_id, eos_id) llama.cpp assumes when a key is missing, per vocabulary type.
+# An approximation of llama-vocab.cpp: SPM ("llama") adds BOS and uses ids 1/2, BPE
+# ("gpt2") uses id 11 for both; every other type is taken not to add BOS and to have no
+# default ids, and nothing adds EOS by default (T5's UGM does, in llama.cpp). Some BPE
+# pre-tokenizers switch add-BOS on in code; converted files state the flag explicitly.
+_DEFAULTS: dict[str, tuple[bool, int | None, int | None]] = {
+    "llama": (True, 1, 2),
+    "gpt2": (False, 11, 11),
+}
+_FIX = ("use a draft from the same model family / tokenizer, e.g. `tokperf make-model` "
+        "writes drafts with the target's vocabulary")
+
+
+@dataclass(frozen=True, slots=True)
+class _Vocab:
+    model: str
+    add_bos: bool
+    bos: int | None
+    add_eos: bool
+    eos: int | None
+    tokens: list[bytes]
+
+
+def _special_id(
+    reader: gguf.GGUFReader, key: str, default: int | None, n_tokens: int
+) -> int | None:
+    value = _int(reader, key)
+    # llama.cpp keeps the default for an id outside the vocabulary (with a warning).
+    return value if value is not None and 0 <= value < n_tokens else default
+
+
+def _read_vocab(path: Path, role: str) -> _Vocab:
+    try:
+        reader = _open_reader(path)
+    except ModelFileError as exc:
+        raise ConfigError(
+            f"cannot check the {role} model for speculative decoding: {exc}"
+        ) from exc
+    model = _scalar(reader, gguf.Keys.Tokenizer.MODEL)
+    field = reader.get_field(gguf.Keys.Tokenizer.LIST)
+    if not isinstance(model, str) or field is None or field.types != [
+        gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
+    ]:
+        raise ConfigError(
+            f"{role} model {str(path)!r} has no tokenizer ({gguf.Keys.Tokenizer.MODEL!r} and "
+            f"{gguf.Keys.Tokenizer.LIST!r}), so llama-server cannot load it; {_FIX}"
+        )
+    model = "no_vocab" if model == "none" else model  # llama.cpp maps both to NONE
+    tokens = [bytes(field.parts[i]) for i in field.data]
+    add_bos, bos, eos = _DEFAULTS.get(model, (False, None, None))
+    add_bos_value = _scalar(reader, gguf.Keys.Tokenizer.ADD_BOS)
+    add_eos_value = _scalar(reader, gguf.Keys.Tokenizer.ADD_EOS)
+    return _Vocab(
+        model=model,
+        add_bos=add_bos_value if isinstance(add_bos_value, bool) else add_bos,
+        bos=_special_id(reader, gguf.Keys.Tokenizer.BOS_ID, bos, len(tokens)),
+        add_eos=add_eos_value if isinstance(add_eos_value, bool) else False,
+        eos=_special_id(reader, gguf.Keys.Tokenizer.EOS_ID, eos, len(tokens)),
+        tokens=tokens,
+    )
+
+
+def _text(token: bytes) -> str:
+    return token.decode("utf-8", errors="replace")
+
+
+def _mismatch(tgt: _Vocab, dft: _Vocab) -> str | None:
+    """The first of llama.cpp's rules the pair breaks, in words, or None."""
+    if tgt.model != dft.model:
+        return (f"the tokenizer model ({gguf.Keys.Tokenizer.MODEL}) is {tgt.model!r} in the "
+                f"target but {dft.model!r} in the draft")
+    for name, t_add, d_add, t_id, d_id in (("BOS", tgt.add_bos, dft.add_bos, tgt.bos, dft.bos),
+                                           ("EOS", tgt.add_eos, dft.add_eos, tgt.eos, dft.eos)):
+        if t_add != d_add:
+            return (f"add-{name} is {t_add} in the target but {d_add} in the draft "
+                    f"(tokenizer.ggml.add_{name.lower()}_token)")
+        if t_add and t_id != d_id:
+            return (f"the {name} token id is {t_id} in the target but {d_id} in the draft "
+                    f"(tokenizer.ggml.{name.lower()}_token_id)")
+    n_tgt, n_dft = len(tgt.tokens), len(dft.tokens)
+    if abs(n_tgt - n_dft) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
+        return (f"vocabulary sizes {n_tgt} (target) and {n_dft} (draft) differ by "
+                f"{abs(n_tgt - n_dft)}, llama.cpp allows at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}")
+    for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, min(n_tgt, n_dft)):
+        if tgt.tokens[i] != dft.tokens[i]:
+            return (f"token {i} is {_text(tgt.tokens[i])!r} in the target but "
+                    f"{_text(dft.tokens[i])!r} in the draft")
+    return None
+
+
+def check_draft_vocab(target: Path, draft: Path) -> None:
+    """Raise ``ConfigError`` unless llama-server would accept ``draft`` for ``target``."""
+    target, draft = Path(target), Path(draft)
+    problem = _mismatch(_read_vocab(target, "target"), _read_vocab(draft, "draft"))
+    if problem is not None:
+        raise ConfigError(
+            f"draft model {str(draft)!r} cannot speculate for target model {str(target)!r}: "
+            f"{problem}, so llama-server would refuse the pair "
+            f"(common_speculative_are_compatible); {_FIX}"
+        )
