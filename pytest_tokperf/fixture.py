@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.errors import MeasurementError, TokperfWarning
+from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfWarning
 from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, validate_workload
 from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workload
+from pytest_tokperf.speculative import SpeculativeResult, run_speculative_ab
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], None]
 
@@ -128,6 +129,9 @@ class TokBench:
     workload_defaults: tuple[tuple[str, int], ...] = ()
     """Defaults for the workload arguments (from a ``tokperf(...)`` marker)."""
 
+    speculative_engine: Callable[[str | None], Engine] | None = None
+    """Returns the drafting engine for ``speculative()`` (the session starts it)."""
+
     def __call__(
         self,
         prompt_tokens: int | None = None,
@@ -148,24 +152,11 @@ class TokBench:
         ``WORKLOAD_DEFAULTS``.
         """
         __tracebackhide__ = True
-        given = {"prompt_tokens": prompt_tokens, "generate_tokens": generate_tokens,
-                 "depth_tokens": depth_tokens, "concurrency": concurrency,
-                 "cached_prefix_tokens": cached_prefix_tokens}
-        marked = dict(self.workload_defaults)
-        chosen = {name: value if value is not None else marked.get(name, WORKLOAD_DEFAULTS[name])
-                  for name, value in given.items()}
-        workload = Workload(
-            **chosen,
-            repetitions=self.repetitions if repetitions is None else repetitions,
-            warmup=self.warmup if warmup is None else warmup,
-        )
-        options = MeasureOptions(
-            agreement_tolerance=self.options.agreement_tolerance,
-            timeout_s=self.options.timeout_s,
-            salt_base=self.options.salt_base + 1000 * self.calls,
-        )
-        self.calls += 1
-        validate_workload(workload)
+        workload = self._workload(prompt_tokens=prompt_tokens, generate_tokens=generate_tokens,
+                                  depth_tokens=depth_tokens, concurrency=concurrency,
+                                  cached_prefix_tokens=cached_prefix_tokens,
+                                  repetitions=repetitions, warmup=warmup)
+        options = self._next_options()
         engine = self.engine()
         if self.before_measure is not None:
             self.before_measure()
@@ -175,12 +166,96 @@ class TokBench:
             if isinstance(exc.partial, BenchResult):
                 self.record(exc.partial, None, "error")
             raise
+        return self._judge_and_record(result)
+
+    def speculative(
+        self,
+        draft: str | None = None,
+        prompt_tokens: int | None = None,
+        generate_tokens: int | None = None,
+        *,
+        depth_tokens: int | None = None,
+        repetitions: int | None = None,
+        warmup: int | None = None,
+    ) -> SpeculativeOutcome:
+        """Speculative decoding A/B on the same prompts: base engine, then drafting engine.
+
+        ``draft`` is a GGUF path sharing the model's vocabulary, ``"self"`` or ``"small"``
+        (default: ``--tokperf-draft-model``). A draft llama-server could not pair with the
+        model is refused before anything starts. Both sides are recorded; only the base
+        is compared to the ceiling (and to ``min_efficiency``), the accelerated side's
+        verdict is ``unchecked``: a draft changes tokens per pass, not bandwidth.
+        """
+        __tracebackhide__ = True
+        workload = self._workload(prompt_tokens=prompt_tokens, generate_tokens=generate_tokens,
+                                  depth_tokens=depth_tokens, repetitions=repetitions,
+                                  warmup=warmup)
+        if self.speculative_engine is None:
+            raise ConfigError("this tok_bench has no way to start a drafting engine")
+        options = self._next_options()
+        base = self.engine()
+        accelerated = self.speculative_engine(draft)
+        if self.before_measure is not None:
+            self.before_measure()
+        try:
+            ab = run_speculative_ab(base, accelerated, workload, options, self.progress)
+        except MeasurementError as exc:
+            if isinstance(exc.partial, BenchResult):
+                self.record(exc.partial, None, "error")
+            raise
+        base_outcome = self._judge_and_record(ab.base, assert_floor=False)
+        self.record(ab.accelerated, None, "unchecked")
+        if self.min_efficiency is not None:  # after both sides are recorded
+            base_outcome.assert_efficiency(self.min_efficiency)
+        return SpeculativeOutcome(ab=ab, base=base_outcome,
+                                  accelerated=TokBenchResult(result=ab.accelerated))
+
+    def _workload(self, *, repetitions: int | None, warmup: int | None,
+                  **given: int | None) -> Workload:
+        marked = dict(self.workload_defaults)
+        chosen: dict[str, int] = {}
+        for name, default in WORKLOAD_DEFAULTS.items():
+            value = given.get(name)
+            chosen[name] = value if value is not None else marked.get(name, default)
+        workload = Workload(
+            **chosen,
+            repetitions=self.repetitions if repetitions is None else repetitions,
+            warmup=self.warmup if warmup is None else warmup,
+        )
+        validate_workload(workload)
+        return workload
+
+    def _next_options(self) -> MeasureOptions:
+        """This call's options: its own salts, so no call reuses another's prompts."""
+        options = replace(self.options, salt_base=self.options.salt_base + 1000 * self.calls)
+        self.calls += 1
+        return options
+
+    def _judge_and_record(self, result: BenchResult, assert_floor: bool = True) -> TokBenchResult:
+        __tracebackhide__ = True
         ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
         outcome = TokBenchResult(result=result, ceiling=ceiling)
         check = None
         if self.min_efficiency is not None and ceiling is not None:
             check = outcome.check_efficiency(self.min_efficiency)
         self.record(result, ceiling, check.status if check else "unchecked")
-        if self.min_efficiency is not None:
+        if self.min_efficiency is not None and assert_floor:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeOutcome:
+    """``tok_bench.speculative()``'s answer: both sides and the A/B figures."""
+
+    ab: SpeculativeResult
+    base: TokBenchResult
+    accelerated: TokBenchResult
+
+    @property
+    def multiplier(self) -> float | None:
+        return self.ab.multiplier
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.ab.acceptance_rate

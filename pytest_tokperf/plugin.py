@@ -18,7 +18,7 @@ from pytest_tokperf import settings as settings_mod
 from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
-from pytest_tokperf.fixture import WORKLOAD_DEFAULTS, TokBench, TokBenchResult
+from pytest_tokperf.fixture import WORKLOAD_DEFAULTS, SpeculativeOutcome, TokBench, TokBenchResult
 from pytest_tokperf.gate import Baseline, GateFinding, describe, judge, parse_baseline
 from pytest_tokperf.measure import MeasureOptions
 from pytest_tokperf.recorder import Recorder
@@ -187,6 +187,14 @@ class _PytestTokBench(TokBench):
             message = f"{type(exc).__name__}: {exc}"
         pytest.fail(message, pytrace=False)
 
+    def speculative(self, *args: object, **kwargs: object) -> SpeculativeOutcome:
+        __tracebackhide__ = True
+        try:
+            return TokBench.speculative(self, *args, **kwargs)  # type: ignore[arg-type]
+        except TokperfError as exc:
+            message = f"{type(exc).__name__}: {exc}"
+        pytest.fail(message, pytrace=False)
+
 
 @pytest.fixture
 def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
@@ -234,6 +242,7 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
         min_efficiency=None if min_efficiency is None else float(min_efficiency),
         progress=_progress(request.config, test_id),
         workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
+        speculative_engine=lambda draft: state.session.speculative_engine(draft)[0],
     )
 
 

@@ -63,6 +63,8 @@ class ResultFigures:
     run_id: str | None = None
     created_at: str | None = None
     cached_prefix_tokens: int = 0
+    draft_model: str | None = None
+    """The draft's file name when the engine decoded speculatively."""
 
     @property
     def workload(self) -> Workload:
@@ -134,6 +136,8 @@ def figures_from_result(
         decode_tokens_per_s_stdev=decode.stdev if decode else None,
         ceiling_decode_tokens_per_s=ceiling_tps, efficiency=efficiency, verdict=verdict,
         run_id=run_id, created_at=created_at, cached_prefix_tokens=w.cached_prefix_tokens,
+        draft_model=(dict(result.engine.settings).get("draft_model", "?")
+                     if result.engine.speculative else None),
     )
 
 

@@ -67,7 +67,7 @@ def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
     """One row of the summary table as text, in ``SUMMARY_HEADER`` order."""
     return (
         fig.test_id,
-        workload_label(fig.workload),
+        workload_label(fig.workload) + (f", draft {fig.draft_model}" if fig.draft_model else ""),
         f"{fig.ttft_s * 1e3:.1f}",
         rate(fig.prefill_tokens_per_s),
         rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
@@ -189,6 +189,7 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "generate_tokens": fig.generate_tokens,
         "depth_tokens": fig.depth_tokens,
         "cached_prefix_tokens": fig.cached_prefix_tokens,
+        "draft_model": fig.draft_model,
         "mean_decode_depth_tokens": fig.mean_decode_depth_tokens,
         "concurrency": fig.concurrency,
         "repetitions": fig.repetitions,

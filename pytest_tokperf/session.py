@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_tokperf.engines.base import Engine
@@ -79,6 +79,8 @@ class EngineSession:
     _server: ServerProcess | DetachedServer | None = field(default=None, init=False)
     _model_path: Path | None = field(default=None, init=False)
     _failure: Exception | None = field(default=None, init=False)
+    _launch: LaunchSpec | None = field(default=None, init=False)
+    _drafts: dict[Path, tuple[ServerProcess, Engine]] = field(default_factory=dict, init=False)
 
     @property
     def server(self) -> ServerProcess | DetachedServer | None:
@@ -140,8 +142,75 @@ class EngineSession:
         )
         if self.progress is not None:
             self.progress(f"starting {binary} ({binary_version(binary) or 'unknown build'})")
+        self._launch = spec
         self._server = start_llama_server(spec)
         return self._make(name, self._server.url, self._settings_pairs())
+
+    def draft_path(self, choice: str | None = None) -> Path:
+        """The draft GGUF for ``choice`` (a path, ``self`` or ``small``; default
+        ``--tokperf-draft-model``), refused unless llama-server could pair it with the model."""
+        from pytest_tokperf.model.vocab import check_draft_vocab
+
+        s = self.settings
+        model = self._model_path
+        if model is None:
+            raise ConfigError("the model file is not known yet: start the engine first")
+        choice = choice or s.draft_model or ("small" if s.model in BUILTIN_MODELS else None)
+        if choice is None:
+            raise ConfigError(
+                "speculative decoding needs a draft model: pass --tokperf-draft-model PATH (a "
+                "GGUF sharing the model's vocabulary), tok_bench.speculative(draft=PATH), or "
+                "'self' to let the model draft for itself"
+            )
+        if choice == "self":
+            return model
+        if choice == "small":
+            if s.model not in BUILTIN_MODELS:
+                raise ConfigError(
+                    f"draft 'small' is generated only for the built-in models, not for "
+                    f"{s.model!r}; pass a draft GGUF from the same model family, or 'self'"
+                )
+            from pytest_tokperf.model.writer import MAIN_MODEL, TEST_MODEL, cached_model, draft_spec_for
+
+            draft = cached_model(draft_spec_for(MAIN_MODEL if s.model == "main" else TEST_MODEL))
+        else:
+            draft = Path(choice).expanduser()
+            check_model_file(draft, source=f"draft model {choice!r}")
+        check_draft_vocab(model, draft)
+        return draft
+
+    def speculative_engine(self, draft: str | None = None) -> tuple[Engine, Path]:
+        """A second llama-server like the session's, drafting with ``draft``; started on
+        first use, kept for the session, stopped by ``close()``.
+
+        llama-server b11434 cannot switch drafting per request (its ``speculative.*``
+        request fields are compiled out), so the A/B needs a second server process.
+        """
+        self.engine()
+        if self._launch is None:
+            where = f"attached to {self.settings.url}" if self.settings.url else (
+                f"{self.settings.engine} was started")
+            raise ConfigError(
+                f"speculative A/B needs a llama-server that tokperf starts ({where}): "
+                "llama-server cannot turn drafting on or off per request, so tokperf starts a "
+                "second one with the draft; use --tokperf-engine llama-server without "
+                "--tokperf-url"
+            )
+        path = self.draft_path(draft)
+        if path not in self._drafts:
+            spec = replace(self._launch, draft_model=path, port=None,
+                           log_path=self.log_dir / f"llama-server-draft-{os.getpid()}-{len(self._drafts)}.log")
+            if self.progress is not None:
+                self.progress(f"starting a second llama-server drafting with {path.name}")
+            server = start_llama_server(spec)
+            pairs = (*self._settings_pairs(), ("draft_model", path.name))
+            try:
+                engine = self._make("llama-server", server.url, tuple(sorted(pairs)))
+            except BaseException:
+                server.stop()
+                raise
+            self._drafts[path] = (server, engine)
+        return self._drafts[path][1], path
 
     def _start_other(self, name: str) -> Engine:
         """Start ollama / vllm / mlx_lm / lms from PATH with the same clean lifecycle."""
@@ -167,6 +236,10 @@ class EngineSession:
                              registry=self.registry)
 
     def close(self) -> None:
+        for server, engine in self._drafts.values():
+            engine.close()
+            server.stop()
+        self._drafts.clear()
         if self._engine is not None:
             self._engine.close()
             self._engine = None

@@ -153,6 +153,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "matplotlib: pip install 'pytest-tokperf[plot]')", _text, None, "PATH"),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _positive_float, 0.05, "F"),
+    OptionSpec("draft_model", "draft for tok_bench.speculative(): a GGUF PATH sharing the "
+               "model's vocabulary, 'self' (the model drafts for itself: every draft accepted, "
+               "so only the overhead shows) or 'small' (a generated small draft; the default "
+               "for generated models)", _text, None, "PATH", True),
 )
 
 
@@ -179,6 +183,7 @@ class Settings:
     report_json: str | None
     report_html: str | None
     agreement: float
+    draft_model: str | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
 

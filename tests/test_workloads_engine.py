@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -60,3 +61,100 @@ def test_unknown_marker_argument_lists_the_workload_ones(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["*@pytest.mark.tokperf got unknown argument(s) ?'depth'?; known: "
                                  "repetitions, warmup, min_efficiency, prompt_tokens, "
                                  "generate_tokens, depth_tokens, concurrency, cached_prefix_tokens*"])
+
+
+SPECULATIVE_TEST = """
+def test_ab(tok_bench):
+    mine = tok_bench.speculative("self", prompt_tokens=16, generate_tokens=48,
+                                 repetitions=2, warmup=0)
+    # Greedy decoding drafted by the model itself: llama-server accepts every draft.
+    assert mine.acceptance_rate is not None and mine.acceptance_rate >= 0.9, mine.ab.describe()
+    small = tok_bench.speculative("small", prompt_tokens=16, generate_tokens=48,
+                                  repetitions=2, warmup=0)
+    # A small random-weight draft predicts nothing the random target would say.
+    assert small.acceptance_rate is not None and small.acceptance_rate < 0.5, small.ab.describe()
+    for ab in (mine, small):
+        assert ab.base.ceiling is not None and ab.accelerated.ceiling is None
+        assert not ab.base.result.engine.speculative and ab.accelerated.result.engine.speculative
+        assert ab.multiplier is not None and ab.multiplier > 0
+        assert ab.ab.drafted_tokens and ab.ab.drafted_tokens > 0
+"""
+
+
+def test_speculative_ab_measures_both_sides_and_stores_them_apart(
+    pytester: pytest.Pytester, server_binary: Path
+) -> None:
+    pytester.makepyfile(SPECULATIVE_TEST)
+    db = pytester.path / "r.db"
+    result = pytester.runpytest(
+        "--tokperf-engine", "llama-server", "--tokperf-model", "test",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "1",
+        "--tokperf-db", str(db), "--tokperf-bandwidth", "30GB/s",
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_ab*16/48 *", "*test_ab*16/48 +draft*",
+                                 "*speculative A/B: *x the base decode*draft acceptance*"])
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "select r.verdict, r.ceiling_decode_tokens_per_s is not null, s.speculative, "
+            "s.draft_model, sum(m.draft_tokens) from results r join series s using (series_key) "
+            "join samples m on m.result_id = r.id group by r.id order by r.id").fetchall()
+    test_gguf, draft_gguf = rows[1][3], rows[3][3]
+    assert rows == [("unchecked", 1, 0, None, None), ("unchecked", 0, 1, test_gguf, rows[1][4]),
+                    ("unchecked", 1, 0, None, None), ("unchecked", 0, 1, draft_gguf, rows[3][4])]
+    assert test_gguf.startswith("tokperf-test-llama") and "-draft-" in draft_gguf
+    # One drafting server per draft, each started once for the session, all stopped.
+    logs = sorted((pytester.path / ".tokperf" / "logs").glob("llama-server-draft-*.log"))
+    assert len(logs) == 2
+    assert _writing_to(logs) == [], "a drafting llama-server outlived the session"
+
+
+def _writing_to(logs: list[Path]) -> list[str]:
+    """Pids of live processes whose stdout is one of ``logs``."""
+    names = {str(p) for p in logs}
+    live = []
+    for proc_dir in Path("/proc").iterdir():
+        try:
+            if proc_dir.name.isdigit() and os.readlink(proc_dir / "fd" / "1") in names:
+                live.append(proc_dir.name)
+        except OSError:
+            continue
+    return live
+
+
+def test_a_draft_with_another_vocabulary_is_refused_before_it_starts(
+    pytester: pytest.Pytester, server_binary: Path, tmp_path: Path
+) -> None:
+    from pytest_tokperf.model.spec import ModelSpec
+    from pytest_tokperf.model.writer import write_model
+
+    other = write_model(ModelSpec(n_layer=1, n_embd=64, n_ff=128, n_head=2, n_head_kv=2,
+                                  n_vocab=600), tmp_path / "other-vocab.gguf")
+    pytester.makepyfile("""
+        def test_ab(tok_bench):
+            tok_bench.speculative(prompt_tokens=8, generate_tokens=8, repetitions=1, warmup=0)
+    """)
+    result = pytester.runpytest(
+        "--tokperf-engine", "llama-server", "--tokperf-model", "test",
+        f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "1", "--tokperf-db", "off",
+        f"--tokperf-draft-model={other}",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        f"*ConfigError: draft model '{other}' cannot speculate for target model '*.gguf': "
+        "vocabulary sizes 8192 (target) and 600 (draft) differ by 7592*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+    assert not list((pytester.path / ".tokperf" / "logs").glob("*draft*")), "a draft server started"
+
+
+def test_speculative_on_an_attached_server_names_the_fix(pytester: pytest.Pytester,
+                                                         llama_url: str) -> None:
+    pytester.makepyfile("""
+        def test_ab(tok_bench):
+            tok_bench.speculative("self", prompt_tokens=8, generate_tokens=8)
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", "off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        f"*ConfigError: speculative A/B needs a llama-server that tokperf starts (attached to "
+        f"{llama_url})*use --tokperf-engine llama-server without --tokperf-url*"])

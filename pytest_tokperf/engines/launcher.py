@@ -2,7 +2,9 @@
 
 Clean-measurement defaults for llama-server: one slot, fixed threads, prompt cache
 off (``--cache-ram 0`` where the build knows it), no web UI, metrics on; speculative
-decoding stays off unless the caller passes draft arguments.
+decoding stays off unless ``LaunchSpec.draft_model`` is set (then ``-md`` and, on
+builds that have it, ``--spec-type draft-simple``: b11434 loads a plain ``-md`` draft
+but drafts nothing without a type).
 
 No orphans: the server runs in its own session (a terminal Ctrl-C reaches pytest,
 which stops it in teardown), is stopped at interpreter exit, and on Linux asks the
@@ -48,6 +50,7 @@ class LaunchSpec:
     port: int | None = None
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 120.0
+    draft_model: Path | None = None
 
 
 def resolve_server_binary(explicit: str | None) -> Path:
@@ -130,6 +133,10 @@ def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[st
         cmd.append("--no-webui")
     if "--cache-ram" in help_text:
         cmd += ["--cache-ram", "0"]
+    if spec.draft_model is not None:
+        cmd += ["-md", str(spec.draft_model)]
+        if "--spec-type" in help_text:
+            cmd += ["--spec-type", "draft-simple"]
     cmd += list(spec.extra_args)
     return cmd
 

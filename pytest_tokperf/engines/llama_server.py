@@ -106,7 +106,8 @@ class LlamaServer:
             model_name=props.get("model_alias") or props.get("model_path"),
             context_size=defaults.get("n_ctx"),
             threads=_int_or_none(settings.get("threads")),
-            speculative=bool(defaults.get("speculative", False)),
+            # b11434's /props no longer says; a draft tokperf started it with does.
+            speculative=bool(defaults.get("speculative", False)) or "draft_model" in settings,
             settings=tuple(sorted(settings.items())),
         )
 

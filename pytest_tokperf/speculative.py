@@ -1,0 +1,129 @@
+"""Speculative decoding A/B: base and drafting engine on the same prompts, interleaved.
+
+The base run is the engine's real decode speed and the only one compared to the
+bandwidth ceiling: a draft changes how many tokens one pass of the weights yields,
+not how fast the weights stream. The accelerated run gives the multiplier (its decode
+over the base's) and, where the engine reports drafted and accepted tokens
+(llama-server's ``timings.draft_n`` / ``draft_n_accepted``), the acceptance rate.
+
+Rounds alternate base, accelerated, base, ... with the same salts on both sides, so
+both see identical prompts and a machine whose bandwidth drifts between minutes
+(this VM's moves 15-20%) shifts both sides alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.errors import MeasurementError
+from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, summarize, validate_workload
+from pytest_tokperf.results import BenchResult, Sample, Summary, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeResult:
+    """The two sides of one A/B, each a full ``BenchResult``."""
+
+    base: BenchResult
+    accelerated: BenchResult
+
+    @property
+    def multiplier(self) -> float | None:
+        """Accelerated over base median decode tok/s, client clock (2.0 = twice as fast)."""
+        return _ratio(self.accelerated.decode_tokens_per_s, self.base.decode_tokens_per_s)
+
+    @property
+    def engine_multiplier(self) -> float | None:
+        """The same ratio from the engine's own decode timings."""
+        return _ratio(self.accelerated.engine_decode_tokens_per_s,
+                      self.base.engine_decode_tokens_per_s)
+
+    @property
+    def drafted_tokens(self) -> int | None:
+        return _total(self.accelerated.samples, "draft_tokens")
+
+    @property
+    def accepted_tokens(self) -> int | None:
+        return _total(self.accelerated.samples, "draft_accepted_tokens")
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens over all accelerated repetitions, if reported."""
+        drafted, accepted = self.drafted_tokens, self.accepted_tokens
+        if drafted is None or accepted is None or drafted == 0:
+            return None
+        return accepted / drafted
+
+    def describe(self) -> str:
+        multiplier = self.multiplier
+        base, fast = self.base.decode_tokens_per_s, self.accelerated.decode_tokens_per_s
+        text = "speculative A/B: "
+        if multiplier is not None and base is not None and fast is not None:
+            text += (f"{multiplier:.2f}x the base decode ({fast.median:.1f} vs "
+                     f"{base.median:.1f} tok/s)")
+        else:
+            text += "no decode speed on one side"
+        rate = self.acceptance_rate
+        if rate is not None:
+            text += f", draft acceptance {rate:.0%} ({self.accepted_tokens} of {self.drafted_tokens})"
+        else:
+            text += ", the engine reported no draft counts"
+        return text
+
+
+def _ratio(a: Summary | None, b: Summary | None) -> float | None:
+    return a.median / b.median if a is not None and b is not None and b.median > 0 else None
+
+
+def _total(samples: tuple[Sample, ...], name: str) -> int | None:
+    values = [getattr(s, name) for s in samples]
+    if not values or any(v is None for v in values):
+        return None
+    return int(sum(values))
+
+
+def run_speculative_ab(
+    base: Engine,
+    accelerated: Engine,
+    workload: Workload,
+    options: MeasureOptions = MeasureOptions(),
+    progress: Progress | None = None,
+) -> SpeculativeResult:
+    """Warm both engines up, then alternate one measured round on each.
+
+    A failure raises ``MeasurementError`` whose ``partial`` is the base side measured
+    so far (the side that is judged against the ceiling).
+    """
+    validate_workload(workload)
+    sides = (("base", base), ("speculative", accelerated))
+    if workload.warmup:
+        for name, engine in sides:
+            warm = replace(workload, repetitions=workload.warmup, warmup=0)
+            run_workload(engine, warm, replace(options, salt_base=options.salt_base + 10**6),
+                         _tagged(progress, f"{name} warm-up"))
+    samples: dict[str, list[Sample]] = {"base": [], "speculative": []}
+    one = replace(workload, repetitions=1, warmup=0)
+    for index in range(workload.repetitions):
+        salted = replace(options, salt_base=options.salt_base + index * workload.concurrency)
+        for name, engine in sides:
+            try:
+                result = run_workload(engine, one, salted,
+                                      _tagged(progress, f"{name} {index + 1}/{workload.repetitions}"))
+            except MeasurementError as exc:
+                done = samples["base"]
+                partial = summarize(workload, base.info(), done, options.agreement_tolerance) if done else None
+                raise MeasurementError(f"speculative A/B, {name} side: {exc}", partial=partial) from exc
+            samples[name].extend(result.samples)
+    results = {name: summarize(workload, engine.info(), samples[name], options.agreement_tolerance)
+               for name, engine in sides}
+    outcome = SpeculativeResult(base=results["base"], accelerated=results["speculative"])
+    accelerated_result = replace(outcome.accelerated,
+                                 notes=(*outcome.accelerated.notes, outcome.describe()))
+    return replace(outcome, accelerated=accelerated_result)
+
+
+def _tagged(progress: Progress | None, tag: str) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda message: progress(f"{tag}: {message.split(': ', 1)[-1]}")

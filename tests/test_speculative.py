@@ -1,0 +1,96 @@
+"""Speculative A/B arithmetic and ordering, and the draft flags a started server gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf.engines.launcher import LaunchSpec, llama_server_command
+from pytest_tokperf.errors import EngineUnavailable, MeasurementError
+from pytest_tokperf.measure import MeasureOptions
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
+from pytest_tokperf.speculative import run_speculative_ab
+
+
+class _Engine:
+    """Generates at a fixed rate; a drafting one reports drafted/accepted tokens."""
+
+    def __init__(self, name: str, log: list[tuple[str, int, int]], step_s: float,
+                 drafted: int | None = None, accepted: int | None = None,
+                 fail_at: int | None = None) -> None:
+        self.name, self.log, self.step_s = name, log, step_s
+        self.drafted, self.accepted, self.fail_at = drafted, accepted, fail_at
+        self.info_value = EngineInfo(name="llama-server", version="b1", build="b1-x",
+                                     base_url=f"http://{name}", speculative=drafted is not None)
+
+    def info(self) -> EngineInfo:
+        return self.info_value
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        self.log.append((self.name, request.salt, request.prompt_tokens))
+        if self.fail_at is not None and len([e for e in self.log if e[0] == self.name]) == self.fail_at:
+            raise EngineUnavailable(f"{self.name} went away")
+        n = request.generate_tokens
+        timings = EngineTimings(prompt_tokens=request.prompt_tokens, cached_prompt_tokens=0,
+                                prefill_s=0.05, generated_tokens=n, decode_s=self.step_s * (n - 1),
+                                draft_tokens=self.drafted, draft_accepted_tokens=self.accepted)
+        return Generation(request=request, sent_s=0.0,
+                          chunk_times_s=tuple(0.05 + self.step_s * i for i in range(n)),
+                          chunk_tokens=(1,) * n, generated_tokens=n,
+                          prompt_tokens=request.prompt_tokens, text="ab" * n,
+                          stop_reason="limit", engine=timings)
+
+
+def test_ab_interleaves_rounds_on_identical_prompts_and_sums_acceptance() -> None:
+    log: list[tuple[str, int, int]] = []
+    base = _Engine("base", log, step_s=0.010)
+    fast = _Engine("spec", log, step_s=0.004, drafted=30, accepted=24)
+    ab = run_speculative_ab(base, fast, Workload(16, 11, repetitions=3, warmup=1),  # type: ignore[arg-type]
+                            MeasureOptions(salt_base=7))
+    measured = log[2:]  # one warm-up round each first
+    assert [name for name, _, _ in measured] == ["base", "spec"] * 3
+    assert [salt for name, salt, _ in measured if name == "base"] == \
+        [salt for name, salt, _ in measured if name == "spec"] == [7, 8, 9]
+    assert {salt for _, salt, _ in log[:2]}.isdisjoint({7, 8, 9})
+    assert ab.multiplier == pytest.approx(2.5) and ab.engine_multiplier == pytest.approx(2.5)
+    assert (ab.drafted_tokens, ab.accepted_tokens) == (90, 72)
+    assert ab.acceptance_rate == pytest.approx(0.8)
+    assert len(ab.base.samples) == len(ab.accelerated.samples) == 3
+    assert ab.accelerated.notes[-1] == (
+        "speculative A/B: 2.50x the base decode (250.0 vs 100.0 tok/s), "
+        "draft acceptance 80% (72 of 90)")
+    assert not any("speculative" in n for n in ab.base.notes)
+
+
+def test_ab_without_draft_counts_says_so() -> None:
+    log: list[tuple[str, int, int]] = []
+    ab = run_speculative_ab(_Engine("a", log, 0.01), _Engine("b", log, 0.02),  # type: ignore[arg-type]
+                            Workload(16, 11, repetitions=2, warmup=0))
+    assert ab.acceptance_rate is None and ab.multiplier == pytest.approx(0.5)
+    assert ab.accelerated.notes[-1].endswith("the engine reported no draft counts")
+
+
+def test_ab_failure_keeps_the_base_rounds_measured() -> None:
+    log: list[tuple[str, int, int]] = []
+    base = _Engine("base", log, step_s=0.01)
+    fast = _Engine("spec", log, step_s=0.004, drafted=3, accepted=3, fail_at=2)
+    with pytest.raises(MeasurementError, match="speculative A/B, speculative side: .*spec went away") as info:
+        run_speculative_ab(base, fast, Workload(16, 11, repetitions=3, warmup=0))  # type: ignore[arg-type]
+    partial = info.value.partial
+    assert partial is not None and len(partial.samples) == 2
+
+
+def _command(draft: Path | None, help_text: str) -> list[str]:
+    spec = LaunchSpec(binary=Path("/bin/llama-server"), model=Path("/m.gguf"),
+                      log_path=Path("/tmp/l.log"), threads=2, draft_model=draft)
+    return llama_server_command(spec, 8080, help_text)
+
+
+def test_a_draft_adds_md_and_the_draft_type_where_the_build_has_it() -> None:
+    assert "-md" not in _command(None, "--spec-type")
+    with_type = _command(Path("/d.gguf"), "--spec-type TYPE --cache-ram N")
+    assert with_type[with_type.index("-md") + 1] == "/d.gguf"
+    assert with_type[with_type.index("--spec-type") + 1] == "draft-simple"
+    older = _command(Path("/d.gguf"), "--cache-ram N")
+    assert "-md" in older and "--spec-type" not in older
