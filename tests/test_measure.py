@@ -254,3 +254,4 @@ def test_warm_prefix_the_engine_did_not_serve_is_noted() -> None:
     result = run_workload(engine, Workload(prompt_tokens=40, generate_tokens=4,  # type: ignore[arg-type]
                                            cached_prefix_tokens=32, repetitions=2))
     assert any("served only 0 of 32 primed prefix tokens" in n for n in result.notes), result.notes
+

@@ -158,3 +158,20 @@ def test_speculative_on_an_attached_server_names_the_fix(pytester: pytest.Pytest
     result.stdout.fnmatch_lines([
         f"*ConfigError: speculative A/B needs a llama-server that tokperf starts (attached to "
         f"{llama_url})*use --tokperf-engine llama-server without --tokperf-url*"])
+
+
+def test_generated_model_streams_every_token_after_a_long_prompt(llama_url: str) -> None:
+    # With the <0xXX> pieces typed BYTE (writer version 1) salt 1 streamed 0 of 32
+    # tokens: random weights emitted invalid UTF-8 and llama-server held every later
+    # token back until the end of the stream, leaving nothing to time.
+    from pytest_tokperf.engines.llama_server import LlamaServer
+    from pytest_tokperf.results import GenerationRequest
+
+    engine = LlamaServer(llama_url)
+    try:
+        chunks = [len(engine.generate(GenerationRequest(prompt_tokens=1500, generate_tokens=32,
+                                                        salt=salt)).chunk_times_s)
+                  for salt in range(6)]
+    finally:
+        engine.close()
+    assert chunks == [32] * 6

@@ -26,7 +26,7 @@ TensorType = Literal["F16", "F32", "Q8_0"]
 ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma", "qwen2moe", "qwen3moe")
 TENSOR_TYPES: tuple[str, ...] = ("F16", "F32", "Q8_0")
 MOE_ARCHITECTURES = frozenset({"qwen2moe", "qwen3moe"})
-WRITER_VERSION = 1
+WRITER_VERSION = 2
 """Bump when the bytes written for a spec change, so cached files are rewritten."""
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
@@ -225,7 +225,7 @@ def _filler_pieces() -> Iterator[str]:
 
 
 def vocab_pieces(n_vocab: int) -> tuple[str, ...]:
-    """``<unk>``, ``<s>``, ``</s>``, 256 ``<0xXX>`` byte tokens, then unique fillers.
+    """``<unk>``, ``<s>``, ``</s>``, 256 ``<0xXX>`` pieces, then unique fillers.
 
     Fillers enumerate words over a fixed alphabet by length, with and without the
     SentencePiece space mark; no filler contains ``<``, so none can collide with a

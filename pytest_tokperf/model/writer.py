@@ -85,8 +85,14 @@ def _add_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, pieces: tuple[str, .
             writer.add_expert_shared_feed_forward_length(spec.n_ff)
     n_fixed = len(SPECIAL_TOKENS) + 256
     n_filler = len(pieces) - n_fixed
+    # The <0xXX> pieces are NORMAL tokens, not BYTE ones: random weights would emit
+    # bytes that add up to invalid UTF-8, and llama-server streams nothing more once
+    # its text is invalid (it waits for a complete character), leaving a client no
+    # token to time. As NORMAL tokens they print as their text, so every output is
+    # valid UTF-8 and sampling needs no bias (a bias would also skew a draft's
+    # acceptance: llama-server's draft sampler ignores the request's logit_bias).
     types = ([gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
-             + [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * n_filler)
+             + [gguf.TokenType.NORMAL] * (256 + n_filler))
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(list(pieces))
