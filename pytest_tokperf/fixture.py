@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
@@ -48,6 +49,18 @@ class TokBenchResult:
     @property
     def ttft_s(self) -> float:
         return self.result.ttft_s.median
+
+    @property
+    def reasoning_tokens(self) -> float | None:
+        """Median generated tokens the engine marked as thinking (chat workloads)."""
+        s = Summary.of([sample.reasoning_tokens for sample in self.result.samples])
+        return s.median if s else None
+
+    @property
+    def answer_ttft_s(self) -> float | None:
+        """Median time to the first non-thinking token: the wait for a visible answer."""
+        s = Summary.of([sample.answer_ttft_s for sample in self.result.samples])
+        return s.median if s else None
 
     @property
     def efficiency(self) -> float | None:
@@ -102,12 +115,13 @@ class TokBenchResult:
             )
 
 
-WORKLOAD_DEFAULTS: dict[str, int] = {
+WORKLOAD_DEFAULTS: dict[str, int | bool] = {
     "prompt_tokens": 64,
     "generate_tokens": 128,
     "depth_tokens": 0,
     "concurrency": 1,
     "cached_prefix_tokens": 0,
+    "chat": False,
 }
 """The workload a bare ``tok_bench()`` measures; each is also a marker argument."""
 
@@ -126,7 +140,7 @@ class TokBench:
     before_measure: Callable[[], object] | None = None
     min_efficiency: float | None = None
     calls: int = 0
-    workload_defaults: tuple[tuple[str, int], ...] = ()
+    workload_defaults: tuple[tuple[str, int | bool], ...] = ()
     """Defaults for the workload arguments (from a ``tokperf(...)`` marker)."""
 
     speculative_engine: Callable[[str | None], Engine] | None = None
@@ -140,6 +154,7 @@ class TokBench:
         depth_tokens: int | None = None,
         concurrency: int | None = None,
         cached_prefix_tokens: int | None = None,
+        chat: bool | None = None,
         repetitions: int | None = None,
         warmup: int | None = None,
     ) -> TokBenchResult:
@@ -147,14 +162,16 @@ class TokBench:
 
         ``depth_tokens`` of context precede the prompt; ``concurrency`` streams run at
         once (decode is reported per stream); ``cached_prefix_tokens`` of depth + prompt
-        are primed first so the engine's prefix cache may serve them (warm TTFT). An
+        are primed first so the engine's prefix cache may serve them (warm TTFT);
+        ``chat=True`` goes through the engine's chat endpoint and the model's template,
+        so a reasoning model thinks and its thinking tokens are counted apart. An
         argument left out comes from the test's ``tokperf(...)`` marker, else from
         ``WORKLOAD_DEFAULTS``.
         """
         __tracebackhide__ = True
         workload = self._workload(prompt_tokens=prompt_tokens, generate_tokens=generate_tokens,
                                   depth_tokens=depth_tokens, concurrency=concurrency,
-                                  cached_prefix_tokens=cached_prefix_tokens,
+                                  cached_prefix_tokens=cached_prefix_tokens, chat=chat,
                                   repetitions=repetitions, warmup=warmup)
         options = self._next_options()
         engine = self.engine()
@@ -211,9 +228,9 @@ class TokBench:
                                   accelerated=TokBenchResult(result=ab.accelerated))
 
     def _workload(self, *, repetitions: int | None, warmup: int | None,
-                  **given: int | None) -> Workload:
+                  **given: int | bool | None) -> Workload:
         marked = dict(self.workload_defaults)
-        chosen: dict[str, int] = {}
+        chosen: dict[str, Any] = {}
         for name, default in WORKLOAD_DEFAULTS.items():
             value = given.get(name)
             chosen[name] = value if value is not None else marked.get(name, default)

@@ -65,6 +65,8 @@ def validate_workload(workload: Workload) -> None:
                 f"{name}={value!r} is not a whole number >= {minimum}"
                 + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
             )
+    if not isinstance(workload.chat, bool):
+        raise ConfigError(f"chat={workload.chat!r} must be True or False")
     context = workload.depth_tokens + workload.prompt_tokens
     if workload.cached_prefix_tokens >= context:
         raise ConfigError(
@@ -106,6 +108,12 @@ def to_sample(generation: Generation) -> Sample:
         (b - a) / n for a, b, n in zip(times, times[1:], generation.chunk_tokens[1:], strict=False)
     )
     engine = generation.engine
+    reasoning_tokens = answer_ttft = None
+    if any(generation.chunk_reasoning):
+        flags = generation.chunk_reasoning
+        reasoning_tokens = sum(n for n, r in zip(generation.chunk_tokens, flags, strict=True) if r)
+        answers = [t for t, r in zip(times, flags, strict=True) if not r]
+        answer_ttft = answers[0] - generation.sent_s if answers else None
     return Sample(
         ttft_s=ttft,
         prefill_tokens_per_s=prompt_tokens / ttft if ttft > 0 else None,
@@ -121,6 +129,8 @@ def to_sample(generation: Generation) -> Sample:
         text_chars=len(generation.text),
         draft_tokens=engine.draft_tokens if engine else None,
         draft_accepted_tokens=engine.draft_accepted_tokens if engine else None,
+        reasoning_tokens=reasoning_tokens,
+        answer_ttft_s=answer_ttft,
     )
 
 
@@ -180,6 +190,15 @@ def summarize(
                   if s.cached_prompt_tokens and s.cached_prompt_tokens > max(1, s.prompt_tokens // 100)]
         if cached:
             notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
+    thought = [s.reasoning_tokens for s in samples if s.reasoning_tokens is not None]
+    if thought:
+        answered = [s.answer_ttft_s for s in samples if s.answer_ttft_s is not None]
+        notes.append(
+            f"{statistics.median(thought):.0f} of {statistics.median(s.generated_tokens for s in samples):.0f} "
+            f"generated tokens were reasoning (median); "
+            + (f"first answer token after {statistics.median(answered):.2f} s" if answered
+               else "no answer token arrived: all of it was thinking")
+        )
     if any(s.speculative for s in samples):
         notes.append("speculative decoding was active: this is not the base decode speed")
     differences = [
@@ -237,6 +256,11 @@ def run_workload(
     validate_workload(workload)
     info = engine.info()
     check_context(workload, info)
+    if workload.chat and not getattr(engine, "supports_chat", False):
+        raise ConfigError(
+            f"chat workloads (chat=True) are not built for {info.name} yet, only for "
+            f"llama-server; drop chat=True to measure the raw prompt"
+        )
     samples: list[Sample] = []
     aggregates: list[float] = []
     total = workload.warmup + workload.repetitions
@@ -250,6 +274,7 @@ def run_workload(
                 salt=options.salt_base + index * n + stream,
                 timeout_s=options.timeout_s,
                 reuse_prefix=warm,
+                chat=workload.chat,
             )
             for stream in range(n)
         ]

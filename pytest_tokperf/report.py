@@ -47,6 +47,7 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
             (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")
             + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}"
             + (f" warm{r.workload.cached_prefix_tokens}" if r.workload.cached_prefix_tokens else "")
+            + (" chat" if r.workload.chat else "")
             + (" +draft" if r.engine.speculative else "")
             + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
             f"{r.ttft_s.median * 1e3:.0f}",

@@ -63,6 +63,7 @@ class ResultFigures:
     run_id: str | None = None
     created_at: str | None = None
     cached_prefix_tokens: int = 0
+    chat: bool = False
     draft_model: str | None = None
     """The draft's file name when the engine decoded speculatively."""
 
@@ -72,6 +73,7 @@ class ResultFigures:
             prompt_tokens=self.prompt_tokens, generate_tokens=self.generate_tokens,
             depth_tokens=self.depth_tokens, concurrency=self.concurrency,
             repetitions=self.repetitions, cached_prefix_tokens=self.cached_prefix_tokens,
+            chat=self.chat,
         )
 
     @property
@@ -105,6 +107,8 @@ def workload_label(w: Workload) -> str:
         text += f", depth {w.depth_tokens}"
     if w.cached_prefix_tokens:
         text += f", warm {w.cached_prefix_tokens}"
+    if w.chat:
+        text += ", chat"
     if w.concurrency != 1:
         text += f", ×{w.concurrency}"
     return text
@@ -136,6 +140,7 @@ def figures_from_result(
         decode_tokens_per_s_stdev=decode.stdev if decode else None,
         ceiling_decode_tokens_per_s=ceiling_tps, efficiency=efficiency, verdict=verdict,
         run_id=run_id, created_at=created_at, cached_prefix_tokens=w.cached_prefix_tokens,
+        chat=w.chat,
         draft_model=(dict(result.engine.settings).get("draft_model", "?")
                      if result.engine.speculative else None),
     )

@@ -189,6 +189,7 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "generate_tokens": fig.generate_tokens,
         "depth_tokens": fig.depth_tokens,
         "cached_prefix_tokens": fig.cached_prefix_tokens,
+        "chat": fig.chat,
         "draft_model": fig.draft_model,
         "mean_decode_depth_tokens": fig.mean_decode_depth_tokens,
         "concurrency": fig.concurrency,

@@ -69,6 +69,9 @@ class GenerationRequest:
     salt: int = 0
     timeout_s: float = 600.0
     reuse_prefix: bool = False
+    chat: bool = False
+    """Send the prompt as a user message through the engine's chat endpoint and model
+    template, so a reasoning model thinks and the engine separates its thinking."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,9 @@ class Generation:
     text: str
     stop_reason: str | None
     engine: EngineTimings | None
+    chunk_reasoning: tuple[bool, ...] = ()
+    """Per chunk, True when the engine marked its content as reasoning (thinking);
+    empty when the engine does not separate reasoning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,11 @@ class Sample:
     text_chars: int
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Generated tokens the engine streamed as reasoning (None: it does not separate)."""
+    answer_ttft_s: float | None = None
+    """Request sent -> first non-reasoning token: what a chat user waits for when the
+    thinking is hidden (None when no answer token arrived or nothing is separated)."""
 
     @property
     def chars_per_s(self) -> float | None:
@@ -181,6 +192,9 @@ class Workload:
     cached_prefix_tokens: int = 0
     """The first N tokens of depth + prompt were sent in an unmeasured request just
     before, so the engine's prefix cache may serve them: a warm TTFT (0 = cold)."""
+    chat: bool = False
+    """Through the engine's chat endpoint and the model's template (a reasoning model
+    thinks; its thinking tokens are counted apart) instead of a raw prompt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ def speed_settings(engine: EngineInfo) -> Row:
     }
 
 
-_LATER_FIELDS: dict[str, object] = {"cached_prefix_tokens": 0, "draft_model": None}
+_LATER_FIELDS: dict[str, object] = {"cached_prefix_tokens": 0, "draft_model": None, "chat": False}
 """Series fields added in schema v3, with the value that leaves a key unchanged."""
 
 
@@ -131,6 +131,7 @@ class Series:
     concurrency: int
     cached_prefix_tokens: int = 0
     draft_model: str | None = None
+    chat: bool = False
 
     @property
     def text(self) -> str:
@@ -179,6 +180,7 @@ def series_of(test_id: str, result: BenchResult, model: ModelInfo | None) -> Ser
         concurrency=workload.concurrency,
         cached_prefix_tokens=workload.cached_prefix_tokens,
         draft_model=dict(result.engine.settings).get("draft_model"),
+        chat=workload.chat,
     )
 
 
@@ -400,13 +402,18 @@ def sample_from_row(row: Row) -> Sample:
     return Sample(**values)
 
 
+def _workload_from_row(row: Row) -> Workload:
+    values = {name: row[name] for name in Workload.__dataclass_fields__ if row.get(name) is not None}
+    values["chat"] = bool(values.get("chat", False))  # SQLite stores it as 0/1
+    return Workload(**values)
+
+
 def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) -> BenchResult:
     ttft = _summary(result, "ttft_s")
     if ttft is None:
         raise StorageError(f"result {result.get('id')!r} has no ttft_s summary: not a tokperf row")
     return BenchResult(
-        workload=Workload(**{name: result[name] for name in Workload.__dataclass_fields__
-                             if result.get(name) is not None}),
+        workload=_workload_from_row(result),
         engine=engine_from_row(environment),
         samples=tuple(sample_from_row(r) for r in samples),
         ttft_s=ttft,

@@ -230,12 +230,16 @@ def _v2_history(db: Database) -> None:
 
 
 def _v3_warm_prefix_and_drafts(db: Database) -> None:
-    """Warm-prefix workloads and speculative decoding: new columns, old rows default."""
+    """Warm-prefix and chat workloads, speculative decoding: new columns, old rows default."""
     db.table("results").add_column("cached_prefix_tokens", int, not_null_default=0)
     db.table("series").add_column("cached_prefix_tokens", int, not_null_default=0)
     db.table("series").add_column("draft_model", str)
     db.table("samples").add_column("draft_tokens", int)
     db.table("samples").add_column("draft_accepted_tokens", int)
+    db.table("results").add_column("chat", bool, not_null_default=False)
+    db.table("series").add_column("chat", bool, not_null_default=False)
+    db.table("samples").add_column("reasoning_tokens", int)
+    db.table("samples").add_column("answer_ttft_s", float)
 
 
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (

@@ -255,3 +255,52 @@ def test_warm_prefix_the_engine_did_not_serve_is_noted() -> None:
                                            cached_prefix_tokens=32, repetitions=2))
     assert any("served only 0 of 32 primed prefix tokens" in n for n in result.notes), result.notes
 
+
+
+def test_reasoning_chunks_are_counted_apart_and_the_answer_wait_measured() -> None:
+    g = _generation([0.5, 0.6, 0.7, 0.8, 0.9], [1, 2, 1, 1, 1])
+    g = Generation(**{**{f: getattr(g, f) for f in g.__dataclass_fields__},
+                      "chunk_reasoning": (True, True, True, False, False)})
+    sample = to_sample(g)
+    assert sample.reasoning_tokens == 4 and sample.answer_ttft_s == pytest.approx(0.8)
+    result = summarize(Workload(10, 6, repetitions=1, chat=True), INFO, [sample])
+    assert "4 of 6 generated tokens were reasoning (median); first answer token after 0.80 s" in result.notes
+    plain = to_sample(_generation([0.5, 0.6], [1, 1]))
+    assert plain.reasoning_tokens is None and plain.answer_ttft_s is None
+
+
+def test_chat_needs_an_engine_that_has_a_chat_route() -> None:
+    class RawOnly:
+        def info(self) -> EngineInfo:
+            return EngineInfo(name="ollama", version="0.9", build=None, base_url="http://o")
+
+    with pytest.raises(ConfigError, match="chat workloads .chat=True. are not built for ollama yet"):
+        run_workload(RawOnly(), Workload(8, 4, chat=True))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="chat='yes' must be True or False"):
+        validate_workload(Workload(8, 4, chat="yes"))  # type: ignore[arg-type]
+
+
+def test_chat_stream_tells_thinking_from_answer() -> None:
+    def chunk(**delta: str) -> dict[str, object]:
+        return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+
+    events = [chunk(role="assistant"), chunk(reasoning_content="hmm"), chunk(reasoning_content=" ok"),
+              chunk(content="Hi"), chunk(content="!"),
+              {"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 30},
+               "timings": {"prompt_n": 30, "cache_n": 0, "prompt_ms": 10.0,
+                           "predicted_n": 4, "predicted_ms": 6.0}}]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    sent: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            sent.append(json.loads(request.content))
+            return httpx.Response(200, text=body, headers=SSE)
+        return _models(request) or httpx.Response(404)
+
+    g = _server(handler).generate(GenerationRequest(prompt_tokens=20, generate_tokens=4, chat=True))
+    assert sent[0]["max_tokens"] == 4 and sent[0]["ignore_eos"] is True
+    assert sent[0]["messages"][0]["role"] == "user"  # type: ignore[index]
+    assert g.chunk_reasoning == (True, True, False, False) and g.chunk_tokens == (1, 1, 1, 1)
+    assert (g.generated_tokens, g.prompt_tokens, g.text) == (4, 30, "hmm okHi!")
+    assert g.engine is not None and g.engine.decode_tokens_per_s == pytest.approx(500.0)

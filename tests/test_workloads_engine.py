@@ -175,3 +175,34 @@ def test_generated_model_streams_every_token_after_a_long_prompt(llama_url: str)
     finally:
         engine.close()
     assert chunks == [32] * 6
+
+
+def test_chat_workload_counts_the_thinking_of_a_generated_reasoning_model(
+    pytester: pytest.Pytester, llama_url: str, test_model: Path
+) -> None:
+    # The generated model's template opens <think>; random weights never close it, so
+    # llama-server streams every token as reasoning_content and no answer arrives.
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.tokperf(chat=True, repetitions=2, warmup=0)
+        def test_think(tok_bench):
+            r = tok_bench(prompt_tokens=32, generate_tokens=24)
+            assert r.result.workload.chat is True
+            assert [s.reasoning_tokens for s in r.result.samples] == [24, 24]
+            assert r.reasoning_tokens == 24 and r.answer_ttft_s is None
+            assert all(s.prompt_tokens > 32 for s in r.result.samples)  # template + text
+            raw = tok_bench(prompt_tokens=32, generate_tokens=24, chat=False)
+            assert raw.reasoning_tokens is None
+    """)
+    db = pytester.path / "r.db"
+    result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                "--tokperf-db", str(db))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_think*32/24 chat*", "*24 of 24 generated tokens were "
+                                 "reasoning (median); no answer token arrived*"])
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select r.chat, s.chat, max(m.reasoning_tokens) from results r "
+                            "join series s using (series_key) join samples m on m.result_id = r.id "
+                            "group by r.id order by r.id").fetchall()
+    assert rows == [(1, 1, 24), (0, 0, None)]

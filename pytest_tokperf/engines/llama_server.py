@@ -11,6 +11,8 @@ Why these request fields (shared/reference/engines.md, section 1):
 - the final SSE event (``stop: true``) carries ``timings``: ``prompt_ms`` is the
   server-side time to the first sampled token, ``predicted_ms`` spans first to last
   token, ``predicted_n`` includes the first token. ``/completion`` sends no ``[DONE]``.
+- a chat workload goes to ``/v1/chat/completions`` instead (see ``_chat``): a text
+  prompt in the model's template, thinking and answer told apart.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
-from pytest_tokperf.engines.wire import ChunkLog, stream_post
+from pytest_tokperf.engines.wire import ChunkLog, stream_post, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
@@ -111,7 +113,11 @@ class LlamaServer:
             settings=tuple(sorted(settings.items())),
         )
 
+    supports_chat = True
+
     def generate(self, request: GenerationRequest) -> Generation:
+        if request.chat:
+            return self._chat(request)
         body: dict[str, Any] = {
             "prompt": prompt_token_ids(request.prompt_tokens, self._vocab_size(), request.salt),
             "n_predict": request.generate_tokens,
@@ -154,6 +160,63 @@ class LlamaServer:
             text="".join(log.text),
             stop_reason=final.get("stop_type"),
             engine=timings,
+        )
+
+    def _chat(self, request: GenerationRequest) -> Generation:
+        """``/v1/chat/completions`` through the model's template: thinking arrives as
+        ``delta.reasoning_content``, the answer as ``delta.content``; the usage chunk
+        at the end carries the same ``timings`` as ``/completion``."""
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": text_prompt(request.prompt_tokens, request.salt)}],
+            "max_tokens": request.generate_tokens,
+            "ignore_eos": True,
+            "cache_prompt": request.reuse_prefix,
+            "temperature": 0.0,
+            "seed": 1234,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        url = f"{self.base_url}/v1/chat/completions"
+        log = ChunkLog(request, url)
+        final: dict[str, Any] | None = None
+        with stream_post(self._client, url, body, request) as response:
+            for payload in iter_sse_data(response):
+                if payload.strip() == "[DONE]":
+                    break
+                now = time.perf_counter()
+                event = decode_json(payload, "a stream event", url)
+                if not isinstance(event, dict):
+                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
+                if "error" in event:
+                    raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
+                choices = event.get("choices")
+                first = choices[0] if isinstance(choices, list) and choices else None
+                delta = first.get("delta") if isinstance(first, dict) else None
+                delta = delta if isinstance(delta, dict) else {}
+                thought = str(delta.get("reasoning_content") or "")
+                answer = str(delta.get("content") or "")
+                if thought or answer:
+                    log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
+                if "timings" in event or "usage" in event:
+                    final = event
+        if final is None:
+            raise EngineProtocolError(f"{url} ended the stream without its usage/timings chunk")
+        timings = _timings(final.get("timings"))
+        usage = final.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        generated = (timings.generated_tokens if timings and timings.generated_tokens is not None
+                     else int(usage.get("completion_tokens") or sum(log.tokens)))
+        return Generation(
+            request=request,
+            sent_s=log.sent_s,
+            chunk_times_s=tuple(log.times_s),
+            chunk_tokens=tuple(log.tokens),
+            generated_tokens=generated,
+            prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
+            text="".join(log.text),
+            stop_reason=None,
+            engine=timings,
+            chunk_reasoning=tuple(log.reasoning),
         )
 
     def close(self) -> None:

@@ -240,8 +240,9 @@ class ChunkLog:
     times_s: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    reasoning: list[bool] = field(default_factory=list)
 
-    def add(self, now_s: float, n_tokens: int, text: str) -> None:
+    def add(self, now_s: float, n_tokens: int, text: str, reasoning: bool = False) -> None:
         """Record one event; past the request's deadline the generation has failed.
 
         httpx's read timeout bounds the gap between bytes, not the whole stream, so
@@ -254,6 +255,7 @@ class ChunkLog:
         if n_tokens > 0:
             self.times_s.append(now_s)
             self.tokens.append(n_tokens)
+            self.reasoning.append(reasoning)
 
 
 def json_object(parent: dict[str, Any], key: str) -> dict[str, Any]:

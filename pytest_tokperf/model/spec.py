@@ -26,10 +26,27 @@ TensorType = Literal["F16", "F32", "Q8_0"]
 ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma", "qwen2moe", "qwen3moe")
 TENSOR_TYPES: tuple[str, ...] = ("F16", "F32", "Q8_0")
 MOE_ARCHITECTURES = frozenset({"qwen2moe", "qwen3moe"})
-WRITER_VERSION = 2
+WRITER_VERSION = 3
 """Bump when the bytes written for a spec change, so cached files are rewritten."""
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if message.reasoning_content %}"
+    "{{ '<think>\\n' + message.reasoning_content + '\\n</think>\\n' }}{%- endif %}"
+    "{{- message.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+"""A Qwen3-style thinking template: the generation prompt opens ``<think>``, so
+llama-server's chat parser streams the output as ``reasoning_content`` until
+``</think>`` (which random weights never write): generated models are reasoning
+models on the chat endpoint, and raw prompts are unaffected."""
 _FILLER_ALPHABET = "etaoinshrdlucmfwypvbgkjqxz0123456789"
 _ALIGN = 32
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")

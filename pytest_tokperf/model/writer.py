@@ -22,6 +22,7 @@ from pytest_tokperf.engines.install import cache_root
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.model.spec import (
     ARCHITECTURES,
+    CHAT_TEMPLATE,
     MAIN_MODEL,
     SPECIAL_TOKENS,
     TENSOR_TYPES,
@@ -93,6 +94,7 @@ def _add_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, pieces: tuple[str, .
     # acceptance: llama-server's draft sampler ignores the request's logit_bias).
     types = ([gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
              + [gguf.TokenType.NORMAL] * (256 + n_filler))
+    writer.add_chat_template(CHAT_TEMPLATE)
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(list(pieces))
