@@ -175,7 +175,8 @@ def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Pl
     """
     title = "Decode efficiency vs depth"
     curves = _curves(
-        [f for f in figures if f.concurrency == 1], lambda f: f.mean_decode_depth_tokens,
+        [f for f in figures if f.concurrency == 1 and f.draft_model is None],
+        lambda f: f.mean_decode_depth_tokens,
         lambda f: None if f.efficiency is None else f.efficiency * 100, lambda f: f.setup_label,
     )
     if _distinct_x(curves) < 2:
@@ -188,15 +189,26 @@ def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Pl
                         f"{len(curves)} setup(s)")
 
 
+def ttft_curves(figures: Sequence[ResultFigures]) -> Curves:
+    """TTFT ms against the tokens prefilled (depth + prompt), per setup.
+
+    Only cold, raw, single requests without a draft: a warm prefix, a chat template or a
+    concurrent request changes what TTFT pays for, so those are other curves."""
+    cold = [f for f in figures if f.concurrency == 1 and not f.cached_prefix_tokens
+            and not f.chat and f.draft_model is None]
+    return _curves(cold, lambda f: f.depth_tokens + f.prompt_tokens,
+                   lambda f: f.ttft_s * 1e3, lambda f: f.setup_label)
+
+
 def plot_ttft_vs_prompt(figures: Sequence[ResultFigures], path: Path) -> Plot:
-    """Time to first token against prompt length, one line per setup (single requests)."""
+    """Time to first token against prompt length, one line per setup (cold single requests)."""
     title = "TTFT vs prompt length"
-    curves = _curves([f for f in figures if f.concurrency == 1], lambda f: f.prompt_tokens,
-                     lambda f: f.ttft_s * 1e3, lambda f: f.setup_label)
+    curves = ttft_curves(figures)
     if _distinct_x(curves) < 2:
         return Plot("ttft-prompt", title, None,
                     "TTFT vs prompt length needs results at two or more prompt lengths")
-    return _draw_curves(curves, path, title, "prompt tokens", "TTFT ms", "ttft-prompt",
+    return _draw_curves(curves, path, title, "prompt tokens (depth + prompt, cold)", "TTFT ms",
+                        "ttft-prompt",
                         f"{len(curves)} setup(s)")
 
 

@@ -19,6 +19,7 @@ from pytest_tokperf.plots import (
     plot_efficiency_vs_depth,
     plot_history,
     plot_ttft_vs_prompt,
+    ttft_curves,
 )
 from pytest_tokperf.report_data import (
     ResultFigures,
@@ -108,6 +109,21 @@ def test_efficiency_vs_depth_and_ttft_vs_prompt(data: Data, tmp_path: Path) -> N
     ttft = plot_ttft_vs_prompt(figures, tmp_path / "ttft.png")
     assert ttft.title == "TTFT vs prompt length"
     assert_drawn(ttft, LINE)
+
+
+def test_ttft_curve_holds_only_cold_raw_single_requests(data: Data) -> None:
+    import dataclasses
+
+    figures = [f for f in data[0] if f.concurrency == 1]
+    base = ttft_curves(figures)
+    fig = figures[0]
+    others = [dataclasses.replace(fig, ttft_s=fig.ttft_s / 20, cached_prefix_tokens=8),
+              dataclasses.replace(fig, ttft_s=fig.ttft_s * 5, chat=True),
+              dataclasses.replace(fig, ttft_s=fig.ttft_s * 3, draft_model="d.gguf")] * 3
+    assert ttft_curves(figures + others) == base
+    deep = dataclasses.replace(fig, depth_tokens=4096)
+    (xs, _), = [c for label, c in ttft_curves([deep]).items() if label == fig.setup_label]
+    assert xs == [4096 + fig.prompt_tokens]
 
 
 def test_curves_need_two_depths_or_prompt_lengths(data: Data, tmp_path: Path) -> None:
