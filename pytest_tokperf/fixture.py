@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
@@ -21,6 +21,7 @@ from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workl
 from pytest_tokperf.speculative import SpeculativeResult, run_speculative_ab
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,14 +176,7 @@ class TokBench:
                                   repetitions=repetitions, warmup=warmup)
         options = self._next_options()
         engine = self.engine()
-        if self.before_measure is not None:
-            self.before_measure()
-        try:
-            result = run_workload(engine, workload, options, self.progress)
-        except MeasurementError as exc:
-            if isinstance(exc.partial, BenchResult):
-                self.record(exc.partial, None, "error")
-            raise
+        result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
         return self._judge_and_record(result)
 
     def speculative(
@@ -212,20 +206,25 @@ class TokBench:
         options = self._next_options()
         base = self.engine()
         accelerated = self.speculative_engine(draft)
-        if self.before_measure is not None:
-            self.before_measure()
-        try:
-            ab = run_speculative_ab(base, accelerated, workload, options, self.progress)
-        except MeasurementError as exc:
-            if isinstance(exc.partial, BenchResult):
-                self.record(exc.partial, None, "error")
-            raise
+        ab = self._measure(
+            lambda: run_speculative_ab(base, accelerated, workload, options, self.progress))
         base_outcome = self._judge_and_record(ab.base, assert_floor=False)
         self.record(ab.accelerated, None, "unchecked")
         if self.min_efficiency is not None:  # after both sides are recorded
             base_outcome.assert_efficiency(self.min_efficiency)
         return SpeculativeOutcome(ab=ab, base=base_outcome,
                                   accelerated=TokBenchResult(result=ab.accelerated))
+
+    def _measure(self, run: Callable[[], T]) -> T:
+        """Probe, then ``run``; a failed measurement's partial result is recorded first."""
+        if self.before_measure is not None:
+            self.before_measure()
+        try:
+            return run()
+        except MeasurementError as exc:
+            if isinstance(exc.partial, BenchResult):
+                self.record(exc.partial, None, "error")
+            raise
 
     def _workload(self, *, repetitions: int | None, warmup: int | None,
                   **given: int | bool | None) -> Workload:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,24 +177,29 @@ def _engine_line(state: PluginState) -> str:
             f"threads {s.threads}")
 
 
+T = TypeVar("T")
+
+
 class _PytestTokBench(TokBench):
     """TokBench whose engine errors become clean test failures, not tracebacks."""
 
     def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:
         __tracebackhide__ = True
-        try:
-            return TokBench.__call__(self, *args, **kwargs)  # type: ignore[arg-type]
-        except TokperfError as exc:
-            message = f"{type(exc).__name__}: {exc}"
-        pytest.fail(message, pytrace=False)
+        return _or_fail(TokBench.__call__, self, *args, **kwargs)
 
     def speculative(self, *args: object, **kwargs: object) -> SpeculativeOutcome:
         __tracebackhide__ = True
-        try:
-            return TokBench.speculative(self, *args, **kwargs)  # type: ignore[arg-type]
-        except TokperfError as exc:
-            message = f"{type(exc).__name__}: {exc}"
-        pytest.fail(message, pytrace=False)
+        return _or_fail(TokBench.speculative, self, *args, **kwargs)
+
+
+def _or_fail(method: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """``method(...)``, with a tokperf error turned into a clean test failure."""
+    __tracebackhide__ = True
+    try:
+        return method(*args, **kwargs)
+    except TokperfError as exc:
+        message = f"{type(exc).__name__}: {exc}"
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -128,39 +129,20 @@ class LlamaServer:
             "stream": True,
         }
         url = f"{self.base_url}/completion"
-        final: dict[str, Any] | None = None
         log = ChunkLog(request, url)
-        with stream_post(self._client, url, body, request) as response:
-            for payload in iter_sse_data(response):
-                now = time.perf_counter()
-                event = decode_json(payload, "a stream event", url)
-                if not isinstance(event, dict):
-                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
-                if "error" in event:
-                    raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
-                n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
-                log.add(now, n, str(event.get("content", "")))
-                if event.get("stop"):
-                    final = event
+        final: dict[str, Any] | None = None
+        for now, event in self._events(url, body, request):
+            n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
+            log.add(now, n, str(event.get("content", "")))
+            if event.get("stop"):
+                final = event
         if final is None:
             raise EngineProtocolError(f"{url} closed the stream without a final (stop) event")
         timings = _timings(final.get("timings"))
-        generated = (
-            timings.generated_tokens
-            if timings and timings.generated_tokens is not None
-            else int(final.get("tokens_predicted") or sum(log.tokens))
-        )
-        return Generation(
-            request=request,
-            sent_s=log.sent_s,
-            chunk_times_s=tuple(log.times_s),
-            chunk_tokens=tuple(log.tokens),
-            generated_tokens=generated,
+        return log.generation(
+            generated_tokens=timings.generated_tokens if timings else final.get("tokens_predicted"),
             prompt_tokens=timings.prompt_tokens if timings else final.get("tokens_evaluated"),
-            text="".join(log.text),
-            stop_reason=final.get("stop_type"),
-            engine=timings,
-        )
+            stop_reason=final.get("stop_type"), engine=timings)
 
     def _chat(self, request: GenerationRequest) -> Generation:
         """``/v1/chat/completions`` through the model's template: thinking arrives as
@@ -179,45 +161,41 @@ class LlamaServer:
         url = f"{self.base_url}/v1/chat/completions"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
+        for now, event in self._events(url, body, request):
+            choices = event.get("choices")
+            first = choices[0] if isinstance(choices, list) and choices else None
+            delta = first.get("delta") if isinstance(first, dict) else None
+            delta = delta if isinstance(delta, dict) else {}
+            thought = str(delta.get("reasoning_content") or "")
+            answer = str(delta.get("content") or "")
+            if thought or answer:
+                log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
+            if "timings" in event or "usage" in event:
+                final = event
+        if final is None:
+            raise EngineProtocolError(f"{url} ended the stream without its usage/timings chunk")
+        timings = _timings(final.get("timings"))
+        usage = final.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        return log.generation(
+            generated_tokens=timings.generated_tokens if timings else usage.get("completion_tokens"),
+            prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
+            stop_reason=None, engine=timings)
+
+    def _events(self, url: str, body: dict[str, Any], request: GenerationRequest
+                ) -> Iterator[tuple[float, dict[str, Any]]]:
+        """Each SSE event as (arrival time, JSON object) until ``[DONE]`` or the end."""
         with stream_post(self._client, url, body, request) as response:
             for payload in iter_sse_data(response):
                 if payload.strip() == "[DONE]":
-                    break
+                    return
                 now = time.perf_counter()
                 event = decode_json(payload, "a stream event", url)
                 if not isinstance(event, dict):
                     raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
                 if "error" in event:
                     raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
-                choices = event.get("choices")
-                first = choices[0] if isinstance(choices, list) and choices else None
-                delta = first.get("delta") if isinstance(first, dict) else None
-                delta = delta if isinstance(delta, dict) else {}
-                thought = str(delta.get("reasoning_content") or "")
-                answer = str(delta.get("content") or "")
-                if thought or answer:
-                    log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
-                if "timings" in event or "usage" in event:
-                    final = event
-        if final is None:
-            raise EngineProtocolError(f"{url} ended the stream without its usage/timings chunk")
-        timings = _timings(final.get("timings"))
-        usage = final.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        generated = (timings.generated_tokens if timings and timings.generated_tokens is not None
-                     else int(usage.get("completion_tokens") or sum(log.tokens)))
-        return Generation(
-            request=request,
-            sent_s=log.sent_s,
-            chunk_times_s=tuple(log.times_s),
-            chunk_tokens=tuple(log.tokens),
-            generated_tokens=generated,
-            prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
-            text="".join(log.text),
-            stop_reason=None,
-            engine=timings,
-            chunk_reasoning=tuple(log.reasoning),
-        )
+                yield now, event
 
     def close(self) -> None:
         self._client.close()

@@ -323,17 +323,9 @@ class Ollama:
                 f"{url} streamed no generated tokens (done_reason {final.get('done_reason')!r})"
             )
         timings = _timings(final)
-        return Generation(
-            request=request,
-            sent_s=log.sent_s,
-            chunk_times_s=tuple(log.times_s),
-            chunk_tokens=tuple(log.tokens),
-            generated_tokens=timings.generated_tokens or sum(log.tokens),
-            prompt_tokens=timings.prompt_tokens,
-            text="".join(log.text),
-            stop_reason=final.get("done_reason"),
-            engine=timings,
-        )
+        return log.generation(generated_tokens=timings.generated_tokens,
+                              prompt_tokens=timings.prompt_tokens,
+                              stop_reason=final.get("done_reason"), engine=timings)
 
     def close(self) -> None:
         self._client.close()

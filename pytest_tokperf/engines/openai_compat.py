@@ -196,17 +196,9 @@ class OpenAICompatible:
             if timings is not None and timings.generated_tokens is not None
             else sum(log.tokens)
         )
-        return Generation(
-            request=request,
-            sent_s=log.sent_s,
-            chunk_times_s=tuple(log.times_s),
-            chunk_tokens=tuple(log.tokens),
-            generated_tokens=generated,
-            prompt_tokens=timings.prompt_tokens if timings is not None else None,
-            text="".join(log.text),
-            stop_reason=finish,
-            engine=timings,
-        )
+        return log.generation(generated_tokens=generated,
+                              prompt_tokens=timings.prompt_tokens if timings is not None else None,
+                              stop_reason=finish, engine=timings)
 
     def timings(self, last: dict[str, Any], usage: dict[str, Any] | None) -> EngineTimings | None:
         """Counts from ``usage``; durations from llama.cpp ``timings`` or vLLM ``metrics``."""

@@ -195,17 +195,9 @@ class SGLang:
         )
         finish = meta.get("finish_reason")
         stop = finish.get("type") if isinstance(finish, dict) else finish
-        return Generation(
-            request=request,
-            sent_s=log.sent_s,
-            chunk_times_s=tuple(log.times_s),
-            chunk_tokens=tuple(log.tokens),
-            generated_tokens=timings.generated_tokens or sum(log.tokens),
-            prompt_tokens=timings.prompt_tokens,
-            text="".join(log.text),
-            stop_reason=str(stop) if stop is not None else None,
-            engine=timings,
-        )
+        return log.generation(generated_tokens=timings.generated_tokens,
+                              prompt_tokens=timings.prompt_tokens,
+                              stop_reason=str(stop) if stop is not None else None, engine=timings)
 
     def close(self) -> None:
         self._client.close()

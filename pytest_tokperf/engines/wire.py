@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import GenerationRequest
+from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
 
 FILLER_WORDS = (
     "time year people way day man thing woman life child world school state family "
@@ -256,6 +256,24 @@ class ChunkLog:
             self.times_s.append(now_s)
             self.tokens.append(n_tokens)
             self.reasoning.append(reasoning)
+
+    def generation(self, *, generated_tokens: int | None, prompt_tokens: int | None,
+                   stop_reason: str | None, engine: EngineTimings | None) -> Generation:
+        """What was logged, as the ``Generation`` of ``request``; without an engine count
+        the generated tokens are the ones the chunks carried."""
+        assert self.request is not None, "a ChunkLog makes a Generation only for a request"
+        return Generation(
+            request=self.request,
+            sent_s=self.sent_s,
+            chunk_times_s=tuple(self.times_s),
+            chunk_tokens=tuple(self.tokens),
+            generated_tokens=generated_tokens if generated_tokens else sum(self.tokens),
+            prompt_tokens=prompt_tokens,
+            text="".join(self.text),
+            stop_reason=stop_reason,
+            engine=engine,
+            chunk_reasoning=tuple(self.reasoning) if any(self.reasoning) else (),
+        )
 
 
 def json_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
