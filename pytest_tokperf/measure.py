@@ -258,8 +258,8 @@ def run_workload(
     check_context(workload, info)
     if workload.chat and not getattr(engine, "supports_chat", False):
         raise ConfigError(
-            f"chat workloads (chat=True) are not built for {info.name} yet, only for "
-            f"llama-server; drop chat=True to measure the raw prompt"
+            f"chat workloads (chat=True) are not built for {info.name} yet (its adapter has "
+            f"no chat route); drop chat=True to measure the raw prompt"
         )
     samples: list[Sample] = []
     aggregates: list[float] = []

@@ -40,9 +40,12 @@ class FakeOllama(FakeServer):
     def __init__(self, models: tuple[str, ...] = ("llama3.2:3b",),
                  loaded: dict[str, tuple[int, int]] | None = None, eos_after: int | None = None,
                  draft_num_predict: int | None = None, mode: str = "ok",
-                 blob_path: str | None = None) -> None:
+                 blob_path: str | None = None, think_tokens: int = 0) -> None:
         super().__init__(mode)
         self.models = tuple(_canonical(m) for m in models)
+        self.think_tokens = think_tokens
+        """A thinking model: with its template applied (no ``raw``), the first N tokens
+        stream in ``thinking`` with an empty ``response``; they count in ``eval_count``."""
         self.blob_path = blob_path
         """What ``FROM`` names in the modelfile: a real Ollama shows its blob's path."""
         self.loaded = dict(loaded or {})
@@ -117,10 +120,12 @@ class FakeOllama(FakeServer):
         n = generated_count(limit, self.eos_after)
         h.start_stream("application/x-ndjson")
         first = last = time.perf_counter()
+        thinks = 0 if body.get("raw") else self.think_tokens
         for i, text in self.paced(n):
             last = time.perf_counter()
             first = last if i == 0 else first
-            h.chunk(json.dumps({"model": name, "created_at": iso_now(), "response": text,
+            part = {"response": "", "thinking": text} if i < thinks else {"response": text}
+            h.chunk(json.dumps({"model": name, "created_at": iso_now(), **part,
                                 "done": False}) + "\n")
         final: dict[str, Any] = {
             "model": name, "created_at": iso_now(), "response": "", "done": True,
@@ -203,8 +208,11 @@ class FakeVLLM(_OpenAIStream):
     def __init__(self, model: str = "meta-llama/Llama-3.2-1B-Instruct", tokens_per_chunk: int = 3,
                  eos_after: int | None = None, speculative: bool = False,
                  prompt_details: bool = True, per_request_metrics: bool = False,
-                 mode: str = "ok") -> None:
+                 mode: str = "ok", think_tokens: int = 0) -> None:
         super().__init__(mode)
+        self.think_tokens = think_tokens
+        """With ``--reasoning-parser``: the first N chat tokens arrive as ``delta.reasoning``
+        (vLLM >= 0.11's name; ``reasoning_content`` before)."""
         self.model_ids = (model,)
         self.tokens_per_chunk = tokens_per_chunk
         self.eos_after = eos_after
@@ -272,6 +280,30 @@ class FakeVLLM(_OpenAIStream):
                                "length" if n == max_tokens else "stop",
                                continuous=bool(options.get("continuous_usage_stats")),
                                final_extra=extra)
+
+
+    def post_v1_chat_completions(self, h: Handler, body: Any) -> None:
+        """``chat.completion.chunk`` events, one token each: ``delta.reasoning`` for the
+        thinking, ``delta.content`` for the answer, then the usage chunk and ``[DONE]``."""
+        model = str(body.get("model"))
+        messages = body.get("messages") or []
+        tokens = ["<|im_start|>", "user", *tokens_of(messages[-1]["content"])[1:],
+                  "<|im_end|>", "<|im_start|>", "assistant", "<think>"]
+        self.prefill(tokens)
+        n = int(body.get("max_tokens", 16))
+        h.start_stream("text/event-stream")
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": model}
+        h.sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                    "finish_reason": None}]})
+        for i, text in self.paced(n):
+            delta = {"reasoning": text} if i < self.think_tokens else {"content": text}
+            h.sse({**base, "choices": [{"index": 0, "delta": delta,
+                                        "finish_reason": "length" if i == n - 1 else None}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            h.sse({**base, "choices": [], "usage": self.usage(len(tokens), n, None)})
+        h.sse("[DONE]")
+        h.end_stream()
 
 
 class FakeLMStudio(_OpenAIStream):

@@ -378,3 +378,43 @@ def test_nothing_listening_is_not_ready_and_unavailable(name: str, engines: list
     assert engine.ready() is False
     with pytest.raises(EngineUnavailable, match="127.0.0.1:9"):
         engine.generate(REQUEST)
+
+
+# -- chat workloads: thinking told apart where the engine separates it ----------------
+
+
+def test_ollama_chat_applies_the_template_and_counts_thinking(engines: list[Engine]) -> None:
+    with FakeOllama(think_tokens=4) as fake:
+        engine = make(engines, "ollama", fake.url, "llama3.2:3b")
+        chat = run_workload(engine, Workload(24, 10, chat=True, repetitions=2, warmup=0))
+        chat_body = fake.requests[-1][2]
+        raw = run_workload(engine, Workload(24, 10, repetitions=1, warmup=0))
+        raw_body = fake.requests[-1][2]
+    assert chat_body["raw"] is False and "think" not in chat_body and raw_body["raw"] is True
+    assert [s.reasoning_tokens for s in chat.samples] == [4, 4]
+    assert all(s.answer_ttft_s is not None and s.answer_ttft_s > s.ttft_s for s in chat.samples)
+    assert raw.samples[0].reasoning_tokens is None  # raw: no template, no thinking
+
+
+def test_vllm_chat_counts_delta_reasoning(engines: list[Engine]) -> None:
+    with FakeVLLM(think_tokens=3) as fake:
+        engine = make(engines, "vllm", fake.url, "meta-llama/Llama-3.2-1B-Instruct")
+        result = run_workload(engine, Workload(24, 8, chat=True, repetitions=1, warmup=0))
+        method, path, body = fake.requests[-1]
+    assert (method, path) == ("POST", "/v1/chat/completions")
+    assert "prompt" not in body and body["messages"][0]["role"] == "user"
+    (sample,) = result.samples
+    assert (sample.generated_tokens, sample.reasoning_tokens) == (8, 3)
+    assert sample.answer_ttft_s is not None and sample.answer_ttft_s > sample.ttft_s
+    assert "3 of 8 generated tokens were reasoning (median); first answer token after" in \
+        " ".join(result.notes)
+
+
+def test_sglang_refuses_chat_before_any_request(engines: list[Engine]) -> None:
+    with FakeSGLang() as fake:
+        engine = make(engines, "sglang", fake.url)
+        before = len(fake.requests)
+        with pytest.raises(ConfigError, match="chat workloads .chat=True. are not built for sglang yet"):
+            run_workload(engine, Workload(24, 8, chat=True))
+        generated = [r for r in fake.requests[before:] if r[1] == "/generate"]
+    assert generated == []

@@ -288,11 +288,15 @@ class Ollama:
                 options["num_ctx"] = max(4096, -(-need // 1024) * 1024)
         return options
 
+    supports_chat = True
+    """A chat workload drops ``raw``, so the model's template applies and a thinking
+    model streams its thinking in ``thinking`` (``think`` is left to the model's default)."""
+
     def generate(self, request: GenerationRequest) -> Generation:
         body = {
             "model": self.model(),
             "prompt": text_prompt(request.prompt_tokens, request.salt),
-            "raw": True,
+            "raw": not request.chat,
             "stream": True,
             "keep_alive": "30m",
             "options": self._options(request),
@@ -311,8 +315,9 @@ class Ollama:
                 if "error" in event:
                     raise EngineProtocolError(f"{url} reported an error mid-stream: "
                                               f"{error_text(json.dumps(event))}")
-                text = str(event.get("response") or "") + str(event.get("thinking") or "")
-                log.add(now, 1 if text else 0, text)
+                answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
+                log.add(now, 1 if answer or thought else 0, thought + answer,
+                        reasoning=bool(thought) and not answer)
                 if event.get("done"):
                     final = event
                     break

@@ -46,6 +46,9 @@ class OpenAICompatible:
     """Add llama.cpp/vLLM's ``ignore_eos: true``; servers that reject unknown fields say no."""
     continuous_usage = False
     """Ask for usage on every chunk (vLLM ``continuous_usage_stats``) to count tokens per chunk."""
+    supports_chat = True
+    """A chat workload goes to ``/v1/chat/completions``; thinking arrives as
+    ``delta.reasoning`` (vLLM >= 0.11, LM Studio) or ``delta.reasoning_content``."""
 
     def __init__(
         self,
@@ -124,13 +127,17 @@ class OpenAICompatible:
 
     def completion_body(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "prompt": self.prompt(request),
             "max_tokens": request.generate_tokens,
             "temperature": 0.0,
             "seed": 1234,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.chat:
+            body["messages"] = [{"role": "user",
+                                 "content": text_prompt(request.prompt_tokens, request.salt)}]
+        else:
+            body["prompt"] = self.prompt(request)
         model = self.model()
         if model is not None:
             body["model"] = model
@@ -149,7 +156,7 @@ class OpenAICompatible:
 
     def generate(self, request: GenerationRequest) -> Generation:
         body = self.completion_body(request)
-        url = f"{self.base_url}/v1/completions"
+        url = f"{self.base_url}/v1/{'chat/completions' if request.chat else 'completions'}"
         log = ChunkLog(request, url)
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
@@ -175,7 +182,7 @@ class OpenAICompatible:
                 if not choices:
                     continue
                 choice = choices[0] if isinstance(choices[0], dict) else {}
-                text = _choice_text(choice)
+                text, thought = _choice_text(choice)
                 finish = choice.get("finish_reason") or finish
                 cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
                 if cumulative is not None:
@@ -183,8 +190,8 @@ class OpenAICompatible:
                 elif isinstance(choice.get("token_ids"), list):
                     n = len(choice["token_ids"])
                 else:
-                    n = 1 if text else 0
-                log.add(now, n, text)
+                    n = 1 if text or thought else 0
+                log.add(now, n, thought + text, reasoning=bool(thought) and not text)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (finish_reason {finish!r}, last event "
@@ -224,14 +231,18 @@ class OpenAICompatible:
         self._client.close()
 
 
-def _choice_text(choice: dict[str, Any]) -> str:
+def _choice_text(choice: dict[str, Any]) -> tuple[str, str]:
+    """(answer text, reasoning text) of a completion or chat chunk's first choice."""
     text = choice.get("text")
     if isinstance(text, str):
-        return text
+        return text, ""
     delta = choice.get("delta")
-    if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-        return str(delta["content"])
-    return ""
+    if not isinstance(delta, dict):
+        return "", ""
+    answer = delta.get("content")
+    thought = delta.get("reasoning") or delta.get("reasoning_content")
+    return (answer if isinstance(answer, str) else "",
+            thought if isinstance(thought, str) else "")
 
 
 def _with_llama_cpp_timings(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
