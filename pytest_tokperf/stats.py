@@ -10,7 +10,8 @@ run-to-run drift); ``shifts`` has the tests and why they were chosen.
 ``min_effect``:
 
 * regression / improvement: significant (``p < alpha``; Benjamini-Hochberg across
-  series in ``compare_many``), the interval reaches past ``m`` on that side (the
+  series in ``compare_many``) with an interval that excludes 0 on that side, the
+  interval reaches past ``m`` on that side (the
   change is not shown smaller than ``m``) and the estimate is at least ``m / 2``
   (the data favour a change of ``m`` over none). A true step of exactly ``m`` is
   then caught with the test's power rather than the coin flip of a "point estimate
@@ -146,7 +147,10 @@ def judge(
     figures = f"{metric.name} {_pct(rel)} [{_pct(lo)}, {_pct(hi)}], p={_p(p, alpha)}"
     verdict: Outcome
     if sig and d != 0:
-        if abs(rel) >= m / 2 and abs(lo if d < 0 else hi) >= m:
+        # The interval must also exclude no change: the rank test's p and the interval
+        # come from different methods, and a flag both do not back is noise.
+        excludes_zero = hi < 0 if d < 0 else lo > 0
+        if abs(rel) >= m / 2 and abs(lo if d < 0 else hi) >= m and excludes_zero:
             worse = (d < 0) == metric.higher_is_better
             verdict = "regression" if worse else "improvement"
             why = f"{figures} < {_p(alpha)} and the change reaches the {m:.0%} minimum effect"

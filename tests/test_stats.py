@@ -193,3 +193,17 @@ def test_compare_many_mismatched_keys_and_metrics_are_errors() -> None:
     mixed = compare_many({"d": BASE, "t": BASE}, {"d": [90.0] * 3, "t": [90.0] * 3},
                          {"d": DECODE, "t": TTFT})
     assert (mixed["d"].verdict, mixed["t"].verdict) == ("regression", "improvement")
+
+
+def test_a_significant_p_with_an_interval_through_zero_flags_nothing() -> None:
+    from pytest_tokperf.shifts import Shift
+    from pytest_tokperf.stats import judge
+
+    # The rank test's p and the interval disagree: -8% estimate, p tiny, but the
+    # interval still allows +1%. Not a regression anyone should be paged for.
+    torn = Shift(log_shift=math.log(0.92), log_low=math.log(0.85), log_high=math.log(1.01),
+                 confidence=0.995, p_value=1e-4, n_baseline=20, n_current=5, method="rank")
+    assert judge(torn, DECODE).verdict == "unchanged"
+    clear = Shift(log_shift=math.log(0.92), log_low=math.log(0.85), log_high=math.log(0.97),
+                  confidence=0.995, p_value=1e-4, n_baseline=20, n_current=5, method="rank")
+    assert judge(clear, DECODE).verdict == "regression"
