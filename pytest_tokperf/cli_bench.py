@@ -1,0 +1,167 @@
+"""``tokperf bench``: llama-bench's job over HTTP, without pytest.
+
+Every combination of the comma-separated workload lists (``-p 64,512 -d 0,4096``) is
+measured on one engine, started or attached, with its ceiling; each result is stored
+the moment it finishes (as a test's is) and the plugin's summary table, or JSON, is
+printed at the end, also after a failure. The library does the work: the same
+``TokBench``, ``EngineSession``, ``CeilingSource`` and ``Recorder`` the plugin glues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.errors import ConfigError, TokperfError
+
+TEST_ID = "tokperf bench"
+"""The test id of every result: the workload parameters tell the series apart."""
+
+_LISTS = (("prompt", "prompt tokens", "64"), ("generate", "generated tokens", "128"),
+          ("depth", "KV depth before the prompt", "0"), ("concurrency", "concurrent streams", "1"),
+          ("warm", "cached prefix tokens primed before each request (0 = cold)", "0"))
+
+
+def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
+    p = verbs.add_parser(
+        "bench", help="measure workloads on an engine without pytest (like llama-bench)",
+        description="Measure every combination of the comma-separated lists on one engine "
+        "(started llama-server by default, or --url), with the decode ceiling; results go to "
+        "the results DB as they finish. Exit 1 when a workload fails or misses --min-efficiency.")
+    short = {"prompt": "-p", "generate": "-n", "depth": "-d", "concurrency": "-c"}
+    for name, what, default in _LISTS:
+        flags = [short[name], f"--{name}"] if name in short else [f"--{name}"]
+        p.add_argument(*flags, default=default, metavar="N[,N...]",
+                       help=f"{what} (default {default})")
+    p.add_argument("--chat", action="store_true",
+                   help="through the engine's chat endpoint and the model's template "
+                   "(thinking tokens counted apart)")
+    p.add_argument("--draft", metavar="PATH|self|small",
+                   help="also run a speculative A/B per prompt/generate/depth with this draft")
+    p.add_argument("-r", "--repetitions", default="5", metavar="N",
+                   help="measured repetitions per workload (default 5)")
+    p.add_argument("--warmup", default="1", metavar="N",
+                   help="discarded warm-up runs per workload (default 1)")
+    p.add_argument("--engine", default="llama-server", help="engine to measure")
+    p.add_argument("--url", help="attach to an engine running at URL instead of starting one")
+    p.add_argument("-m", "--model", default="main",
+                   help="GGUF for a started server, or 'main' / 'test' (generated)")
+    p.add_argument("-t", "--threads", metavar="N", help="engine threads (default: all cores)")
+    p.add_argument("--server-bin", metavar="PATH", help="llama-server binary to run")
+    p.add_argument("--bandwidth", metavar="BW", help="bandwidth for the ceiling, e.g. 1008GB/s")
+    p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
+    p.add_argument("--db", help="results DB (default .tokperf/results.db; 'off' writes nothing)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("bench", bench)
+
+
+def _numbers(text: str, flag: str, minimum: int) -> list[int]:
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise ConfigError(f"--{flag} {text!r}: {part.strip()!r} is not a whole number >= "
+                              f"{minimum}; pass a comma-separated list such as --{flag} 64,512")
+        values.append(value)
+    return values
+
+
+def bench(args: argparse.Namespace) -> int:
+    from pytest_tokperf import settings as settings_mod
+    from pytest_tokperf.ceiling_source import CeilingSource
+    from pytest_tokperf.fixture import TokBench
+    from pytest_tokperf.measure import MeasureOptions
+    from pytest_tokperf.recorder import Recorder
+    from pytest_tokperf.report import Row, summary_table
+    from pytest_tokperf.results import BenchResult, Ceiling, Verdict
+    from pytest_tokperf.session import EngineSession
+
+    lists = {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
+                            2 if name == "generate" else 1) for name, _, _ in _LISTS}
+    needed = max(d + p + n for d in lists["depth"] for p in lists["prompt"] for n in lists["generate"])
+    cli = {"engine": args.engine, "url": args.url, "model": args.model, "threads": args.threads,
+           "server_bin": args.server_bin, "bandwidth": args.bandwidth, "db": args.db,
+           "min_efficiency": args.min_efficiency, "draft_model": args.draft,
+           "repetitions": args.repetitions, "warmup": args.warmup,
+           "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
+    settings = settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
+                                    rootdir=Path.cwd())
+
+    def progress(message: str) -> None:
+        if not args.json:
+            print(f"# {message}", file=sys.stderr, flush=True)
+
+    session = EngineSession(settings, log_dir=Path(".tokperf") / "logs", progress=progress)
+    ceilings = CeilingSource(explicit_bandwidth=settings.bandwidth, threads=settings.threads)
+    recorder = Recorder.open(settings.db)
+    rows: list[Row] = []
+
+    def record(result: BenchResult, ceiling: Ceiling | None, verdict: Verdict) -> None:
+        rows.append(Row(test_id=TEST_ID, result=result, ceiling=ceiling, verdict=verdict))
+        recorder.hardware = ceilings.hardware
+        recorder.record(TEST_ID, result, ceiling, verdict, session.model_path)
+
+    tok_bench = TokBench(
+        engine=session.engine, record=record, repetitions=settings.repetitions,
+        warmup=settings.warmup,
+        options=MeasureOptions(agreement_tolerance=settings.agreement,
+                               timeout_s=settings.request_timeout),
+        ceiling_for=lambda result: ceilings.ceiling_for(result, session.model_path),
+        before_measure=ceilings.probe, min_efficiency=settings.min_efficiency,
+        progress=progress, speculative_engine=lambda draft: session.speculative_engine(draft)[0],
+    )
+    failures: list[str] = []
+    try:
+        for p, n, d, c, w in itertools.product(*lists.values()):
+            label = f"prompt {p}, gen {n}, depth {d}, x{c}, warm {w}"
+            progress(f"measuring {label}")
+            try:
+                tok_bench(prompt_tokens=p, generate_tokens=n, depth_tokens=d, concurrency=c,
+                          cached_prefix_tokens=w, chat=args.chat)
+            except AssertionError as exc:  # the efficiency floor: recorded, keep going
+                failures.append(f"{label}: {exc}")
+        if args.draft:
+            for p, n, d in itertools.product(lists["prompt"], lists["generate"], lists["depth"]):
+                try:
+                    tok_bench.speculative(args.draft, p, n, depth_tokens=d)
+                except AssertionError as exc:
+                    failures.append(f"speculative prompt {p}, gen {n}, depth {d}: {exc}")
+    except (TokperfError, KeyboardInterrupt) as exc:
+        failures.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        session.close()
+        _print(args, rows, ceilings, recorder, summary_table, failures)
+        recorder.close()
+    return 1 if failures else 0
+
+
+def _print(args: argparse.Namespace, rows: list[Any], ceilings: Any, recorder: Any,
+           summary_table: Callable[[list[Any]], list[str]], failures: list[str]) -> None:
+    if args.json:
+        from pytest_tokperf.report_data import figures_from_result
+        from pytest_tokperf.report_formats import result_json
+
+        results = [{**result_json(figures_from_result(
+            row.test_id, row.result, ceiling=row.ceiling, verdict=row.verdict,
+            hardware=ceilings.hardware)), "notes": list(row.result.notes)} for row in rows]
+        print(json.dumps({"results": results, "failures": failures,
+                          "db": str(recorder.location) if recorder.location else None},
+                         indent=2, default=str))
+        return
+    for line in summary_table(rows):
+        print(line)
+    for problem in dict.fromkeys(ceilings.problems):
+        print(f"note: {problem}")
+    print(f"results: {len(rows)} stored in {recorder.location}" if recorder.location
+          else "results: not stored (--db off)")
+    for failure in failures:
+        print(f"FAILED {failure}", file=sys.stderr)
