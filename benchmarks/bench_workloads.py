@@ -57,11 +57,11 @@ def main() -> int:
                 if rep:
                     cold_warm[kind].append(result)
         for draft in [d for d in args.drafts.split(",") if d]:
-            spec_engine, path = session.speculative_engine(draft)
+            spec_engine, name = session.speculative_engine(draft)
             ab = run_speculative_ab(engine, spec_engine,
                                     Workload(16, args.generate, repetitions=args.reps, warmup=1),
                                     MeasureOptions(salt_base=10_000 + len(ab_rows) * 100))
-            ab_rows.append((draft, path, ab))
+            ab_rows.append((draft, name, ab))
     finally:
         session.close()
 
@@ -82,9 +82,9 @@ def main() -> int:
     print(f"\nspeculative decoding: prompt 16, generate {args.generate}")
     print(f"{'draft':>28}  {'base tok/s':>10}  {'spec tok/s':>10}  {'multiplier':>10}  "
           f"{'engine mult.':>12}  {'acceptance':>10}")
-    for draft, path, ab in ab_rows:
+    for draft, name, ab in ab_rows:
         rate = ab.acceptance_rate
-        print(f"{draft + ' (' + path.name[:18] + ')':>28}  "
+        print(f"{draft + ' (' + name[:18] + ')':>28}  "
               f"{_median(ab.base, 'decode_tokens_per_s'):>10.2f}  "
               f"{_median(ab.accelerated, 'decode_tokens_per_s'):>10.2f}  "
               f"{ab.multiplier or float('nan'):>10.3f}  {ab.engine_multiplier or float('nan'):>12.3f}  "

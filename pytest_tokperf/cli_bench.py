@@ -50,6 +50,8 @@ def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace
                    help="discarded warm-up runs per workload (default 1)")
     p.add_argument("--engine", default="llama-server", help="engine to measure")
     p.add_argument("--url", help="attach to an engine running at URL instead of starting one")
+    p.add_argument("--speculative-url", metavar="URL",
+                   help="with --url and --draft: a second running server that drafts")
     p.add_argument("-m", "--model", default="main",
                    help="GGUF for a started server, or 'main' / 'test' (generated)")
     p.add_argument("-t", "--threads", metavar="N", help="engine threads (default: all cores)")
@@ -91,6 +93,7 @@ def bench(args: argparse.Namespace) -> int:
     cli = {"engine": args.engine, "url": args.url, "model": args.model, "threads": args.threads,
            "server_bin": args.server_bin, "bandwidth": args.bandwidth, "db": args.db,
            "min_efficiency": args.min_efficiency, "draft_model": args.draft,
+           "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,
            "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
     settings = settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,

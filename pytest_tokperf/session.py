@@ -80,7 +80,8 @@ class EngineSession:
     _model_path: Path | None = field(default=None, init=False)
     _failure: Exception | None = field(default=None, init=False)
     _launch: LaunchSpec | None = field(default=None, init=False)
-    _drafts: dict[Path, tuple[ServerProcess, Engine]] = field(default_factory=dict, init=False)
+    _drafts: dict[Path, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
+                                                                      init=False)
 
     @property
     def server(self) -> ServerProcess | DetachedServer | None:
@@ -179,14 +180,17 @@ class EngineSession:
         check_draft_vocab(model, draft)
         return draft
 
-    def speculative_engine(self, draft: str | None = None) -> tuple[Engine, Path]:
-        """A second llama-server like the session's, drafting with ``draft``; started on
-        first use, kept for the session, stopped by ``close()``.
+    def speculative_engine(self, draft: str | None = None) -> tuple[Engine, str]:
+        """The drafting side of an A/B and its draft's name: the server at
+        ``--tokperf-speculative-url``, else a second llama-server like the session's,
+        drafting with ``draft``, started on first use and stopped by ``close()``.
 
         llama-server b11434 cannot switch drafting per request (its ``speculative.*``
         request fields are compiled out), so the A/B needs a second server process.
         """
         self.engine()
+        if self.settings.speculative_url is not None:
+            return self._attached_speculative(draft)
         if self._launch is None:
             where = f"attached to {self.settings.url}" if self.settings.url else (
                 f"{self.settings.engine} was started")
@@ -194,7 +198,8 @@ class EngineSession:
                 f"speculative A/B needs a llama-server that tokperf starts ({where}): "
                 "llama-server cannot turn drafting on or off per request, so tokperf starts a "
                 "second one with the draft; use --tokperf-engine llama-server without "
-                "--tokperf-url"
+                "--tokperf-url, or start a drafting server yourself and pass "
+                "--tokperf-speculative-url"
             )
         path = self.draft_path(draft)
         if path not in self._drafts:
@@ -210,7 +215,24 @@ class EngineSession:
                 server.stop()
                 raise
             self._drafts[path] = (server, engine)
-        return self._drafts[path][1], path
+        return self._drafts[path][1], path.name
+
+    def _attached_speculative(self, draft: str | None) -> tuple[Engine, str]:
+        url = self.settings.speculative_url
+        assert url is not None
+        name = Path(draft).name if draft else "attached-draft"
+        key = Path(url)  # one attached drafting engine, whatever the draft is called
+        if key not in self._drafts:
+            engine = self._make(self.settings.engine or "llama-server", url, (("draft_model", name),))
+            if not engine.ready():
+                engine.close()
+                raise EngineUnavailable(
+                    f"--tokperf-speculative-url {url!r} does not answer as a ready server; "
+                    f"start the drafting server (llama-server -md DRAFT --spec-type draft-simple) "
+                    f"or fix the URL"
+                )
+            self._drafts[key] = (None, engine)
+        return self._drafts[key][1], name
 
     def _start_other(self, name: str) -> Engine:
         """Start ollama / vllm / mlx_lm / lms from PATH with the same clean lifecycle."""
@@ -238,7 +260,8 @@ class EngineSession:
     def close(self) -> None:
         for server, engine in self._drafts.values():
             engine.close()
-            server.stop()
+            if server is not None:
+                server.stop()
         self._drafts.clear()
         if self._engine is not None:
             self._engine.close()

@@ -157,6 +157,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "model's vocabulary, 'self' (the model drafts for itself: every draft accepted, "
                "so only the overhead shows) or 'small' (a generated small draft; the default "
                "for generated models)", _text, None, "PATH", True),
+    OptionSpec("speculative_url", "a second running server, drafting, for "
+               "tok_bench.speculative() when the engine is attached with --tokperf-url",
+               _url, None, "URL", True),
 )
 
 
@@ -184,6 +187,7 @@ class Settings:
     report_html: str | None
     agreement: float
     draft_model: str | None = None
+    speculative_url: str | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
 

@@ -206,3 +206,40 @@ def test_chat_workload_counts_the_thinking_of_a_generated_reasoning_model(
                             "join series s using (series_key) join samples m on m.result_id = r.id "
                             "group by r.id order by r.id").fetchall()
     assert rows == [(1, 1, 24), (0, 0, None)]
+
+
+def test_speculative_ab_on_attached_servers(
+    pytester: pytest.Pytester, llama_url: str, server_binary: Path, test_model: Path,
+    tmp_path: Path
+) -> None:
+    # A user's own drafting server (e.g. a CUDA build with its draft) beside the base.
+    from pytest_tokperf.engines.launcher import LaunchSpec, start_llama_server
+
+    spec = LaunchSpec(binary=server_binary, model=test_model, log_path=tmp_path / "spec.log",
+                      threads=1, context_size=2048, draft_model=test_model)
+    pytester.makepyfile("""
+        def test_ab(tok_bench):
+            ab = tok_bench.speculative("mine.gguf", prompt_tokens=16, generate_tokens=32,
+                                       repetitions=2, warmup=0)
+            assert ab.accelerated.result.engine.speculative
+            assert dict(ab.accelerated.result.engine.settings)["draft_model"] == "mine.gguf"
+            assert ab.acceptance_rate is not None and ab.acceptance_rate >= 0.9  # self-draft
+            assert ab.base.ceiling is not None
+    """)
+    with start_llama_server(spec) as drafting:
+        result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
+                                    "--tokperf-speculative-url", drafting.url, "--tokperf-db", "off")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_ab*16/32 +draft*"])
+
+
+def test_a_dead_speculative_url_names_the_fix(pytester: pytest.Pytester, llama_url: str) -> None:
+    pytester.makepyfile("""
+        def test_ab(tok_bench):
+            tok_bench.speculative(prompt_tokens=8, generate_tokens=8, repetitions=1, warmup=0)
+    """)
+    result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", "off",
+                                "--tokperf-speculative-url", "http://127.0.0.1:9")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EngineUnavailable: --tokperf-speculative-url "
+                                 "'http://127.0.0.1:9' does not answer as a ready server*"])
