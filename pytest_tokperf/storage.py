@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar, cast
+from typing import TypeVar, cast
 
 from sqlite_utils import Database
 
@@ -109,29 +109,6 @@ class StoredResult:
     ceiling: Ceiling | None
     efficiency: float | None
     verdict: Verdict
-
-
-class Store(Protocol):
-    """What the plugin writes through: ``ResultStore`` or ``NullStore``."""
-
-    def begin_run(self, run: RunInfo) -> None: ...
-
-    def record(
-        self,
-        run_id: str,
-        test_id: str,
-        result: BenchResult,
-        *,
-        model: ModelInfo | None,
-        hardware: HardwareInfo | None,
-        ceiling: Ceiling | None,
-        efficiency: float | None,
-        verdict: Verdict,
-    ) -> int: ...
-
-    def finish_run(self, run_id: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def _unwritable(path: Path, exc: BaseException) -> StorageError:
@@ -376,39 +353,3 @@ class ResultStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class NullStore:
-    """The store for ``--tokperf-db off``: accepts everything, writes nothing."""
-
-    def begin_run(self, run: RunInfo) -> None:
-        pass
-
-    def record(
-        self,
-        run_id: str,
-        test_id: str,
-        result: BenchResult,
-        *,
-        model: ModelInfo | None,
-        hardware: HardwareInfo | None,
-        ceiling: Ceiling | None,
-        efficiency: float | None,
-        verdict: Verdict,
-    ) -> int:
-        return 0
-
-    def finish_run(self, run_id: str) -> None:
-        pass
-
-    def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
-        return []
-
-    def latest_per_series(self) -> list[HistoryRow]:
-        return []
-
-    def runs(self) -> list[StoredRun]:
-        return []
-
-    def close(self) -> None:
-        pass

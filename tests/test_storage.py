@@ -23,7 +23,6 @@ from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import Workload
 from pytest_tokperf.storage import (
     HistoryRow,
-    NullStore,
     ResultStore,
 )
 from pytest_tokperf.storage_rows import (
@@ -199,16 +198,6 @@ def test_record_needs_its_run(store: ResultStore) -> None:
     with pytest.raises(StorageError, match=r"run 'ghost' is not in .*call begin_run\(\) first"):
         store.record("ghost", "t", make_result(), **record_kwargs())
     assert store.db.table("results").count == 0
-
-
-def test_null_store_writes_nothing(tmp_path: Path) -> None:
-    null = NullStore()
-    null.begin_run(make_run())
-    assert null.record("run-1", "t", make_result(), **record_kwargs()) == 0
-    null.finish_run("run-1")
-    assert (null.history("k"), null.latest_per_series(), null.runs()) == ([], [], [])
-    null.close()
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_db_from_the_future_is_refused(tmp_path: Path) -> None:
