@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import random
 import re
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
-from pytest_tokperf.engines.wire import ChunkLog, stream_post, text_prompt
+from pytest_tokperf.engines.base import get_json, make_client
+from pytest_tokperf.engines.wire import ChunkLog, stream_events, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
@@ -131,7 +129,7 @@ class LlamaServer:
         url = f"{self.base_url}/completion"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        for now, event in self._events(url, body, request):
+        for now, event in stream_events(self._client, url, body, request):
             n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
             log.add(now, n, str(event.get("content", "")))
             if event.get("stop"):
@@ -161,7 +159,7 @@ class LlamaServer:
         url = f"{self.base_url}/v1/chat/completions"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        for now, event in self._events(url, body, request):
+        for now, event in stream_events(self._client, url, body, request):
             choices = event.get("choices")
             first = choices[0] if isinstance(choices, list) and choices else None
             delta = first.get("delta") if isinstance(first, dict) else None
@@ -181,21 +179,6 @@ class LlamaServer:
             generated_tokens=timings.generated_tokens if timings else usage.get("completion_tokens"),
             prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
             stop_reason=None, engine=timings)
-
-    def _events(self, url: str, body: dict[str, Any], request: GenerationRequest
-                ) -> Iterator[tuple[float, dict[str, Any]]]:
-        """Each SSE event as (arrival time, JSON object) until ``[DONE]`` or the end."""
-        with stream_post(self._client, url, body, request) as response:
-            for payload in iter_sse_data(response):
-                if payload.strip() == "[DONE]":
-                    return
-                now = time.perf_counter()
-                event = decode_json(payload, "a stream event", url)
-                if not isinstance(event, dict):
-                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
-                if "error" in event:
-                    raise EngineProtocolError(f"{url} reported an error: {event['error']!r}")
-                yield now, event
 
     def close(self) -> None:
         self._client.close()

@@ -27,8 +27,6 @@
 
 from __future__ import annotations
 
-import json
-import time
 from typing import Any
 
 import httpx
@@ -41,7 +39,7 @@ from pytest_tokperf.engines.wire import (
     json_field,
     json_object,
     probe_ready,
-    stream_post,
+    stream_events,
     text_prompt,
     wrong_engine,
 )
@@ -304,23 +302,14 @@ class Ollama:
         url = f"{self.base_url}/api/generate"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        with stream_post(self._client, url, body, request, self._on_error) as response:
-            for line in response.iter_lines():
-                if not line.strip():
-                    continue
-                now = time.perf_counter()
-                event = decode_json(line, "an NDJSON line", url)
-                if not isinstance(event, dict):
-                    raise EngineProtocolError(f"{url} sent a non-object line: {event!r:.200}")
-                if "error" in event:
-                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
-                                              f"{error_text(json.dumps(event))}")
-                answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
-                log.add(now, 1 if answer or thought else 0, thought + answer,
-                        reasoning=bool(thought) and not answer)
-                if event.get("done"):
-                    final = event
-                    break
+        for now, event in stream_events(self._client, url, body, request, self._on_error,
+                                        ndjson=True):
+            answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
+            log.add(now, 1 if answer or thought else 0, thought + answer,
+                    reasoning=bool(thought) and not answer)
+            if event.get("done"):
+                final = event
+                break
         if final is None:
             raise EngineProtocolError(f"{url} closed the stream without the final done:true object")
         if not log.times_s:

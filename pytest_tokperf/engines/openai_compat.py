@@ -17,12 +17,11 @@ count is recorded (``measure`` notes a shortfall).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
+from pytest_tokperf.engines.base import get_json, make_client
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
@@ -30,7 +29,7 @@ from pytest_tokperf.engines.wire import (
     model_ids,
     number,
     probe_ready,
-    stream_post,
+    stream_events,
     text_prompt,
 )
 from pytest_tokperf.errors import EngineError, EngineProtocolError
@@ -162,36 +161,26 @@ class OpenAICompatible:
         last: dict[str, Any] = {}
         finish: str | None = None
         seen_tokens = 0
-        with stream_post(self._client, url, body, request, self._on_error) as response:
-            for payload in iter_sse_data(response):
-                now = time.perf_counter()
-                if payload.strip() == "[DONE]":
-                    break
-                event = decode_json(payload, "a stream event", url)
-                if not isinstance(event, dict):
-                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
-                if "error" in event or event.get("object") == "error":
-                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
-                                              f"{error_text(payload)}")
-                last = event
-                self._fingerprint = event.get("system_fingerprint") or self._fingerprint
-                chunk_usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
-                if chunk_usage is not None:
-                    usage = chunk_usage
-                choices = event.get("choices") or []
-                if not choices:
-                    continue
-                choice = choices[0] if isinstance(choices[0], dict) else {}
-                text, thought = _choice_text(choice)
-                finish = choice.get("finish_reason") or finish
-                cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
-                if cumulative is not None:
-                    n, seen_tokens = cumulative - seen_tokens, cumulative
-                elif isinstance(choice.get("token_ids"), list):
-                    n = len(choice["token_ids"])
-                else:
-                    n = 1 if text or thought else 0
-                log.add(now, n, thought + text, reasoning=bool(thought) and not text)
+        for now, event in stream_events(self._client, url, body, request, self._on_error):
+            last = event
+            self._fingerprint = event.get("system_fingerprint") or self._fingerprint
+            chunk_usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
+            if chunk_usage is not None:
+                usage = chunk_usage
+            choices = event.get("choices") or []
+            if not choices:
+                continue
+            choice = choices[0] if isinstance(choices[0], dict) else {}
+            text, thought = _choice_text(choice)
+            finish = choice.get("finish_reason") or finish
+            cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
+            if cumulative is not None:
+                n, seen_tokens = cumulative - seen_tokens, cumulative
+            elif isinstance(choice.get("token_ids"), list):
+                n = len(choice["token_ids"])
+            else:
+                n = 1 if text or thought else 0
+            log.add(now, n, thought + text, reasoning=bool(thought) and not text)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (finish_reason {finish!r}, last event "

@@ -15,18 +15,17 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, iter_sse_data, make_client
+from pytest_tokperf.engines.base import get_json, make_client
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
     error_text,
     probe_ready,
-    stream_post,
+    stream_events,
     text_prompt,
     wrong_engine,
 )
@@ -156,30 +155,20 @@ class SGLang:
         meta: dict[str, Any] = {}
         seen_text = ""
         seen_tokens = 0
-        with stream_post(self._client, url, body, request, self._on_error) as response:
-            for payload in iter_sse_data(response):
-                now = time.perf_counter()
-                if payload.strip() == "[DONE]":
-                    break
-                event = decode_json(payload, "a stream event", url)
-                if not isinstance(event, dict):
-                    raise EngineProtocolError(f"{url} sent a non-object event: {event!r:.200}")
-                if "error" in event:
-                    raise EngineProtocolError(f"{url} reported an error mid-stream: "
-                                              f"{error_text(payload)}")
-                meta_info = event.get("meta_info")
-                meta = meta_info if isinstance(meta_info, dict) else {}
-                text = str(event.get("text") or "")
-                if text.startswith(seen_text):
-                    new_text, seen_text = text[len(seen_text):], text
-                else:
-                    new_text, seen_text = text, seen_text + text
-                total = count(meta.get("completion_tokens"))
-                if total is not None:
-                    n, seen_tokens = total - seen_tokens, total
-                else:
-                    n = 1 if new_text else 0
-                log.add(now, n, new_text)
+        for now, event in stream_events(self._client, url, body, request, self._on_error):
+            meta_info = event.get("meta_info")
+            meta = meta_info if isinstance(meta_info, dict) else {}
+            text = str(event.get("text") or "")
+            if text.startswith(seen_text):
+                new_text, seen_text = text[len(seen_text):], text
+            else:
+                new_text, seen_text = text, seen_text + text
+            total = count(meta.get("completion_tokens"))
+            if total is not None:
+                n, seen_tokens = total - seen_tokens, total
+            else:
+                n = 1 if new_text else 0
+            log.add(now, n, new_text)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (last meta_info {meta!r:.200})"

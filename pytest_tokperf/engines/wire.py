@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from pytest_tokperf.engines.base import decode_json, iter_sse_data
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
 
@@ -228,6 +229,38 @@ def stream_post(
         raise too_slow(url, request) from exc
     except httpx.HTTPError as exc:
         raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+
+
+def stream_events(
+    client: httpx.Client,
+    url: str,
+    body: dict[str, Any],
+    request: GenerationRequest,
+    on_error: Callable[[int, str], EngineError | None] | None = None,
+    *,
+    ndjson: bool = False,
+) -> Iterator[tuple[float, dict[str, Any]]]:
+    """POST ``body`` and yield each streamed JSON object with its client arrival time.
+
+    SSE ``data:`` payloads until ``[DONE]`` or the end of the stream, or NDJSON lines
+    (Ollama). A payload that is not an object, or an error object mid-stream
+    (``{"error": ...}``, vLLM's ``{"object": "error"}``), raises with the engine's words.
+    """
+    what = "line" if ndjson else "event"
+    with stream_post(client, url, body, request, on_error) as response:
+        payloads = ((line for line in response.iter_lines() if line.strip()) if ndjson
+                    else iter_sse_data(response))
+        for payload in payloads:
+            now = time.perf_counter()
+            if not ndjson and payload.strip() == "[DONE]":
+                return
+            event = decode_json(payload, "an NDJSON line" if ndjson else "a stream event", url)
+            if not isinstance(event, dict):
+                raise EngineProtocolError(f"{url} sent a non-object {what}: {event!r:.200}")
+            if "error" in event or event.get("object") == "error":
+                raise EngineProtocolError(f"{url} reported an error mid-stream: "
+                                          f"{error_text(payload)}")
+            yield now, event
 
 
 @dataclass
