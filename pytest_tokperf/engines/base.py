@@ -41,6 +41,30 @@ class Engine(Protocol):
         ...
 
 
+class HttpAdapter:
+    """What every built-in adapter holds: its URL, a client without keep-alive, the
+    settings tokperf started the engine with, and the model asked for (None: the one
+    the engine serves)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        settings: tuple[tuple[str, str], ...] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = make_client(timeout_s, transport)
+        self._settings = settings
+        self._model = model
+
+    def close(self) -> None:
+        """Release the HTTP client (does not stop a server)."""
+        self._client.close()
+
+
 def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None) -> httpx.Client:
     """An httpx client for one engine, without keep-alive.
 

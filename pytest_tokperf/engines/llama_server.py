@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import get_json, make_client
+from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.wire import ChunkLog, stream_events, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
@@ -49,22 +49,13 @@ def parse_build(build_info: str | None) -> tuple[str | None, str | None]:
     return build_info, None
 
 
-class LlamaServer:
+class LlamaServer(HttpAdapter):
     """A running llama-server reached over HTTP."""
 
     name = "llama-server"
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        transport: httpx.BaseTransport | None = None,
-        settings: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = make_client(timeout_s, transport)
-        self._settings = settings
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
         self._n_vocab: int | None = None
 
     def ready(self) -> bool:
@@ -179,9 +170,6 @@ class LlamaServer:
             generated_tokens=timings.generated_tokens if timings else usage.get("completion_tokens"),
             prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
             stop_reason=None, engine=timings)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _first_model_meta(models: Any) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, get_json, make_client
+from pytest_tokperf.engines.base import HttpAdapter, decode_json, get_json
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
@@ -92,24 +92,13 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class Ollama:
+class Ollama(HttpAdapter):
     """A running Ollama server reached over HTTP."""
 
     name = "ollama"
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        model: str | None = None,
-        settings: tuple[tuple[str, str], ...] = (),
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = make_client(timeout_s, transport)
-        self._settings = settings
-        self._model = model
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
         self._show: dict[str, Any] | None = None
 
     def ready(self) -> bool:
@@ -320,9 +309,6 @@ class Ollama:
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
                               stop_reason=final.get("done_reason"), engine=timings)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _int(text: str) -> int | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import get_json, make_client
+from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
@@ -36,7 +36,7 @@ from pytest_tokperf.errors import EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
 
-class OpenAICompatible:
+class OpenAICompatible(HttpAdapter):
     """Any server with OpenAI's streaming ``/v1/completions`` and ``/v1/models``."""
 
     name = "openai"
@@ -49,20 +49,9 @@ class OpenAICompatible:
     """A chat workload goes to ``/v1/chat/completions``; thinking arrives as
     ``delta.reasoning`` (vLLM >= 0.11, LM Studio) or ``delta.reasoning_content``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        model: str | None = None,
-        settings: tuple[tuple[str, str], ...] = (),
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = make_client(timeout_s, transport)
-        self._settings = settings
-        self._requested_model = model
-        self._model: str | None = model
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self._requested_model = self._model
         self._fingerprint: str | None = None
 
     # -- readiness and identity -------------------------------------------------
@@ -215,9 +204,6 @@ class OpenAICompatible:
         if isinstance(metrics, dict):
             result = _with_vllm_metrics(result, metrics)
         return result
-
-    def close(self) -> None:
-        self._client.close()
 
 
 def _choice_text(choice: dict[str, Any]) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import get_json, make_client
+from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
@@ -40,24 +40,10 @@ SERVER_SETTINGS = (
 )
 
 
-class SGLang:
+class SGLang(HttpAdapter):
     """A running SGLang server reached over HTTP."""
 
     name = "sglang"
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        model: str | None = None,
-        settings: tuple[tuple[str, str], ...] = (),
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = make_client(timeout_s, transport)
-        self._settings = settings
-        self._model = model
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/get_model_info",
@@ -187,6 +173,3 @@ class SGLang:
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
                               stop_reason=str(stop) if stop is not None else None, engine=timings)
-
-    def close(self) -> None:
-        self._client.close()
