@@ -16,9 +16,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_tokperf.errors import ConfigError, TokperfError
+
+if TYPE_CHECKING:
+    from pytest_tokperf.ceiling_source import CeilingSource
+    from pytest_tokperf.recorder import Recorder
+    from pytest_tokperf.report import Row
 
 TEST_ID = "tokperf bench"
 """The test id of every result: the workload parameters tell the series apart."""
@@ -83,7 +88,7 @@ def bench(args: argparse.Namespace) -> int:
     from pytest_tokperf.fixture import TokBench
     from pytest_tokperf.measure import MeasureOptions
     from pytest_tokperf.recorder import Recorder
-    from pytest_tokperf.report import Row, summary_table
+    from pytest_tokperf.report import Row
     from pytest_tokperf.results import BenchResult, Ceiling, Verdict
     from pytest_tokperf.session import EngineSession
 
@@ -142,13 +147,15 @@ def bench(args: argparse.Namespace) -> int:
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:
         session.close()
-        _print(args, rows, ceilings, recorder, summary_table, failures)
+        _print(args, rows, ceilings, recorder, failures)
         recorder.close()
     return 1 if failures else 0
 
 
-def _print(args: argparse.Namespace, rows: list[Any], ceilings: Any, recorder: Any,
-           summary_table: Callable[[list[Any]], list[str]], failures: list[str]) -> None:
+def _print(args: argparse.Namespace, rows: list[Row], ceilings: CeilingSource,
+           recorder: Recorder, failures: list[str]) -> None:
+    from pytest_tokperf.report import summary_table
+
     if args.json:
         from pytest_tokperf.report_data import figures_from_result
         from pytest_tokperf.report_formats import result_json

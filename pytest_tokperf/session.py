@@ -80,8 +80,9 @@ class EngineSession:
     _model_path: Path | None = field(default=None, init=False)
     _failure: Exception | None = field(default=None, init=False)
     _launch: LaunchSpec | None = field(default=None, init=False)
-    _drafts: dict[Path, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
-                                                                      init=False)
+    _drafts: dict[str, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
+                                                                     init=False)
+    """Drafting engines by draft path (started here) or URL (attached)."""
 
     @property
     def server(self) -> ServerProcess | DetachedServer | None:
@@ -202,7 +203,7 @@ class EngineSession:
                 "--tokperf-speculative-url"
             )
         path = self.draft_path(draft)
-        if path not in self._drafts:
+        if str(path) not in self._drafts:
             spec = replace(self._launch, draft_model=path, port=None,
                            log_path=self.log_dir / f"llama-server-draft-{os.getpid()}-{len(self._drafts)}.log")
             if self.progress is not None:
@@ -214,15 +215,14 @@ class EngineSession:
             except BaseException:
                 server.stop()
                 raise
-            self._drafts[path] = (server, engine)
-        return self._drafts[path][1], path.name
+            self._drafts[str(path)] = (server, engine)
+        return self._drafts[str(path)][1], path.name
 
     def _attached_speculative(self, draft: str | None) -> tuple[Engine, str]:
         url = self.settings.speculative_url
         assert url is not None
         name = Path(draft).name if draft else "attached-draft"
-        key = Path(url)  # one attached drafting engine, whatever the draft is called
-        if key not in self._drafts:
+        if url not in self._drafts:  # one attached drafting engine, whatever the draft is called
             engine = self._make(self.settings.engine or "llama-server", url, (("draft_model", name),))
             if not engine.ready():
                 engine.close()
@@ -231,8 +231,8 @@ class EngineSession:
                     f"start the drafting server (llama-server -md DRAFT --spec-type draft-simple) "
                     f"or fix the URL"
                 )
-            self._drafts[key] = (None, engine)
-        return self._drafts[key][1], name
+            self._drafts[url] = (None, engine)
+        return self._drafts[url][1], name
 
     def _start_other(self, name: str) -> Engine:
         """Start ollama / vllm / mlx_lm / lms from PATH with the same clean lifecycle."""
