@@ -18,9 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from pytest_tokperf.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.results import Workload
-from pytest_tokperf.session import EngineSession
+from pytest_tokperf.bench.session import EngineSession
 from pytest_tokperf.settings import resolve
 
 

@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 from pytest_tokperf.ceiling import compute_ceiling
-from pytest_tokperf.ceiling_source import mean_decode_depth
+from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.hardware.probe import probe_read_bandwidth
-from pytest_tokperf.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.results import Workload
-from pytest_tokperf.session import EngineSession
+from pytest_tokperf.bench.session import EngineSession
 from pytest_tokperf.settings import resolve
 
 

@@ -32,8 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy import stats as sps
 
-from pytest_tokperf.changepoints import Point, change_points
-from pytest_tokperf.stats import DECODE, compare
+from pytest_tokperf.stats.changepoints import Point, change_points
+from pytest_tokperf.stats.compare import DECODE, compare
 
 Noise = Callable[[np.random.Generator, int, float], np.ndarray]
 HISTORY = 20

@@ -32,8 +32,8 @@ from pytest_tokperf.results import (
     Summary,
     Workload,
 )
-from pytest_tokperf.storage import ResultStore
-from pytest_tokperf.storage_rows import (
+from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.rows import (
     Row,
     environment_row,
     result_row,

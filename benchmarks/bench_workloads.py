@@ -18,11 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_tokperf.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.results import BenchResult, Workload
-from pytest_tokperf.session import EngineSession
+from pytest_tokperf.bench.session import EngineSession
 from pytest_tokperf.settings import resolve
-from pytest_tokperf.speculative import run_speculative_ab
+from pytest_tokperf.bench.speculative import run_speculative_ab
 
 
 def _median(result: BenchResult, name: str) -> float:

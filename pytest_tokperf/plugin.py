@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf import settings as settings_mod
-from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args
+from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
-from pytest_tokperf.fixture import WORKLOAD_DEFAULTS, SpeculativeOutcome, TokBench, TokBenchResult
-from pytest_tokperf.gate import Baseline, GateFinding, describe, judge, parse_baseline
-from pytest_tokperf.measure import MeasureOptions
-from pytest_tokperf.recorder import Recorder
-from pytest_tokperf.report import Row, summary_table
-from pytest_tokperf.report_formats import junit_properties
-from pytest_tokperf.session import EngineSession, check_model_file
+from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, SpeculativeOutcome, TokBench, TokBenchResult
+from pytest_tokperf.bench.gate import Baseline, GateFinding, describe, judge, parse_baseline
+from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.bench.recorder import Recorder
+from pytest_tokperf.report.table import Row, summary_table
+from pytest_tokperf.report.formats import junit_properties
+from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
 
 
@@ -315,7 +315,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _write_reports(state: PluginState, terminalreporter: pytest.TerminalReporter) -> None:
-    from pytest_tokperf.session_reports import ReportPaths, write_session_reports
+    from pytest_tokperf.report.files import ReportPaths, write_session_reports
 
     s = state.settings
     paths = ReportPaths(*(Path(p) if p else None for p in (s.report_md, s.report_json, s.report_html)))

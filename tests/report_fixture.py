@@ -28,7 +28,7 @@ from storage_factory import (
 )
 
 from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workload
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.storage.store import ResultStore
 
 BUILDS = tuple(f"b{6000 + i}" for i in range(12))
 STEP_AT = 6

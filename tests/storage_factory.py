@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.storage import ResultStore
-from pytest_tokperf.storage_rows import series_key
+from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.rows import series_key
 from pytest_tokperf.results import (
     Bandwidth,
     BenchResult,

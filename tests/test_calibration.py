@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from pytest_tokperf.calibration import (
+from pytest_tokperf.stats.calibration import (
     NoiseEstimate, detectable_change, format_noise, noise, repetitions_needed,
 )
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import DECODE
+from pytest_tokperf.stats.compare import DECODE
 
 
 def versions(cv: float, count: int = 40, reps: int = 5, seed: int = 0) -> list[list[float]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import pytest_tokperf.hardware.probe as probe_mod
-from pytest_tokperf.ceiling_source import CeilingSource, kv_type_from_args, mean_decode_depth
+from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, mean_decode_depth
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.results import Bandwidth, HardwareInfo, Workload

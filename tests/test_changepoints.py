@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from pytest_tokperf.changepoints import (
+from pytest_tokperf.stats.changepoints import (
     Point, change_points, compare_to_history, settled_baseline,
 )
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import DECODE, TTFT
+from pytest_tokperf.stats.compare import DECODE, TTFT
 
 
 def series(levels: list[float], cv: float, reps: int = 5, seed: int = 0,

@@ -10,7 +10,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from pytest_tokperf.cli import main
+from pytest_tokperf.cli.main import main
 
 
 def test_install_engine_reuses_cached_build(capsys: pytest.CaptureFixture[str],
@@ -76,7 +76,7 @@ def test_errors_exit_2_with_one_line(argv: list[str], message: str,
 
 
 def test_console_script_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "pytest_tokperf.cli", "--help"],
+    out = subprocess.run([sys.executable, "-m", "pytest_tokperf.cli.main", "--help"],
                          capture_output=True, text=True, check=True).stdout
     for verb in ("install-engine", "make-model", "predict"):
         assert verb in out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.cli import main
+from pytest_tokperf.cli.main import main
 
 pytestmark = pytest.mark.engine
 

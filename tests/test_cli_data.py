@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from storage_factory import fill_history
 
-from pytest_tokperf.cli import main
+from pytest_tokperf.cli.main import main
 
 STEP = [(f"b{i:02d}", 100.0) for i in range(10)] + [(f"b{i:02d}", 88.0) for i in range(10, 20)]
 

@@ -18,7 +18,7 @@ from fake_http import FakeHtml, Handler
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.measure import run_workload
+from pytest_tokperf.bench.measure import run_workload
 from pytest_tokperf.results import GenerationRequest, Workload
 
 REQUEST = GenerationRequest(prompt_tokens=40, generate_tokens=12, salt=7, timeout_s=30.0)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.gate import Baseline, judge, parse_baseline
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.bench.gate import Baseline, judge, parse_baseline
+from pytest_tokperf.storage.store import ResultStore
 from storage_factory import fill_history as _fill
 from storage_factory import result_at as _result
 

@@ -20,10 +20,10 @@ import pytest
 from report_fixture import build_db
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.html_report import build_html_report, render_html, write_html
-from pytest_tokperf.plots import LINE, Plot
-from pytest_tokperf.report_data import store_figures
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.report.html import build_html_report, render_html, write_html
+from pytest_tokperf.report.plots import LINE, Plot
+from pytest_tokperf.report.data import store_figures
+from pytest_tokperf.storage.store import ResultStore
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

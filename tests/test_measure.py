@@ -10,7 +10,7 @@ import pytest
 
 from pytest_tokperf.engines.llama_server import LlamaServer, parse_build, prompt_token_ids
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.measure import run_workload, summarize, to_sample, validate_workload
+from pytest_tokperf.bench.measure import run_workload, summarize, to_sample, validate_workload
 from pytest_tokperf.results import (
     EngineInfo,
     EngineTimings,
@@ -193,7 +193,7 @@ def test_connection_refused_is_engine_unavailable() -> None:
 
 
 def test_aggregate_is_all_output_over_wall_time() -> None:
-    from pytest_tokperf.measure import aggregate_tokens_per_s
+    from pytest_tokperf.bench.measure import aggregate_tokens_per_s
 
     a = _generation([0.5, 0.6, 0.7], [1, 1, 1], sent=0.0)
     b = _generation([0.6, 0.8, 1.0], [1, 1, 1], sent=0.1)

@@ -10,7 +10,7 @@ import pytest
 from report_fixture import build_db
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.plots import (
+from pytest_tokperf.report.plots import (
     LINE,
     VERDICT_COLOURS,
     Plot,
@@ -21,14 +21,14 @@ from pytest_tokperf.plots import (
     plot_ttft_vs_prompt,
     ttft_curves,
 )
-from pytest_tokperf.report_data import (
+from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesHistory,
     load_histories,
     store_figures,
 )
-from pytest_tokperf.stats import TTFT
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.stats.compare import TTFT
+from pytest_tokperf.storage.store import ResultStore
 
 try:
     from matplotlib.image import imread

@@ -12,8 +12,8 @@ from report_fixture import BUILDS, build_db, commit
 from storage_factory import make_ceiling, make_result
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report import Row
-from pytest_tokperf.report_data import (
+from pytest_tokperf.report.table import Row
+from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesChange,
     SeriesHistory,
@@ -23,7 +23,7 @@ from pytest_tokperf.report_data import (
     load_history,
     store_figures,
 )
-from pytest_tokperf.report_formats import (
+from pytest_tokperf.report.formats import (
     JSON_SCHEMA,
     dumps_report,
     junit_properties,
@@ -31,8 +31,8 @@ from pytest_tokperf.report_formats import (
     report_json,
     write_step_summary,
 )
-from pytest_tokperf.stats import DECODE, TTFT, Comparison
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.stats.compare import DECODE, TTFT, Comparison
+from pytest_tokperf.storage.store import ResultStore
 
 
 @pytest.fixture(scope="module")

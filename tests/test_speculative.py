@@ -8,9 +8,9 @@ import pytest
 
 from pytest_tokperf.engines.launcher import LaunchSpec, llama_server_command
 from pytest_tokperf.errors import EngineUnavailable, MeasurementError
-from pytest_tokperf.measure import MeasureOptions
+from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
-from pytest_tokperf.speculative import run_speculative_ab
+from pytest_tokperf.bench.speculative import run_speculative_ab
 
 
 class _Engine:

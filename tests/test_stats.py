@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
+from pytest_tokperf.stats.compare import (
     DECODE, TTFT, Metric, benjamini_hochberg, compare, compare_many, measure_shift,
 )
 
@@ -196,8 +196,8 @@ def test_compare_many_mismatched_keys_and_metrics_are_errors() -> None:
 
 
 def test_a_significant_p_with_an_interval_through_zero_flags_nothing() -> None:
-    from pytest_tokperf.shifts import Shift
-    from pytest_tokperf.stats import judge
+    from pytest_tokperf.stats.shifts import Shift
+    from pytest_tokperf.stats.compare import judge
 
     # The rank test's p and the interval disagree: -8% estimate, p tiny, but the
     # interval still allows +1%. Not a regression anyone should be paged for.

@@ -21,11 +21,11 @@ from storage_factory import (
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import Workload
-from pytest_tokperf.storage import (
+from pytest_tokperf.storage.store import (
     HistoryRow,
     ResultStore,
 )
-from pytest_tokperf.storage_rows import (
+from pytest_tokperf.storage.rows import (
     environment_row,
     result_row,
     run_row,
@@ -34,7 +34,7 @@ from pytest_tokperf.storage_rows import (
     series_of,
     series_row,
 )
-from pytest_tokperf.storage_schema import MIGRATIONS, SCHEMA_VERSION
+from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 from storage_factory import make_engine, make_result, make_run, record_kwargs
 
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.storage import ResultStore
-from pytest_tokperf.storage_io import (
+from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.exchange import (
     Added,
     dump_run,
     export_results,
@@ -63,7 +63,7 @@ def test_xdist_workers_share_one_db_without_loss(
         from pathlib import Path
         import pytest
         from storage_factory import make_result, make_run, record_kwargs
-        from pytest_tokperf.storage import ResultStore
+        from pytest_tokperf.storage.store import ResultStore
 
         @pytest.fixture(scope="session")
         def store():
@@ -91,7 +91,7 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     from storage_factory import make_result, make_run, record_kwargs
-    from pytest_tokperf.storage import ResultStore
+    from pytest_tokperf.storage.store import ResultStore
 
     store = ResultStore.open(Path(sys.argv[1]))
     store.begin_run(make_run("killed"))

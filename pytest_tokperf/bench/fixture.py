@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfWarning
-from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, validate_workload
+from pytest_tokperf.bench.measure import MeasureOptions, Progress, run_workload, validate_workload
 from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workload
-from pytest_tokperf.speculative import SpeculativeResult, run_speculative_ab
+from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], None]
 T = TypeVar("T")

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.storage import ResultStore
-from pytest_tokperf.storage_rows import (
+from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
     Row,
     Series,

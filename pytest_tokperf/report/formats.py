@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report import Row
-from pytest_tokperf.report_data import (
+from pytest_tokperf.report.table import Row
+from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesChange,
     figures_from_row,

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_tokperf.gate import GateFinding
-from pytest_tokperf.report import Row
-from pytest_tokperf.report_data import ResultFigures, SeriesChange, figures_from_row
-from pytest_tokperf.report_formats import (
+from pytest_tokperf.bench.gate import GateFinding
+from pytest_tokperf.report.table import Row
+from pytest_tokperf.report.data import ResultFigures, SeriesChange, figures_from_row
+from pytest_tokperf.report.formats import (
     dumps_report,
     markdown_summary,
     report_json,
@@ -70,10 +70,10 @@ def write_session_reports(
 
 def _html(figures: list[ResultFigures], changes: list[SeriesChange], path: Path,
           db: Path | None, run: RunInfo | None) -> Path:
-    from pytest_tokperf.html_report import build_html_report, render_html, write_html
+    from pytest_tokperf.report.html import build_html_report, render_html, write_html
 
     if db is not None and run is not None:
-        from pytest_tokperf.storage import ResultStore
+        from pytest_tokperf.storage.store import ResultStore
 
         store = ResultStore.open(db)
         try:

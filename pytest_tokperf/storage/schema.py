@@ -9,7 +9,7 @@ reads the file without this package:
 
 - ``runs``: one pytest session or CLI run and where it ran.
 - ``environments``: engine, hardware and model identity, deduplicated by ``env_hash``.
-- ``series``: the comparable-series key and its components (see ``storage_rows.Series``).
+- ``series``: the comparable-series key and its components (see ``rows.Series``).
 - ``results``: one ``tok_bench`` measurement: workload, summaries, ceiling, verdict.
 - ``samples``: every repetition's raw figures, client and engine side.
 - views ``series_history`` (one row per result with its environment, the columns of

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report_data import ResultFigures, SeriesHistory
-from pytest_tokperf.report_formats import pct
-from pytest_tokperf.stats import TTFT
+from pytest_tokperf.report.data import ResultFigures, SeriesHistory
+from pytest_tokperf.report.formats import pct
+from pytest_tokperf.stats.compare import TTFT
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, ...")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    from pytest_tokperf.cli_bench import add_parser as add_bench
-    from pytest_tokperf.cli_data import add_parsers
+    from pytest_tokperf.cli.bench import add_parser as add_bench
+    from pytest_tokperf.cli.data import add_parsers
 
     add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_parsers(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))

@@ -14,16 +14,16 @@ from html import escape
 from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.plots import Plot, plot_all
-from pytest_tokperf.report_data import (
+from pytest_tokperf.report.plots import Plot, plot_all
+from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesChange,
     load_histories,
     store_figures,
 )
-from pytest_tokperf.report_formats import SUMMARY_HEADER, change_line, headline, summary_cells
-from pytest_tokperf.stats import DECODE, Metric
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline, summary_cells
+from pytest_tokperf.stats.compare import DECODE, Metric
+from pytest_tokperf.storage.store import ResultStore
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _STYLE = """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import MeasurementError
-from pytest_tokperf.measure import MeasureOptions, Progress, run_workload, summarize, validate_workload
+from pytest_tokperf.bench.measure import MeasureOptions, Progress, run_workload, summarize, validate_workload
 from pytest_tokperf.results import BenchResult, Sample, Summary, Workload
 
 

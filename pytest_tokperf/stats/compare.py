@@ -38,7 +38,7 @@ from typing import Literal, TypeVar, Union
 import numpy as np
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.shifts import Shift, log_samples, shift_between
+from pytest_tokperf.stats.shifts import Shift, log_samples, shift_between
 
 __all__ = [
     "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "Comparison", "Metric",

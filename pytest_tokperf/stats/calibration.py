@@ -17,7 +17,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import DEFAULT_ALPHA, Metric, log_samples
+from pytest_tokperf.stats.compare import DEFAULT_ALPHA, Metric, log_samples
 
 _MEDIAN_ABS_DIFF = 0.9539  # median |X - Y| for X, Y independent unit normals
 

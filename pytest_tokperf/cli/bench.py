@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 if TYPE_CHECKING:
-    from pytest_tokperf.ceiling_source import CeilingSource
-    from pytest_tokperf.recorder import Recorder
-    from pytest_tokperf.report import Row
+    from pytest_tokperf.bench.ceilings import CeilingSource
+    from pytest_tokperf.bench.recorder import Recorder
+    from pytest_tokperf.report.table import Row
 
 TEST_ID = "tokperf bench"
 """The test id of every result: the workload parameters tell the series apart."""
@@ -84,13 +84,13 @@ def _numbers(text: str, flag: str, minimum: int) -> list[int]:
 
 def bench(args: argparse.Namespace) -> int:
     from pytest_tokperf import settings as settings_mod
-    from pytest_tokperf.ceiling_source import CeilingSource
-    from pytest_tokperf.fixture import TokBench
-    from pytest_tokperf.measure import MeasureOptions
-    from pytest_tokperf.recorder import Recorder
-    from pytest_tokperf.report import Row
+    from pytest_tokperf.bench.ceilings import CeilingSource
+    from pytest_tokperf.bench.fixture import TokBench
+    from pytest_tokperf.bench.measure import MeasureOptions
+    from pytest_tokperf.bench.recorder import Recorder
+    from pytest_tokperf.report.table import Row
     from pytest_tokperf.results import BenchResult, Ceiling, Verdict
-    from pytest_tokperf.session import EngineSession
+    from pytest_tokperf.bench.session import EngineSession
 
     lists = {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
                             2 if name == "generate" else 1) for name, _, _ in _LISTS}
@@ -154,11 +154,11 @@ def bench(args: argparse.Namespace) -> int:
 
 def _print(args: argparse.Namespace, rows: list[Row], ceilings: CeilingSource,
            recorder: Recorder, failures: list[str]) -> None:
-    from pytest_tokperf.report import summary_table
+    from pytest_tokperf.report.table import summary_table
 
     if args.json:
-        from pytest_tokperf.report_data import figures_from_result
-        from pytest_tokperf.report_formats import result_json
+        from pytest_tokperf.report.data import figures_from_result
+        from pytest_tokperf.report.formats import result_json
 
         results = [{**result_json(figures_from_result(
             row.test_id, row.result, ceiling=row.ceiling, verdict=row.verdict,

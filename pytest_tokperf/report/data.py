@@ -1,6 +1,6 @@
 """What the reports read: results and changes as flat values in SI units.
 
-``report_formats``, ``plots`` and ``html_report`` take these plain values; this module
+``formats``, ``plots`` and ``html`` take these plain values; this module
 is the one place that reads a ``ResultStore`` for them (a session's rows, the latest
 result of each series, a series' history with its change points).
 """
@@ -11,10 +11,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_tokperf.ceiling_source import mean_decode_depth
-from pytest_tokperf.changepoints import ChangePoint, Point, change_points
+from pytest_tokperf.bench.ceilings import mean_decode_depth
+from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report import Row
+from pytest_tokperf.report.table import Row
 from pytest_tokperf.results import (
     BenchResult,
     Ceiling,
@@ -24,8 +24,8 @@ from pytest_tokperf.results import (
     Summary,
     Workload,
 )
-from pytest_tokperf.stats import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
-from pytest_tokperf.storage import HistoryRow, ResultStore, StoredResult
+from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.storage.store import HistoryRow, ResultStore, StoredResult
 
 SAMPLE_FIELDS: dict[str, str] = {
     DECODE.name: "decode_tokens_per_s",

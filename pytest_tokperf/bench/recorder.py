@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
-from pytest_tokperf.storage import ResultStore
+from pytest_tokperf.storage.store import ResultStore
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Recorder:
         return self._run.run_id if self._run is not None else None
 
     def _model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
-        from pytest_tokperf.session import describe_model
+        from pytest_tokperf.bench.session import describe_model
 
         key = str(path) if path is not None else (result.engine.model_path or "")
         if not key:
@@ -68,7 +68,7 @@ class Recorder:
         if self.store is None:
             return None
         from pytest_tokperf.environment import collect_run_info
-        from pytest_tokperf.storage_rows import series_key
+        from pytest_tokperf.storage.rows import series_key
 
         store = self.store
         if self._run is None:

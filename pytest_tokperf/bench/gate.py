@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_tokperf.changepoints import Point, compare_to_history
+from pytest_tokperf.stats.changepoints import Point, compare_to_history
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Sample
-from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric
-from pytest_tokperf.storage import HistoryRow, ResultStore
+from pytest_tokperf.stats.compare import DECODE, TTFT, Comparison, Metric
+from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 HISTORY_RUNS = 20
 MIN_BASELINE_RUNS = 2

@@ -3,8 +3,8 @@
 sqlite-utils only; nothing here uses pytest. Each ``record`` is one short ``BEGIN IMMEDIATE``
 transaction committed before it returns, so a crash, Ctrl-C or SIGKILL later keeps
 it; WAL and a busy timeout let pytest-xdist workers share one file. The schema is in
-``storage_schema``, value <-> row mapping and the series key in ``storage_rows``,
-export/import/merge in ``storage_io``.
+``schema``, value <-> row mapping and the series key in ``rows``,
+export/import/merge in ``exchange``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pytest_tokperf.results import (
     Sample,
     Verdict,
 )
-from pytest_tokperf.storage_rows import (
+from pytest_tokperf.storage.rows import (
     Row,
     bench_result_from_rows,
     ceiling_from_row,
@@ -45,7 +45,7 @@ from pytest_tokperf.storage_rows import (
     series_of,
     series_row,
 )
-from pytest_tokperf.storage_schema import MIGRATIONS, SCHEMA_VERSION
+from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_S = 30.0
 DB_ENV_VAR = "PYTEST_TOKPERF_DB"

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
+from pytest_tokperf.stats.compare import (
     DEFAULT_ALPHA, Comparison, Metric, compare, judge, log_samples, measure_shift,
 )
 

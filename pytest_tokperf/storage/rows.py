@@ -1,6 +1,6 @@
 """Value types to database rows and back, and the series key.
 
-Rows are plain dicts named like the columns in ``storage_schema``; JSON lists and
+Rows are plain dicts named like the columns in ``schema``; JSON lists and
 objects are stored as text. Nothing here touches a database.
 """
 
@@ -27,7 +27,7 @@ from pytest_tokperf.results import (
     Verdict,
     Workload,
 )
-from pytest_tokperf.storage_schema import SUMMARY_FIGURES
+from pytest_tokperf.storage.schema import SUMMARY_FIGURES
 
 Row = dict[str, Any]
 

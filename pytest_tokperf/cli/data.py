@@ -1,6 +1,6 @@
 """``tokperf`` verbs over stored results: history, compare, changes, export/import/merge.
 
-Each handler reads the results DB through ``storage``/``storage_io`` and judges with
+Each handler reads the results DB through ``storage`` (``store``, ``exchange``) and judges with
 ``stats``/``changepoints``/``calibration``; plain text by default, ``--json`` for scripts.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.calibration import format_noise, noise
-from pytest_tokperf.changepoints import change_points, settled_baseline
+from pytest_tokperf.stats.calibration import format_noise, noise
+from pytest_tokperf.stats.changepoints import change_points, settled_baseline
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.gate import history_points
-from pytest_tokperf.stats import DECODE, Comparison, compare_many
-from pytest_tokperf.storage import HistoryRow, ResultStore
+from pytest_tokperf.bench.gate import history_points
+from pytest_tokperf.stats.compare import DECODE, Comparison, compare_many
+from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 
 def _open(path: str) -> ResultStore:
@@ -142,7 +142,7 @@ def changes(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage_io import export_results
+    from pytest_tokperf.storage.exchange import export_results
 
     n = export_results(Path(args.db), args.format, Path(args.output))
     _emit(args, {"results": n, "output": args.output}, [f"{n} results -> {args.output}"])
@@ -150,7 +150,7 @@ def export(args: argparse.Namespace) -> int:
 
 
 def import_(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage_io import Added, import_dataset, load_reference_runs
+    from pytest_tokperf.storage.exchange import Added, import_dataset, load_reference_runs
 
     added = Added()
     for source in args.files:
@@ -163,7 +163,7 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage_io import merge as merge_dbs
+    from pytest_tokperf.storage.exchange import merge as merge_dbs
 
     added = merge_dbs(Path(args.a), Path(args.b), Path(args.output))
     _emit(args, {**asdict(added), "output": args.output},
@@ -172,7 +172,7 @@ def merge(args: argparse.Namespace) -> int:
 
 
 def save_reference(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage_io import write_reference_run
+    from pytest_tokperf.storage.exchange import write_reference_run
 
     store = _open(args.db)
     run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
@@ -191,8 +191,8 @@ def _series_keys(store: ResultStore, patterns: list[str] | None) -> list[str] | 
 
 def plot(args: argparse.Namespace) -> int:
     """PNG figures: history per series with change points, efficiency vs depth, ..."""
-    from pytest_tokperf.plots import plot_all
-    from pytest_tokperf.report_data import load_histories, metric_named, store_figures
+    from pytest_tokperf.report.plots import plot_all
+    from pytest_tokperf.report.data import load_histories, metric_named, store_figures
 
     store = _open(args.db)
     keys = _series_keys(store, args.series)
@@ -206,8 +206,8 @@ def plot(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     """One self-contained HTML page: table, regressions, change points, figures."""
-    from pytest_tokperf.html_report import build_html_report
-    from pytest_tokperf.report_data import metric_named
+    from pytest_tokperf.report.html import build_html_report
+    from pytest_tokperf.report.data import metric_named
 
     store = _open(args.db)
     path = build_html_report(store, Path(args.output), run_id=args.run,
