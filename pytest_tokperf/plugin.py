@@ -60,10 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, spec.help, default=None)
     group.addoption(
         "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",
-        default=None, help="fail a test whose decode or TTFT regressed against the baseline "
-        "(significant AND at least --tokperf-min-effect); noisy series are reported, not failed",
+        default=None, help="exit status 1 when the gate found a decode or TTFT regression "
+        "against the baseline (significant AND at least --tokperf-min-effect, controlled "
+        "across the session); noisy series are reported, not failed",
     )
-    parser.addini("tokperf_fail_on_regression", "fail tests on regressions", type="bool",
+    parser.addini("tokperf_fail_on_regression", "exit 1 on a regression", type="bool",
                   default=False)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],

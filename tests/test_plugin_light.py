@@ -34,3 +34,25 @@ def pytest_sessionfinish(session):
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*HEAVY []"])
+
+
+def test_the_public_api_resolves_every_name() -> None:
+    import pytest_tokperf
+
+    for name in pytest_tokperf.__all__:
+        assert getattr(pytest_tokperf, name) is not None, name
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        pytest_tokperf.nope  # noqa: B018
+
+
+def test_importing_the_package_is_free() -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE.replace("pytest_tokperf.plugin",
+                                                               "pytest_tokperf")],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_all_lists_exactly_the_lazy_names() -> None:
+    import pytest_tokperf
+
+    assert sorted(pytest_tokperf.__all__) == sorted(pytest_tokperf._PUBLIC)
