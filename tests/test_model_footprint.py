@@ -250,14 +250,43 @@ def test_unknown_architecture_warns_and_counts(tmp_path: Path) -> None:
     assert "expert_used_count=0 is missing or invalid" in joined
 
 
-def test_sliding_window_warns_past_the_window(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+def test_sliding_window_without_a_known_pattern_warns_past_the_window(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "sc2.gguf", "starcoder2",
                       {"{arch}.block_count": 1, "{arch}.embedding_length": 64,
                        "{arch}.attention.head_count": 4, "{arch}.attention.sliding_window": 128},
                       [("token_embd.weight", (64, 10), "F16")])
     model = load_gguf(path)
-    assert footprint(model, depth_tokens=128).warnings == ()
-    assert "128-token sliding window" in footprint(model, depth_tokens=4096).warnings[0]
+    assert not any("sliding window" in w for w in footprint(model, depth_tokens=128).warnings)
+    deep = footprint(model, depth_tokens=4096)
+    assert deep.kv_bytes == 4096 * 4 * (16 + 16) * F16  # charged the full depth
+    assert "128-token sliding window but no starcoder2.attention.sliding_window_pattern" in (
+        deep.warnings[-1])
+    assert "upper bound" in deep.warnings[-1]
+
+
+def test_gemma2_windows_every_other_layer(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+                      {"{arch}.block_count": 2, "{arch}.embedding_length": 64,
+                       "{arch}.attention.head_count": 4, "{arch}.attention.sliding_window": 128},
+                      [("token_embd.weight", (64, 10), "F16")])
+    model = load_gguf(path)
+    assert model.swa_layers == (True, False)  # llama.cpp set_swa_pattern(2): layer 0 slides
+    fp = footprint(model, depth_tokens=4096)
+    assert fp.kv_bytes == pytest.approx((128 + 4096) * 4 * (16 + 16) * F16, abs=4096)
+    assert fp.warnings == ()
+
+
+def test_gemma2_without_window_key_assumes_4096(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+                      {"{arch}.block_count": 2, "{arch}.embedding_length": 64,
+                       "{arch}.attention.head_count": 4},
+                      [("token_embd.weight", (64, 10), "F16")])
+    model = load_gguf(path)
+    assert model.sliding_window == 4096
+    assert footprint(model, depth_tokens=4096).warnings == ()
+    deep = footprint(model, depth_tokens=8192)
+    assert deep.kv_bytes == pytest.approx((4096 + 8192) * 4 * (16 + 16) * F16, abs=8192)
+    assert "assumed llama.cpp's default window of 4096 tokens for gemma2" in deep.warnings[0]
 
 
 def test_bad_kv_type_lists_choices(tmp_path: Path) -> None:
