@@ -32,7 +32,7 @@ from gguf_bytes import (
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
-from pytest_tokperf.model import gguf_header
+from pytest_tokperf.model import gguf_walk
 from pytest_tokperf.model.gguf_header import (
     MAX_METADATA_STRINGS,
     MAX_NESTED_ARRAYS,
@@ -94,7 +94,7 @@ def test_more_strings_than_any_model_is_refused_before_walking(tmp_path: Path) -
 
 def test_string_cap_counts_all_arrays_together(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gguf_header, "MAX_METADATA_STRINGS", 1000)
+    monkeypatch.setattr(gguf_walk, "MAX_METADATA_STRINGS", 1000)
     half = 501
     kvs = [kv_array("a.strings", VT.STRING, half, bytes(8 * half)),
            kv_array("b.strings", VT.STRING, half, bytes(8 * half))]
