@@ -143,13 +143,15 @@ def efficiency(measured_tokens_per_s: float, ceiling: Ceiling) -> float:
 
 
 def decode_efficiency(result: BenchResult, ceiling: Ceiling | None) -> float | None:
-    """A result's efficiency: its median decode over the ceiling; None when either is unknown.
+    """A result's efficiency: its median judged decode (``BenchResult.judged_decode_tokens_per_s``)
+    over the ceiling; None when either is unknown.
 
     The one definition every consumer uses (fixture, recorder, table, reports).
     """
-    if ceiling is None or result.decode_tokens_per_s is None:
+    decode = result.judged_decode_tokens_per_s
+    if ceiling is None or decode is None:
         return None
-    return efficiency(result.decode_tokens_per_s.median, ceiling)
+    return efficiency(decode.median, ceiling)
 
 
 def check_efficiency(

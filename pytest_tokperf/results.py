@@ -223,6 +223,19 @@ class BenchResult:
     """Output tokens of all streams per second of wall time (first send to last token),
     prefill included; with one stream it is the request's end-to-end output rate."""
 
+    @property
+    def judged_decode_tokens_per_s(self) -> Summary | None:
+        """The decode figure tokperf judges (efficiency, floors, the gate, histories).
+
+        The engine's own timing when every repetition has it (llama-server ``timings``,
+        Ollama ``eval_duration``): a client starved of CPU reads tokens in bursts and its
+        clock then overstates decode, the engine's does not. Else the client's
+        ``(N - 1) / (t_last - t_first)``. Both stay in the result, side by side.
+        """
+        if self.samples and all(s.engine_decode_tokens_per_s for s in self.samples):
+            return self.engine_decode_tokens_per_s
+        return self.decode_tokens_per_s
+
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, Workload
@@ -30,15 +31,25 @@ def mean_decode_depth(workload: Workload) -> int:
     return workload.depth_tokens + workload.prompt_tokens + (workload.generate_tokens - 1) // 2
 
 
-def kv_type_from_args(args: tuple[str, ...]) -> str:
-    """The K cache type a llama-server command line asks for (f16 when unset)."""
-    for flag in ("-ctk", "--cache-type-k"):
+def _flag_value(args: tuple[str, ...], flags: tuple[str, ...], default: str) -> str:
+    for flag in flags:
         for i, arg in enumerate(args):
             if arg == flag and i + 1 < len(args):
                 return args[i + 1].lower()
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1].lower()
-    return DEFAULT_KV_TYPE
+    return default
+
+
+def kv_type_from_args(args: tuple[str, ...]) -> str:
+    """The K cache type a llama-server command line asks for (f16 when unset)."""
+    return _flag_value(args, ("-ctk", "--cache-type-k"), DEFAULT_KV_TYPE)
+
+
+def kv_type_v_from_args(args: tuple[str, ...]) -> str:
+    """The V cache type a llama-server command line asks for (f16 when unset: llama-server
+    does not take V's type from K's)."""
+    return _flag_value(args, ("-ctv", "--cache-type-v"), DEFAULT_KV_TYPE)
 
 
 @dataclass
@@ -48,9 +59,12 @@ class CeilingSource:
     explicit_bandwidth: float | None = None
     threads: int | None = None
     kv_type: str = DEFAULT_KV_TYPE
+    """The K cache type (llama-server ``-ctk``)."""
+    kv_type_v: str = DEFAULT_KV_TYPE
+    """The V cache type (llama-server ``-ctv``)."""
     probe_duration_s: float = 2.0
+    models: ModelFiles = field(default_factory=ModelFiles)
     _hardware: HardwareInfo | None = field(default=None, init=False)
-    _models: dict[str, GGUFModel | None] = field(default_factory=dict, init=False)
     problems: list[str] = field(default_factory=list, init=False)
 
     @property
@@ -102,16 +116,11 @@ class CeilingSource:
         return self._hardware
 
     def _model(self, path: Path) -> GGUFModel | None:
-        from pytest_tokperf.model.gguf_file import load_gguf
-
-        key = str(path)
-        if key not in self._models:
-            try:
-                self._models[key] = load_gguf(path)
-            except ModelFileError as exc:
-                self.problems.append(f"no ceiling: {exc}")
-                self._models[key] = None
-        return self._models[key]
+        try:
+            return self.models.load(path)
+        except ModelFileError as exc:
+            self.problems.append(f"no ceiling: {exc}")
+            return None
 
     def ceiling_for(self, result: BenchResult, model_path: Path | None) -> Ceiling | None:
         """The decode ceiling for ``result``'s workload, or None with a reason kept."""
@@ -134,7 +143,8 @@ class CeilingSource:
         bandwidth = hardware.bandwidth
         if model is None or bandwidth is None:
             return None
-        fp = footprint(model, depth_tokens=mean_decode_depth(result.workload), kv_type=self.kv_type)
+        fp = footprint(model, depth_tokens=mean_decode_depth(result.workload),
+                       kv_type_k=self.kv_type, kv_type_v=self.kv_type_v)
         streams = result.workload.concurrency
         if streams > 1:
             # One decode step reads the weights once for all streams and every stream's own

@@ -40,6 +40,14 @@ class TokBenchResult:
 
     @property
     def decode_tokens_per_s(self) -> float | None:
+        """Median judged decode (the engine's own timing where every repetition has it,
+        else the client's; ``BenchResult.judged_decode_tokens_per_s``)."""
+        s = self.result.judged_decode_tokens_per_s
+        return s.median if s else None
+
+    @property
+    def client_decode_tokens_per_s(self) -> float | None:
+        """Median decode on the client's clock: ``(N - 1) / (t_last - t_first)``."""
         s = self.result.decode_tokens_per_s
         return s.median if s else None
 

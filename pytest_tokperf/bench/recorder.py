@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 from pytest_tokperf.storage.store import ResultStore, Stored
@@ -19,15 +20,17 @@ class Recorder:
     store: ResultStore | None
     location: Path | None
     pytest_version: str | None = None
+    models: ModelFiles = field(default_factory=ModelFiles)
     _run: RunInfo | None = field(default=None, init=False)
-    _models: dict[str, ModelInfo] = field(default_factory=dict, init=False)
 
     @classmethod
-    def open(cls, path: Path | None, pytest_version: str | None = None) -> Recorder:
+    def open(cls, path: Path | None, pytest_version: str | None = None,
+             models: ModelFiles | None = None) -> Recorder:
         """Open (creating or migrating) the DB at ``path``; None writes nothing."""
         if path is None:
             return cls.disabled()
-        return cls(store=ResultStore.open(path), location=path, pytest_version=pytest_version)
+        return cls(store=ResultStore.open(path), location=path, pytest_version=pytest_version,
+                   models=models or ModelFiles())
 
     @classmethod
     def disabled(cls) -> Recorder:
@@ -43,19 +46,9 @@ class Recorder:
         return self._run.run_id if self._run is not None else None
 
     def model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
-        """The identity of the model ``result`` was measured on, read once per file."""
-        from pytest_tokperf.bench.session import describe_model
-
+        """The identity of the model ``result`` was measured on (parsed once per run)."""
         key = str(path) if path is not None else (result.engine.model_path or "")
-        if not key:
-            return None
-        if key not in self._models:
-            candidate = Path(key)
-            self._models[key] = (
-                describe_model(candidate) if candidate.is_file()
-                else ModelInfo(file_name=candidate.name, path=key)
-            )
-        return self._models[key]
+        return self.models.info(Path(key)) if key else None
 
     def record(
         self,

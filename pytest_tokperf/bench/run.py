@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args
+from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, kv_type_v_from_args
 from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, TokBench
 from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.bench.recorder import Recorder
 from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.engines.registry import EngineRegistry
+from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.results import BenchResult, Ceiling, Progress, Verdict
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
@@ -93,14 +95,20 @@ class BenchRun:
         from pytest_tokperf.bench.gate import Gate
 
         gate = Gate(settings.baseline, min_effect=settings.min_effect)
+        models = ModelFiles()
         if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
             from pytest_tokperf.engines.launcher import resolve_server_binary
 
             resolve_server_binary(settings.server_bin)
             if settings.model not in BUILTIN_MODELS:
-                check_model_file(Path(settings.model).expanduser(),
-                                 source=f"--tokperf-model {settings.model!r}")
-        recorder = Recorder.open(settings.db, pytest_version) if settings.active \
+                path = Path(settings.model).expanduser()
+                source = f"--tokperf-model {settings.model!r}"
+                check_model_file(path, source=source)
+                try:  # the whole header now, parsed once for the run
+                    models.load(path)
+                except ModelFileError as exc:
+                    raise ConfigError(f"{source}: {exc}") from exc
+        recorder = Recorder.open(settings.db, pytest_version, models) if settings.active \
             else Recorder.disabled()
         return cls(
             settings=settings,
@@ -108,7 +116,9 @@ class BenchRun:
                                   registry=registry),
             ceilings=CeilingSource(explicit_bandwidth=settings.bandwidth,
                                    threads=settings.threads,
-                                   kv_type=kv_type_from_args(settings.server_args)),
+                                   kv_type=kv_type_from_args(settings.server_args),
+                                   kv_type_v=kv_type_v_from_args(settings.server_args),
+                                   models=models),
             recorder=recorder,
             gate=gate,
         )
@@ -131,8 +141,6 @@ class BenchRun:
         """
         unknown = {name for name, _ in workload_defaults} - set(WORKLOAD_DEFAULTS)
         if unknown:
-            from pytest_tokperf.errors import ConfigError
-
             raise ConfigError(f"unknown workload argument(s) {sorted(unknown)!r}; known: "
                               f"{', '.join(WORKLOAD_DEFAULTS)}")
         s = self.settings

@@ -22,7 +22,7 @@ from pytest_tokperf.engines.launcher import (
 from pytest_tokperf.engines.launchers import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
-from pytest_tokperf.results import ModelInfo, Progress
+from pytest_tokperf.results import Progress
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 
@@ -54,15 +54,6 @@ def check_model_file(path: Path, source: str) -> None:
         check_header(path)
     except ModelFileError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
-
-
-def describe_model(path: Path) -> ModelInfo:
-    from pytest_tokperf.model.gguf_file import model_info
-
-    try:
-        return model_info(path)
-    except ModelFileError:
-        return ModelInfo(file_name=path.name, path=str(path), file_bytes=path.stat().st_size)
 
 
 @dataclass

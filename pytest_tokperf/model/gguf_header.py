@@ -210,7 +210,7 @@ def _place(cur: Cursor, entries: list[Entry], alignment: int,
             )
         total += n_bytes
         out.append(GGUFTensor(name, type_name, n_elements, n_bytes, dims, data_offset + offset))
-    if total > size - data_offset:
+    if total > max(0, size - data_offset):  # no tensors: no data section, even unpadded
         cur.where = "the tensor table"
         cur.fail(f"its {len(entries)} tensors claim {total} bytes but the data section holds "
                  f"{size - data_offset}: their offsets overlap")

@@ -49,6 +49,8 @@ class ResultFigures:
     ttft_s: float
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
+    """The judged decode (``BenchResult.judged_decode_tokens_per_s``): what efficiency,
+    floors and the gate use."""
     decode_tokens_per_s_stdev: float | None
     ceiling_decode_tokens_per_s: float | None
     efficiency: float | None
@@ -59,6 +61,8 @@ class ResultFigures:
     chat: bool = False
     draft_model: str | None = None
     """The draft's file name when the engine decoded speculatively."""
+    decode_source: str = "client"
+    """Whose clock ``decode_tokens_per_s`` is: ``engine`` (its own timings) or ``client``."""
 
     @property
     def workload(self) -> Workload:
@@ -107,7 +111,7 @@ def figures_from_result(
     run_id: str | None = None, created_at: str | None = None,
 ) -> ResultFigures:
     """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``."""
-    decode = result.decode_tokens_per_s
+    decode = result.judged_decode_tokens_per_s
     ceiling_tps = ceiling.decode_tokens_per_s if ceiling else None
     if efficiency is None:
         efficiency = decode_efficiency(result, ceiling)
@@ -129,6 +133,8 @@ def figures_from_result(
         chat=w.chat,
         draft_model=(dict(result.engine.settings).get("draft_model", "?")
                      if result.engine.speculative else None),
+        decode_source=("client" if decode is None or decode is result.decode_tokens_per_s
+                       else "engine"),
     )
 
 

@@ -198,6 +198,7 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "prefill_tokens_per_s": _finite(fig.prefill_tokens_per_s),
         "decode_tokens_per_s": _finite(fig.decode_tokens_per_s),
         "decode_tokens_per_s_stdev": _finite(fig.decode_tokens_per_s_stdev),
+        "decode_source": fig.decode_source,
         "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
         "efficiency": _finite(fig.efficiency),
         "verdict": fig.verdict,

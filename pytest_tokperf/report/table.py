@@ -69,4 +69,7 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         for note in row.result.notes:
             out.append(f"note: {_short(row.test_id)}: {note}")
+        if row.ceiling is not None:
+            for warning in row.ceiling.footprint.warnings:
+                out.append(f"ceiling: {_short(row.test_id)}: {warning}")
     return out

@@ -45,7 +45,7 @@ def metric_values(samples: Sequence[Sample], metric: str) -> list[float]:
         values: list[float | None] = [s.ttft_s for s in samples]
     elif metric == "prefill":
         values = [s.prefill_tokens_per_s for s in samples]
-    elif metric == "decode":
+    elif metric == "decode":  # the rule of BenchResult.judged_decode_tokens_per_s
         engine = [s.engine_decode_tokens_per_s for s in samples]
         values = engine if samples and all(engine) else [s.decode_tokens_per_s for s in samples]
     else:
