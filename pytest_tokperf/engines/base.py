@@ -1,8 +1,10 @@
 """The one Protocol every engine adapter implements, and the HTTP client they share.
 
-An adapter speaks one engine's HTTP API with httpx and nothing else: it does not
-start processes (see ``launcher``), compute statistics or store anything. It maps
-``httpx.HTTPError`` to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``.
+An adapter speaks one engine's HTTP API and nothing else: it does not start
+processes (see ``launcher``), compute statistics or store anything. Plain requests go
+through httpx, streams through ``stream.StreamClient`` (a stdlib reader for plain
+http, httpx otherwise); every transport failure becomes ``EngineUnavailable`` or
+``EngineProtocolError`` ``from exc``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from pytest_tokperf.engines.answers import auth_hint, decode_json, error_text
 from pytest_tokperf.engines.credentials import MASK, ApiKey, Endpoint
 from pytest_tokperf.engines.rawhttp import refused_hint
 from pytest_tokperf.engines.stream import (
     DEFAULT_IDLE_TIMEOUT_S,
+    MAX_WAIT_S,
     StreamClient,
     StreamLimits,
-    auth_hint,
-    decode_json,
-    error_text,
 )
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest
@@ -103,7 +104,7 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
     if endpoint.secrets:
         hooks["response"] = [_scrubber(endpoint)]
     return httpx.Client(
-        timeout=httpx.Timeout(timeout_s, connect=10.0),
+        timeout=httpx.Timeout(min(timeout_s, MAX_WAIT_S), connect=10.0),
         transport=transport,
         limits=httpx.Limits(max_keepalive_connections=0),
         headers=dict(endpoint.headers),

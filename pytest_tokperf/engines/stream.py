@@ -24,7 +24,6 @@ client spends between reads (parsing, the adapter's bookkeeping) to ``StreamStat
 from __future__ import annotations
 
 import json
-import re
 import socket
 import threading
 import time
@@ -36,6 +35,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from pytest_tokperf.engines.answers import auth_hint, error_text
+from pytest_tokperf.engines.events import EventParser, StreamStats, decode_event
 from pytest_tokperf.engines.rawhttp import MalformedResponse, RawResponse, open_raw, refused_hint
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import GenerationRequest
@@ -50,6 +51,9 @@ text, about 5 bytes per token: 8 MiB holds a 1M-token context."""
 MAX_ERROR_BYTES = 64 << 10
 """How much of an error answer is read to quote it."""
 
+MAX_WAIT_S = 86400.0
+"""The longest one read may block (a socket timeout must be finite, a limit need not)."""
+
 OnError = Callable[[int, str], EngineError | None]
 
 
@@ -57,76 +61,6 @@ OnError = Callable[[int, str], EngineError | None]
 class StreamLimits:
     idle_s: float = DEFAULT_IDLE_TIMEOUT_S
     max_event_bytes: int = MAX_EVENT_BYTES
-
-
-@dataclass(slots=True)
-class StreamStats:
-    """What reading one stream cost the client.
-
-    ``busy_s`` is the time from each read's return to the next read: parsing, timestamps
-    and the adapter's own work on the events that read delivered.
-    """
-
-    busy_s: float = 0.0
-    events: int = 0
-    comments: int = 0
-
-    @property
-    def busy_s_per_event(self) -> float | None:
-        return self.busy_s / self.events if self.events else None
-
-
-# -- messages -------------------------------------------------------------------------
-
-
-def looks_like_html(text: str) -> bool:
-    head = text.lstrip()[:200].lower()
-    return head.startswith("<!doctype html") or head.startswith("<html") or "<head" in head
-
-
-def html_title(text: str) -> str | None:
-    match = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-    return match.group(1).strip()[:80] if match else None
-
-
-def error_text(body: str) -> str:
-    """The engine's own words from an error body, in any of the usual shapes."""
-    if looks_like_html(body):
-        title = html_title(body)
-        return f"an HTML page{f' titled {title!r}' if title else ''}, not the engine's JSON"
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return repr(body[:200])
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        for key in ("message", "detail"):
-            if data.get(key):
-                return str(data[key])
-    return repr(body[:200])
-
-
-def decode_json(payload: str | bytes, what: str, url: str) -> Any:
-    """Parse one JSON payload or say plainly which engine sent what."""
-    try:
-        return json.loads(payload)
-    except ValueError as exc:
-        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
-        raise EngineProtocolError(
-            f"{url} sent {what} that is not JSON: {text[:200]!r}. Is this URL really the "
-            f"engine you named? Check --tokperf-url and --tokperf-engine."
-        ) from exc
-
-
-def auth_hint(status: int) -> str:
-    if status in (401, 403):
-        return ("; the server wants an API key: put it in $PYTEST_TOKPERF_API_KEY (or name "
-                "the variable that holds it with --tokperf-api-key-env)")
-    return ""
 
 
 class _Clock:
@@ -151,7 +85,7 @@ class _Clock:
             left = min(left, self.last_event_s + self.idle_s - now)
         if left <= 0:
             raise self.expired(now)
-        return left
+        return min(left, MAX_WAIT_S)
 
     def expired(self, now: float) -> EngineUnavailable:
         """The error for the limit that bound the last wait: the idle limit when it ends
@@ -176,132 +110,13 @@ class _Clock:
             )
         return EngineUnavailable(
             f"{self.url} did not finish {request.generate_tokens} tokens within "
-            f"{request.timeout_s:g} s (--tokperf-request-timeout; {stats.events} events had "
-            f"arrived, the last {now - last:.1f} s ago){pings}; raise "
-            f"--tokperf-request-timeout or use a smaller model"
+            f"{request.timeout_s:g} s; raise --tokperf-request-timeout or use a smaller model "
+            f"({stats.events} events had arrived, the last {now - last:.1f} s before the "
+            f"deadline{pings})"
         )
 
 
 # -- events ----------------------------------------------------------------------------
-
-
-class _EventParser:
-    """Bytes in, complete payloads out: SSE ``data:`` events or NDJSON lines.
-
-    SSE is split on the blank line that ends an event; an event that is one
-    ``data: ...`` line (every engine's token event) is taken whole, anything else
-    (comments, several data lines, other fields) line by line. CRLF is read as LF.
-    """
-
-    __slots__ = ("ndjson", "url", "limit", "parts", "partial_bytes", "stats", "sep")
-
-    def __init__(self, ndjson: bool, url: str, limit: int, stats: StreamStats) -> None:
-        self.ndjson = ndjson
-        self.url = url
-        self.limit = limit
-        self.parts: list[bytes] = []
-        """Bytes of an event (SSE) or line (NDJSON) whose end has not arrived."""
-        self.partial_bytes = 0
-        self.stats = stats
-        self.sep = b"\n" if ndjson else b"\n\n"
-
-    def _too_long(self, size: int) -> EngineProtocolError:
-        what = "a line" if self.ndjson else "an event"
-        return EngineProtocolError(
-            f"{self.url} sent {what} of more than {self.limit >> 20} MiB ({size} bytes "
-            f"without its end): refused, so memory stays bounded. Is this URL a streaming "
-            f"engine?"
-        )
-
-    def _hold(self, data: bytes) -> None:
-        self.parts.append(data)
-        self.partial_bytes += len(data)
-        if self.partial_bytes > self.limit:
-            raise self._too_long(self.partial_bytes)
-
-    def feed(self, block: bytes) -> list[bytes]:
-        if self.parts:
-            self.parts.append(block)
-            block = b"".join(self.parts)
-            self.parts = []
-            self.partial_bytes = 0
-        if b"\r" in block:
-            block = block.replace(b"\r\n", b"\n")
-            if block[-1:] == b"\r":  # its LF may come with the next block
-                self._hold(block)
-                return []
-        if self.sep not in block:
-            if block:
-                self._hold(block)
-            return []
-        pieces = block.split(self.sep)
-        tail = pieces.pop()
-        if tail:
-            self._hold(tail)
-        if self.ndjson:
-            return [line for line in pieces if line.strip()]
-        out: list[bytes] = []
-        for piece in pieces:
-            if piece[:6] == b"data: " and b"\n" not in piece:
-                out.append(piece[6:])
-            elif piece:
-                self._event_lines(piece, out)
-        return out
-
-    def _event_lines(self, piece: bytes, out: list[bytes]) -> None:
-        data: list[bytes] = []
-        for line in piece.split(b"\n"):
-            if line[:5] == b"data:":
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line[:1] == b":":
-                self.stats.comments += 1
-            elif line[:6] == b"error:":
-                raise EngineProtocolError(
-                    f"{self.url}: the engine sent an SSE error event: "
-                    f"{line.decode('utf-8', 'replace')[:200]!r}")
-        if data:
-            out.append(b"\n".join(data))
-
-    def end(self) -> list[bytes]:
-        """What is left when the stream ends: a last line or event without its end."""
-        rest = b"".join(self.parts).replace(b"\r\n", b"\n").rstrip(b"\r\n")
-        self.parts = []
-        if not rest.strip():
-            return []
-        if self.ndjson:
-            return [line for line in rest.split(b"\n") if line.strip()]
-        out: list[bytes] = []
-        self._event_lines(rest, out)
-        return out
-
-
-_scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")
-"""The C scanner ``JSONDecoder`` builds for itself (``_json.make_scanner``)."""
-
-
-def _event(payload: bytes, url: str, ndjson: bool) -> dict[str, Any] | None:
-    """One payload as a JSON object; None for SSE's ``[DONE]``.
-
-    The C scanner reads a well-formed payload directly (``json.loads`` adds encoding
-    detection and two Python frames per event); anything else takes ``json.loads``
-    for its error.
-    """
-    try:
-        text = payload.decode()
-        event, end = _scan(text, 0)
-        if end != len(text) and text[end:].strip():
-            raise ValueError("extra data")
-    except (ValueError, StopIteration):
-        if not ndjson and payload.strip() == b"[DONE]":
-            return None
-        event = decode_json(payload, "an NDJSON line" if ndjson else "a stream event", url)
-    if type(event) is not dict:
-        raise EngineProtocolError(
-            f"{url} sent a non-object {'line' if ndjson else 'event'}: {event!r:.200}")
-    if "error" in event or event.get("object") == "error":
-        raise EngineProtocolError(f"{url} reported an error mid-stream: "
-                                  f"{error_text(payload.decode('utf-8', 'replace'))}")
-    return event
 
 
 def _check_answer(url: str, status: int, content_type: str, body: Callable[[], str],
@@ -359,7 +174,7 @@ class StreamClient:
         """
         stats = stats if stats is not None else StreamStats()
         clock = _Clock(url, request, self.limits, stats)
-        parser = _EventParser(ndjson, url, self.limits.max_event_bytes, stats)
+        parser = EventParser(ndjson, url, self.limits.max_event_bytes, stats)
         reader = self._stdlib if self._stdlib_for(url) else self._httpx
         try:
             yield from reader(url, body, clock, parser, on_error)
@@ -380,7 +195,7 @@ class StreamClient:
 
     # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
 
-    def _stdlib(self, url: str, body: dict[str, Any], clock: _Clock, parser: _EventParser,
+    def _stdlib(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
                 on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
         target = url + (("&" if "?" in url else "?") + self.query if self.query else "")
         data = json.dumps(body).encode()
@@ -406,13 +221,13 @@ class StreamClient:
                     stats.events += len(payloads)
                     clock.last_event_s = arrived
                     for payload in payloads:
-                        event = _event(payload, url, ndjson)
+                        event = decode_event(payload, url, ndjson)
                         if event is None:
                             return
                         yield arrived, event
             for payload in parser.end():
                 stats.events += 1
-                event = _event(payload, url, ndjson)
+                event = decode_event(payload, url, ndjson)
                 if event is None:
                     return
                 yield arrived, event
@@ -440,11 +255,11 @@ class StreamClient:
 
     # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
 
-    def _httpx(self, url: str, body: dict[str, Any], clock: _Clock, parser: _EventParser,
+    def _httpx(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
                on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
         watchdog = _Watchdog(clock)
         try:
-            timeout = httpx.Timeout(clock.request.timeout_s, connect=10.0)
+            timeout = httpx.Timeout(min(clock.request.timeout_s, MAX_WAIT_S), connect=10.0)
             with self.client.stream("POST", url, json=body, timeout=timeout) as response:
                 watchdog.watch(response)
                 _check_answer(url, response.status_code,
@@ -461,14 +276,14 @@ class StreamClient:
                         stats.events += len(payloads)
                         clock.last_event_s = arrived
                         for payload in payloads:
-                            event = _event(payload, url, parser.ndjson)
+                            event = decode_event(payload, url, parser.ndjson)
                             if event is None:
                                 return
                             yield arrived, event
                     stats.busy_s += perf() - arrived
                 for payload in parser.end():
                     stats.events += 1
-                    event = _event(payload, url, parser.ndjson)
+                    event = decode_event(payload, url, parser.ndjson)
                     if event is None:
                         return
                     yield arrived, event

@@ -6,7 +6,7 @@ words after it, about one token each; the engine's own prompt count is what gets
 recorded. ``identify`` says which engine a URL really is, so a wrong (or defaulted)
 ``--tokperf-engine`` is named with the one that matches, not guessed at; and
 ``not_ready_error`` says why an attached URL is not ready (refused, silent, loading).
-Reading streams and error bodies is ``stream``'s.
+Reading streams is ``stream``'s, reading error bodies ``answers``'.
 """
 
 from __future__ import annotations
@@ -21,13 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from pytest_tokperf.engines.stream import (
-    StreamStats,
-    auth_hint,
-    error_text,
-    html_title,
-    looks_like_html,
-)
+from pytest_tokperf.engines.answers import auth_hint, error_text, html_title, looks_like_html
+from pytest_tokperf.engines.events import StreamStats
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
 
