@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_client.py [--tokens 128,2048] [--streams 1,16] [--rounds 7]
 
+(``PYTHONPATH=<another checkout>`` measures that checkout's path as "ours".)
+
 A fake llama-server on 127.0.0.1 (a separate process, so it has its own interpreter
 lock) streams ``/completion`` SSE as fast as it can, one HTTP chunk and one ``send``
 per token, as llama-server does. Over the same bytes, in interleaved rounds:
@@ -168,8 +170,9 @@ def ours(url: str, via_httpx: bool = False) -> Callable[[int], int]:
 
     def run(n: int) -> int:
         generation = engine.generate(GenerationRequest(prompt_tokens=3, generate_tokens=n))
-        if generation.client_s_per_event is not None:
-            costs.append(generation.client_s_per_event)
+        cost = getattr(generation, "client_s_per_event", None)  # None: an older checkout
+        if cost is not None:
+            costs.append(cost)
         return generation.generated_tokens
 
     run.costs = costs  # type: ignore[attr-defined]

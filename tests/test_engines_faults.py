@@ -10,7 +10,9 @@ No speed is asserted: the messages say which limit fired.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -19,8 +21,10 @@ import httpx
 import pytest
 from fake_engines import FakeOllama
 from fake_faults import PREFIX_TOKENS, FakeFaultyLlama
+from fake_http import Handler
 
 from pytest_tokperf.engines.credentials import ApiKey, Endpoint, redact_url
+from pytest_tokperf.engines.events import EventParser, StreamStats
 from pytest_tokperf.engines.llama_server import LlamaServer
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.engines.stream import StreamLimits
@@ -270,3 +274,52 @@ def test_url_credentials_become_auth_and_never_show(fake: FakeFaultyLlama, reade
     assert SECRET not in str(error.value) and fake.url in str(error.value)
     assert fake.authorizations[-1] is not None and fake.authorizations[-1].startswith("Basic ")
     assert fake.requests[-1][1] == f"/completion?token={SECRET}"
+
+
+# -- the parser, byte by byte -------------------------------------------------------------
+
+
+def _parse(blocks: list[bytes], ndjson: bool = False, limit: int = 1 << 20) -> list[bytes]:
+    parser = EventParser(ndjson, "http://x", limit, StreamStats())
+    out = [p for block in blocks for p in parser.feed(block)]
+    return out + parser.end()
+
+
+def test_sse_events_survive_any_split() -> None:
+    stream = (b'data: {"a": 1}\n\n: ping\n\ndata: {"b": 2}\r\n\r\nevent: x\ndata: one\n'
+              b"data: two\n\ndata:[DONE]\n\n")
+    want = [b'{"a": 1}', b'{"b": 2}', b"one\ntwo", b"[DONE]"]
+    assert _parse([stream]) == want
+    assert _parse([stream[i:i + 1] for i in range(len(stream))]) == want
+    for cut in range(1, len(stream)):
+        assert _parse([stream[:cut], stream[cut:]]) == want, cut
+
+
+def test_ndjson_lines_and_a_last_line_without_newline() -> None:
+    assert _parse([b'{"a":1}\n\n{"b"', b':2}\r\n{"c":3}'], ndjson=True) == \
+        [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+
+
+@pytest.mark.parametrize("ndjson", [False, True])
+def test_the_cap_counts_bytes_without_an_end(ndjson: bool) -> None:
+    with pytest.raises(EngineProtocolError, match="more than 1 MiB"):
+        _parse([b"data: " + b"x" * 1000] * 2000, ndjson=ndjson)
+    assert len(_parse([b"data: " + b"x" * (1 << 19) + b"\n\n"] * 8, ndjson=ndjson)) == 8
+
+
+def test_an_ndjson_stall_ends_at_the_idle_limit() -> None:
+    class StallingOllama(FakeOllama):
+        def post_api_generate(self, h: Handler, body: object) -> None:
+            h.start_stream("application/x-ndjson")
+            for word in ("a", "b"):
+                h.chunk(json.dumps({"model": "llama3.2:3b", "response": word, "done": False}) + "\n")
+            time.sleep(3)
+
+    with StallingOllama() as fake:
+        engine = create_engine("ollama", fake.url, model="llama3.2:3b", idle_timeout_s=IDLE_S)
+        request = GenerationRequest(prompt_tokens=4, generate_tokens=8, timeout_s=60)
+        try:
+            with pytest.raises(EngineUnavailable, match=f"no token for {IDLE_S:g} s .* after 2 "):
+                bounded(lambda: engine.generate(request), 60)
+        finally:
+            engine.close()
