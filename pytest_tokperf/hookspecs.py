@@ -21,7 +21,8 @@ def pytest_tokperf_add_engines(register: Callable[[str, EngineFactory], None]) -
 
     ``register(name, factory)``: ``factory(config)`` gets an
     ``pytest_tokperf.engines.registry.EngineConfig`` (``base_url``, ``timeout_s``,
-    ``model``, ``settings``, ``transport``) and returns an object with the ``Engine``
+    ``idle_timeout_s``, ``api_key``, ``model``, ``settings``, ``transport``) and returns
+    an object with the ``Engine``
     methods (``name``, ``base_url``, ``ready()``, ``info()``, ``generate(request)``,
     ``close()``). An OpenAI-compatible server needs only a subclass::
 
@@ -37,6 +38,7 @@ def pytest_tokperf_add_engines(register: Callable[[str, EngineFactory], None]) -
             register("my-server", lambda config: MyServer(
                 config.base_url, timeout_s=config.timeout_s, model=config.model,
                 settings=config.settings, transport=config.transport,
+                idle_timeout_s=config.idle_timeout_s, api_key=config.api_key,
             ))
 
     then ``pytest --tokperf-engine my-server --tokperf-url http://127.0.0.1:9000``.

@@ -97,6 +97,9 @@ class Generation:
     chunk_reasoning: tuple[bool, ...] = ()
     """Per chunk, True when the engine marked its content as reasoning (thinking);
     empty when the engine does not separate reasoning."""
+    client_s_per_event: float | None = None
+    """The client's own time per streamed event (reading, parsing, recording): when it
+    nears the interval between chunks, the client, not the engine, sets the pace."""
 
 
 @dataclass(frozen=True, slots=True)

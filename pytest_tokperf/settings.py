@@ -8,13 +8,15 @@ value raises ``ConfigError`` naming the value and where it came from.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES
+from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.engines.credentials import DEFAULT_API_KEY_ENV, ApiKey, api_key_from_env
 from pytest_tokperf.errors import ConfigError
 
 ENGINE_NAMES = BUILTIN_ENGINE_NAMES
@@ -52,6 +54,26 @@ def _positive_float(value: str, where: str, name: str) -> float:
     if not number > 0:
         raise ConfigError(f"{name} {value!r} from {where} is not a number > 0")
     return number
+
+
+def _seconds(value: str, where: str, name: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0 < number < 1e6:
+        raise ConfigError(f"{name} {value!r} from {where} is not a number of seconds in "
+                          f"(0, 1e6), e.g. 30")
+    return number
+
+
+def _env_name(value: str, where: str, name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ConfigError(
+            f"{name} {value!r} from {where} is not an environment variable name; name the "
+            f"variable that holds the key (e.g. OPENAI_API_KEY), never the key itself"
+        )
+    return value
 
 
 def _url(value: str, where: str, name: str) -> str:
@@ -179,6 +201,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("startup_timeout", "seconds to wait for a started server's /health",
                _positive_float, 120.0, "S"),
     OptionSpec("request_timeout", "seconds one generation may take", _positive_float, 600.0, "S"),
+    OptionSpec("idle_timeout", "seconds without a new token, once tokens flow, before a "
+               "generation counts as stalled (keep-alive comments do not count)", _seconds,
+               DEFAULT_IDLE_TIMEOUT_S, "S"),
+    OptionSpec("api_key_env", "environment variable holding the API key sent as "
+               "'Authorization: Bearer' (llama-server --api-key, vLLM, LM Studio, OpenAI-"
+               f"compatible servers); never pass the key itself (default {DEFAULT_API_KEY_ENV})",
+               _env_name, DEFAULT_API_KEY_ENV, "NAME", True),
     OptionSpec("bandwidth", "memory bandwidth for the ceiling, e.g. 1008GB/s (default: "
                "detected: NVML, the catalog, or a read probe on the CPU)", _bandwidth, None,
                "BW", True),
@@ -233,6 +262,10 @@ class Settings:
     speculative_url: str | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    api_key: ApiKey | None = None
+    """Read from ``$api_key_env`` once; its ``repr`` is masked and it is never stored."""
 
     @property
     def active(self) -> bool:
@@ -272,7 +305,22 @@ def resolve(
         values["engine"] = "llama-server"
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
-    return Settings(server_args=server_args, fail_on_regression=fail_on_regression, **values)
+    api_key = _api_key(env, values["api_key_env"])
+    return Settings(server_args=server_args, fail_on_regression=fail_on_regression,
+                    api_key=api_key, **values)
+
+
+def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:
+    """The key in ``$name``; a variable named on purpose must be set."""
+    if name != DEFAULT_API_KEY_ENV and not env.get(name, "").strip():
+        raise ConfigError(
+            f"--tokperf-api-key-env {name!r}: the environment variable {name} is not set or "
+            f"empty; export the API key in it, or drop the option"
+        )
+    try:
+        return api_key_from_env(env, name)
+    except ValueError as exc:
+        raise ConfigError(f"--tokperf-api-key-env {name!r}: {exc}") from exc
 
 
 def check_engine_name(engine: str | None, engine_names: tuple[str, ...]) -> None:

@@ -38,6 +38,9 @@ from pytest_tokperf.results import (
 DEFAULT_AGREEMENT_TOLERANCE = 0.05
 """Client and engine decode tok/s must agree within 5% or the result says so."""
 
+CLIENT_COST_FRACTION = 0.25
+"""The client's own time per streamed event, as a share of the mean interval between
+events, from which the result says the client may be setting the pace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,33 @@ def summarize(
     )
 
 
+def client_cost_note(generations: list[Generation]) -> str | None:
+    """A note when the client's own cost per event nears the interval between events.
+
+    Each event is stamped when the read that brought it returns; while the client is
+    busy with earlier events, later ones wait in the socket and are stamped late. At a
+    quarter of the interval that error is no longer small, and near the interval the
+    client, not the engine, sets the measured speed.
+    """
+    shares: list[tuple[float, float, float]] = []
+    for g in generations:
+        times = g.chunk_times_s
+        cost = g.client_s_per_event
+        if cost is None or len(times) < 3 or times[-1] <= times[0]:
+            continue
+        interval = (times[-1] - times[0]) / (len(times) - 1)
+        shares.append((cost / interval, cost, interval))
+    if not shares:
+        return None
+    share, cost, interval = sorted(shares)[len(shares) // 2]
+    if share < CLIENT_COST_FRACTION:
+        return None
+    return (f"client cost: reading and parsing took {cost * 1e6:.1f} us per streamed event, "
+            f"{share:.0%} of the {interval * 1e6:.1f} us between events (median stream): "
+            f"token times carry up to that much client delay, and near 100% the client, not "
+            f"the engine, sets the decode speed; judge the engine's own figure")
+
+
 def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation]:
     """One generation per request, all streams at once when there are several."""
     if len(requests) == 1:
@@ -262,6 +292,7 @@ def run_workload(
         )
     samples: list[Sample] = []
     aggregates: list[float] = []
+    measured: list[Generation] = []
     total = workload.warmup + workload.repetitions
     n = workload.concurrency
     warm = workload.cached_prefix_tokens > 0
@@ -301,6 +332,7 @@ def run_workload(
                      f"TTFT {round_samples[0].ttft_s * 1e3:.0f} ms")
         if index >= workload.warmup:
             samples.extend(round_samples)
+            measured.extend(generations)
             if aggregate is not None:
                 aggregates.append(aggregate)
     result = replace(summarize(workload, info, samples, options.agreement_tolerance),
@@ -310,4 +342,7 @@ def run_workload(
         note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
                 f"{per_stream.median:.1f} tok/s decode per stream")
         result = replace(result, notes=(*result.notes, note))
+    cost = client_cost_note(measured)
+    if cost is not None:
+        result = replace(result, notes=(*result.notes, cost))
     return result

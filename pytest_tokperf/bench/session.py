@@ -21,7 +21,8 @@ from pytest_tokperf.engines.launcher import (
 )
 from pytest_tokperf.engines.launchers import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
-from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
+from pytest_tokperf.engines.wire import not_ready_error
+from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
@@ -111,10 +112,7 @@ class EngineSession:
             engine = self._make(name, s.url, ())
             if not engine.ready():
                 engine.close()
-                raise EngineUnavailable(
-                    f"--tokperf-url {s.url!r} does not answer as a ready {name} "
-                    f"(no 200 from its health endpoint); start the server or fix the URL"
-                )
+                raise not_ready_error(name, engine.base_url)
             return engine
         if name != "llama-server":
             return self._start_other(name)
@@ -215,11 +213,9 @@ class EngineSession:
             engine = self._make(self.settings.engine or "llama-server", url, (("draft_model", name),))
             if not engine.ready():
                 engine.close()
-                raise EngineUnavailable(
-                    f"--tokperf-speculative-url {url!r} does not answer as a ready server; "
-                    f"start the drafting server (llama-server -md DRAFT --spec-type draft-simple) "
-                    f"or fix the URL"
-                )
+                raise not_ready_error(
+                    "server", engine.base_url, "--tokperf-speculative-url", "start the drafting "
+                    "server (llama-server -md DRAFT --spec-type draft-simple) or fix the URL")
             self._drafts[url] = (None, engine)
         return self._drafts[url][1], name
 
@@ -244,7 +240,8 @@ class EngineSession:
         s = self.settings
         model = None if s.model in BUILTIN_MODELS or name == "llama-server" else s.model
         return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
-                             registry=self.registry)
+                             registry=self.registry, idle_timeout_s=s.idle_timeout,
+                             api_key=s.api_key)
 
     def close(self) -> None:
         for server, engine in self._drafts.values():

@@ -5,3 +5,6 @@ Only the names live here, so reading settings costs no HTTP client import.
 
 BUILTIN_ENGINE_NAMES = ("llama-server", "ollama", "vllm", "lmstudio", "mlx", "sglang", "openai")
 """The engines this package ships adapters for (``registry.BUILTIN_ENGINES``' keys)."""
+
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+"""How long a stream may go without a token once tokens flow (``--tokperf-idle-timeout``)."""

@@ -1,18 +1,28 @@
-"""The one Protocol every engine adapter implements, and the shared SSE reader.
+"""The one Protocol every engine adapter implements, and the HTTP client they share.
 
-An adapter speaks one engine's HTTP API with httpx and nothing else: it does not
-start processes (see ``launcher``), compute statistics or store anything. It maps
-``httpx.HTTPError`` to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``.
+An adapter speaks one engine's HTTP API and nothing else: it does not start
+processes (see ``launcher``), compute statistics or store anything. Plain requests go
+through httpx, streams through ``stream.StreamClient`` (a stdlib reader for plain
+http, httpx otherwise); every transport failure becomes ``EngineUnavailable`` or
+``EngineProtocolError`` ``from exc``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from pytest_tokperf.engines.answers import auth_hint, decode_json, error_text
+from pytest_tokperf.engines.credentials import MASK, ApiKey, Endpoint
+from pytest_tokperf.engines.rawhttp import refused_hint
+from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.engines.stream import (
+    MAX_WAIT_S,
+    StreamClient,
+    StreamLimits,
+)
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest
 
@@ -44,19 +54,31 @@ class Engine(Protocol):
 class HttpAdapter:
     """What every built-in adapter holds: its URL, a client without keep-alive, the
     settings tokperf started the engine with, and the model asked for (None: the one
-    the engine serves)."""
+    the engine serves).
+
+    ``base_url`` is shown and stored, so it keeps no credentials: userinfo and query
+    move into what is sent (see ``credentials.Endpoint``), and ``api_key`` becomes an
+    ``Authorization: Bearer`` header. Streams go through ``self._streams``, which
+    bounds each one by the request's timeout and ``idle_timeout_s`` between events.
+    """
 
     def __init__(
         self,
         base_url: str,
         *,
         timeout_s: float = 600.0,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         model: str | None = None,
         settings: tuple[tuple[str, str], ...] = (),
         transport: httpx.BaseTransport | None = None,
+        api_key: ApiKey | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._client = make_client(timeout_s, transport)
+        endpoint = Endpoint.of(base_url, api_key)
+        self.base_url = endpoint.base_url
+        self._client = make_client(timeout_s, transport, endpoint)
+        self._streams = StreamClient(
+            self._client, StreamLimits(idle_s=idle_timeout_s), headers=endpoint.headers,
+            query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None)
         self._settings = settings
         self._model = model
 
@@ -65,55 +87,56 @@ class HttpAdapter:
         self._client.close()
 
 
-def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
+                endpoint: Endpoint | None = None) -> httpx.Client:
     """An httpx client for one engine, without keep-alive.
 
     Engines' embedded HTTP servers close idle or much-used connections on their own
     (llama-server's after a few requests or seconds); reusing such a stale connection
     fails a generation with "Server disconnected without sending a response". A fresh
     loopback connection per request costs well under a millisecond of TTFT.
+
+    With credentials, every answer's body is scrubbed of them before anything reads it,
+    so an engine or proxy that echoes a key into an error cannot put it in a message.
     """
+    endpoint = endpoint or Endpoint("")
+    hooks: dict[str, list[Callable[[httpx.Response], None]]] = {}
+    if endpoint.secrets:
+        hooks["response"] = [_scrubber(endpoint)]
     return httpx.Client(
-        timeout=httpx.Timeout(timeout_s, connect=10.0),
+        timeout=httpx.Timeout(min(timeout_s, MAX_WAIT_S), connect=10.0),
         transport=transport,
         limits=httpx.Limits(max_keepalive_connections=0),
+        headers=dict(endpoint.headers),
+        params=endpoint.params,
+        event_hooks=hooks,
     )
 
 
-def iter_sse_data(response: httpx.Response) -> Iterator[str]:
-    """Yield the ``data:`` payloads of a server-sent-event stream as they arrive.
+class _ScrubbedStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, secrets: tuple[bytes, ...]) -> None:
+        self._inner = inner
+        self._secrets = secrets
 
-    Comment lines (``:`` pings) and other fields are skipped; multi-line data is
-    joined with newlines as the SSE spec says.
-    """
-    buffer: list[str] = []
-    for line in response.iter_lines():
-        if line == "":
-            if buffer:
-                yield "\n".join(buffer)
-                buffer = []
-            continue
-        if line.startswith(":"):
-            continue
-        if line.startswith("data:"):
-            value = line[5:]
-            buffer.append(value[1:] if value.startswith(" ") else value)
-        elif line.startswith("error:"):
-            raise EngineProtocolError(f"the engine sent an SSE error event: {line!r}")
-    if buffer:
-        yield "\n".join(buffer)
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            for secret in self._secrets:
+                if secret in chunk:
+                    chunk = chunk.replace(secret, MASK.encode())
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
 
 
-def decode_json(payload: str, what: str, url: str) -> Any:
-    """Parse one JSON payload or say plainly which engine sent what."""
-    try:
-        return json.loads(payload)
-    except ValueError as exc:
-        snippet = payload[:200]
-        raise EngineProtocolError(
-            f"{url} sent {what} that is not JSON: {snippet!r}. Is this URL really the "
-            f"engine you named? Check --tokperf-url and --tokperf-engine."
-        ) from exc
+def _scrubber(endpoint: Endpoint) -> Callable[[httpx.Response], None]:
+    secrets = tuple(s.encode() for s in endpoint.secrets)
+
+    def hook(response: httpx.Response) -> None:
+        if isinstance(response.stream, httpx.SyncByteStream):
+            response.stream = _ScrubbedStream(response.stream, secrets)
+
+    return hook
 
 
 def get_json(client: httpx.Client, url: str, what: str) -> Any:
@@ -121,9 +144,19 @@ def get_json(client: httpx.Client, url: str, what: str) -> Any:
     try:
         response = client.get(url)
     except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"cannot reach {url} ({what}): {exc}") from exc
+        raise EngineUnavailable(f"cannot reach {url} ({what}): {transport_error(exc, url)}") \
+            from exc
     if response.status_code >= 400:
         raise EngineProtocolError(
-            f"{url} ({what}) answered HTTP {response.status_code}: {response.text[:200]!r}"
+            f"{url} ({what}) answered HTTP {response.status_code}: {error_text(response.text)}"
+            f"{auth_hint(response.status_code)}"
         )
     return decode_json(response.text, what, url)
+
+
+def transport_error(exc: httpx.HTTPError, url: str) -> str:
+    """httpx's words for a failed request; a refused connection says so first."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError) and "refused" in text.lower():
+        return f"connection refused ({refused_hint(url)})"
+    return text

@@ -7,9 +7,14 @@ builds that have it, ``--spec-type draft-simple``: b11434 loads a plain ``-md`` 
 but drafts nothing without a type).
 
 No orphans: the server runs in its own session (a terminal Ctrl-C reaches pytest,
-which stops it in teardown), is stopped at interpreter exit, and on Linux asks the
-kernel to kill it if the parent dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed
-pytest leaves nothing behind.
+which stops it in teardown), is stopped gracefully (SIGTERM, then SIGKILL after a
+grace period) at the end of the session and at interpreter exit, and on Linux asks
+the kernel to SIGKILL it if the parent dies (``PR_SET_PDEATHSIG``), so even a
+SIGKILLed pytest leaves nothing behind. The death signal is SIGKILL, not SIGTERM: a
+dying client drops its connection, llama-server cancels that request, and a SIGTERM
+arriving then can deadlock its signal handler on the server queue's mutex (seen about
+once in ten kills of pytest; the server stayed up holding its port). A dead parent
+has no results left to lose, so nothing is gained by a graceful stop there.
 """
 
 from __future__ import annotations
@@ -141,10 +146,26 @@ def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[st
     return cmd
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+DEATH_SIGNAL = signal.SIGKILL
+"""What the kernel sends a started server when its parent dies (``PR_SET_PDEATHSIG``)."""
+
+
+def _die_with_parent_of(parent: int) -> Callable[[], None]:
+    """The ``preexec_fn`` for a child of ``parent``.
+
+    The death signal follows the thread that forked, so servers are started from the
+    main thread (the fixture and the CLI both do). A parent that died between the fork
+    and ``prctl`` sends nothing: the child then exits at once.
+    """
+
+    def arm() -> None:  # pragma: no cover - runs in the child
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, DEATH_SIGNAL)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                os._exit(1)
+
+    return arm
 
 
 @dataclass(slots=True)
@@ -198,7 +219,7 @@ def start_server(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent_of(os.getpid()),
             )
         except OSError as exc:
             raise EngineUnavailable(f"cannot start {cmd[0]!r}: {exc}") from exc

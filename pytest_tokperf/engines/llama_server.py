@@ -21,10 +21,8 @@ import random
 import re
 from typing import Any
 
-import httpx
-
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.engines.wire import ChunkLog, stream_events, text_prompt
+from pytest_tokperf.engines.wire import ChunkLog, json_field, probe_ready, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
@@ -59,11 +57,8 @@ class LlamaServer(HttpAdapter):
         self._n_vocab: int | None = None
 
     def ready(self) -> bool:
-        try:
-            response = self._client.get(f"{self.base_url}/health", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return probe_ready(self.name, self.base_url, self._client, "/health",
+                           lambda r: json_field(r, "status"), 'no {"status": ...} at GET /health')
 
     def _vocab_size(self) -> int:
         if self._n_vocab is None:
@@ -120,7 +115,7 @@ class LlamaServer(HttpAdapter):
         url = f"{self.base_url}/completion"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        for now, event in stream_events(self._client, url, body, request):
+        for now, event in self._streams.events(url, body, request, stats=log.stats):
             n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
             log.add(now, n, str(event.get("content", "")))
             if event.get("stop"):
@@ -150,7 +145,7 @@ class LlamaServer(HttpAdapter):
         url = f"{self.base_url}/v1/chat/completions"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        for now, event in stream_events(self._client, url, body, request):
+        for now, event in self._streams.events(url, body, request, stats=log.stats):
             choices = event.get("choices")
             first = choices[0] if isinstance(choices, list) and choices else None
             delta = first.get("delta") if isinstance(first, dict) else None

@@ -19,7 +19,8 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import count, error_text, json_object, probe_ready, wrong_engine
+from pytest_tokperf.engines.answers import error_text
+from pytest_tokperf.engines.wire import count, json_object, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo
 

@@ -31,15 +31,14 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.engines.base import HttpAdapter, decode_json, get_json
+from pytest_tokperf.engines.base import HttpAdapter, get_json
+from pytest_tokperf.engines.answers import decode_json, error_text
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
-    error_text,
     json_field,
     json_object,
     probe_ready,
-    stream_events,
     text_prompt,
     wrong_engine,
 )
@@ -291,8 +290,8 @@ class Ollama(HttpAdapter):
         url = f"{self.base_url}/api/generate"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
-        for now, event in stream_events(self._client, url, body, request, self._on_error,
-                                        ndjson=True):
+        for now, event in self._streams.events(url, body, request, self._on_error,
+                                                ndjson=True, stats=log.stats):
             answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
             log.add(now, 1 if answer or thought else 0, thought + answer,
                     reasoning=bool(thought) and not answer)

@@ -25,13 +25,12 @@ from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
-    error_text,
     model_ids,
     number,
     probe_ready,
-    stream_events,
     text_prompt,
 )
+from pytest_tokperf.engines.answers import error_text
 from pytest_tokperf.errors import EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
@@ -150,7 +149,8 @@ class OpenAICompatible(HttpAdapter):
         last: dict[str, Any] = {}
         finish: str | None = None
         seen_tokens = 0
-        for now, event in stream_events(self._client, url, body, request, self._on_error):
+        for now, event in self._streams.events(url, body, request, self._on_error,
+                                                stats=log.stats):
             last = event
             self._fingerprint = event.get("system_fingerprint") or self._fingerprint
             chunk_usage = event.get("usage") if isinstance(event.get("usage"), dict) else None

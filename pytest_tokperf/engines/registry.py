@@ -18,6 +18,8 @@ from types import MappingProxyType
 import httpx
 
 from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.credentials import ApiKey
+from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
 from pytest_tokperf.errors import ConfigError
 
 
@@ -32,7 +34,12 @@ class EngineConfig:
     model: str | None = None
     """The model to ask for, where the engine serves several (Ollama, vLLM, LM Studio)."""
     transport: httpx.BaseTransport | None = None
-    """For tests: an ``httpx.MockTransport`` instead of the network."""
+    """For tests: an ``httpx.MockTransport`` instead of the network (httpx then reads
+    streams too, instead of the stdlib reader)."""
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    """Longest gap between streamed events once they flow (``--tokperf-idle-timeout``)."""
+    api_key: ApiKey | None = None
+    """Sent as ``Authorization: Bearer``; its ``repr`` is masked."""
 
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -47,6 +54,7 @@ def _lazy(module: str, class_name: str, *, takes_model: bool = True) -> EngineFa
         adapter = getattr(importlib.import_module(f"pytest_tokperf.engines.{module}"), class_name)
         extra = {"model": config.model} if takes_model else {}
         engine: Engine = adapter(config.base_url, timeout_s=config.timeout_s,
+                                 idle_timeout_s=config.idle_timeout_s, api_key=config.api_key,
                                  settings=config.settings, transport=config.transport, **extra)
         return engine
 
@@ -99,6 +107,8 @@ class EngineRegistry:
         settings: tuple[tuple[str, str], ...] = (),
         model: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        api_key: ApiKey | None = None,
     ) -> Engine:
         factory = self._factories.get(name)
         if factory is None:
@@ -108,7 +118,8 @@ class EngineRegistry:
                 f"pytest_tokperf_add_engines hook)"
             )
         config = EngineConfig(base_url=base_url.rstrip("/"), timeout_s=timeout_s,
-                              settings=settings, model=model, transport=transport)
+                              settings=settings, model=model, transport=transport,
+                              idle_timeout_s=idle_timeout_s, api_key=api_key)
         engine = factory(config)
         if not isinstance(engine, Engine):
             raise ConfigError(
@@ -142,8 +153,10 @@ def create_engine(
     model: str | None = None,
     transport: httpx.BaseTransport | None = None,
     registry: EngineRegistry | None = None,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    api_key: ApiKey | None = None,
 ) -> Engine:
     """An adapter for engine ``name`` at ``base_url``; ``ConfigError`` for an unknown name."""
     chosen = registry if registry is not None else DEFAULT_REGISTRY
     return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
-                         transport=transport)
+                         transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key)

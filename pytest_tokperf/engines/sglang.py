@@ -20,12 +20,11 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
+from pytest_tokperf.engines.answers import error_text
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,
-    error_text,
     probe_ready,
-    stream_events,
     text_prompt,
     wrong_engine,
 )
@@ -141,7 +140,8 @@ class SGLang(HttpAdapter):
         meta: dict[str, Any] = {}
         seen_text = ""
         seen_tokens = 0
-        for now, event in stream_events(self._client, url, body, request, self._on_error):
+        for now, event in self._streams.events(url, body, request, self._on_error,
+                                                stats=log.stats):
             meta_info = event.get("meta_info")
             meta = meta_info if isinstance(meta_info, dict) else {}
             text = str(event.get("text") or "")

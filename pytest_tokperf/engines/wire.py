@@ -1,29 +1,29 @@
-"""What the text-prompt adapters share: prompt text, error bodies, streamed POSTs.
+"""What the adapters share above the stream: prompt text, identity, the chunk log.
 
 llama-server takes token ids; Ollama, LM Studio, mlx_lm and SGLang take text, so their
 prompts are built here: a salted first line (no prefix cache can serve it) and common
 words after it, about one token each; the engine's own prompt count is what gets
-recorded. Error answers are read in every shape the engines use (``{"error": "..."}``,
-``{"error": {"message": ...}}``, vLLM's flat ``{"object": "error", "message": ...}``,
-an HTML page from a proxy) and ``identify`` says which engine a URL really is, so a
-wrong ``--tokperf-engine`` is named, not guessed at.
+recorded. ``identify`` says which engine a URL really is, so a wrong (or defaulted)
+``--tokperf-engine`` is named with the one that matches, not guessed at; and
+``not_ready_error`` says why an attached URL is not ready (refused, silent, loading).
+Reading streams is ``stream``'s, reading error bodies ``answers``'.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
+import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from pytest_tokperf.engines.base import decode_json, iter_sse_data
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.engines.answers import auth_hint, error_text, html_title, looks_like_html
+from pytest_tokperf.engines.events import StreamStats
+from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
 
 FILLER_WORDS = (
@@ -55,37 +55,6 @@ def text_prompt(n_tokens: int, salt: int) -> str:
     return f"{tag} run {salt}: word list\n{body}"
 
 
-def looks_like_html(text: str) -> bool:
-    head = text.lstrip()[:200].lower()
-    return head.startswith("<!doctype html") or head.startswith("<html") or "<head" in head
-
-
-def html_title(text: str) -> str | None:
-    match = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-    return match.group(1).strip()[:80] if match else None
-
-
-def error_text(body: str) -> str:
-    """The engine's own words from an error body, in any of the usual shapes."""
-    if looks_like_html(body):
-        title = html_title(body)
-        return f"an HTML page{f' titled {title!r}' if title else ''}, not the engine's JSON"
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return repr(body[:200])
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-        for key in ("message", "detail"):
-            if data.get(key):
-                return str(data[key])
-    return repr(body[:200])
-
-
 def _get(client: httpx.Client, url: str) -> httpx.Response | None:
     try:
         return client.get(url, timeout=3.0)
@@ -105,32 +74,59 @@ def _json_dict(response: httpx.Response | None) -> dict[str, Any] | None:
 
 def identify(client: httpx.Client, base_url: str) -> str:
     """Name what answers at ``base_url``, from the endpoints only one engine serves."""
+    return recognize(client, base_url)[0]
+
+
+def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
+    """What answers at ``base_url`` in words, and its ``--tokperf-engine`` name if known."""
     found = _json_dict(_get(client, f"{base_url}/api/version"))
     if found and "version" in found:
-        return f"Ollama {found['version']} (GET /api/version)"
+        return f"Ollama {found['version']} (GET /api/version)", "ollama"
     found = _json_dict(_get(client, f"{base_url}/props"))
     if found and "build_info" in found:
-        return f"llama-server {found['build_info']} (GET /props)"
+        return f"llama-server {found['build_info']} (GET /props)", "llama-server"
     found = _json_dict(_get(client, f"{base_url}/get_model_info"))
     if found and "model_path" in found:
-        return "SGLang (GET /get_model_info)"
+        return "SGLang (GET /get_model_info)", "sglang"
     found = _json_dict(_get(client, f"{base_url}/api/v0/models"))
     if found and isinstance(found.get("data"), list):
-        return "LM Studio (GET /api/v0/models)"
+        return "LM Studio (GET /api/v0/models)", "lmstudio"
     found = _json_dict(_get(client, f"{base_url}/version"))
     if found and "version" in found:
-        return f"vLLM {found['version']} (GET /version)"
+        return f"vLLM {found['version']} (GET /version)", "vllm"
     found = _json_dict(_get(client, f"{base_url}/v1/models"))
     if found and isinstance(found.get("data"), list):
         ids = [str(m.get("id")) for m in found["data"] if isinstance(m, dict)]
-        return f"an OpenAI-compatible server serving {ids!r} (GET /v1/models)"
+        return f"an OpenAI-compatible server serving {ids!r} (GET /v1/models)", "openai"
     response = _get(client, base_url + "/")
     if response is None:
-        return "nothing: the connection failed"
+        return "nothing: the connection failed", None
     if looks_like_html(response.text):
         title = html_title(response.text)
-        return f"a web page{f' titled {title!r}' if title else ''} (HTTP {response.status_code})"
-    return f"HTTP {response.status_code} {response.text[:80]!r} on GET /"
+        return (f"a web page{f' titled {title!r}' if title else ''} "
+                f"(HTTP {response.status_code})"), None
+    return f"HTTP {response.status_code} {response.text[:80]!r} on GET /", None
+
+
+def not_ready_error(engine: str, base_url: str, option: str = "--tokperf-url",
+                    fix: str = "start the server or fix the URL") -> EngineUnavailable:
+    """Why an attached engine is not ready, in words: refused, silent, or still loading."""
+    parts = urlsplit(base_url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=5.0):
+            pass
+    except ConnectionRefusedError:
+        why = f"connection refused: nothing listens on {host}:{port}"
+    except TimeoutError:
+        why = f"no answer from {host}:{port} within 5 s (a firewall, or the wrong host)"
+    except OSError as exc:
+        why = f"cannot connect to {host}:{port}: {exc}"
+    else:
+        why = "it answers, but its health endpoint does not say ready yet (loading a model?)"
+    return EngineUnavailable(
+        f"{option} {base_url!r} does not answer as a ready {engine}: {why}; {fix}"
+    )
 
 
 def probe_ready(
@@ -151,6 +147,10 @@ def probe_ready(
         return False
     if response.status_code == 200 and looks_right(response):
         return True
+    if response.status_code in (401, 403):
+        raise EngineProtocolError(
+            f"{base_url}{path} answered HTTP {response.status_code}: "
+            f"{error_text(response.text)}{auth_hint(response.status_code)}")
     raise wrong_engine(engine, base_url, expected, client)
 
 
@@ -168,11 +168,16 @@ def json_field(response: httpx.Response, key: str, value: object = None) -> bool
 def wrong_engine(
     engine: str, base_url: str, expected: str, client: httpx.Client
 ) -> EngineProtocolError:
-    """The error for a URL that does not answer as ``engine``: names both."""
+    """The error for a URL that does not answer as ``engine``: names both, and the
+    ``--tokperf-engine`` that would match when the other one is known."""
+    what, other = recognize(client, base_url)
+    default = " (the default)" if engine == "llama-server" else ""
+    fix = (f"Pass --tokperf-engine {other} to measure it" if other and other != engine
+           else "Pass the --tokperf-engine that matches it")
     return EngineProtocolError(
-        f"--tokperf-engine {engine!r}: {base_url} does not answer as {engine} ({expected}); "
-        f"it looks like {identify(client, base_url)}. Point --tokperf-url at a {engine} "
-        f"server or pass the --tokperf-engine that matches it."
+        f"--tokperf-engine {engine!r}{default}: {base_url} does not answer as {engine} "
+        f"({expected}); it looks like {what}. {fix}, or point --tokperf-url at a {engine} "
+        f"server."
     )
 
 
@@ -183,89 +188,10 @@ def model_ids(payload: Any) -> list[str]:
     return [str(m["id"]) for m in payload["data"] if isinstance(m, dict) and "id" in m]
 
 
-def too_slow(url: str, request: GenerationRequest) -> EngineUnavailable:
-    return EngineUnavailable(
-        f"{url} did not finish {request.generate_tokens} tokens within "
-        f"{request.timeout_s:g} s; raise --tokperf-request-timeout or use a smaller model"
-    )
-
-
-@contextmanager
-def stream_post(
-    client: httpx.Client,
-    url: str,
-    body: dict[str, Any],
-    request: GenerationRequest,
-    on_error: Callable[[int, str], EngineError | None] | None = None,
-) -> Iterator[httpx.Response]:
-    """POST ``body`` and yield the streaming response; every failure becomes ours.
-
-    ``on_error(status, body)`` may turn an HTTP error into a more specific error (an
-    unknown model, say); otherwise the message quotes the engine's own words.
-    """
-    try:
-        with client.stream("POST", url, json=body, timeout=request.timeout_s) as response:
-            if response.status_code >= 400:
-                text = response.read().decode("utf-8", errors="replace")
-                specific = on_error(response.status_code, text) if on_error else None
-                raise specific or EngineProtocolError(
-                    f"{url} answered HTTP {response.status_code}: {error_text(text)}"
-                )
-            kind = response.headers.get("content-type", "")
-            if "text/html" in kind:
-                text = response.read().decode("utf-8", errors="replace")
-                raise EngineProtocolError(
-                    f"{url} answered with {error_text(text)}; is --tokperf-url the engine "
-                    f"itself and not a proxy or web UI?"
-                )
-            if kind.startswith("application/json"):
-                text = response.read().decode("utf-8", errors="replace")
-                raise EngineProtocolError(
-                    f"{url} answered one JSON document, not a stream ({error_text(text)}); "
-                    f"does this server support streaming on this endpoint?"
-                )
-            yield response
-    except httpx.TimeoutException as exc:
-        raise too_slow(url, request) from exc
-    except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
-
-
-def stream_events(
-    client: httpx.Client,
-    url: str,
-    body: dict[str, Any],
-    request: GenerationRequest,
-    on_error: Callable[[int, str], EngineError | None] | None = None,
-    *,
-    ndjson: bool = False,
-) -> Iterator[tuple[float, dict[str, Any]]]:
-    """POST ``body`` and yield each streamed JSON object with its client arrival time.
-
-    SSE ``data:`` payloads until ``[DONE]`` or the end of the stream, or NDJSON lines
-    (Ollama). A payload that is not an object, or an error object mid-stream
-    (``{"error": ...}``, vLLM's ``{"object": "error"}``), raises with the engine's words.
-    """
-    what = "line" if ndjson else "event"
-    with stream_post(client, url, body, request, on_error) as response:
-        payloads = ((line for line in response.iter_lines() if line.strip()) if ndjson
-                    else iter_sse_data(response))
-        for payload in payloads:
-            now = time.perf_counter()
-            if not ndjson and payload.strip() == "[DONE]":
-                return
-            event = decode_json(payload, "an NDJSON line" if ndjson else "a stream event", url)
-            if not isinstance(event, dict):
-                raise EngineProtocolError(f"{url} sent a non-object {what}: {event!r:.200}")
-            if "error" in event or event.get("object") == "error":
-                raise EngineProtocolError(f"{url} reported an error mid-stream: "
-                                          f"{error_text(payload)}")
-            yield now, event
-
-
 @dataclass
 class ChunkLog:
-    """Client arrival times and token counts of the chunks that carried content."""
+    """Client arrival times and token counts of the chunks that carried content, and
+    what reading them cost the client (``stats``, filled by the stream)."""
 
     request: GenerationRequest | None = None
     url: str = ""
@@ -274,15 +200,10 @@ class ChunkLog:
     tokens: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     reasoning: list[bool] = field(default_factory=list)
+    stats: StreamStats = field(default_factory=StreamStats)
 
     def add(self, now_s: float, n_tokens: int, text: str, reasoning: bool = False) -> None:
-        """Record one event; past the request's deadline the generation has failed.
-
-        httpx's read timeout bounds the gap between bytes, not the whole stream, so
-        the total ``request.timeout_s`` is enforced here, as events arrive.
-        """
-        if self.request is not None and now_s - self.sent_s > self.request.timeout_s:
-            raise too_slow(self.url, self.request)
+        """Record one event (the stream has already held it to the request's limits)."""
         if text:
             self.text.append(text)
         if n_tokens > 0:
@@ -306,6 +227,7 @@ class ChunkLog:
             stop_reason=stop_reason,
             engine=engine,
             chunk_reasoning=tuple(self.reasoning) if any(self.reasoning) else (),
+            client_s_per_event=self.stats.busy_s_per_event,
         )
 
 

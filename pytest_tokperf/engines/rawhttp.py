@@ -1,0 +1,211 @@
+"""The smallest HTTP/1.1 client that can read a token stream fast and with bounded cost.
+
+One POST per connection (``Connection: close``, as the adapters' httpx clients keep
+no connection alive either), the answer framed by chunked transfer encoding, a
+``Content-Length`` or the end of the connection. Every blocking step (connect, send,
+each read) is given a timeout by the caller's ``wait_s(now)``, which raises once a
+limit has passed, so no read outlives the stream's deadline or idle limit. The status
+line and headers are capped at 64 KiB and a chunk-size line at 4 KiB; body data is
+handed on as it arrives, never buffered whole.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+CONNECT_TIMEOUT_S = 10.0
+MAX_HEAD_BYTES = 64 << 10
+MAX_SIZE_LINE = 4096
+READ_BYTES = 256 << 10
+USER_AGENT = "pytest-tokperf"
+
+WaitS = Callable[[float], float]
+"""``wait_s(now)``: how long the next blocking step may take; raises past a limit."""
+
+
+class MalformedResponse(ValueError):
+    """The bytes are not an HTTP/1.x response (or not a well-formed one)."""
+
+
+def refused_hint(url: str) -> str:
+    parts = urlsplit(url)
+    return (f"nothing listens on {parts.hostname}:{parts.port or 80}; start the engine there, "
+            f"or fix --tokperf-url")
+
+
+class RawResponse:
+    """A response whose head is read; ``read`` hands on body data as it arrives."""
+
+    __slots__ = ("status", "headers", "_sock", "_buf", "_mode", "_left", "_pending", "_ended")
+
+    def __init__(self, sock: socket.socket, status: int, headers: dict[str, str],
+                 leftover: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self._sock = sock
+        self._buf = leftover
+        self._pending = b""
+        self._ended = False
+        self._left = -1
+        """Chunked: data bytes left in this chunk; -1 a size line is next, -2 its CRLF."""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._mode = "chunked"
+        elif "content-length" in headers:
+            self._mode = "length"
+            try:
+                self._left = int(headers["content-length"])
+            except ValueError as exc:
+                raise MalformedResponse(
+                    f"Content-Length {headers['content-length']!r} is not a number") from exc
+            self._ended = self._left <= 0
+        else:
+            self._mode = "close"
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    def read(self, timeout_s: float) -> bytes | None:
+        """The next body bytes (possibly empty), or None once the body has ended."""
+        if self._ended:
+            return None
+        if self._buf:
+            raw, self._buf = self._buf, b""
+        else:
+            self._sock.settimeout(timeout_s)
+            raw = self._sock.recv(READ_BYTES)
+            if not raw:
+                if self._mode == "close":
+                    self._ended = True
+                    return None
+                raise ConnectionResetError(
+                    "the server closed the connection in the middle of the response body")
+        if self._mode == "chunked":
+            return self._dechunk(raw)
+        if self._mode == "length":
+            raw = raw[:self._left]
+            self._left -= len(raw)
+            self._ended = self._left <= 0
+        return raw
+
+    def _dechunk(self, raw: bytes) -> bytes:
+        if self._pending:
+            raw, self._pending = self._pending + raw, b""
+        out: list[bytes] = []
+        pos, n, left = 0, len(raw), self._left
+        while pos < n:
+            if left > 0:
+                end = pos + left
+                if end > n:
+                    out.append(raw[pos:])
+                    left -= n - pos
+                    break
+                out.append(raw[pos:end])
+                pos, left = end, -2
+            elif left == -2:
+                if n - pos < 2:
+                    self._pending = raw[pos:]
+                    break
+                if raw[pos:pos + 2] != b"\r\n":
+                    raise MalformedResponse("a chunk does not end with CRLF")
+                pos, left = pos + 2, -1
+            else:
+                nl = raw.find(b"\n", pos)
+                if nl < 0:
+                    if n - pos > MAX_SIZE_LINE:
+                        raise MalformedResponse("a chunk-size line longer than 4 KiB")
+                    self._pending = raw[pos:]
+                    break
+                line = raw[pos:nl].split(b";", 1)[0]
+                try:
+                    size = int(line, 16)
+                except ValueError as exc:
+                    raise MalformedResponse(f"chunk size {line[:40]!r} is not hexadecimal") \
+                        from exc
+                if size < 0:
+                    raise MalformedResponse(f"chunk size {line[:40]!r} is negative")
+                pos = nl + 1
+                if size == 0:
+                    self._ended = True
+                    break
+                left = size
+        self._left = left
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def read_all(self, cap: int, wait_s: WaitS) -> str:
+        """Up to ``cap`` bytes of what is left of the body, as text (for error messages)."""
+        parts: list[bytes] = []
+        size = 0
+        while size < cap:
+            block = self.read(wait_s(time.perf_counter()))
+            if block is None:
+                break
+            parts.append(block)
+            size += len(block)
+        return b"".join(parts)[:cap].decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS
+             ) -> RawResponse:
+    """POST ``body`` as JSON to ``url`` and read the answer's status line and headers."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or 80
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    authority = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    lines = [f"POST {target} HTTP/1.1", f"Host: {authority}", f"User-Agent: {USER_AGENT}",
+             "Accept: text/event-stream, application/x-ndjson, application/json",
+             "Accept-Encoding: identity", "Content-Type: application/json",
+             f"Content-Length: {len(body)}", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    sock = socket.create_connection(
+        (host, port), timeout=min(CONNECT_TIMEOUT_S, wait_s(time.perf_counter())))
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(wait_s(time.perf_counter()))
+        sock.sendall(request)
+        buf = b""
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                status, fields = _parse_head(buf[:end])
+                buf = buf[end + 4:]
+                if 100 <= status < 200:
+                    continue
+                return RawResponse(sock, status, fields, buf)
+            if len(buf) > MAX_HEAD_BYTES:
+                raise MalformedResponse("a status line and headers longer than 64 KiB")
+            sock.settimeout(wait_s(time.perf_counter()))
+            more = sock.recv(READ_BYTES)
+            if not more:
+                raise ConnectionResetError("the server closed the connection without answering")
+            buf += more
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code = rest[:3]
+    if not version.startswith("HTTP/1.") or not code.isdigit():
+        raise MalformedResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise MalformedResponse(f"a header line without ':': {line[:80]!r}")
+        key = name.strip().lower()
+        fields[key] = f"{fields[key]}, {value.strip()}" if key in fields else value.strip()
+    return int(code), fields

@@ -1,0 +1,357 @@
+"""Streamed generations read with a bounded cost: a deadline, an idle limit, a size cap.
+
+Every stream obeys three limits, whatever the server does:
+- the request's ``timeout_s`` (``--tokperf-request-timeout``) is a wall-clock deadline
+  from the request to the last event, enforced while bytes arrive (keep-alive comments,
+  a slow drip) and while none do (every socket read may block only until the nearest
+  limit; on the httpx path a watchdog shuts the socket down);
+- once the first event has arrived, ``idle_s`` (``--tokperf-idle-timeout``) bounds the
+  gap between events: comments and partial lines do not count, so a server that stops
+  generating but pings every second ends with "no token for N s";
+- a line or an event may not exceed ``max_event_bytes``: an endless line is refused,
+  it never grows memory without bound.
+
+Two readers share one event parser. The stdlib reader (``http.client``-free: a socket,
+a chunked decoder and ``bytes.split``) is the hot path for plain-http engines without a
+proxy: httpx/h11 spend several microseconds on each HTTP chunk, and llama-server sends
+one chunk per token (``benchmarks/bench_client.py`` measures both). httpx reads the
+rest (https, proxies from the environment, a test's ``transport``). Both map every
+transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
+each event with the arrival time of the read that completed it, and add the time the
+client spends between reads (parsing, the adapter's bookkeeping) to ``StreamStats``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.engines.answers import auth_hint, error_text
+from pytest_tokperf.engines.events import EventParser, StreamStats, decode_event
+from pytest_tokperf.engines.rawhttp import MalformedResponse, RawResponse, open_raw, refused_hint
+from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.results import GenerationRequest
+
+"""Seconds without a new event, once events flow, before a stream counts as stalled."""
+
+MAX_EVENT_BYTES = 8 << 20
+"""The longest line or event accepted. llama-server's final event repeats the prompt's
+text, about 5 bytes per token: 8 MiB holds a 1M-token context."""
+
+MAX_ERROR_BYTES = 64 << 10
+"""How much of an error answer is read to quote it."""
+
+MAX_WAIT_S = 86400.0
+"""The longest one read may block (a socket timeout must be finite, a limit need not)."""
+
+OnError = Callable[[int, str], EngineError | None]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
+    max_event_bytes: int = MAX_EVENT_BYTES
+
+
+class _Clock:
+    """The limits of one stream, on the monotonic clock."""
+
+    __slots__ = ("url", "request", "idle_s", "sent_s", "deadline_s", "last_event_s", "stats")
+
+    def __init__(self, url: str, request: GenerationRequest, limits: StreamLimits,
+                 stats: StreamStats) -> None:
+        self.url = url
+        self.request = request
+        self.idle_s = limits.idle_s
+        self.sent_s = time.perf_counter()
+        self.deadline_s = self.sent_s + request.timeout_s
+        self.last_event_s: float | None = None
+        self.stats = stats
+
+    def wait_s(self, now: float) -> float:
+        """How long the next read may block; past a limit, the error that says which."""
+        left = self.deadline_s - now
+        if self.last_event_s is not None:
+            left = min(left, self.last_event_s + self.idle_s - now)
+        if left <= 0:
+            raise self.expired(now)
+        return min(left, MAX_WAIT_S)
+
+    def expired(self, now: float) -> EngineUnavailable:
+        """The error for the limit that bound the last wait: the idle limit when it ends
+        before the deadline, else the deadline."""
+        stats, request = self.stats, self.request
+        pings = (f"; meanwhile the server sent only {stats.comments} keep-alive comment(s)"
+                 if stats.comments else "")
+        last = self.last_event_s
+        if last is not None and last + self.idle_s < self.deadline_s:
+            return EngineUnavailable(
+                f"{self.url}: no token for {self.idle_s:g} s (--tokperf-idle-timeout) after "
+                f"{stats.events} streamed events of {request.generate_tokens} tokens asked "
+                f"for{pings}: the engine stalled mid-generation. If it legitimately pauses "
+                f"longer between tokens, raise --tokperf-idle-timeout"
+            )
+        if last is None:
+            return EngineUnavailable(
+                f"{self.url}: no token within {request.timeout_s:g} s of the request "
+                f"(--tokperf-request-timeout){pings}: the engine is stuck, or prefill of "
+                f"{request.prompt_tokens} prompt tokens takes longer; raise "
+                f"--tokperf-request-timeout for long prompts or slow hardware"
+            )
+        return EngineUnavailable(
+            f"{self.url} did not finish {request.generate_tokens} tokens within "
+            f"{request.timeout_s:g} s; raise --tokperf-request-timeout or use a smaller model "
+            f"({stats.events} events had arrived, the last {now - last:.1f} s before the "
+            f"deadline{pings})"
+        )
+
+
+# -- events ----------------------------------------------------------------------------
+
+
+def _check_answer(url: str, status: int, content_type: str, body: Callable[[], str],
+                  on_error: OnError | None) -> None:
+    """Refuse an error status, an HTML page or one JSON document before streaming."""
+    if status >= 400:
+        text = body()
+        specific = on_error(status, text) if on_error else None
+        raise specific or EngineProtocolError(
+            f"{url} answered HTTP {status}: {error_text(text)}{auth_hint(status)}")
+    if "text/html" in content_type:
+        raise EngineProtocolError(
+            f"{url} answered with {error_text(body())}; is --tokperf-url the engine itself "
+            f"and not a proxy or web UI?")
+    if content_type.startswith("application/json"):
+        raise EngineProtocolError(
+            f"{url} answered one JSON document, not a stream ({error_text(body())}); does "
+            f"this server support streaming on this endpoint?")
+
+
+# -- the client ------------------------------------------------------------------------
+
+
+def _proxied(url: str) -> bool:
+    """True when httpx would send ``url`` through a proxy from the environment."""
+    proxies = urllib.request.getproxies_environment()
+    scheme = urlsplit(url).scheme
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    host = urlsplit(url).hostname or ""
+    return not urllib.request.proxy_bypass(host)
+
+
+@dataclass
+class StreamClient:
+    """How one adapter streams: its httpx client, the headers and query it must send,
+    the limits, and whether the stdlib reader may take plain-http streams."""
+
+    client: httpx.Client
+    limits: StreamLimits = field(default_factory=StreamLimits)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    query: str = field(default="", repr=False)
+    scrub: Callable[[str], str] = field(default=str, repr=False)
+    stdlib: bool = True
+    _direct: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def events(self, url: str, body: dict[str, Any], request: GenerationRequest,
+               on_error: OnError | None = None, *, ndjson: bool = False,
+               stats: StreamStats | None = None) -> Iterator[tuple[float, dict[str, Any]]]:
+        """POST ``body`` and yield each streamed JSON object with its arrival time.
+
+        SSE ``data:`` payloads until ``[DONE]`` or the end of the stream, or NDJSON lines
+        (Ollama). A payload that is not an object, or an error object mid-stream
+        (``{"error": ...}``, vLLM's ``{"object": "error"}``), raises with the engine's words.
+        """
+        stats = stats if stats is not None else StreamStats()
+        clock = _Clock(url, request, self.limits, stats)
+        parser = EventParser(ndjson, url, self.limits.max_event_bytes, stats)
+        reader = self._stdlib if self._stdlib_for(url) else self._httpx
+        try:
+            yield from reader(url, body, clock, parser, on_error)
+        except EngineError as exc:
+            message = self.scrub(str(exc))
+            if message != str(exc):
+                raise type(exc)(message) from exc.__cause__
+            raise
+
+    def _stdlib_for(self, url: str) -> bool:
+        """Plain http without a proxy from the environment: the stdlib reader's case."""
+        if not self.stdlib or not url.startswith("http://"):
+            return False
+        netloc = urlsplit(url).netloc
+        if netloc not in self._direct:
+            self._direct[netloc] = not _proxied(url)
+        return self._direct[netloc]
+
+    # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
+
+    def _stdlib(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
+                on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
+        target = url + (("&" if "?" in url else "?") + self.query if self.query else "")
+        data = json.dumps(body).encode()
+        response: RawResponse | None = None
+        try:
+            response = open_raw(target, data, self.headers, clock.wait_s)
+            _check_answer(url, response.status, response.content_type,
+                          lambda: self.scrub(response.read_all(MAX_ERROR_BYTES, clock.wait_s)
+                                             if response else ""), on_error)
+            stats = clock.stats
+            perf = time.perf_counter
+            feed, read, ndjson = parser.feed, response.read, parser.ndjson
+            arrived = perf()
+            while True:
+                now = perf()
+                stats.busy_s += now - arrived
+                block = read(clock.wait_s(now))
+                arrived = perf()
+                if block is None:
+                    break
+                payloads = feed(block)
+                if payloads:
+                    stats.events += len(payloads)
+                    clock.last_event_s = arrived
+                    for payload in payloads:
+                        event = decode_event(payload, url, ndjson)
+                        if event is None:
+                            return
+                        yield arrived, event
+            for payload in parser.end():
+                stats.events += 1
+                event = decode_event(payload, url, ndjson)
+                if event is None:
+                    return
+                yield arrived, event
+        except TimeoutError as exc:
+            now = time.perf_counter()
+            if response is None and now + 0.05 < clock.deadline_s:
+                raise EngineUnavailable(f"cannot reach {url}: the connection timed out") from exc
+            raise clock.expired(now) from exc
+        except MalformedResponse as exc:
+            raise EngineProtocolError(f"{url} sent a malformed HTTP response: {exc}") from exc
+        except OSError as exc:
+            raise self._lost(url, exc, response is not None) from exc
+        finally:
+            if response is not None:
+                response.close()
+
+    @staticmethod
+    def _lost(url: str, exc: BaseException, connected: bool) -> EngineUnavailable:
+        if isinstance(exc, ConnectionRefusedError):
+            return EngineUnavailable(f"cannot reach {url}: connection refused "
+                                     f"({refused_hint(url)})")
+        if not connected:
+            return EngineUnavailable(f"cannot reach {url}: {exc}")
+        return EngineUnavailable(f"lost {url} during generation: {exc}")
+
+    # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
+
+    def _httpx(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
+               on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
+        watchdog = _Watchdog(clock)
+        try:
+            timeout = httpx.Timeout(min(clock.request.timeout_s, MAX_WAIT_S), connect=10.0)
+            with self.client.stream("POST", url, json=body, timeout=timeout) as response:
+                watchdog.watch(response)
+                _check_answer(url, response.status_code,
+                              response.headers.get("content-type", ""),
+                              lambda: self.scrub(_read_capped(response)), on_error)
+                stats = clock.stats
+                perf = time.perf_counter
+                arrived = perf()
+                for block in response.iter_bytes():
+                    arrived = perf()
+                    clock.wait_s(arrived)
+                    payloads = parser.feed(block)
+                    if payloads:
+                        stats.events += len(payloads)
+                        clock.last_event_s = arrived
+                        for payload in payloads:
+                            event = decode_event(payload, url, parser.ndjson)
+                            if event is None:
+                                return
+                            yield arrived, event
+                    stats.busy_s += perf() - arrived
+                for payload in parser.end():
+                    stats.events += 1
+                    event = decode_event(payload, url, parser.ndjson)
+                    if event is None:
+                        return
+                    yield arrived, event
+        except httpx.ConnectTimeout as exc:
+            raise EngineUnavailable(f"cannot reach {url}: the connection timed out") from exc
+        except httpx.TimeoutException as exc:
+            raise clock.expired(time.perf_counter()) from exc
+        except httpx.ConnectError as exc:
+            refused = "refused" in str(exc).lower()
+            raise EngineUnavailable(
+                f"cannot reach {url}: " + (f"connection refused ({refused_hint(url)})" if refused
+                                           else str(exc))) from exc
+        except httpx.HTTPError as exc:
+            if watchdog.fired:
+                raise clock.expired(time.perf_counter()) from exc
+            raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+        finally:
+            watchdog.stop()
+
+
+def _read_capped(response: httpx.Response) -> str:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= MAX_ERROR_BYTES:
+            break
+    return b"".join(chunks)[:MAX_ERROR_BYTES].decode("utf-8", errors="replace")
+
+
+class _Watchdog:
+    """Shuts an httpx stream's socket down once a limit passes, waking a blocked read.
+
+    httpx's read timeout restarts on every byte, so it bounds neither a stream of
+    keep-alive comments nor the total; closing a socket from another thread does not
+    wake a blocked ``recv`` on Linux, ``shutdown`` does.
+    """
+
+    def __init__(self, clock: _Clock) -> None:
+        self._clock = clock
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.fired = False
+
+    def watch(self, response: httpx.Response) -> None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        self._thread = threading.Thread(target=self._run, args=(response, sock), daemon=True,
+                                        name="tokperf-stream-watchdog")
+        self._thread.start()
+
+    def _run(self, response: httpx.Response, sock: socket.socket | None) -> None:
+        while True:
+            try:
+                wait = self._clock.wait_s(time.perf_counter())
+            except EngineError:
+                break
+            if self._done.wait(min(wait, 1.0)):
+                return
+        self.fired = True
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+            else:
+                response.close()
+        except (OSError, RuntimeError, httpx.HTTPError):
+            pass
+
+    def stop(self) -> None:
+        self._done.set()

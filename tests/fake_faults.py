@@ -1,0 +1,124 @@
+"""A llama-server on 127.0.0.1 that misbehaves on purpose, for the fault-injection tests.
+
+``FakeFaultyLlama(mode)`` answers ``/health``, ``/v1/models`` and ``/props`` like
+llama-server and streams ``/completion`` in one of these ways:
+
+- ``ok``: a normal stream of ``n_predict`` tokens and the final ``stop`` event;
+- ``pings``: a few tokens, then an SSE comment (``: ping``) every 0.1 s, forever
+  (mlx_lm and proxies keep idle streams alive this way);
+- ``pings_only``: the response head, then only comments;
+- ``endless``: a few tokens, then one ``data:`` line that never ends, 64 KiB at a time;
+- ``drip``: a few tokens, then the next event one byte every 50 ms, forever;
+- ``stall``: a few tokens, then silence with the connection open;
+- ``stall_first``: the response head, then silence;
+- ``silent``: the request is read, no response head ever comes;
+- ``echo_error``: a few tokens, then an error event quoting the request's
+  ``Authorization`` header (as a careless proxy might).
+
+With ``api_key`` set, a request without ``Authorization: Bearer <key>`` gets
+llama-server's 401, whose message here quotes the header it got. Every endless mode
+stops when the client hangs up or the fake is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from fake_http import FakeServer, Handler
+
+PREFIX_TOKENS = 3
+
+
+def token_event(i: int) -> dict[str, Any]:
+    return {"index": 0, "content": f" t{i}", "tokens": [300 + i], "stop": False,
+            "id_slot": -1, "tokens_predicted": i + 1, "tokens_evaluated": 4}
+
+
+def final_event(n: int) -> dict[str, Any]:
+    return {"index": 0, "content": "", "tokens": [], "stop": True, "stop_type": "limit",
+            "tokens_predicted": n, "tokens_evaluated": 4,
+            "timings": {"cache_n": 0, "prompt_n": 4, "prompt_ms": 1.0, "predicted_n": n,
+                        "predicted_ms": float(n)}}
+
+
+class FakeFaultyLlama(FakeServer):
+    def __init__(self, mode: str = "ok", api_key: str | None = None) -> None:
+        super().__init__(mode)
+        self.api_key = api_key
+        self.closing = threading.Event()
+        self.authorizations: list[str | None] = []
+
+    def __exit__(self, *exc: object) -> None:
+        self.closing.set()
+        super().__exit__(*exc)
+
+    def _authorized(self, h: Handler) -> bool:
+        got = h.headers.get("Authorization")
+        self.authorizations.append(got)
+        if self.api_key is None or got == f"Bearer {self.api_key}":
+            return True
+        h.send_json(401, {"error": {"code": 401, "type": "authentication_error",
+                                    "message": f"Invalid API Key (got {got!r})"}})
+        return False
+
+    def get_health(self, h: Handler, body: Any) -> None:
+        h.send_json(200, {"status": "ok"})
+
+    def get_v1_models(self, h: Handler, body: Any) -> None:
+        if self._authorized(h):
+            h.send_json(200, {"object": "list", "data": [{"id": "fake.gguf",
+                                                          "meta": {"n_vocab": 1000}}]})
+
+    def get_props(self, h: Handler, body: Any) -> None:
+        if self._authorized(h):
+            h.send_json(200, {"build_info": "b11434-fake", "model_path": "/m/fake.gguf",
+                              "total_slots": 1,
+                              "default_generation_settings": {"n_ctx": 2048}})
+
+    def post_completion(self, h: Handler, body: Any) -> None:
+        if not self._authorized(h):
+            return
+        if self.mode == "silent":
+            self.closing.wait(60)
+            return
+        h.start_stream("text/event-stream")
+        try:
+            self._stream(h, int(body.get("n_predict", 8)))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up, as it should
+
+    def _stream(self, h: Handler, n: int) -> None:
+        mode, wait = self.mode, self.closing.wait
+        if mode == "stall_first":
+            wait(60)
+            return
+        if mode == "pings_only":
+            while not wait(0.1):
+                h.chunk(": ping\n\n")
+            return
+        for i in range(n if mode == "ok" else PREFIX_TOKENS):
+            h.sse(token_event(i))
+        if mode == "ok":
+            h.sse(final_event(n))
+            h.end_stream()
+        elif mode == "pings":
+            while not wait(0.1):
+                h.chunk(": ping\n\n")
+        elif mode == "endless":
+            h.chunk('data: {"content": "')
+            block = "x" * (64 << 10)
+            while not self.closing.is_set():
+                h.chunk(block)
+        elif mode == "drip":
+            event = f"data: {json.dumps(token_event(PREFIX_TOKENS))}\n\n"
+            i = 0
+            while not wait(0.05):
+                h.chunk(event[i % len(event)])
+                i += 1
+        elif mode == "stall":
+            wait(60)
+        elif mode == "echo_error":
+            h.sse({"error": {"message": f"upstream refused {h.headers.get('Authorization')}"}})
+            h.end_stream()
