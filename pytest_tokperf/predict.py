@@ -70,7 +70,7 @@ def _resolve(
     suggestion = f"; close catalog names: {', '.join(close)}" if close else ""
     raise ConfigError(
         f"hardware {hardware!r} does not name one row of the hardware catalog "
-        f"(db/hardware.csv){suggestion}; "
+        f"(db/hardware.csv, shipped in the package){suggestion}; "
         "or give the bandwidth itself, e.g. '1008GB/s'"
     )
 

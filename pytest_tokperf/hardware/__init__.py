@@ -1,7 +1,7 @@
 """Hardware detection: which device runs the engine and how fast its memory is.
 
 Providers (NVML, Apple, Linux CPU) each return a ``HardwareInfo`` or None; the spec
-catalog lives in ``db/hardware.csv``; the probe measures read bandwidth with numpy.
+catalog ships in the package as ``hardware.csv`` (``db/hardware.csv`` links to it); the probe measures read bandwidth with numpy.
 """
 
 from __future__ import annotations
