@@ -33,7 +33,7 @@ from typing import Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.hardware.units import format_bandwidth, format_gb
-from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
+from pytest_tokperf.results import Bandwidth, BenchResult, Ceiling, Footprint
 
 EfficiencyStatus = Literal["pass", "fail", "suspect"]
 SUSPECT_ABOVE = 1.15
@@ -140,6 +140,16 @@ def efficiency(measured_tokens_per_s: float, ceiling: Ceiling) -> float:
     """Measured decode as a fraction of the ceiling (0.48 = 48%)."""
     _require_measured("decode tokens/s", measured_tokens_per_s)
     return measured_tokens_per_s / ceiling.decode_tokens_per_s
+
+
+def decode_efficiency(result: BenchResult, ceiling: Ceiling | None) -> float | None:
+    """A result's efficiency: its median decode over the ceiling; None when either is unknown.
+
+    The one definition every consumer uses (fixture, recorder, table, reports).
+    """
+    if ceiling is None or result.decode_tokens_per_s is None:
+        return None
+    return efficiency(result.decode_tokens_per_s.median, ceiling)
 
 
 def check_efficiency(

@@ -9,35 +9,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from pytest_tokperf import settings as settings_mod
-from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args
-from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
-from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, SpeculativeOutcome, TokBench, TokBenchResult
-from pytest_tokperf.bench.gate import Baseline, GateFinding, describe, judge, parse_baseline
-from pytest_tokperf.bench.measure import MeasureOptions
-from pytest_tokperf.bench.recorder import Recorder
-from pytest_tokperf.report.table import Row, summary_table
-from pytest_tokperf.report.formats import junit_properties
-from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
+
+if TYPE_CHECKING:
+    from pytest_tokperf.bench.fixture import SpeculativeOutcome, TokBench, TokBenchResult
+    from pytest_tokperf.bench.gate import GateFinding
+    from pytest_tokperf.bench.run import BenchRun, Recorded
+    from pytest_tokperf.report.table import Row
 
 
 @dataclass
 class PluginState:
     settings: Settings
-    session: EngineSession
-    recorder: Recorder
-    ceilings: CeilingSource
-    baseline: Baseline
-    rows: list[Row] = field(default_factory=list)
-    findings: list[GateFinding] = field(default_factory=list)
+    run: BenchRun | None
+    """The run (engine session, ceilings, store, gate); None when no engine is configured."""
+    recorded: list[Recorded] = field(default_factory=list)
 
 
 STATE = pytest.StashKey[PluginState]()
@@ -89,10 +83,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "tokperf(repetitions=N, warmup=N, min_efficiency=F, prompt_tokens=N, generate_tokens=N, "
-        "depth_tokens=N, concurrency=N, cached_prefix_tokens=N): per-test settings and "
-        "workload defaults for tok_bench",
+        "depth_tokens=N, concurrency=N, cached_prefix_tokens=N, chat=BOOL): per-test settings "
+        "and workload defaults for tok_bench",
     )
+    from pytest_tokperf.engines.registry import EngineRegistry
+
     registry = EngineRegistry()
+    run = None
     try:
         config.hook.pytest_tokperf_add_engines(register=registry.register)
         settings = settings_mod.resolve(
@@ -105,50 +102,32 @@ def pytest_configure(config: pytest.Config) -> None:
                                     or config.getini("tokperf_fail_on_regression")),
             engine_names=registry.names(),
         )
-        baseline = parse_baseline(settings.baseline)
-        if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
-            from pytest_tokperf.engines.launcher import resolve_server_binary
+        if settings.active:
+            from pytest_tokperf.bench.run import BenchRun
 
-            resolve_server_binary(settings.server_bin)
-            if settings.model not in BUILTIN_MODELS:
-                check_model_file(Path(settings.model).expanduser(),
-                                 source=f"--tokperf-model {settings.model!r}")
-        recorder = Recorder.open(settings.db) if settings.active else Recorder.disabled()
+            run = BenchRun.open(settings, log_dir=_project_dir(config) / ".tokperf" / "logs",
+                                registry=registry, pytest_version=pytest.__version__)
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
-    log_dir = _project_dir(config) / ".tokperf" / "logs"
-    session = EngineSession(settings=settings, log_dir=log_dir, registry=registry)
-    ceilings = CeilingSource(
-        explicit_bandwidth=settings.bandwidth,
-        threads=settings.threads,
-        kv_type=kv_type_from_args(settings.server_args),
-    )
-    config.stash[STATE] = PluginState(
-        settings=settings, session=session, recorder=recorder, ceilings=ceilings,
-        baseline=baseline,
-    )
+    config.stash[STATE] = PluginState(settings=settings, run=run)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None:
-        return
-    try:
-        state.session.close()
-    finally:
-        state.recorder.close()
+    if state is not None and state.run is not None:
+        state.run.close()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
-    if state is None or not state.settings.active:
+    if state is None or state.run is None:
         return []
     from pytest_tokperf.hardware.units import format_bandwidth
 
-    s = state.settings
+    s, run = state.settings, state.run
     db = str(s.db) if s.db else "off"
-    lines = [f"tokperf: engine {s.engine}, {_engine_line(state)}; results db {db}"]
-    hw = state.ceilings.detect()
+    lines = [f"tokperf: engine {s.engine}, {_engine_line(run)}; results db {db}"]
+    hw = run.ceilings.detect()
     bw = hw.bandwidth
     source = (f"{format_bandwidth(bw.bytes_per_s)} ({bw.source})" if bw is not None
               else "read probe before each measurement" if hw.kind == "cpu" else "unknown")
@@ -157,12 +136,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
-def _engine_line(state: PluginState) -> str:
+def _engine_line(run: BenchRun) -> str:
     """What will be measured: the attached server's build, or the binary and model to start."""
-    s = state.settings
+    s = run.settings
     if s.url is not None:
         try:
-            info = state.session.engine().info()
+            info = run.session.engine().info()
         except TokperfError as exc:
             return f"attach {s.url} (not answering yet: {exc})"
         return f"attach {s.url}, build {info.build or info.version or '?'}, model {info.model_name}"
@@ -180,18 +159,6 @@ def _engine_line(state: PluginState) -> str:
 T = TypeVar("T")
 
 
-class _PytestTokBench(TokBench):
-    """TokBench whose engine errors become clean test failures, not tracebacks."""
-
-    def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:
-        __tracebackhide__ = True
-        return _or_fail(TokBench.__call__, self, *args, **kwargs)
-
-    def speculative(self, *args: object, **kwargs: object) -> SpeculativeOutcome:
-        __tracebackhide__ = True
-        return _or_fail(TokBench.speculative, self, *args, **kwargs)
-
-
 def _or_fail(method: Callable[..., T], *args: object, **kwargs: object) -> T:
     """``method(...)``, with a tokperf error turned into a clean test failure."""
     __tracebackhide__ = True
@@ -202,18 +169,56 @@ def _or_fail(method: Callable[..., T], *args: object, **kwargs: object) -> T:
     pytest.fail(message, pytrace=False)
 
 
+def _pytest_tok_bench() -> type[TokBench]:
+    """TokBench whose engine errors become clean test failures, not tracebacks."""
+    from pytest_tokperf.bench.fixture import TokBench
+
+    class PytestTokBench(TokBench):
+        def __call__(self, *args: object, **kwargs: object) -> TokBenchResult:
+            __tracebackhide__ = True
+            return _or_fail(TokBench.__call__, self, *args, **kwargs)
+
+        def speculative(self, *args: object, **kwargs: object) -> SpeculativeOutcome:
+            __tracebackhide__ = True
+            return _or_fail(TokBench.speculative, self, *args, **kwargs)
+
+    return PytestTokBench
+
+
+@pytest.fixture(scope="session")
+def _tokperf_session(request: pytest.FixtureRequest) -> Iterator[PluginState]:
+    """The session's run, finished once after the last tok_bench test: the gate's verdicts
+    are controlled together, stored, and written as JUnit testsuite properties."""
+    state = request.config.stash[STATE]
+    record: Callable[[str, object], None] | None = None
+    if request.config.pluginmanager.has_plugin("junitxml"):
+        record = request.getfixturevalue("record_testsuite_property")
+    yield state
+    if state.run is None:
+        return
+    findings = state.run.finish()
+    if record is not None:
+        for finding in findings:
+            c = finding.comparison
+            record(f"tokperf_gate[{finding.test_id}][{c.metric}]",
+                   f"{c.verdict}: {c.reason} ({finding.correction})")
+
+
 @pytest.fixture
-def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
+def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> TokBench:
     """Measure TTFT, prefill and decode tok/s of the configured engine.
 
     ``result = tok_bench(prompt_tokens=64, generate_tokens=128)``; the
     ``tokperf(repetitions=..., warmup=..., depth_tokens=..., ...)`` marker overrides the
     session defaults and sets the workload a bare ``tok_bench()`` measures.
     """
-    state = request.config.stash[STATE]
-    s = state.settings
-    if not s.active:
+    state = _tokperf_session
+    if state.run is None:
         pytest.skip("no engine configured: pass --tokperf-engine llama-server or --tokperf-url URL")
+    from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS
+    from pytest_tokperf.report.formats import junit_properties
+    from pytest_tokperf.report.table import Row
+
     marker = request.node.get_closest_marker("tokperf")
     kwargs = dict(marker.kwargs) if marker else {}
     known = ("repetitions", "warmup", "min_efficiency", *WORKLOAD_DEFAULTS)
@@ -224,49 +229,32 @@ def tok_bench(request: pytest.FixtureRequest) -> Iterator[TokBench]:
             f"known: {', '.join(known)}",
             pytrace=False,
         )
-    test_id = request.node.nodeid
 
-    def record(result, ceiling, verdict):  # type: ignore[no-untyped-def]
-        row = Row(test_id=test_id, result=result, ceiling=ceiling, verdict=verdict)
-        state.rows.append(row)
+    def on_record(recorded: Recorded) -> None:
+        state.recorded.append(recorded)
+        row = Row(recorded.test_id, recorded.result, recorded.ceiling, recorded.verdict)
         request.node.user_properties.extend(junit_properties(row))  # JUnit XML carries them
-        state.recorder.hardware = state.ceilings.hardware
-        stored = state.recorder.record(test_id, result, ceiling, verdict, state.session.model_path)
-        if stored is None or verdict == "error":
-            return
-        _gate(state, test_id, stored[1], result)
 
-    min_efficiency = kwargs.get("min_efficiency", s.min_efficiency)
-    yield _PytestTokBench(
-        engine=state.session.engine,
-        record=record,
-        repetitions=int(kwargs.get("repetitions", s.repetitions)),
-        warmup=int(kwargs.get("warmup", s.warmup)),
-        options=MeasureOptions(agreement_tolerance=s.agreement, timeout_s=s.request_timeout),
-        ceiling_for=lambda result: state.ceilings.ceiling_for(result, state.session.model_path),
-        before_measure=state.ceilings.probe,
+    min_efficiency = kwargs.get("min_efficiency")
+    return state.run.tok_bench(
+        request.node.nodeid,
+        cls=_pytest_tok_bench(),
+        repetitions=None if "repetitions" not in kwargs else int(kwargs["repetitions"]),
+        warmup=None if "warmup" not in kwargs else int(kwargs["warmup"]),
         min_efficiency=None if min_efficiency is None else float(min_efficiency),
-        progress=_progress(request.config, test_id),
         workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
-        speculative_engine=lambda draft: state.session.speculative_engine(draft)[0],
+        progress=_progress(request.config, request.node.nodeid),
+        on_record=on_record,
     )
 
 
-def _gate(state: PluginState, test_id: str, series_key: str, result) -> None:  # type: ignore[no-untyped-def]
-    """Judge the result against its baseline; fail the test on a regression if asked."""
-    __tracebackhide__ = True
-    store = state.recorder.store
-    if store is None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With --tokperf-fail-on-regression, a regression the gate found fails the session."""
+    state = session.config.stash.get(STATE, None)
+    if state is None or state.run is None or not state.settings.fail_on_regression:
         return
-    findings = judge(
-        store, state.baseline, test_id=test_id, series_key=series_key, samples=result.samples,
-        current_build=result.engine.build or result.engine.version or "?",
-        run_id=state.recorder.run_id, min_effect=state.settings.min_effect,
-    )
-    state.findings.extend(findings)
-    regressions = [f for f in findings if f.comparison.verdict == "regression"]
-    if regressions and state.settings.fail_on_regression:
-        raise AssertionError("\n".join(describe(f) for f in regressions))
+    if any(f.comparison.verdict == "regression" for f in state.run.finish()):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _progress(config: pytest.Config, test_id: str) -> Callable[[str], None] | None:
@@ -288,41 +276,49 @@ def _progress(config: pytest.Config, test_id: str) -> Callable[[str], None] | No
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE, None)
-    if state is None or not state.rows:
+    if state is None or state.run is None or not state.recorded:
         return
+    from pytest_tokperf.bench.gate import describe
+    from pytest_tokperf.report.table import Row, summary_table
+
+    run = state.run
+    findings = run.finish()
     terminalreporter.section("tokperf")
-    for line in summary_table(state.rows):
+    rows = [Row(r.test_id, r.result, r.ceiling, r.verdict) for r in state.recorded]
+    for line in summary_table(rows):
         terminalreporter.write_line(line)
-    judged = [f for f in state.findings if f.comparison.verdict != "inconclusive"]
+    judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
     if judged:
-        terminalreporter.write_line(f"against {state.baseline.label}:")
+        terminalreporter.write_line(f"against {state.settings.baseline.label} "
+                                    f"({judged[0].correction}):")
         for finding in judged:
             terminalreporter.write_line(f"  {describe(finding)}")
-    noisy = [f for f in state.findings if f.comparison.verdict == "inconclusive"
+    noisy = [f for f in findings if f.comparison.verdict == "inconclusive"
              and f.comparison.n_baseline > 0]
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
-    for problem in dict.fromkeys(state.ceilings.problems):
+    for problem in dict.fromkeys(run.ceilings.problems):
         terminalreporter.write_line(f"note: {problem}")
-    where = state.recorder.location
-    terminalreporter.write_line(f"results: {len(state.rows)} stored in {where}" if where
+    where = run.recorder.location
+    terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")
-    _write_reports(state, terminalreporter)
-    server = state.session.server
+    _write_reports(state, run, rows, findings, terminalreporter)
+    server = run.session.server
     if server is not None:
         terminalreporter.write_line(f"server: {server.url} (stopped at session end)")
         terminalreporter.write_line(f"server log: {server.log_path}")
 
 
-def _write_reports(state: PluginState, terminalreporter: pytest.TerminalReporter) -> None:
+def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings: list[GateFinding],
+                   terminalreporter: pytest.TerminalReporter) -> None:
     from pytest_tokperf.report.files import ReportPaths, write_session_reports
 
     s = state.settings
     paths = ReportPaths(*(Path(p) if p else None for p in (s.report_md, s.report_json, s.report_html)))
     try:
         written = write_session_reports(
-            state.rows, state.findings, paths, os.environ,
-            db=state.recorder.location, run=state.recorder.run,
+            rows, findings, paths, os.environ,
+            db=run.recorder.location, run=run.recorder.run,
         )
     except TokperfError as exc:
         terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)

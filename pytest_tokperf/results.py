@@ -8,9 +8,12 @@ Adapters produce ``Generation`` values; ``measure`` turns them into ``Sample`` a
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+Progress = Callable[[str], None]
+"""Receives one human-readable line of progress (a terminal line, a log line)."""
 
 Verdict = Literal["pass", "fail", "suspect", "unchecked", "error"]
 """pass/fail against the configured efficiency floor; suspect when the measurement

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines.registry import BUILTIN_ENGINES
@@ -90,6 +90,49 @@ def _fraction(value: str, where: str, name: str) -> float:
     return number
 
 
+BaselineKind = Literal["history", "engine", "db"]
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """Where the regression gate's baseline samples come from (``--tokperf-baseline``)."""
+
+    kind: BaselineKind
+    engine_version: str | None = None
+    db: Path | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "engine":
+            return f"engine {self.engine_version}"
+        if self.kind == "db":
+            return f"db {self.db}"
+        return "stored history"
+
+
+def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") -> Baseline:
+    """``history`` (default), ``engine=VERSION`` or the path of another results DB."""
+    if value is None or value in ("", "history", "latest"):
+        return Baseline("history")
+    if value.startswith("engine="):
+        version = value.split("=", 1)[1].strip()
+        if not version:
+            raise ConfigError(f"--tokperf-baseline {value!r} from {where} names no engine version; "
+                              f"e.g. engine=b11434")
+        return Baseline("engine", engine_version=version)
+    path = Path(value).expanduser()
+    if path.is_file():
+        return Baseline("db", db=path)
+    raise ConfigError(
+        f"--tokperf-baseline {value!r} from {where} is neither 'history', 'engine=VERSION' nor "
+        f"an existing results DB file"
+    )
+
+
+def _baseline(value: str, where: str, name: str) -> Baseline:
+    return parse_baseline(value, where)
+
+
 @dataclass(frozen=True, slots=True)
 class OptionSpec:
     name: str
@@ -142,7 +185,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
                "fraction of the ceiling, e.g. 0.6", _fraction, None, "F"),
     OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
-               "the DB, default), 'engine=VERSION', or another results DB", _text, "history",
+               "the DB, default), 'engine=VERSION', or another results DB", _baseline, Baseline("history"),
                "SPEC", True),
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
                _positive_float, 0.05, "F"),
@@ -180,7 +223,7 @@ class Settings:
     request_timeout: float
     bandwidth: float | None
     min_efficiency: float | None
-    baseline: str
+    baseline: Baseline
     min_effect: float
     report_md: str | None
     report_json: str | None

@@ -50,7 +50,8 @@ def bench(build: int, workload: Workload, decode: float, ttft_s: float) -> Bench
     decode, ttft_s = decode * (1 + drift), ttft_s * (1 - drift)
     samples = tuple(
         dataclasses.replace(
-            make_sample(i), decode_tokens_per_s=decode * (1 + w), ttft_s=ttft_s * (1 + w),
+            make_sample(i), decode_tokens_per_s=decode * (1 + w),
+            engine_decode_tokens_per_s=decode * (1 + w) * 1.001, ttft_s=ttft_s * (1 + w),
             prefill_tokens_per_s=workload.prompt_tokens / ttft_s * (1 - w),
             prompt_tokens=workload.prompt_tokens,
         )
@@ -86,7 +87,7 @@ def record(store: ResultStore, run_id: str, test_id: str, result: BenchResult,
         run_id, test_id, result, model=make_model(), hardware=make_hardware(),
         ceiling=ceiling(result.workload, limit), efficiency=decode.median / limit,
         verdict=verdict,
-    )
+    ).result_id
 
 
 def build_db(path: Path, *, concurrency: bool = False) -> Path:

@@ -31,6 +31,27 @@ def test_history_lists_series_then_one(db: Path, capsys: pytest.CaptureFixture[s
     assert "decode CV " in out and "smallest detectable change at 5 reps" in out
 
 
+def test_accept_starts_the_baseline_at_the_new_level(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["accept", str(db), "t::decode", "--reason", "new KV layout", "--by", "ana"]) == 0
+    out = capsys.readouterr().out
+    assert "accepted" in out and "t::decode" in out and "by ana: new KV layout" in out
+    assert main(["history", str(db), "t::decode"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(accepted)") == 1
+    assert "accepted level from " in out and "by ana: new KV layout" in out
+
+
+def test_accept_refuses_an_empty_reason_and_a_foreign_result(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["accept", str(db), "--reason", " "]) == 2
+    assert "--reason is empty" in capsys.readouterr().err
+    assert main(["accept", str(db), "--reason", "x", "--result", "999"]) == 2
+    assert "result 999 belongs to none of the series" in capsys.readouterr().err
+
+
 def test_changes_names_the_step_and_build(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["changes", str(db), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)

@@ -9,17 +9,23 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.bench.gate import Baseline, judge, parse_baseline
+from pytest_tokperf.bench.gate import Gate, GateFinding
+from pytest_tokperf.settings import Baseline, parse_baseline
 from pytest_tokperf.storage.store import ResultStore
 from storage_factory import fill_history as _fill
 from storage_factory import result_at as _result
 
 
+def _judge(store: ResultStore, key: str, samples, baseline: Baseline = Baseline("history"),
+           run_id: str | None = "current") -> list[GateFinding]:
+    return Gate(baseline).judge(store, test_id="t::decode", series_key=key, samples=samples,
+                                current_build="bnew", run_id=run_id)
+
+
 def _verdicts(store: ResultStore, key: str, samples, baseline: Baseline = Baseline("history"),
               run_id: str | None = "current") -> dict[str, str]:
-    findings = judge(store, baseline, test_id="t::decode", series_key=key, samples=samples,
-                     current_build="bnew", run_id=run_id)
-    return {f.comparison.metric: f.comparison.verdict for f in findings}
+    return {f.comparison.metric: f.comparison.verdict
+            for f in _judge(store, key, samples, baseline, run_id)}
 
 
 def test_ten_percent_drop_is_a_regression(tmp_path: Path) -> None:
@@ -37,8 +43,7 @@ def test_unchanged_build_is_quiet(tmp_path: Path) -> None:
 def test_one_earlier_run_is_inconclusive(tmp_path: Path) -> None:
     store, key = _fill(tmp_path / "r.db", [("b0", 100.0)])
     current = _result("bnew", 80.0, random.Random(9)).samples
-    findings = judge(store, Baseline("history"), test_id="t::decode", series_key=key,
-                     samples=current, current_build="bnew", run_id="current")
+    findings = _judge(store, key, current)
     decode = next(f for f in findings if f.comparison.metric == "decode")
     assert decode.comparison.verdict == "inconclusive"
     assert "need 2 runs of this series" in decode.comparison.reason
@@ -112,9 +117,14 @@ def test_real_run_slower_than_its_history_fails_gate(
                      ceiling=first.ceiling, efficiency=first.efficiency, verdict="unchecked")
     store.close()
     result = pytester.runpytest(*args, f"--tokperf-db={db}")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(passed=1)  # the test measured fine; the gate fails the session
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
+        "against stored history (*):",
         "*REGRESSION: test_real_run_slower_than_its_history_fails_gate.py::test_decode: decode −*"
         "(baseline b11000..b11003 (4 runs); current b11434-pypi-sdist)*",
-        "against stored history:",
     ])
+    with ResultStore.open(db) as stored:
+        (latest,) = stored.latest_per_series()
+        verdicts = stored.gate_verdicts([latest.result_id])[latest.result_id]
+    assert {v.metric: v.verdict for v in verdicts}["decode"] == "regression"

@@ -18,7 +18,6 @@ from pytest_tokperf.report.data import (
     SeriesChange,
     SeriesHistory,
     figures_from_row,
-    history_points,
     load_histories,
     load_history,
     store_figures,
@@ -31,7 +30,7 @@ from pytest_tokperf.report.formats import (
     report_json,
     write_step_summary,
 )
-from pytest_tokperf.stats.compare import DECODE, TTFT, Comparison
+from pytest_tokperf.stats.compare import DECODE, Comparison
 from pytest_tokperf.storage.store import ResultStore
 
 
@@ -88,16 +87,6 @@ def test_history_finds_the_step_between_the_builds(histories: list[SeriesHistory
     assert (step.version_before, step.version_after) == ("b6005 (c0ffee5)", "b6006 (c0ffee6)")
     assert step.verdict == "regression" and step.relative_change == pytest.approx(-0.12, abs=0.005)
     assert all(not h.changes for h in histories if h.test_id != "test_decode[short]")
-
-
-def test_history_points_pool_consecutive_results_of_one_build(store: ResultStore) -> None:
-    key = next(h.series_key for h in store.latest_per_series() if h.test_id == "test_decode[long]")
-    rows = store.history(key)
-    doubled = [rows[0], rows[0], rows[1]]
-    points = history_points(doubled, [store.samples(r.result_id) for r in doubled], TTFT)
-    assert [p.version for p in points] == ["b6000 (c0ffee0)", "b6001 (c0ffee1)"]
-    assert len(points[0].samples) == 10 and len(points[1].samples) == 5
-    assert min(points[0].samples) > 0.39  # TTFT in seconds from the samples
 
 
 def test_unknown_series_names_the_key(store: ResultStore) -> None:

@@ -60,7 +60,8 @@ def test_open_creates_parents_wal_and_current_schema(store: ResultStore) -> None
 def test_record_round_trips_every_field(store: ResultStore) -> None:
     result = make_result()
     kwargs = record_kwargs()
-    result_id = store.record("run-1", "tests/test_x.py::test_decode", result, **kwargs)
+    recorded = store.record("run-1", "tests/test_x.py::test_decode", result, **kwargs)
+    result_id = recorded.result_id
 
     stored = store.result(result_id)
 
@@ -72,6 +73,7 @@ def test_record_round_trips_every_field(store: ResultStore) -> None:
         kwargs["ceiling"],
     )
     assert (stored.efficiency, stored.verdict) == (0.0146, "pass")
+    assert stored.series_key == recorded.series_key
     assert stored.series_key == series_key("tests/test_x.py::test_decode", result, make_model())
     assert store.samples(result_id) == result.samples
     assert store.db.table("samples").count == 3
@@ -90,7 +92,7 @@ def test_record_without_optional_parts(store: ResultStore) -> None:
         ceiling=None,
         efficiency=None,
         verdict="unchecked",
-    )
+    ).result_id
     stored = store.result(result_id)
     assert stored.result == result
     assert (stored.model, stored.hardware, stored.ceiling, stored.verdict) == (
@@ -139,7 +141,7 @@ def test_series_key_is_stable_and_ignores_compared_dimensions() -> None:
 
 REAL_V3_SETTINGS = (("ctx_size", "4096"), ("parallel", "1"), ("threads", "2"),
                     ("total_slots", "1"))
-"""What a tokperf-started llama-server stored before schema v4: no speed settings."""
+"""What a tokperf-started llama-server stored before schema v5: no speed settings."""
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,7 @@ def test_series_reads_speed_settings_under_engine_names() -> None:
 
 def test_history_is_in_time_order_and_limit_keeps_newest(store: ResultStore) -> None:
     ids = [
-        store.record("run-1", "t", make_result(decode=float(d)), **record_kwargs())
+        store.record("run-1", "t", make_result(decode=float(d)), **record_kwargs()).result_id
         for d in (10, 20, 30)
     ]
     store.record("run-1", "other", make_result(), **record_kwargs())
@@ -239,8 +241,8 @@ def test_history_is_in_time_order_and_limit_keeps_newest(store: ResultStore) -> 
 
 def test_latest_per_series_picks_the_newest_of_each(store: ResultStore) -> None:
     store.record("run-1", "a", make_result(decode=1.0), **record_kwargs())
-    newest_a = store.record("run-1", "a", make_result(decode=2.0), **record_kwargs())
-    only_b = store.record("run-1", "b", make_result(decode=3.0), **record_kwargs())
+    newest_a = store.record("run-1", "a", make_result(decode=2.0), **record_kwargs()).result_id
+    only_b = store.record("run-1", "b", make_result(decode=3.0), **record_kwargs()).result_id
     latest = {row.test_id: row.result_id for row in store.latest_per_series()}
     assert latest == {"a": newest_a, "b": only_b}
 
@@ -344,7 +346,7 @@ def test_v1_database_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
         assert len(store.history(key)) == 2
 
 
-def test_v4_clears_the_commit_label_from_engine_backend(tmp_path: Path) -> None:
+def test_v5_clears_the_commit_label_from_engine_backend(tmp_path: Path) -> None:
     path = tmp_path / "results.db"
     _write_v1_db(path)
     db = Database(path)

@@ -44,7 +44,7 @@ def _fill(path: Path, run_id: str, n: int, build: str = "abc1234") -> list[int]:
         ids = [
             store.record(
                 run_id, f"t{i}", make_result(engine=make_engine(build=build)), **record_kwargs()
-            )
+            ).result_id
             for i in range(n)
         ]
         store.finish_run(run_id)
@@ -97,7 +97,7 @@ CHILD = textwrap.dedent(
     store.begin_run(make_run("killed"))
     i = 0
     while True:
-        result_id = store.record("killed", f"t{i}", make_result(), **record_kwargs())
+        result_id = store.record("killed", f"t{i}", make_result(), **record_kwargs()).result_id
         print(result_id, flush=True)
         i += 1
     """

@@ -13,10 +13,14 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, Workload
+
+if TYPE_CHECKING:
+    from pytest_tokperf.model.gguf_file import GGUFModel
 
 DEFAULT_KV_TYPE = "f16"
 
@@ -46,7 +50,7 @@ class CeilingSource:
     kv_type: str = DEFAULT_KV_TYPE
     probe_duration_s: float = 2.0
     _hardware: HardwareInfo | None = field(default=None, init=False)
-    _models: dict[str, object] = field(default_factory=dict, init=False)
+    _models: dict[str, GGUFModel | None] = field(default_factory=dict, init=False)
     problems: list[str] = field(default_factory=list, init=False)
 
     @property
@@ -97,7 +101,7 @@ class CeilingSource:
         self._hardware = replace(self._hardware, measured_bandwidth=replace(best, detail=detail))
         return self._hardware
 
-    def _model(self, path: Path) -> object | None:
+    def _model(self, path: Path) -> GGUFModel | None:
         from pytest_tokperf.model.gguf_file import load_gguf
 
         key = str(path)
@@ -112,7 +116,6 @@ class CeilingSource:
     def ceiling_for(self, result: BenchResult, model_path: Path | None) -> Ceiling | None:
         """The decode ceiling for ``result``'s workload, or None with a reason kept."""
         from pytest_tokperf.model.footprint import footprint
-        from pytest_tokperf.model.gguf_file import GGUFModel
 
         path = model_path or (Path(result.engine.model_path) if result.engine.model_path else None)
         if path is None:
@@ -129,7 +132,7 @@ class CeilingSource:
         model = self._model(path)
         hardware = self.probe_after()
         bandwidth = hardware.bandwidth
-        if not isinstance(model, GGUFModel) or bandwidth is None:
+        if model is None or bandwidth is None:
             return None
         fp = footprint(model, depth_tokens=mean_decode_depth(result.workload), kv_type=self.kv_type)
         streams = result.workload.concurrency

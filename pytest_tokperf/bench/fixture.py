@@ -13,14 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from pytest_tokperf.ceiling import EfficiencyCheck, check_efficiency
+from pytest_tokperf.ceiling import (
+    EfficiencyCheck,
+    check_efficiency,
+    check_ttft,
+    check_usable,
+    decode_efficiency,
+)
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfWarning
-from pytest_tokperf.bench.measure import MeasureOptions, Progress, run_workload, validate_workload
-from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict, Workload
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload, validate_workload
+from pytest_tokperf.results import BenchResult, Ceiling, Progress, Summary, Verdict, Workload
 from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
-Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], None]
+Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], object]
+"""Stores one result with its ceiling and verdict (``BenchRun.record`` bound to a test)."""
 T = TypeVar("T")
 
 
@@ -65,9 +72,7 @@ class TokBenchResult:
 
     @property
     def efficiency(self) -> float | None:
-        if self.ceiling is None or self.decode_tokens_per_s is None:
-            return None
-        return self.decode_tokens_per_s / self.ceiling.decode_tokens_per_s
+        return decode_efficiency(self.result, self.ceiling)
 
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
@@ -98,22 +103,19 @@ class TokBenchResult:
     def assert_ttft(self, max_s: float) -> None:
         """Fail when the median time to first token is above ``max_s`` seconds."""
         __tracebackhide__ = True
-        if self.ttft_s > max_s:
-            raise AssertionError(
-                f"TTFT {self.ttft_s * 1e3:.0f} ms (median of {self.result.ttft_s.n}) is above "
-                f"the {max_s * 1e3:.0f} ms limit for a {self.result.workload.prompt_tokens}-token prompt"
-            )
+        check = check_ttft(self.ttft_s, max_s, self.result.workload.prompt_tokens)
+        if not check.ok:
+            raise AssertionError(f"{check.message} (median of {self.result.ttft_s.n})")
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:
         """Fail when decode is slower than a reader can bear (default 5 tok/s)."""
         __tracebackhide__ = True
         decode = self.decode_tokens_per_s
-        if decode is None or decode < min_tokens_per_s:
-            shown = "no" if decode is None else f"{decode:.1f} tok/s"
-            raise AssertionError(
-                f"decode {shown} is below the usability floor of {min_tokens_per_s:g} tok/s "
-                f"(reading speed is ~5-10 tok/s; below 2-3 tok/s streaming feels broken)"
-            )
+        if decode is None:
+            raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
+        check = check_usable(decode, min_tokens_per_s)
+        if not check.ok:
+            raise AssertionError(check.message)
 
 
 WORKLOAD_DEFAULTS: dict[str, int | bool] = {

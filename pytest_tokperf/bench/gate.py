@@ -1,8 +1,9 @@
 """The regression gate: a new result against the stored history of its series.
 
 The baseline is, by ``--tokperf-baseline``:
-- ``history`` (default): earlier runs of the same series in this DB, from its latest
-  level step on (``changepoints.settled_baseline``), at most 20 runs;
+- ``history`` (default): earlier runs of the same series in this DB since its latest
+  accepted level (``tokperf accept``) and its latest level step
+  (``changepoints.settled_baseline``), at most 20 runs;
 - ``engine=VERSION``: only earlier runs whose engine version or build is VERSION;
 - a path to another results DB: that DB's runs of the same series.
 
@@ -14,15 +15,16 @@ short to judge is "inconclusive" and reported, never failed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from pytest_tokperf.stats.changepoints import Point, compare_to_history
-from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Sample
-from pytest_tokperf.stats.compare import DECODE, TTFT, Comparison, Metric
-from pytest_tokperf.storage.store import HistoryRow, ResultStore
+from pytest_tokperf.settings import Baseline
+from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, compare_to_history
+from pytest_tokperf.stats.changepoints import Point
+from pytest_tokperf.storage.history import history_points, metric_values
+from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
 MIN_BASELINE_RUNS = 2
@@ -30,41 +32,7 @@ MIN_BASELINE_RUNS = 2
 drifts between runs (+/-15-20% on the VM this was built on), one earlier run cannot
 separate an engine change from that drift, so the gate wants two."""
 
-
-@dataclass(frozen=True, slots=True)
-class Baseline:
-    """Where baseline samples come from (parsed ``--tokperf-baseline``)."""
-
-    kind: str
-    """``history``, ``engine`` or ``db``."""
-    engine_version: str | None = None
-    db: Path | None = None
-
-    @property
-    def label(self) -> str:
-        if self.kind == "engine":
-            return f"engine {self.engine_version}"
-        if self.kind == "db":
-            return f"db {self.db}"
-        return "stored history"
-
-
-def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") -> Baseline:
-    if value is None or value in ("", "history", "latest"):
-        return Baseline("history")
-    if value.startswith("engine="):
-        version = value.split("=", 1)[1].strip()
-        if not version:
-            raise ConfigError(f"--tokperf-baseline {value!r} from {where} names no engine version; "
-                              f"e.g. engine=b11434")
-        return Baseline("engine", engine_version=version)
-    path = Path(value).expanduser()
-    if path.is_file():
-        return Baseline("db", db=path)
-    raise ConfigError(
-        f"--tokperf-baseline {value!r} from {where} is neither 'history', 'engine=VERSION' nor "
-        f"an existing results DB file"
-    )
+GATED_METRICS: tuple[Metric, ...] = (DECODE, TTFT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,47 +45,26 @@ class GateFinding:
     baseline: str
     """Which builds the baseline spans, e.g. ``b11400..b11434 (6 runs)``."""
     current: str
+    result_id: int | None = None
+    correction: str = "none"
+    """How significance was controlled across the session's comparisons."""
+
+    def stored(self) -> GateVerdict | None:
+        """The row ``ResultStore.save_gate_verdicts`` keeps (None without a result id)."""
+        if self.result_id is None:
+            return None
+        c = self.comparison
+        return GateVerdict(
+            result_id=self.result_id, metric=c.metric, verdict=c.verdict,
+            relative_change=_finite(c.relative_change), ci_low=_finite(c.ci_low),
+            ci_high=_finite(c.ci_high), p_value=_finite(c.p_value), n_baseline=c.n_baseline,
+            n_current=c.n_current, baseline=self.baseline, correction=self.correction,
+            reason=c.reason,
+        )
 
 
-def _values(samples: Sequence[Sample], metric: Metric) -> list[float]:
-    """The figures judged: client TTFT; decode from the engine's own timings when every
-    sample has them (a starved client reads bursts of tokens and its decode rate jumps),
-    else the client's."""
-    if metric.name == TTFT.name:
-        return [s.ttft_s for s in samples]
-    engine = [s.engine_decode_tokens_per_s for s in samples]
-    if samples and all(engine):
-        return [float(v) for v in engine if v]
-    return [s.decode_tokens_per_s for s in samples if s.decode_tokens_per_s]
-
-
-def _point(store: ResultStore, row: HistoryRow, metric: Metric) -> Point | None:
-    values = _values(store.samples(row.result_id), metric)
-    if not values:
-        return None
-    labels = {
-        "engine_build": row.engine_build or row.engine_version or "?",
-        "hardware": row.hardware_name or "?",
-        "driver": row.hardware_driver or "?",
-        "model": row.model_content_hash or row.model_file_name or "?",
-    }
-    return Point(version=labels["engine_build"], samples=tuple(values), labels=labels)
-
-
-def history_points(
-    store: ResultStore, series_key: str, metric: Metric, *,
-    exclude_run_id: str | None = None, engine_version: str | None = None,
-    limit: int | None = None,
-) -> list[Point]:
-    """The series' stored results as change-point ``Point`` values, oldest first."""
-    rows = [
-        row for row in store.history(series_key)
-        if row.run_id != exclude_run_id
-        and (engine_version is None or engine_version in (row.engine_version, row.engine_build))
-    ]
-    if limit is not None:
-        rows = rows[-limit:]
-    return [p for p in (_point(store, row, metric) for row in rows) if p is not None]
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _span(points: Sequence[Point]) -> str:
@@ -128,43 +75,55 @@ def _span(points: Sequence[Point]) -> str:
     return f"{builds} ({len(points)} run{'s' if len(points) != 1 else ''})"
 
 
-def judge(
-    store: ResultStore,
-    baseline: Baseline,
-    *,
-    test_id: str,
-    series_key: str,
-    samples: Sequence[Sample],
-    current_build: str,
-    run_id: str | None,
-    min_effect: float = 0.05,
-) -> list[GateFinding]:
-    """Decode and TTFT of ``samples`` against the baseline's runs of the same series."""
-    source = store
-    if baseline.kind == "db":
-        assert baseline.db is not None
-        source = ResultStore.open(baseline.db)
-    findings = []
-    try:
-        for metric in (DECODE, TTFT):
-            metric = replace(metric, min_effect=min_effect)
-            points = history_points(
-                source, series_key, metric,
-                exclude_run_id=run_id if baseline.kind != "db" else None,
-                engine_version=baseline.engine_version,
-                limit=HISTORY_RUNS,
-            )
-            current = _values(samples, metric)
-            comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS)
-            if len(points) < MIN_BASELINE_RUNS and comparison.verdict != "inconclusive":
-                comparison = replace(comparison, verdict="inconclusive", reason=(
-                    f"{comparison.reason}; but {len(points)} earlier run cannot tell a change "
-                    f"from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this series"))
-            findings.append(GateFinding(test_id, series_key, comparison, _span(points), current_build))
-    finally:
-        if source is not store:
-            source.close()
-    return findings
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """Judges each recorded result against its series' baseline (see the module doc)."""
+
+    baseline: Baseline
+    min_effect: float = 0.05
+
+    def judge(
+        self,
+        store: ResultStore,
+        *,
+        test_id: str,
+        series_key: str,
+        samples: Sequence[Sample],
+        current_build: str,
+        run_id: str | None,
+        result_id: int | None = None,
+    ) -> list[GateFinding]:
+        """Decode and TTFT of ``samples`` against the baseline's runs of the same series."""
+        source = store
+        if self.baseline.kind == "db":
+            assert self.baseline.db is not None
+            source = ResultStore.open(self.baseline.db)
+        findings = []
+        try:
+            for metric in GATED_METRICS:
+                metric = replace(metric, min_effect=self.min_effect)
+                points = history_points(
+                    source, series_key, metric.name,
+                    exclude_run_id=run_id if self.baseline.kind != "db" else None,
+                    engine_version=self.baseline.engine_version, limit=HISTORY_RUNS,
+                )
+                current = metric_values(samples, metric.name)
+                comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS)
+                if len(points) < MIN_BASELINE_RUNS and comparison.verdict != "inconclusive":
+                    comparison = replace(comparison, verdict="inconclusive", reason=(
+                        f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
+                        f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
+                        f"series"))
+                findings.append(GateFinding(test_id, series_key, comparison, _span(points),
+                                            current_build, result_id=result_id))
+        finally:
+            if source is not store:
+                source.close()
+        return findings
+
+    def finish(self, findings: Sequence[GateFinding]) -> list[GateFinding]:
+        """The session's findings as final verdicts, controlled together."""
+        return list(findings)
 
 
 def describe(finding: GateFinding) -> str:

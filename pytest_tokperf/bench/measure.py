@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -30,6 +29,7 @@ from pytest_tokperf.results import (
     EngineInfo,
     Generation,
     GenerationRequest,
+    Progress,
     Sample,
     Summary,
     Workload,
@@ -38,7 +38,6 @@ from pytest_tokperf.results import (
 DEFAULT_AGREEMENT_TOLERANCE = 0.05
 """Client and engine decode tok/s must agree within 5% or the result says so."""
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Bridge between a session and the results store: one run, many recorded results.
+"""Bridge between a run and the results store: one run row, many recorded results.
 
 The run row is created on the first result (a session that measures nothing writes
 nothing); every ``record`` call commits before it returns.
@@ -9,15 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
-from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.store import ResultStore, Stored
 
 
 @dataclass
 class Recorder:
     store: ResultStore | None
     location: Path | None
-    hardware: HardwareInfo | None = None
     pytest_version: str | None = None
     _run: RunInfo | None = field(default=None, init=False)
     _models: dict[str, ModelInfo] = field(default_factory=dict, init=False)
@@ -42,7 +42,8 @@ class Recorder:
     def run_id(self) -> str | None:
         return self._run.run_id if self._run is not None else None
 
-    def _model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
+    def model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
+        """The identity of the model ``result`` was measured on, read once per file."""
         from pytest_tokperf.bench.session import describe_model
 
         key = str(path) if path is not None else (result.engine.model_path or "")
@@ -62,34 +63,30 @@ class Recorder:
         result: BenchResult,
         ceiling: Ceiling | None,
         verdict: Verdict,
+        *,
         model_path: Path | None,
-    ) -> tuple[int, str] | None:
-        """Store one result; returns (result id, series key), or None when not storing."""
+        hardware: HardwareInfo | None,
+    ) -> Stored | None:
+        """Store one result; None when not storing."""
         if self.store is None:
             return None
         from pytest_tokperf.environment import collect_run_info
-        from pytest_tokperf.storage.rows import series_key
 
         store = self.store
         if self._run is None:
             run = collect_run_info(pytest_version=self.pytest_version)
             store.begin_run(run)
             self._run = run
-        efficiency = None
-        if ceiling is not None and result.decode_tokens_per_s is not None:
-            efficiency = result.decode_tokens_per_s.median / ceiling.decode_tokens_per_s
-        model = self._model(model_path, result)
-        result_id = store.record(
+        return store.record(
             self._run.run_id,
             test_id,
             result,
-            model=model,
-            hardware=self.hardware,
+            model=self.model(model_path, result),
+            hardware=hardware,
             ceiling=ceiling,
-            efficiency=efficiency,
+            efficiency=decode_efficiency(result, ceiling),
             verdict=verdict,
         )
-        return result_id, series_key(test_id, result, model)
 
     def close(self) -> None:
         if self.store is None:

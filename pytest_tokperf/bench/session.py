@@ -8,7 +8,6 @@ it; results are written to the store as each measurement finishes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,10 +22,9 @@ from pytest_tokperf.engines.launcher import (
 from pytest_tokperf.engines.launchers import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, ModelFileError
-from pytest_tokperf.results import ModelInfo
+from pytest_tokperf.results import ModelInfo, Progress
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
-Progress = Callable[[str], None]
 
 
 def resolve_model_path(model: str, progress: Progress | None = None) -> Path:

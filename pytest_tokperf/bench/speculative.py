@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import MeasurementError
-from pytest_tokperf.bench.measure import MeasureOptions, Progress, run_workload, summarize, validate_workload
-from pytest_tokperf.results import BenchResult, Sample, Summary, Workload
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize, validate_workload
+from pytest_tokperf.results import BenchResult, Progress, Sample, Summary, Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Every combination of the comma-separated workload lists (``-p 64,512 -d 0,4096``
 measured on one engine, started or attached, with its ceiling; each result is stored
 the moment it finishes (as a test's is) and the plugin's summary table, or JSON, is
 printed at the end, also after a failure. The library does the work: the same
-``TokBench``, ``EngineSession``, ``CeilingSource`` and ``Recorder`` the plugin glues.
+``BenchRun`` the plugin holds.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 if TYPE_CHECKING:
-    from pytest_tokperf.bench.ceilings import CeilingSource
-    from pytest_tokperf.bench.recorder import Recorder
-    from pytest_tokperf.report.table import Row
+    from pytest_tokperf.bench.run import BenchRun
 
 TEST_ID = "tokperf bench"
 """The test id of every result: the workload parameters tell the series apart."""
@@ -84,13 +82,7 @@ def _numbers(text: str, flag: str, minimum: int) -> list[int]:
 
 def bench(args: argparse.Namespace) -> int:
     from pytest_tokperf import settings as settings_mod
-    from pytest_tokperf.bench.ceilings import CeilingSource
-    from pytest_tokperf.bench.fixture import TokBench
-    from pytest_tokperf.bench.measure import MeasureOptions
-    from pytest_tokperf.bench.recorder import Recorder
-    from pytest_tokperf.report.table import Row
-    from pytest_tokperf.results import BenchResult, Ceiling, Verdict
-    from pytest_tokperf.bench.session import EngineSession
+    from pytest_tokperf.bench.run import BenchRun
 
     lists = {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
                             2 if name == "generate" else 1) for name, _, _ in _LISTS}
@@ -108,25 +100,8 @@ def bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"# {message}", file=sys.stderr, flush=True)
 
-    session = EngineSession(settings, log_dir=Path(".tokperf") / "logs", progress=progress)
-    ceilings = CeilingSource(explicit_bandwidth=settings.bandwidth, threads=settings.threads)
-    recorder = Recorder.open(settings.db)
-    rows: list[Row] = []
-
-    def record(result: BenchResult, ceiling: Ceiling | None, verdict: Verdict) -> None:
-        rows.append(Row(test_id=TEST_ID, result=result, ceiling=ceiling, verdict=verdict))
-        recorder.hardware = ceilings.hardware
-        recorder.record(TEST_ID, result, ceiling, verdict, session.model_path)
-
-    tok_bench = TokBench(
-        engine=session.engine, record=record, repetitions=settings.repetitions,
-        warmup=settings.warmup,
-        options=MeasureOptions(agreement_tolerance=settings.agreement,
-                               timeout_s=settings.request_timeout),
-        ceiling_for=lambda result: ceilings.ceiling_for(result, session.model_path),
-        before_measure=ceilings.probe, min_efficiency=settings.min_efficiency,
-        progress=progress, speculative_engine=lambda draft: session.speculative_engine(draft)[0],
-    )
+    run = BenchRun.open(settings, log_dir=Path(".tokperf") / "logs", progress=progress)
+    tok_bench = run.tok_bench(TEST_ID, progress=progress)
     failures: list[str] = []
     try:
         for p, n, d, c, w in itertools.product(*lists.values()):
@@ -146,32 +121,40 @@ def bench(args: argparse.Namespace) -> int:
     except (TokperfError, KeyboardInterrupt) as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:
-        session.close()
-        _print(args, rows, ceilings, recorder, failures)
-        recorder.close()
+        try:
+            run.finish()
+            _print(args, run, failures)
+        finally:
+            run.close()
     return 1 if failures else 0
 
 
-def _print(args: argparse.Namespace, rows: list[Row], ceilings: CeilingSource,
-           recorder: Recorder, failures: list[str]) -> None:
-    from pytest_tokperf.report.table import summary_table
+def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None:
+    from pytest_tokperf.bench.gate import describe
+    from pytest_tokperf.report.table import Row, summary_table
 
+    rows = [Row(r.test_id, r.result, r.ceiling, r.verdict) for r in run.recorded]
+    location = run.recorder.location
     if args.json:
         from pytest_tokperf.report.data import figures_from_result
         from pytest_tokperf.report.formats import result_json
 
         results = [{**result_json(figures_from_result(
             row.test_id, row.result, ceiling=row.ceiling, verdict=row.verdict,
-            hardware=ceilings.hardware)), "notes": list(row.result.notes)} for row in rows]
+            hardware=run.ceilings.hardware)), "notes": list(row.result.notes)} for row in rows]
         print(json.dumps({"results": results, "failures": failures,
-                          "db": str(recorder.location) if recorder.location else None},
+                          "gate": [describe(f) for f in run.findings],
+                          "db": str(location) if location else None},
                          indent=2, default=str))
         return
     for line in summary_table(rows):
         print(line)
-    for problem in dict.fromkeys(ceilings.problems):
+    for finding in run.findings:
+        if finding.comparison.n_baseline > 0:
+            print(describe(finding))
+    for problem in dict.fromkeys(run.ceilings.problems):
         print(f"note: {problem}")
-    print(f"results: {len(rows)} stored in {recorder.location}" if recorder.location
+    print(f"results: {len(rows)} stored in {location}" if location
           else "results: not stored (--db off)")
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)

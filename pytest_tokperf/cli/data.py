@@ -7,16 +7,18 @@ Each handler reads the results DB through ``storage`` (``store``, ``exchange``) 
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Callable, Sequence
+import os
+import statistics
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
+from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.bench.gate import history_points
+from pytest_tokperf.storage.history import history_points, series_history
 from pytest_tokperf.stats.compare import DECODE, Comparison, compare_many
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
@@ -27,17 +29,6 @@ def _open(path: str) -> ResultStore:
         raise ConfigError(f"results DB {path!r} does not exist; pytest writes one to "
                           f".tokperf/results.db, or pass --tokperf-db PATH")
     return ResultStore.open(db)
-
-
-def _emit(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
-    print(json.dumps(data, indent=2, default=str) if args.json else "\n".join(lines))
-
-
-def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    fmt = "  ".join(f"{{:{w}}}" for w in widths)
-    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths)),
-            *(fmt.format(*r).rstrip() for r in rows)]
 
 
 def _f(value: float | None, spec: str = ".2f") -> str:
@@ -61,23 +52,37 @@ def history(args: argparse.Namespace) -> int:
     if args.series is None or len(latest) > 1:
         rows = [(r.series_key[:12], r.test_id, r.engine_build or "-", _f(r.decode_tokens_per_s),
                  _f(r.efficiency, ".0%"), r.created_at[:19]) for r in latest]
-        _emit(args, [asdict(r) for r in latest],
-              _table(("series", "test", "latest build", "decode tok/s", "eff", "at"), rows))
+        emit(args, [asdict(r) for r in latest],
+              table(("series", "test", "latest build", "decode tok/s", "eff", "at"), rows))
         return 0
     key = latest[0].series_key
-    runs = store.history(key)
-    points = history_points(store, key, DECODE)
+    entries = series_history(store, key, DECODE.name, since_accepted=False)
+    points = [e.point for e in entries]
     reps = max((len(p.samples) for p in points), default=0)
     line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
-    run_rows = [(r.created_at[:19], r.engine_build or "-", r.hardware_name or "-",
-                 _f(r.decode_tokens_per_s), _f(r.decode_tokens_per_s_stdev),
-                 _f(r.ttft_s * 1e3, ".0f"), _f(r.efficiency, ".0%"), r.verdict) for r in runs]
-    _emit(args, {"series_key": key, "noise": line, "runs": [asdict(r) for r in runs]},
-          [f"series {key} ({latest[0].test_id})",
-           *_table(("at", "build", "hardware", "decode", "±", "TTFT ms", "eff", "verdict"),
-                   run_rows),
-           line])
+    gate = store.gate_verdicts(e.row.result_id for e in entries)
+    accepted = {a.result_id: a for a in store.acceptances(key)}
+    run_rows = []
+    for e in entries:
+        r, verdicts = e.row, {v.metric: v.verdict for v in gate[e.row.result_id]}
+        mark = " (accepted)" if r.result_id in accepted else ""
+        run_rows.append((r.created_at[:19] + mark, e.point.version, r.hardware_name or "-",
+                         _f(statistics.median(e.point.samples)), _f(r.ttft_s * 1e3, ".0f"),
+                         _f(r.efficiency, ".0%"), r.verdict,
+                         verdicts.get("decode", "-"), verdicts.get("ttft", "-")))
+    notes = [f"accepted level from {a.accepted_at[:19]}"
+             + (f" by {a.accepted_by}" if a.accepted_by else "")
+             + (f": {a.reason}" if a.reason else "") for a in accepted.values()]
+    emit(args, {"series_key": key, "noise": line, "decode": "engine timings where every "
+                "repetition has them, else the client's",
+                "runs": [{**asdict(e.row), "decode_samples": list(e.point.samples),
+                          "gate": [asdict(v) for v in gate[e.row.result_id]]} for e in entries],
+                "acceptances": [asdict(a) for a in accepted.values()]},
+         [f"series {key} ({latest[0].test_id})",
+          *table(("at", "build", "hardware", "decode", "TTFT ms", "eff", "verdict",
+                  "gate decode", "gate TTFT"), run_rows),
+          *notes, line])
     return 0
 
 
@@ -87,7 +92,7 @@ def _samples_by_series(
     """Per series, each stored run's decode samples; ``settled``: since the last step."""
     out: dict[str, list[list[float]]] = {}
     for row in store.latest_per_series():
-        points = history_points(store, row.series_key, DECODE, engine_version=version)
+        points = history_points(store, row.series_key, DECODE.name, engine_version=version)
         if settled and points:
             points = settled_baseline(points, DECODE)
         if points:
@@ -118,8 +123,8 @@ def compare(args: argparse.Namespace) -> int:
         {k: current[k] for k in common}, DECODE)
     rows = [(k[:12], tests.get(k, "?"), v.verdict, f"{v.relative_change:+.1%}", v.reason)
             for k, v in verdicts.items()]
-    _emit(args, {k: asdict(v) for k, v in verdicts.items()},
-          _table(("series", "test", "verdict", "decode", "why"), rows))
+    emit(args, {k: asdict(v) for k, v in verdicts.items()},
+          table(("series", "test", "verdict", "decode", "why"), rows))
     return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
 
 
@@ -128,16 +133,44 @@ def changes(args: argparse.Namespace) -> int:
     store = _open(args.db)
     found = []
     for row in _find_series(store, args.series):
-        for cp in change_points(history_points(store, row.series_key, DECODE), DECODE):
+        for cp in change_points(history_points(store, row.series_key, DECODE.name), DECODE):
             found.append((row, cp))
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
              f"{cp.relative_change:+.1%}", f"{cp.p_value:.1e}",
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
             for r, cp in found]
-    _emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
-          _table(("series", "test", "step", "change", "p", "what changed"), rows)
+    emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
+          table(("series", "test", "step", "change", "p", "what changed"), rows)
           if rows else ["no change points: every series is level (or too short: about 12 runs "
                         "are needed before a split can be significant)"])
+    return 0
+
+
+def accept(args: argparse.Namespace) -> int:
+    """Record a deliberate new level: the gate's baseline starts at the accepted result."""
+    store = _open(args.db)
+    if not args.reason.strip():
+        raise ConfigError("--reason is empty: say why the new level is accepted (it is stored "
+                          "with who and when)")
+    by = args.by or os.environ.get("USER") or os.environ.get("USERNAME")
+    rows = _find_series(store, args.series)
+    accepted = []
+    for row in rows:
+        result_id = row.result_id
+        if args.result is not None:
+            ids = [h.result_id for h in store.history(row.series_key)]
+            if args.result not in ids:
+                continue
+            result_id = args.result
+        accepted.append((row, store.accept(row.series_key, result_id, accepted_by=by,
+                                           reason=args.reason)))
+    if not accepted:
+        raise ConfigError(f"result {args.result!r} belongs to none of the series matched by "
+                          f"{args.series!r}; `tokperf history DB SERIES` lists result times")
+    emit(args, [asdict(a) for _, a in accepted],
+         [f"accepted {r.series_key[:12]} {r.test_id}: baseline from result {a.result_id} "
+          f"({r.engine_build or r.engine_version or '?'}), by {a.accepted_by or '?'}: {a.reason}"
+          for r, a in accepted])
     return 0
 
 
@@ -145,7 +178,7 @@ def export(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import export_results
 
     n = export_results(Path(args.db), args.format, Path(args.output))
-    _emit(args, {"results": n, "output": args.output}, [f"{n} results -> {args.output}"])
+    emit(args, {"results": n, "output": args.output}, [f"{n} results -> {args.output}"])
     return 0
 
 
@@ -157,7 +190,7 @@ def import_(args: argparse.Namespace) -> int:
         path = Path(source)
         added = added + (load_reference_runs(path, Path(args.db)) if path.is_dir()
                          else import_dataset(Path(args.db), path))
-    _emit(args, {**asdict(added), "db": args.db},
+    emit(args, {**asdict(added), "db": args.db},
           [f"added {added.runs} runs, {added.results} results, {added.samples} samples to {args.db}"])
     return 0
 
@@ -166,7 +199,7 @@ def merge(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import merge as merge_dbs
 
     added = merge_dbs(Path(args.a), Path(args.b), Path(args.output))
-    _emit(args, {**asdict(added), "output": args.output},
+    emit(args, {**asdict(added), "output": args.output},
           [f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples"])
     return 0
 
@@ -179,7 +212,7 @@ def save_reference(args: argparse.Namespace) -> int:
     if run_id is None:
         raise ConfigError(f"{args.db!r} holds no runs to save")
     path = write_reference_run(Path(args.db), run_id, Path(args.directory))
-    _emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
+    emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
     return 0
 
 
@@ -199,7 +232,7 @@ def plot(args: argparse.Namespace) -> int:
     plots = plot_all(store_figures(store, run_id=args.run, series_keys=keys),
                      load_histories(store, keys, metric=metric_named(args.metric), limit=args.limit),
                      Path(args.output))
-    _emit(args, [asdict(p) for p in plots],
+    emit(args, [asdict(p) for p in plots],
           [f"{p.kind}: {p.path}" if p.path else f"{p.kind}: skipped ({p.note})" for p in plots])
     return 0
 
@@ -213,7 +246,7 @@ def report(args: argparse.Namespace) -> int:
     path = build_html_report(store, Path(args.output), run_id=args.run,
                              series_keys=_series_keys(store, args.series),
                              metric=metric_named(args.metric), limit=args.limit)
-    _emit(args, {"path": str(path)}, [str(path)])
+    emit(args, {"path": str(path)}, [str(path)])
     return 0
 
 
@@ -258,6 +291,22 @@ def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespac
         p.add_argument("--limit", type=int, help="newest N results per history")
         p.add_argument("--json", action="store_true", help="print JSON")
         register(verb, func)
+
+    p = verbs.add_parser(
+        "accept", help="accept a deliberate new level: the gate's baseline starts there",
+        description="After a deliberate change (a new quant kernel, a driver), record that a "
+        "series' new level is its baseline: the gate stops flagging it and judges later runs "
+        "against results from the accepted one on (it wants 2 runs there before it judges). "
+        "Stored with who, when and why.")
+    p.add_argument("db", help="results DB")
+    p.add_argument("series", nargs="?", help="series key prefix or part of a test id "
+                   "(default: every series)")
+    p.add_argument("--result", type=int, help="the first result at the new level (default: "
+                   "each series' latest result)")
+    p.add_argument("--reason", required=True, help="why the new level is right")
+    p.add_argument("--by", help="who accepts it (default: $USER)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("accept", accept)
 
     p = verbs.add_parser("export", help="results as CSV or JSON (one row per result)")
     p.add_argument("db")

@@ -7,13 +7,12 @@ naming the value and the fix, and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
+from pytest_tokperf.cli.output import emit
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -28,10 +27,6 @@ def _verb(name: str) -> Callable[[Handler], Handler]:
     return register
 
 
-def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
-
-
 @_verb("install-engine")
 def _install_engine(args: argparse.Namespace) -> int:
     from pytest_tokperf.engines.install import install_llama_server
@@ -44,7 +39,7 @@ def _install_engine(args: argparse.Namespace) -> int:
               f"only 'llama-server' can", file=sys.stderr)
         return 2
     installed = install_llama_server(jobs=args.jobs, progress=progress, force=args.force)
-    _emit(args, {**asdict(installed), "binary": str(installed.binary)}, str(installed.binary))
+    emit(args, {**asdict(installed), "binary": str(installed.binary)}, str(installed.binary))
     return 0
 
 
@@ -65,7 +60,7 @@ def _make_model(args: argparse.Namespace) -> int:
         spec = replace(spec, **overrides)
     path = write_model(spec, Path(args.output)) if args.output else cached_model(spec)
     size = path.stat().st_size
-    _emit(args, {"path": str(path), "bytes": size, "spec": asdict(spec)},
+    emit(args, {"path": str(path), "bytes": size, "spec": asdict(spec)},
           f"{path} ({size / 1e6:.1f} MB)")
     return 0
 
@@ -108,7 +103,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise ConfigError("predict needs a model: --model FILE.gguf, --params 8e9 --quant Q4_K_M, "
                           "or --size 4.9GB (the file size) with --quant or --params")
     pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores, quant=quant)
-    _emit(args, prediction_to_dict(pred), format_prediction(pred))
+    emit(args, prediction_to_dict(pred), format_prediction(pred))
     return 0
 
 

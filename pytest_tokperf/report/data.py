@@ -7,11 +7,11 @@ result of each series, a series' history with its change points).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_tokperf.bench.ceilings import mean_decode_depth
+from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.table import Row
@@ -20,19 +20,12 @@ from pytest_tokperf.results import (
     Ceiling,
     HardwareInfo,
     ModelInfo,
-    Sample,
     Summary,
     Workload,
 )
 from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
-from pytest_tokperf.storage.store import HistoryRow, ResultStore, StoredResult
-
-SAMPLE_FIELDS: dict[str, str] = {
-    DECODE.name: "decode_tokens_per_s",
-    PREFILL.name: "prefill_tokens_per_s",
-    TTFT.name: "ttft_s",
-}
-"""The ``Sample`` field a history plot and its change points use, per metric name."""
+from pytest_tokperf.storage.history import history_points, version_label
+from pytest_tokperf.storage.store import ResultStore, StoredResult
 
 METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT)}
 
@@ -93,13 +86,6 @@ class ResultFigures:
         return " · ".join(p for p in parts if p)
 
 
-def version_label(version: str | None, build: str | None) -> str:
-    """``b6000 (abc1234)``, or whichever of the two is known, or ``?``."""
-    if version and build and version != build:
-        return f"{version} ({build})"
-    return version or build or "?"
-
-
 def workload_label(w: Workload) -> str:
     """``prompt 512, gen 128`` plus depth, warm prefix and concurrency when not default."""
     text = f"prompt {w.prompt_tokens}, gen {w.generate_tokens}"
@@ -120,11 +106,11 @@ def figures_from_result(
     model: ModelInfo | None = None, hardware: HardwareInfo | None = None,
     run_id: str | None = None, created_at: str | None = None,
 ) -> ResultFigures:
-    """Flatten one result; ``efficiency`` defaults to decode / ceiling."""
+    """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``."""
     decode = result.decode_tokens_per_s
     ceiling_tps = ceiling.decode_tokens_per_s if ceiling else None
-    if efficiency is None and decode is not None and ceiling_tps:
-        efficiency = decode.median / ceiling_tps
+    if efficiency is None:
+        efficiency = decode_efficiency(result, ceiling)
     w = result.workload
     return ResultFigures(
         test_id=test_id, series_key=series_key, engine_name=result.engine.name,
@@ -249,46 +235,16 @@ def metric_named(name: str) -> Metric:
     return METRICS[name]
 
 
-def history_points(
-    rows: Sequence[HistoryRow], samples: Sequence[Sequence[Sample]], metric: Metric
-) -> list[Point]:
-    """One ``Point`` per run of consecutive results with the same build and labels.
-
-    ``samples[i]`` are the repetitions of ``rows[i]``; results whose samples lack the
-    metric are left out, and so are builds left with none.
-    """
-    field = SAMPLE_FIELDS[metric_named(metric.name).name]
-    points: list[Point] = []
-    for row, repetitions in zip(rows, samples, strict=True):
-        version, labels = version_label(row.engine_version, row.engine_build), _labels(row)
-        values = [v for s in repetitions if (v := getattr(s, field)) is not None
-                  and math.isfinite(v) and v > 0]
-        if points and (points[-1].version, points[-1].labels) == (version, labels):
-            points[-1] = Point(version, [*points[-1].samples, *values], labels)
-        else:
-            points.append(Point(version, values, labels))
-    return [p for p in points if p.samples]
-
-
-def _labels(row: HistoryRow) -> dict[str, str]:
-    labels = {
-        "engine_build": version_label(row.engine_version, row.engine_build),
-        "hardware": row.hardware_name,
-        "driver": row.hardware_driver,
-        "model_hash": (row.model_content_hash or "")[:12] or None,
-    }
-    return {k: v for k, v in labels.items() if v}
-
-
 def load_history(
     store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None
 ) -> SeriesHistory:
-    """A series' history from ``store`` with the change points ``changepoints`` finds."""
-    rows = store.history(series_key, limit)
+    """A series' whole history (``storage.history``, acceptances included) with the
+    change points ``changepoints`` finds in it."""
+    rows = store.history(series_key, 1)
     if not rows:
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
                           "list series with `tokperf history`")
-    points = history_points(rows, [store.samples(r.result_id) for r in rows], metric)
+    points = history_points(store, series_key, metric.name, limit=limit, since_accepted=False)
     stored = store.result(rows[-1].result_id)
     label = workload_label(stored.result.workload)
     title = f"{rows[-1].test_id} — {label}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_tokperf.results import BenchResult, Ceiling, Summary
+from pytest_tokperf.ceiling import decode_efficiency
+from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +16,7 @@ class Row:
     test_id: str
     result: BenchResult
     ceiling: Ceiling | None
-    verdict: str
+    verdict: Verdict
 
 
 def _rate(summary: Summary | None) -> str:
@@ -40,8 +41,8 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         r = row.result
         ceiling = row.ceiling.decode_tokens_per_s if row.ceiling else None
-        decode = r.decode_tokens_per_s.median if r.decode_tokens_per_s else None
-        eff = f"{decode / ceiling:.0%}" if ceiling and decode else "-"
+        efficiency = decode_efficiency(r, row.ceiling)
+        eff = f"{efficiency:.0%}" if efficiency is not None else "-"
         body.append((
             _short(row.test_id),
             (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")

@@ -8,10 +8,14 @@ views, migrations), ``rows`` (value types <-> rows, the series key), ``exchange`
 from pytest_tokperf.storage.store import (
     BUSY_TIMEOUT_S,
     DB_ENV_VAR,
+    Acceptance,
+    GateVerdict,
     HistoryRow,
     ResultStore,
+    Stored,
     StoredResult,
     StoredRun,
 )
 
-__all__ = ["BUSY_TIMEOUT_S", "DB_ENV_VAR", "HistoryRow", "ResultStore", "StoredResult", "StoredRun"]
+__all__ = ["BUSY_TIMEOUT_S", "DB_ENV_VAR", "Acceptance", "GateVerdict", "HistoryRow",
+           "ResultStore", "Stored", "StoredResult", "StoredRun"]

@@ -81,7 +81,7 @@ _LATER_FIELDS: dict[str, object] = {
     "cached_prefix_tokens": 0, "draft_model": None, "chat": False,
     "kv_type_v": None, "threads_batch": None, "split_mode": None, "backend": None,
 }
-"""Series fields added after schema v2 (v3: workloads, v4: speed settings), with the
+"""Series fields added after schema v2 (v3: workloads, v5: speed settings), with the
 value that leaves a key unchanged."""
 
 

@@ -14,6 +14,9 @@ reads the file without this package:
 - ``samples``: every repetition's raw figures, client and engine side.
 - views ``series_history`` (one row per result with its environment, the columns of
   ``storage.HistoryRow``) and ``latest_results`` (the newest result of each series).
+- ``gate_verdicts``: the regression gate's final verdict per result and metric (v4).
+- ``acceptances``: a series' accepted new level: who, when, why, from which result (v4).
+- v5: every speed setting of the engine server in ``series`` and ``environments``.
 """
 
 from __future__ import annotations
@@ -242,7 +245,45 @@ def _v3_warm_prefix_and_drafts(db: Database) -> None:
     db.table("samples").add_column("answer_ttft_s", float)
 
 
-def _v4_speed_settings(db: Database) -> None:
+_GATE_VERDICTS_V4: dict[str, type] = {
+    "result_id": int,
+    "metric": str,
+    "verdict": str,
+    "relative_change": float,
+    "ci_low": float,
+    "ci_high": float,
+    "p_value": float,
+    "n_baseline": int,
+    "n_current": int,
+    "baseline": str,
+    "correction": str,
+    "reason": str,
+}
+
+_ACCEPTANCES_V4: dict[str, type] = {
+    "id": int,
+    "series_key": str,
+    "result_id": int,
+    "accepted_at": str,
+    "accepted_by": str,
+    "reason": str,
+}
+
+
+def _v4_gate_verdicts_and_acceptances(db: Database) -> None:
+    """The gate's verdicts kept with their results; accepted levels per series."""
+    db.table("gate_verdicts").create(
+        _GATE_VERDICTS_V4, pk=("result_id", "metric"),
+        foreign_keys=[("result_id", "results", "id")], not_null={"verdict"},
+    )
+    db.table("acceptances").create(
+        _ACCEPTANCES_V4, pk="id", not_null={"series_key", "result_id", "accepted_at"},
+        foreign_keys=[("series_key", "series", "series_key"), ("result_id", "results", "id")],
+    )
+    db.table("acceptances").create_index(["series_key", "result_id"])
+
+
+def _v5_speed_settings(db: Database) -> None:
     """Every speed setting of the engine server, K and V cache types apart, the backend.
 
     New series columns are NULL for old rows and stay out of the key text at their
@@ -268,6 +309,7 @@ def _v4_speed_settings(db: Database) -> None:
 
 
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
-    _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_speed_settings,
+    _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
+    _v5_speed_settings,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

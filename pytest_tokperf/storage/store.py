@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -85,6 +85,46 @@ class HistoryRow:
     ceiling_decode_tokens_per_s: float | None
     efficiency: float | None
     verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """Where ``record`` put a result: its id and the series it belongs to."""
+
+    result_id: int
+    series_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GateVerdict:
+    """The regression gate's final verdict on one metric of one stored result."""
+
+    result_id: int
+    metric: str
+    verdict: str
+    relative_change: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    n_baseline: int
+    n_current: int
+    baseline: str
+    """What was compared against, e.g. ``b11400..b11434 (6 runs)``."""
+    correction: str
+    """How significance was controlled across the session, e.g. ``Holm over 24``."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """A series' new level, accepted on purpose: the gate's baseline starts at ``result_id``."""
+
+    id: int
+    series_key: str
+    result_id: int
+    accepted_at: str
+    accepted_by: str | None
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +287,7 @@ class ResultStore:
         ceiling: Ceiling | None,
         efficiency: float | None,
         verdict: Verdict,
-    ) -> int:
+    ) -> Stored:
         """Store one result with its environment and samples; committed on return."""
         series = series_of(test_id, result, model)
         env = environment_row(result.engine, model, hardware)
@@ -266,7 +306,7 @@ class ResultStore:
                 )
             return self.add_result(env, series_row(series), row, sample_rows(result.samples))
 
-        return self.write("record a result", body)
+        return Stored(self.write("record a result", body), series.key)
 
     def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
         """Insert one result with its environment, series and samples; call inside ``write``."""
@@ -302,6 +342,88 @@ class ResultStore:
             sql += " LIMIT ?"
             params += (limit,)
         return [HistoryRow(**row) for row in reversed(self._read(sql, params))]
+
+    def history_samples(
+        self, series_key: str, *, since_result_id: int | None = None, limit: int | None = None
+    ) -> list[tuple[HistoryRow, tuple[Sample, ...]]]:
+        """A series' results with their repetitions, oldest first, in two queries.
+
+        ``since_result_id`` keeps that result and the later ones (an accepted level);
+        ``limit`` keeps the newest ``limit``.
+        """
+        sql = "SELECT * FROM series_history WHERE series_key = ?"
+        params: tuple[object, ...] = (series_key,)
+        if since_result_id is not None:
+            sql += (" AND (created_at, result_id) >= (SELECT created_at, id FROM results"
+                    " WHERE id = ?)")
+            params += (since_result_id,)
+        sql += " ORDER BY created_at DESC, result_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (limit,)
+        rows = [HistoryRow(**row) for row in reversed(self._read(sql, params))]
+        if not rows:
+            return []
+        marks = ",".join("?" * len(rows))
+        found: dict[int, list[Sample]] = {row.result_id: [] for row in rows}
+        for sample in self._read(f"SELECT * FROM samples WHERE result_id IN ({marks})"
+                                 " ORDER BY result_id, repetition",
+                                 tuple(row.result_id for row in rows)):
+            found[sample["result_id"]].append(sample_from_row(sample))
+        return [(row, tuple(found[row.result_id])) for row in rows]
+
+    def set_verdict(self, result_id: int, verdict: Verdict) -> None:
+        """Replace a result's verdict (a test's explicit assertion decided after recording)."""
+        self.write("update a verdict", lambda: self.db.execute(
+            "UPDATE results SET verdict = ? WHERE id = ?", [verdict, result_id]))
+
+    def save_gate_verdicts(self, verdicts: Iterable[GateVerdict]) -> None:
+        """Store (or replace) the gate's final verdicts; committed on return."""
+        rows = [asdict(v) for v in verdicts]
+        if rows:
+            self.write("store gate verdicts", lambda: self.db.table("gate_verdicts").upsert_all(
+                rows, pk=("result_id", "metric")))
+
+    def gate_verdicts(self, result_ids: Iterable[int]) -> dict[int, tuple[GateVerdict, ...]]:
+        """The stored gate verdicts of these results, by result id (metric order)."""
+        ids = list(result_ids)
+        out: dict[int, list[GateVerdict]] = {i: [] for i in ids}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._read(f"SELECT * FROM gate_verdicts WHERE result_id IN ({marks})"
+                                  " ORDER BY result_id, metric", tuple(chunk)):
+                out[row["result_id"]].append(GateVerdict(**row))
+        return {i: tuple(v) for i, v in out.items()}
+
+    def accept(self, series_key: str, result_id: int, *, accepted_by: str | None,
+               reason: str | None) -> Acceptance:
+        """Record that ``result_id``'s level is the series' baseline from now on."""
+        found = self._read("SELECT series_key FROM results WHERE id = ?", (result_id,))
+        if not found or found[0]["series_key"] != series_key:
+            raise StorageError(f"result {result_id!r} is not a result of series {series_key!r} "
+                               f"in {str(self.path)!r}")
+        at = utc_now()
+        row = {"series_key": series_key, "result_id": result_id, "accepted_at": at,
+               "accepted_by": accepted_by, "reason": reason}
+        new_id = self.write("record an acceptance",
+                            lambda: self.db.table("acceptances").insert(row).last_rowid)
+        return Acceptance(id=cast(int, new_id), series_key=series_key, result_id=result_id,
+                          accepted_at=at, accepted_by=accepted_by, reason=reason)
+
+    def acceptances(self, series_key: str | None = None) -> list[Acceptance]:
+        """Accepted levels, oldest first; of one series when ``series_key`` is given."""
+        sql = "SELECT * FROM acceptances"
+        params: tuple[object, ...] = ()
+        if series_key is not None:
+            sql += " WHERE series_key = ?"
+            params = (series_key,)
+        return [Acceptance(**row) for row in self._read(sql + " ORDER BY accepted_at, id", params)]
+
+    def accepted_from(self, series_key: str) -> int | None:
+        """The result the series' latest accepted level starts at, or None."""
+        found = self.acceptances(series_key)
+        return found[-1].result_id if found else None
 
     def latest_per_series(self) -> list[HistoryRow]:
         rows = self._read("SELECT * FROM latest_results ORDER BY series_key")

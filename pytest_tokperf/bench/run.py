@@ -1,0 +1,195 @@
+"""``BenchRun``: one benchmarking run, the composition root of the library.
+
+The pytest plugin and ``tokperf bench`` both hold one ``BenchRun``; nothing else
+assembles an engine session, ceilings, a results store and a regression gate. A run:
+
+1. checks what it can before any engine starts (``BenchRun.open``: the binary, the
+   model file, the results DB, the baseline);
+2. hands out ``TokBench`` values bound to a test id (``tok_bench``); each measurement is
+   recorded the moment it finishes (``record``): stored with its environment, then
+   judged against its series' history;
+3. at the end controls the session's gate verdicts together and stores them
+   (``finish``), then stops the engine and closes the store (``close``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args
+from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, TokBench
+from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.bench.recorder import Recorder
+from pytest_tokperf.bench.session import EngineSession, check_model_file
+from pytest_tokperf.ceiling import decode_efficiency
+from pytest_tokperf.engines.registry import EngineRegistry
+from pytest_tokperf.results import BenchResult, Ceiling, Progress, Verdict
+from pytest_tokperf.settings import BUILTIN_MODELS, Settings
+
+if TYPE_CHECKING:
+    from pytest_tokperf.bench.gate import Gate, GateFinding
+    from pytest_tokperf.storage.store import Stored
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One result as the run recorded it: where it was stored and how the gate saw it.
+
+    ``findings`` are the gate's per-comparison verdicts at record time; the session's
+    final verdicts, controlled together, come from ``BenchRun.finish``.
+    """
+
+    test_id: str
+    result: BenchResult
+    ceiling: Ceiling | None
+    verdict: Verdict
+    stored: Stored | None = None
+    findings: tuple[GateFinding, ...] = ()
+
+    @property
+    def efficiency(self) -> float | None:
+        return decode_efficiency(self.result, self.ceiling)
+
+    @property
+    def series_key(self) -> str | None:
+        return self.stored.series_key if self.stored is not None else None
+
+    @property
+    def result_id(self) -> int | None:
+        return self.stored.result_id if self.stored is not None else None
+
+
+@dataclass
+class BenchRun:
+    """Engine session, ceilings, store and gate of one run; see the module doc."""
+
+    settings: Settings
+    session: EngineSession
+    ceilings: CeilingSource
+    recorder: Recorder
+    gate: Gate
+    recorded: list[Recorded] = field(default_factory=list)
+    findings: list[GateFinding] = field(default_factory=list)
+    """The final gate verdicts, once ``finish`` ran."""
+    _finished: bool = field(default=False, init=False)
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        *,
+        log_dir: Path,
+        registry: EngineRegistry | None = None,
+        progress: Progress | None = None,
+        pytest_version: str | None = None,
+    ) -> BenchRun:
+        """Check the settings that can be checked now, open the store, start nothing.
+
+        Raises ``ConfigError`` (a missing binary or model file, a bad baseline) or
+        ``StorageError`` (an unwritable DB) before any engine starts.
+        """
+        from pytest_tokperf.bench.gate import Gate
+
+        gate = Gate(settings.baseline, min_effect=settings.min_effect)
+        if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
+            from pytest_tokperf.engines.launcher import resolve_server_binary
+
+            resolve_server_binary(settings.server_bin)
+            if settings.model not in BUILTIN_MODELS:
+                check_model_file(Path(settings.model).expanduser(),
+                                 source=f"--tokperf-model {settings.model!r}")
+        recorder = Recorder.open(settings.db, pytest_version) if settings.active \
+            else Recorder.disabled()
+        return cls(
+            settings=settings,
+            session=EngineSession(settings=settings, log_dir=log_dir, progress=progress,
+                                  registry=registry),
+            ceilings=CeilingSource(explicit_bandwidth=settings.bandwidth,
+                                   threads=settings.threads,
+                                   kv_type=kv_type_from_args(settings.server_args)),
+            recorder=recorder,
+            gate=gate,
+        )
+
+    def tok_bench(
+        self,
+        test_id: str,
+        *,
+        cls: type[TokBench] = TokBench,
+        repetitions: int | None = None,
+        warmup: int | None = None,
+        min_efficiency: float | None = None,
+        workload_defaults: tuple[tuple[str, int | bool], ...] = (),
+        progress: Progress | None = None,
+        on_record: Callable[[Recorded], None] | None = None,
+    ) -> TokBench:
+        """A ``TokBench`` (or subclass ``cls``) whose results this run records as ``test_id``.
+
+        Unset arguments come from the settings; ``on_record`` sees each ``Recorded``.
+        """
+        unknown = {name for name, _ in workload_defaults} - set(WORKLOAD_DEFAULTS)
+        if unknown:
+            from pytest_tokperf.errors import ConfigError
+
+            raise ConfigError(f"unknown workload argument(s) {sorted(unknown)!r}; known: "
+                              f"{', '.join(WORKLOAD_DEFAULTS)}")
+        s = self.settings
+
+        def record(result: BenchResult, ceiling: Ceiling | None, verdict: Verdict) -> Recorded:
+            recorded = self.record(test_id, result, ceiling, verdict)
+            if on_record is not None:
+                on_record(recorded)
+            return recorded
+
+        return cls(
+            engine=self.session.engine,
+            record=record,
+            repetitions=s.repetitions if repetitions is None else repetitions,
+            warmup=s.warmup if warmup is None else warmup,
+            options=MeasureOptions(agreement_tolerance=s.agreement, timeout_s=s.request_timeout),
+            ceiling_for=lambda result: self.ceilings.ceiling_for(result, self.session.model_path),
+            before_measure=self.ceilings.probe,
+            min_efficiency=s.min_efficiency if min_efficiency is None else min_efficiency,
+            progress=progress,
+            workload_defaults=workload_defaults,
+            speculative_engine=lambda draft: self.session.speculative_engine(draft)[0],
+        )
+
+    def record(
+        self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict
+    ) -> Recorded:
+        """Store one result (committed on return), then judge it against its history."""
+        stored = self.recorder.record(test_id, result, ceiling, verdict,
+                                      model_path=self.session.model_path,
+                                      hardware=self.ceilings.hardware)
+        findings: tuple[GateFinding, ...] = ()
+        store = self.recorder.store
+        if stored is not None and store is not None and verdict != "error":
+            findings = tuple(self.gate.judge(
+                store, test_id=test_id, series_key=stored.series_key, samples=result.samples,
+                current_build=result.engine.build or result.engine.version or "?",
+                run_id=self.recorder.run_id, result_id=stored.result_id,
+            ))
+        recorded = Recorded(test_id, result, ceiling, verdict, stored, findings)
+        self.recorded.append(recorded)
+        return recorded
+
+    def finish(self) -> list[GateFinding]:
+        """Control the session's gate verdicts together, store and return them (once)."""
+        if self._finished:
+            return self.findings
+        self._finished = True
+        self.findings = self.gate.finish([f for r in self.recorded for f in r.findings])
+        store = self.recorder.store
+        if store is not None:
+            store.save_gate_verdicts(v for f in self.findings if (v := f.stored()) is not None)
+        return self.findings
+
+    def close(self) -> None:
+        """Stop the engine (and any drafting engine) and close the store."""
+        try:
+            self.session.close()
+        finally:
+            self.recorder.close()

@@ -1,0 +1,119 @@
+"""A series' history as the statistics see it: the one store -> points function.
+
+The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML report all
+read a series through ``series_history``, so they cannot disagree about it:
+
+* one point per stored result (one run of the test), oldest first, so run-to-run drift
+  stays visible to the statistics instead of being pooled away;
+* each point labelled with what a comparison varies: engine build, hardware, driver,
+  model file (``changed`` labels are what a change point reports);
+* the figures judged, per metric (``metric_values``): **decode** is the engine's own
+  timing where every repetition of a result has it (llama-server's ``timings``,
+  Ollama's ``eval_duration``), else the client's ``(N - 1) / (t_last - t_first)``; a
+  client starved of CPU reads tokens in bursts, the engine's clock does not. **TTFT**
+  and **prefill** are the client's: what a user waits for;
+* by default only results since the series' latest accepted level (``tokperf accept``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.results import Sample
+
+if TYPE_CHECKING:
+    from pytest_tokperf.stats.changepoints import Point
+    from pytest_tokperf.storage.store import HistoryRow, ResultStore
+
+METRIC_NAMES = ("decode", "prefill", "ttft")
+
+
+def version_label(version: str | None, build: str | None) -> str:
+    """``b6000 (abc1234)``, or whichever of the two is known, or ``?``."""
+    if version and build and version != build:
+        return f"{version} ({build})"
+    return version or build or "?"
+
+
+def metric_values(samples: Sequence[Sample], metric: str) -> list[float]:
+    """The figures of one result that a metric is judged on (see the module doc)."""
+    if metric == "ttft":
+        values: list[float | None] = [s.ttft_s for s in samples]
+    elif metric == "prefill":
+        values = [s.prefill_tokens_per_s for s in samples]
+    elif metric == "decode":
+        engine = [s.engine_decode_tokens_per_s for s in samples]
+        values = engine if samples and all(engine) else [s.decode_tokens_per_s for s in samples]
+    else:
+        raise ConfigError(f"metric {metric!r} has no per-sample history: use one of "
+                          f"{', '.join(METRIC_NAMES)}")
+    return [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+
+
+def labels_of(row: HistoryRow) -> dict[str, str]:
+    """What can change between points of one series (the series key holds the rest)."""
+    labels = {
+        "engine_build": version_label(row.engine_version, row.engine_build),
+        "hardware": row.hardware_name,
+        "driver": row.hardware_driver,
+        "model_hash": (row.model_content_hash or "")[:12] or None,
+    }
+    return {k: v for k, v in labels.items() if v}
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One stored result of a series and its point for the statistics."""
+
+    row: HistoryRow
+    point: Point
+
+
+def series_history(
+    store: ResultStore,
+    series_key: str,
+    metric: str,
+    *,
+    exclude_run_id: str | None = None,
+    engine_version: str | None = None,
+    limit: int | None = None,
+    since_accepted: bool = True,
+) -> list[HistoryEntry]:
+    """The series' results as points, oldest first (see the module doc).
+
+    ``exclude_run_id`` leaves out one run (the current session's own results);
+    ``engine_version`` keeps results whose version or build is that; ``limit`` keeps the
+    newest ``limit`` points; ``since_accepted`` starts at the latest accepted level.
+    Results without a figure for ``metric`` are left out.
+    """
+    from pytest_tokperf.stats.changepoints import Point
+
+    since = store.accepted_from(series_key) if since_accepted else None
+    entries = []
+    for row, samples in store.history_samples(series_key, since_result_id=since):
+        if row.run_id == exclude_run_id:
+            continue
+        if engine_version is not None and engine_version not in (row.engine_version,
+                                                                 row.engine_build):
+            continue
+        values = metric_values(samples, metric)
+        if values:
+            point = Point(version_label(row.engine_version, row.engine_build), tuple(values),
+                          labels_of(row))
+            entries.append(HistoryEntry(row, point))
+    return entries[-limit:] if limit is not None else entries
+
+
+def history_points(
+    store: ResultStore, series_key: str, metric: str, *, exclude_run_id: str | None = None,
+    engine_version: str | None = None, limit: int | None = None, since_accepted: bool = True,
+) -> list[Point]:
+    """``series_history``'s points only (same options)."""
+    entries = series_history(store, series_key, metric, exclude_run_id=exclude_run_id,
+                             engine_version=engine_version, limit=limit,
+                             since_accepted=since_accepted)
+    return [e.point for e in entries]

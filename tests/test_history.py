@@ -1,0 +1,85 @@
+"""One history for every consumer: points per result, the decode figure, accepted levels."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+from storage_factory import fill_history, result_at
+
+from pytest_tokperf.bench.gate import Gate, GateFinding
+from pytest_tokperf.errors import StorageError
+from pytest_tokperf.settings import Baseline
+from pytest_tokperf.stats import DECODE, compare
+from pytest_tokperf.storage.history import history_points, metric_values, series_history
+from pytest_tokperf.storage.store import ResultStore
+
+
+def _decode_verdict(store: ResultStore, key: str, decode: float, seed: int = 9) -> str:
+    samples = result_at("bnew", decode, random.Random(seed)).samples
+    findings = Gate(Baseline("history")).judge(store, test_id="t::decode", series_key=key,
+                                               samples=samples, current_build="bnew",
+                                               run_id="current")
+    return next(f.comparison.verdict for f in findings if f.comparison.metric == "decode")
+
+
+def test_one_point_per_stored_result_oldest_first(tmp_path: Path) -> None:
+    store, key = fill_history(tmp_path / "r.db", [("b1", 100.0), ("b1", 101.0), ("b2", 90.0)])
+    entries = series_history(store, key, "decode")
+    assert [e.point.version for e in entries] == ["b1", "b1", "b2"]  # runs are not pooled
+    assert [e.row.run_id for e in entries] == ["run-0", "run-1", "run-2"]
+    assert all(len(e.point.samples) == 5 for e in entries)
+    assert entries[-1].point.labels["engine_build"] == "b2"
+    assert [p.version for p in history_points(store, key, "decode", limit=2)] == ["b1", "b2"]
+    assert history_points(store, key, "decode", exclude_run_id="run-2")[-1].version == "b1"
+
+
+def test_decode_is_the_engines_figure_when_every_repetition_has_it() -> None:
+    samples = result_at("b1", 100.0, random.Random(1)).samples
+    engine = [dataclasses.replace(s, engine_decode_tokens_per_s=50.0) for s in samples]
+    assert metric_values(engine, "decode") == [50.0] * 5
+    partly = [engine[0], *(dataclasses.replace(s, engine_decode_tokens_per_s=None)
+                           for s in engine[1:])]
+    assert metric_values(partly, "decode") == [s.decode_tokens_per_s for s in partly]
+    assert metric_values(engine, "ttft") == [s.ttft_s for s in engine]
+
+
+def test_unknown_metric_names_the_choices() -> None:
+    with pytest.raises(Exception, match="'tpot' has no per-sample history: use one of decode"):
+        metric_values([], "tpot")
+
+
+def test_accepting_a_new_level_restarts_the_baseline(tmp_path: Path) -> None:
+    levels = [(f"b{i}", 100.0) for i in range(5)] + [("b5", 88.0), ("b6", 88.0)]
+    store, key = fill_history(tmp_path / "r.db", levels)
+    accepted_at = store.history(key)[5].result_id  # the first run at 88 tok/s
+    acceptance = store.accept(key, accepted_at, accepted_by="ci-bot", reason="new KV layout")
+    assert (acceptance.accepted_by, acceptance.reason) == ("ci-bot", "new KV layout")
+    assert store.acceptances(key) == [acceptance]
+    assert [p.version for p in history_points(store, key, "decode")] == ["b5", "b6"]
+    assert len(history_points(store, key, "decode", since_accepted=False)) == 7
+    assert _decode_verdict(store, key, 88.0) == "unchanged"
+    assert _decode_verdict(store, key, 79.0) == "regression"  # a new drop is still caught
+
+
+def test_an_acceptance_must_name_a_result_of_its_series(tmp_path: Path) -> None:
+    store, key = fill_history(tmp_path / "r.db", [("b1", 100.0)])
+    with pytest.raises(StorageError, match="result 999 is not a result of series"):
+        store.accept(key, 999, accepted_by=None, reason=None)
+
+
+def test_gate_verdicts_are_stored_with_their_results(tmp_path: Path) -> None:
+    store, key = fill_history(tmp_path / "r.db", [(f"b{i}", 100.0) for i in range(4)])
+    result_id = store.history(key)[-1].result_id
+    comparison = compare([100.0, 101.0, 99.0, 100.5], [90.0, 91.0, 89.5, 90.5], DECODE)
+    finding = GateFinding("t::decode", key, comparison, "b0..b2 (3 runs)", "b3",
+                          result_id=result_id, correction="Holm over 2")
+    stored = finding.stored()
+    assert stored is not None
+    store.save_gate_verdicts([stored])
+    store.save_gate_verdicts([stored])  # replaced, not duplicated
+    (back,) = store.gate_verdicts([result_id])[result_id]
+    assert back == stored
+    assert back.verdict == "regression" and back.correction == "Holm over 2"
