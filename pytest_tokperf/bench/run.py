@@ -108,7 +108,8 @@ class BenchRun:
                                   registry=registry),
             ceilings=CeilingSource(explicit_bandwidth=settings.bandwidth,
                                    threads=settings.threads,
-                                   kv_type=kv_type_from_args(settings.server_args)),
+                                   kv_type=kv_type_from_args(settings.server_args),
+                                   device=settings.device),
             recorder=recorder,
             gate=gate,
         )

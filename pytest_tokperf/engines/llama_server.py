@@ -92,6 +92,7 @@ class LlamaServer(HttpAdapter):
         # typed speed settings (args, /props, start-up log): server_settings owns them
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
+        settings.pop("log_path", None)  # read above; a per-process path is not identity
         return EngineInfo(
             name=self.name,
             version=build,

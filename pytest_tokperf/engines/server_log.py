@@ -25,7 +25,7 @@ tells a CUDA build from a CPU one.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_tokperf.engines.server_settings import (
@@ -118,3 +118,39 @@ def read_log(path: Path, limit_bytes: int = 4 * MIB) -> str:
             return handle.read(limit_bytes)
     except OSError:
         return ""
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryFacts:
+    """What a llama-server binary says about itself before it serves anything."""
+
+    devices: ServerSettings
+    """``--list-devices``: the build's backend and GPU devices (``backend`` None: unknown)."""
+    trace_args: tuple[str, ...]
+    """``("-lv", "4")`` where the build has ``-lv``: 2026 builds print devices, offloaded
+    layers and KV types only at trace verbosity (about 25 extra lines per request)."""
+
+
+TRACE_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-disable")
+
+
+def llama_binary_facts(binary: Path, timeout_s: float = 60.0) -> BinaryFacts:
+    """Run ``--help`` and ``--list-devices`` once; nothing raises (unknowns stay None)."""
+    import subprocess
+
+    def output(flag: str) -> str:
+        try:
+            done = subprocess.run([str(binary), flag], capture_output=True, text=True,
+                                  timeout=timeout_s, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout + done.stderr
+
+    help_text = output("--help")
+    trace = ("-lv", "4") if re.search(r"^-lv,", help_text, re.MULTILINE) else ()
+    return BinaryFacts(parse_list_devices(output("--list-devices")), trace)
+
+
+def wants_own_verbosity(args: tuple[str, ...]) -> bool:
+    """The user set the log verbosity: leave it alone."""
+    return any(a.split("=")[0] in TRACE_FLAGS for a in args)

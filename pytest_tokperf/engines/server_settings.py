@@ -186,6 +186,7 @@ class ServerSettings:
             layer_count=_int(first("layer_count")),
             flash_attn_active=None if active is None else active == "true",
             vram_fraction=float(fraction) if fraction else None,
+            sources=tuple(p for p in (first("settings_sources") or "").split("; ") if p),
         )
 
     @classmethod
