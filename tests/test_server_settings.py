@@ -15,7 +15,6 @@ from pytest_tokperf.engines.server_settings import (
     BackendDevice,
     ServerSettings,
     llama_server_settings,
-    parse_help_defaults,
     parse_llama_server_args,
     parse_props,
     placement_of,
@@ -152,17 +151,6 @@ def test_list_devices() -> None:
     assert parse_list_devices("error: unknown argument").backend is None
 
 
-def test_help_defaults_of_this_build() -> None:
-    help_text = (
-        "-b,    --batch-size N                   logical maximum batch size (default: 2048)\n"
-        "-ub,   --ubatch-size N                  physical maximum batch size (default: 512)\n"
-        "-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or "
-        "'auto', default: 'auto')\n"
-    )
-    assert parse_help_defaults(help_text) == {
-        "batch_size": "2048", "ubatch_size": "512", "flash_attn": "auto"}
-
-
 def test_pairs_round_trip_and_older_names() -> None:
     settings = parse_llama_server_args(["-fa", "off", "-ngl", "20", "-ctk", "q8_0"]).merged(
         parse_llama_server_log(CUDA_PARTIAL_LOG))
@@ -247,3 +235,19 @@ def test_backend_of_device_names() -> None:
     assert [backend_of_device_name(n) for n in ("CUDA0", "ROCm1", "Vulkan0", "Metal", "MTL0",
                                                   "CPU_Mapped", "CUDA_Host", "SYCL0", "BLAS")] == [
         "cuda", "rocm", "vulkan", "metal", "metal", "cpu", "cpu", "sycl", "cpu"]
+
+
+def test_tokperf_device_option_resolves_to_a_device(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from pytest_tokperf.settings import resolve
+
+    def settings(env: dict[str, str]) -> object:
+        return resolve(cli=lambda name: None, ini=lambda key: None, env=env,
+                       rootdir=Path(str(tmp_path)))
+
+    assert settings({"PYTEST_TOKPERF_DEVICE": "cuda:1"}).device == Device("cuda", 1)  # type: ignore[attr-defined]
+    assert settings({}).device is None  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"--tokperf-device 'tpu' is not a device; use cpu, "
+                       r"metal, cuda:N.*\(from environment variable PYTEST_TOKPERF_DEVICE\)"):
+        settings({"PYTEST_TOKPERF_DEVICE": "tpu"})

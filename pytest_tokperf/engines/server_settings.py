@@ -413,23 +413,6 @@ def llama_server_settings(pairs: Mapping[str, str], props: Mapping[str, Any]) ->
     return settings
 
 
-def parse_help_defaults(help_text: str) -> dict[str, str]:
-    """The defaults this build's ``--help`` prints for the speed flags (``-b`` 2048 ...)."""
-    found: dict[str, str] = {}
-    for line in help_text.splitlines():
-        if not line.startswith("-"):
-            continue
-        flags = re.split(r",\s*", line.split("  ")[0].strip())
-        default = re.search(r"default: '?([^)',]+)'?\)", line)
-        if default is None:
-            continue
-        for flag in flags:
-            target = _FLAGS.get(flag.split()[0]) if flag else None
-            if target:
-                found.setdefault(target, default.group(1).strip())
-    return found
-
-
 def _device_text(device: BackendDevice) -> str:
     parts = [device.name, device.description, str(device.memory_bytes or ""),
              str(device.model_bytes or "")]
