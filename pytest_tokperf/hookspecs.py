@@ -7,10 +7,12 @@ Each docstring is an example to paste.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_tokperf.engines.registry import EngineFactory
+if TYPE_CHECKING:
+    from pytest_tokperf.engines.registry import EngineFactory
 
 
 @pytest.hookspec

@@ -60,10 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, spec.help, default=None)
     group.addoption(
         "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",
-        default=None, help="fail a test whose decode or TTFT regressed against the baseline "
-        "(significant AND at least --tokperf-min-effect); noisy series are reported, not failed",
+        default=None, help="exit status 1 when the gate found a decode or TTFT regression "
+        "against the baseline (significant AND at least --tokperf-min-effect, controlled "
+        "across the session); noisy series are reported, not failed",
     )
-    parser.addini("tokperf_fail_on_regression", "fail tests on regressions", type="bool",
+    parser.addini("tokperf_fail_on_regression", "exit 1 on a regression", type="bool",
                   default=False)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
@@ -86,12 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "depth_tokens=N, concurrency=N, cached_prefix_tokens=N, chat=BOOL): per-test settings "
         "and workload defaults for tok_bench",
     )
-    from pytest_tokperf.engines.registry import EngineRegistry
-
-    registry = EngineRegistry()
     run = None
     try:
-        config.hook.pytest_tokperf_add_engines(register=registry.register)
         settings = settings_mod.resolve(
             cli=lambda name: config.getoption(f"tokperf_{name}"),
             ini=config.getini,
@@ -100,11 +97,15 @@ def pytest_configure(config: pytest.Config) -> None:
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
             fail_on_regression=bool(config.getoption("tokperf_fail_on_regression")
                                     or config.getini("tokperf_fail_on_regression")),
-            engine_names=registry.names(),
+            engine_names=None,  # checked below, with the engines conftests register
         )
-        if settings.active:
+        if settings.active:  # only then: the registry and the run import httpx, scipy, ...
             from pytest_tokperf.bench.run import BenchRun
+            from pytest_tokperf.engines.registry import EngineRegistry
 
+            registry = EngineRegistry()
+            config.hook.pytest_tokperf_add_engines(register=registry.register)
+            settings_mod.check_engine_name(settings.engine, registry.names())
             run = BenchRun.open(settings, log_dir=_project_dir(config) / ".tokperf" / "logs",
                                 registry=registry, pytest_version=pytest.__version__)
     except (ConfigError, StorageError) as exc:

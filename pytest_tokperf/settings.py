@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
-from pytest_tokperf.engines.registry import BUILTIN_ENGINES
+from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES
+from pytest_tokperf.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.placement import Device
-from pytest_tokperf.errors import ConfigError
 
-ENGINE_NAMES = tuple(BUILTIN_ENGINES)
+ENGINE_NAMES = BUILTIN_ENGINE_NAMES
 """Engines this package can drive; conftest hooks may register more."""
 
 BUILTIN_MODELS = ("main", "test")
@@ -264,9 +264,13 @@ def resolve(
     rootdir: Path,
     server_args: tuple[str, ...] = (),
     fail_on_regression: bool = False,
-    engine_names: tuple[str, ...] = ENGINE_NAMES,
+    engine_names: tuple[str, ...] | None = ENGINE_NAMES,
 ) -> Settings:
-    """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset."""
+    """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset.
+
+    ``engine_names`` are the engines ``--tokperf-engine`` may name (None: check later,
+    with ``check_engine_name``, once a registry with the hook's engines exists).
+    """
     values: dict[str, Any] = {}
     for spec in OPTIONS:
         raw: Any = cli(spec.name)
@@ -279,16 +283,22 @@ def resolve(
                 raw, where = str(ini_value), f"ini option {spec.ini}"
         values[spec.name] = spec.default if raw is None else spec.parse(str(raw), where, spec.flag)
     engine = values["engine"]
-    if engine is not None and engine not in engine_names:
-        raise ConfigError(
-            f"--tokperf-engine {engine!r} is not an engine this plugin knows; "
-            f"choose one of: {', '.join(engine_names)}"
-        )
+    if engine_names is not None:
+        check_engine_name(engine, engine_names)
     if values["url"] is not None and engine is None:
         values["engine"] = "llama-server"
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
     return Settings(server_args=server_args, fail_on_regression=fail_on_regression, **values)
+
+
+def check_engine_name(engine: str | None, engine_names: tuple[str, ...]) -> None:
+    """``ConfigError`` unless ``engine`` is None or one of ``engine_names``."""
+    if engine is not None and engine not in engine_names:
+        raise ConfigError(
+            f"--tokperf-engine {engine!r} is not an engine this plugin knows; "
+            f"choose one of: {', '.join(engine_names)}"
+        )
 
 
 def _db_path(value: str | None, rootdir: Path) -> Path | None:

@@ -10,11 +10,37 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import importlib
+import pkgutil
+
 import pytest
-import scipy.stats  # noqa: F401  (imported up front: pytester sessions share sys.modules)
+
+import pytest_tokperf
+
+# pytester runs sessions in this process and, after each, drops the modules that session
+# imported; a library imported again then has new exception classes that the kept
+# modules do not catch (httpx maps httpcore's errors by class). So everything the plugin
+# may import is imported once, up front, and kept.
+for _module in ("scipy.stats", "httpx", "httpcore", "sqlite_utils", "numpy", "gguf"):
+    importlib.import_module(_module)
+for _info in pkgutil.walk_packages(pytest_tokperf.__path__, "pytest_tokperf."):
+    if not _info.name.endswith(".plots"):  # matplotlib is optional
+        importlib.import_module(_info.name)
 
 from pytest_tokperf.engines.install import installed_llama_server
 from pytest_tokperf.engines.launcher import LaunchSpec, ServerProcess, start_llama_server
+
+ENGINE_FIXTURES = frozenset({"server_binary", "llama_server", "llama_url"})
+"""A test that uses one of these needs the built llama-server: it is marked ``engine``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``engine`` from the fixtures a test uses, so ``-m "not engine"`` runs without
+    the binary whoever forgot the marker."""
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+
 
 # One engine thread leaves the client a core: with every core spinning in the
 # engine's barriers, the client reads tokens in bursts and its timing means nothing.

@@ -44,7 +44,7 @@ def test_ceiling_uses_the_higher_probe_around_the_measurement(
     source = CeilingSource(threads=2)
     source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
     source.probe()
-    engine = make_engine(model_path=str(test_model), backend="cpu")
+    engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
     result = dataclasses.replace(make_result(engine=engine),
                                  workload=Workload(prompt_tokens=64, generate_tokens=65))
     ceiling = source.ceiling_for(result, None)
@@ -146,3 +146,15 @@ def test_device_override_wins(monkeypatch: pytest.MonkeyPatch, test_model: Path)
     ceiling = source.ceiling_for(make_result(engine=engine), None)
     assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 45e9
     assert source.placement is not None and source.placement.source == "--tokperf-device"
+
+
+def test_kv_types_come_from_the_engine(test_model: Path) -> None:
+    source = CeilingSource(explicit_bandwidth=1e12)
+    for settings, label in (
+        ((("server_args", "-ctk q8_0 -ctv f16"),), "q8_0/f16"),
+        ((("cache_type_k", "q4_0"), ("cache_type_v", "q4_0")), "q4_0"),
+        ((), "f16"),
+    ):
+        engine = make_engine(model_path=str(test_model), backend="cpu", settings=settings)
+        ceiling = source.ceiling_for(make_result(engine=engine), None)
+        assert ceiling is not None and ceiling.footprint.kv_type == label

@@ -21,6 +21,7 @@ from pytest_tokperf.engines.launchers import (
     start_planned,
     vllm_plan,
 )
+from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES
 from pytest_tokperf.engines.ollama import Ollama
 from pytest_tokperf.engines.registry import (
     BUILTIN_ENGINES,
@@ -35,6 +36,7 @@ from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
 def test_every_builtin_name_makes_an_engine() -> None:
     assert engine_names()[:7] == ("llama-server", "ollama", "vllm", "lmstudio", "mlx", "sglang", "openai")
+    assert tuple(BUILTIN_ENGINES) == BUILTIN_ENGINE_NAMES  # the light copy settings reads
     for name in BUILTIN_ENGINES:
         engine = create_engine(name, "http://127.0.0.1:9/", timeout_s=5.0, model="m")
         assert isinstance(engine, Engine) and engine.name == name

@@ -250,14 +250,43 @@ def test_unknown_architecture_warns_and_counts(tmp_path: Path) -> None:
     assert "expert_used_count=0 is missing or invalid" in joined
 
 
-def test_sliding_window_warns_past_the_window(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+def test_sliding_window_without_a_known_pattern_warns_past_the_window(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "sc2.gguf", "starcoder2",
                       {"{arch}.block_count": 1, "{arch}.embedding_length": 64,
                        "{arch}.attention.head_count": 4, "{arch}.attention.sliding_window": 128},
                       [("token_embd.weight", (64, 10), "F16")])
     model = load_gguf(path)
-    assert footprint(model, depth_tokens=128).warnings == ()
-    assert "128-token sliding window" in footprint(model, depth_tokens=4096).warnings[0]
+    assert not any("sliding window" in w for w in footprint(model, depth_tokens=128).warnings)
+    deep = footprint(model, depth_tokens=4096)
+    assert deep.kv_bytes == 4096 * 4 * (16 + 16) * F16  # charged the full depth
+    assert "128-token sliding window but no starcoder2.attention.sliding_window_pattern" in (
+        deep.warnings[-1])
+    assert "upper bound" in deep.warnings[-1]
+
+
+def test_gemma2_windows_every_other_layer(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+                      {"{arch}.block_count": 2, "{arch}.embedding_length": 64,
+                       "{arch}.attention.head_count": 4, "{arch}.attention.sliding_window": 128},
+                      [("token_embd.weight", (64, 10), "F16")])
+    model = load_gguf(path)
+    assert model.swa_layers == (True, False)  # llama.cpp set_swa_pattern(2): layer 0 slides
+    fp = footprint(model, depth_tokens=4096)
+    assert fp.kv_bytes == pytest.approx((128 + 4096) * 4 * (16 + 16) * F16, abs=4096)
+    assert fp.warnings == ()
+
+
+def test_gemma2_without_window_key_assumes_4096(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "g2.gguf", "gemma2",
+                      {"{arch}.block_count": 2, "{arch}.embedding_length": 64,
+                       "{arch}.attention.head_count": 4},
+                      [("token_embd.weight", (64, 10), "F16")])
+    model = load_gguf(path)
+    assert model.sliding_window == 4096
+    assert footprint(model, depth_tokens=4096).warnings == ()
+    deep = footprint(model, depth_tokens=8192)
+    assert deep.kv_bytes == pytest.approx((4096 + 8192) * 4 * (16 + 16) * F16, abs=8192)
+    assert "assumed llama.cpp's default window of 4096 tokens for gemma2" in deep.warnings[0]
 
 
 def test_bad_kv_type_lists_choices(tmp_path: Path) -> None:
@@ -291,8 +320,44 @@ def test_estimate_moe_streams_active_only() -> None:
     assert fp.resident_bytes == round(30.5e9 * 4.84 / 8)
 
 
+def test_estimate_prices_experts_apart() -> None:
+    # 1e9 non-expert weights at Q8_0 (8.5 bits) + 16e9 expert weights at MXFP4 (4.25),
+    # of which 2e9 are read per token
+    fp = estimate_footprint(17e9, "Q8_0", active_parameters=3e9, expert_parameters=16e9,
+                            expert_quant="MXFP4")
+    assert fp.weights_bytes == round(1e9 * 8.5 / 8 + 2e9 * 4.25 / 8)
+    assert fp.resident_bytes == round(1e9 * 8.5 / 8 + 16e9 * 4.25 / 8)
+    same = estimate_footprint(17e9, "Q8_0", active_parameters=3e9, expert_parameters=16e9)
+    assert same.weights_bytes == round(3e9 * 8.5 / 8)
+
+
+def test_estimate_sliding_layers_and_kv_types() -> None:
+    fp = estimate_footprint(4e9, "Q4_K_M", n_layer=34, n_head_kv=4, head_dim=256,
+                            depth_tokens=32768, sliding_window=1024, sliding_layers=29)
+    assert fp.kv_bytes == pytest.approx(4096 * (5 * 32768 + 29 * 1024), abs=32768)
+    split = estimate_footprint(4e9, "Q4_K_M", n_layer=2, n_head_kv=4, head_dim=256,
+                               depth_tokens=10, kv_type_k="q8_0", kv_type_v="f16")
+    assert split.kv_type == "q8_0/f16"
+    assert split.kv_bytes == 10 * 2 * (1024 // 32 * 34 + 1024 * 2)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"expert_parameters": 9e9}, r"expert_parameters=9000000000.0 exceeds parameters"),
+    ({"expert_parameters": 6e9}, r"expert_parameters=6000000000.0 needs active_parameters"),
+    ({"expert_parameters": 6e9, "active_parameters": 1e9},
+     r"active_parameters=1000000000.0 is less than the non-expert parameters \(2e\+09"),
+    ({"expert_quant": "MXFP4"}, r"expert_quant='MXFP4' needs expert_parameters"),
+    ({"sliding_layers": 3, "n_layer": 2, "sliding_window": 10}, r"sliding_layers=3 must be at most"),
+    ({"sliding_layers": 1, "n_layer": 2}, r"needs sliding_window > 0"),
+    ({"kv_type_k": "q9"}, r"kv_type_k='q9' is not a llama.cpp KV cache type"),
+])
+def test_estimate_rejects_bad_moe_and_window_input(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        estimate_footprint(8e9, "Q4_K_M", **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("quant", "bpw"), [("Q8_0", 8.5), ("f16", 16.0), ("Q4_K_M", 4.84),
-                                            ("IQ4_XS", 4.25), ("Q4_0", 4.5), (5.5, 5.5)])
+                                            ("IQ4_XS", 4.25), ("Q4_0", 4.5), ("MXFP4", 4.25), (5.5, 5.5)])
 def test_bits_per_weight(quant: str | float, bpw: float) -> None:
     assert bits_per_weight(quant) == bpw
 

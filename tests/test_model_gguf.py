@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
-import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -81,6 +80,28 @@ def test_model_info_identity(tiny_path: Path, tmp_path: Path) -> None:
     assert model_info(changed).content_hash != info.content_hash
 
 
+def test_one_parse_gives_identity_and_footprint(tiny_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_tokperf.model import gguf_file
+    from pytest_tokperf.model.footprint import footprint
+
+    model = load_gguf(tiny_path)
+    assert model.content_hash == model_info(tiny_path).content_hash
+    monkeypatch.setattr(gguf_file, "read_header", lambda *a, **k: pytest.fail("parsed again"))
+    assert model_info(model) == model.info
+    assert model.info.file_name == "tiny.gguf"
+    assert footprint(model, depth_tokens=100).kv_bytes == 100 * 2 * 2 * (16 + 16) * 2
+
+
+def test_gguf_reader_and_bounded_reader_agree(tiny_path: Path) -> None:
+    reader = gguf.GGUFReader(tiny_path)
+    model = load_gguf(tiny_path)
+    assert model.data_offset == reader.data_offset
+    assert [(t.name, t.n_bytes, t.data_offset) for t in model.tensors] == [
+        (t.name, int(t.n_bytes), int(t.data_offset)) for t in reader.tensors]
+    assert model.vocab_size == len(reader.fields["tokenizer.ggml.tokens"].data)
+
+
 def test_same_spec_other_seed_changes_hash(tmp_path: Path) -> None:
     a = write_model(TINY, tmp_path / "a.gguf")
     b = write_model(replace(TINY, seed=7), tmp_path / "b.gguf")
@@ -147,30 +168,27 @@ def test_unsupported_version(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("tensors", "kvs"), [(2**40, 0), (0, 2**40), (2**63, 2**63), (40, 40)])
-def test_absurd_counts_fail_fast_without_allocating(tmp_path: Path, tensors: int, kvs: int) -> None:
+def test_absurd_counts_fail_without_allocating(tmp_path: Path, tensors: int, kvs: int) -> None:
     bad = tmp_path / "absurd.gguf"
     bad.write_bytes(header(3, tensors, kvs) + b"\0" * 200)
     tracemalloc.start()
-    started = time.perf_counter()
     with pytest.raises(ModelFileError, match=rf"claims {tensors} tensors and {kvs} metadata keys"):
         load_gguf(bad)
-    elapsed = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert elapsed < 1.0
     assert peak < 1 << 20
 
 
-def test_absurd_array_length_fails_fast(tmp_path: Path) -> None:
+def test_absurd_array_length_is_refused_by_name(tmp_path: Path) -> None:
     key = b"general.tags"
     body = struct.pack("<Q", len(key)) + key
     body += struct.pack("<IIQ", gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32, 2**60)
     bad = tmp_path / "array.gguf"
     bad.write_bytes(header(3, 0, 1) + body + b"\0" * 16)
-    started = time.perf_counter()
-    with pytest.raises(ModelFileError, match=r"array\.gguf' is truncated or corrupt.*past the end"):
+    with pytest.raises(ModelFileError, match=r"array\.gguf' is truncated or corrupt: metadata key 'general\.tags' "
+                       r"\(1 of 1\): an array of 1152921504606846976 UINT32 items needs at "
+                       r"least 4611686018427387904 bytes but only 16 are left"):
         load_gguf(bad)
-    assert time.perf_counter() - started < 1.0
 
 
 def test_truncated_tensor_data(tiny_path: Path, tmp_path: Path) -> None:

@@ -230,7 +230,13 @@ class CeilingSource:
             self.problems.append(f"no ceiling: {chosen.explanation}")
         if model is None or bandwidth is None:
             return None
-        fp = footprint(model, depth_tokens=mean_decode_depth(result.workload), kv_type=self.kv_type)
+        # K and V cache types as the engine ran them (its log, its arguments), else -ctk
+        from pytest_tokperf.engines.server_settings import ServerSettings
+
+        server = ServerSettings.from_engine(result.engine)
+        type_k = server.cache_type_k or self.kv_type
+        fp = footprint(model, depth_tokens=mean_decode_depth(result.workload), kv_type=type_k,
+                       kv_type_k=type_k, kv_type_v=server.cache_type_v or type_k)
         streams = result.workload.concurrency
         if streams > 1:
             # One decode step reads the weights once for all streams and every stream's own

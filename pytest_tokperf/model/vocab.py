@@ -10,7 +10,7 @@ The rule is llama.cpp's own, ``common_speculative_are_compatible`` in
 5. every token text from id ``SPEC_VOCAB_CHECK_START_TOKEN_ID`` (5) up to the smaller
    vocabulary size is byte-for-byte equal.
 
-Only the metadata is read (``gguf.GGUFReader`` maps the file; tensor data is never
+Only the metadata is read, through the bounded header reader (tensor data is never
 touched). Every failure is a ``ConfigError`` naming both files, the rule and the fix.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import gguf
 
 from pytest_tokperf.errors import ConfigError, ModelFileError
-from pytest_tokperf.model.gguf_file import _int, _open_reader, _scalar
+from pytest_tokperf.model.gguf_header import GGUFField, read_header
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
@@ -50,41 +50,48 @@ class _Vocab:
     tokens: list[bytes]
 
 
+def _scalar(fields: dict[str, GGUFField], key: str) -> object:
+    field = fields.get(key)
+    return None if field is None or field.is_array else field.value
+
+
 def _special_id(
-    reader: gguf.GGUFReader, key: str, default: int | None, n_tokens: int
+    fields: dict[str, GGUFField], key: str, default: int | None, n_tokens: int
 ) -> int | None:
-    value = _int(reader, key)
+    value = _scalar(fields, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
     # llama.cpp keeps the default for an id outside the vocabulary (with a warning).
-    return value if value is not None and 0 <= value < n_tokens else default
+    return value if 0 <= value < n_tokens else default
 
 
 def _read_vocab(path: Path, role: str) -> _Vocab:
     try:
-        reader = _open_reader(path)
+        header = read_header(path, keep_string_arrays={gguf.Keys.Tokenizer.LIST})
     except ModelFileError as exc:
         raise ConfigError(
             f"cannot check the {role} model for speculative decoding: {exc}"
         ) from exc
-    model = _scalar(reader, gguf.Keys.Tokenizer.MODEL)
-    field = reader.get_field(gguf.Keys.Tokenizer.LIST)
-    if not isinstance(model, str) or field is None or field.types != [
-        gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
-    ]:
+    fields = dict(header.fields)
+    model = _scalar(fields, gguf.Keys.Tokenizer.MODEL)
+    field = fields.get(gguf.Keys.Tokenizer.LIST)
+    if (not isinstance(model, str) or field is None or field.item_type != gguf.GGUFValueType.STRING
+            or not isinstance(field.value, tuple)):
         raise ConfigError(
             f"{role} model {str(path)!r} has no tokenizer ({gguf.Keys.Tokenizer.MODEL!r} and "
             f"{gguf.Keys.Tokenizer.LIST!r}), so llama-server cannot load it; {_FIX}"
         )
     model = "no_vocab" if model == "none" else model  # llama.cpp maps both to NONE
-    tokens = [bytes(field.parts[i]) for i in field.data]
+    tokens = [t for t in field.value if isinstance(t, bytes)]
     add_bos, bos, eos = _DEFAULTS.get(model, (False, None, None))
-    add_bos_value = _scalar(reader, gguf.Keys.Tokenizer.ADD_BOS)
-    add_eos_value = _scalar(reader, gguf.Keys.Tokenizer.ADD_EOS)
+    add_bos_value = _scalar(fields, gguf.Keys.Tokenizer.ADD_BOS)
+    add_eos_value = _scalar(fields, gguf.Keys.Tokenizer.ADD_EOS)
     return _Vocab(
         model=model,
         add_bos=add_bos_value if isinstance(add_bos_value, bool) else add_bos,
-        bos=_special_id(reader, gguf.Keys.Tokenizer.BOS_ID, bos, len(tokens)),
+        bos=_special_id(fields, gguf.Keys.Tokenizer.BOS_ID, bos, len(tokens)),
         add_eos=add_eos_value if isinstance(add_eos_value, bool) else False,
-        eos=_special_id(reader, gguf.Keys.Tokenizer.EOS_ID, eos, len(tokens)),
+        eos=_special_id(fields, gguf.Keys.Tokenizer.EOS_ID, eos, len(tokens)),
         tokens=tokens,
     )
 

@@ -1,0 +1,316 @@
+"""Is every GGUF file of up to 100 MB accepted or refused within 2 s and 200 MB?
+
+    .venv/bin/python benchmarks/bench_gguf.py [--keep DIR] [--only NAME] [--reader-too]
+
+Generates a corpus of crafted files (lying array, string, key and tensor counts,
+nested arrays, truncations, overflowing dims, offsets past the end, the string and
+tensor caps reached exactly) and well-formed ones (the 67 MB test model, Gemma-3-4B
+and gpt-oss-20b shaped files with real-sized tokenizers, 95 MB of skipped metadata),
+then loads each in a fresh subprocess the way ``tokperf predict`` does
+(``load_gguf`` then ``footprint`` at depth 32768) and prints, per file: accepted or
+refused, the parse time, the process's peak RSS (``VmHWM``, imports included),
+and the message. Large fillers are holes, so the corpus costs little disk.
+
+``--reader-too`` also runs ``gguf.GGUFReader`` (what tokperf used before) on the small
+files under a 20 s / 1.5 GB limit, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from gguf_bytes import (  # noqa: E402
+    QT,
+    VT,
+    array,
+    gstr,
+    kv,
+    kv_array,
+    kv_str,
+    strings,
+    tensor_info,
+    write_file,
+    write_tensors,
+)
+from gguf_shapes import write_gemma3_4b, write_gpt_oss_20b  # noqa: E402
+
+from pytest_tokperf.model.gguf_header import (  # noqa: E402
+    MAX_METADATA_STRINGS,
+    MAX_NESTED_ARRAYS,
+    MAX_TENSORS,
+)
+
+MiB = 1 << 20
+TARGET_S, TARGET_MB = 2.0, 200.0
+ARCH = kv_str("general.architecture", "llama")
+NORM = ("output_norm.weight", [8], QT.F32)
+
+CHILD = r"""
+import json, sys, time
+def hwm_mb():  # this process image's peak RSS (ru_maxrss would include the parent's, via fork)
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM:")) / 1024
+started = time.perf_counter()
+from pytest_tokperf.errors import ModelFileError
+from pytest_tokperf.model.footprint import footprint
+from pytest_tokperf.model.gguf_file import load_gguf
+imported = time.perf_counter()
+base_mb = hwm_mb()
+try:
+    model = load_gguf(sys.argv[1])
+    fp = footprint(model, depth_tokens=32768)
+    result, note = "accepted", f"{len(model.tensors)} tensors, {fp.total_bytes / 1e9:.2f} GB/token at 32k"
+except ModelFileError as exc:
+    result, note = "refused", str(exc)
+done = time.perf_counter()
+print(json.dumps({"result": result, "note": note, "parse_s": done - imported,
+                  "total_s": done - started, "peak_mb": hwm_mb(), "import_mb": base_mb}))
+"""
+
+READER = r"""
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+import gguf
+t = time.perf_counter()
+try:
+    gguf.GGUFReader(sys.argv[1]); r = "read"
+except MemoryError: r = "MemoryError"
+except Exception as exc: r = type(exc).__name__
+with open("/proc/self/status") as fh:
+    hwm = next(int(l.split()[1]) for l in fh if l.startswith("VmHWM:")) / 1024
+print(f"{r} in {time.perf_counter() - t:.1f} s, peak {hwm:.0f} MB")
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    expect: str
+    build: Callable[[Path], Path]
+
+
+def _zeros(total: int, *kvs: bytes, n_kv: int | None = None, n_tensors: int | None = None,
+           tensors: tuple[bytes, ...] = ()) -> Callable[[Path], Path]:
+    """Keys then a hole up to ``total`` bytes."""
+    def build(path: Path) -> Path:
+        path = write_file(path, list(kvs), list(tensors), n_kv=n_kv, n_tensors=n_tensors)
+        with path.open("r+b") as fh:
+            fh.truncate(max(total, path.stat().st_size))
+        return path
+    return build
+
+
+def _cut(source: Callable[[Path], Path], keep: float) -> Callable[[Path], Path]:
+    """The first ``keep`` of the file: a fraction (< 1) or a byte count."""
+    def build(path: Path) -> Path:
+        whole = source(path.with_suffix(".whole"))
+        size = int(whole.stat().st_size * keep) if keep < 1 else int(keep)
+        with whole.open("rb") as src, path.open("wb") as dst:
+            while size > 0:
+                chunk = src.read(min(size, 8 * MiB))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                size -= len(chunk)
+        if whole.parent == path.parent:
+            whole.unlink()
+        return path
+    return build
+
+
+def _test_model(path: Path) -> Path:
+    from pytest_tokperf.model.writer import TEST_MODEL, cached_model
+
+    return cached_model(TEST_MODEL)
+
+
+def _strings_at_cap(path: Path) -> Path:
+    count = MAX_METADATA_STRINGS
+    return write_tensors(path, [ARCH, kv_array("tokenizer.ggml.merges", VT.STRING, count,
+                                               bytes(8 * count))], [NORM])
+
+
+def _realistic_strings_at_cap(path: Path) -> Path:
+    items = [f"tok{i:07d}" for i in range(MAX_METADATA_STRINGS)]
+    return write_tensors(path, [ARCH, kv_array("tokenizer.ggml.tokens", VT.STRING, len(items),
+                                               strings(items))], [NORM])
+
+
+def _tensors_at_cap(path: Path) -> Path:
+    return write_tensors(path, [ARCH], [(f"blk.{i}.w", [8], QT.F32) for i in range(MAX_TENSORS)])
+
+
+def _both_caps(path: Path) -> Path:
+    count = MAX_METADATA_STRINGS
+    return write_tensors(path, [ARCH, kv_array("tokenizer.ggml.merges", VT.STRING, count,
+                                               bytes(8 * count))],
+                         [(f"blk.{i}.w", [8], QT.F32) for i in range(MAX_TENSORS)])
+
+
+def _nested_at_cap(path: Path) -> Path:
+    inner = array(VT.UINT8, 64, bytes(64))
+    return write_tensors(path, [ARCH, kv("general.nested", VT.ARRAY,
+                                         array(VT.ARRAY, MAX_NESTED_ARRAYS,
+                                               inner * MAX_NESTED_ARRAYS))], [NORM])
+
+
+def _overlap_at_cap(path: Path) -> Path:
+    entries = [tensor_info(f"blk.{i}.w", [1024], QT.F32, 0) for i in range(MAX_TENSORS)]
+    return write_file(path, [ARCH], entries, data_bytes=4096)
+
+
+def _deep(path: Path) -> Path:
+    value = array(VT.UINT8, 0)
+    for _ in range(8):
+        value = array(VT.ARRAY, 1, value)
+    return write_file(path, [kv("general.deep", VT.ARRAY, value)])
+
+
+def _big_scalar_string(path: Path) -> Path:
+    return write_tensors(path, [ARCH, kv("tokenizer.chat_template", VT.STRING,
+                                         gstr(b"x" * (95 * MiB)))], [NORM])
+
+
+def _big_numeric(path: Path) -> Path:
+    n = 95 * MiB
+    return write_tensors(path, [ARCH, kv_array("tokenizer.ggml.token_type", VT.UINT8, n,
+                                               bytes(n))], [NORM])
+
+
+def _tensor_lie(path: Path) -> Path:
+    return _zeros(95 * MiB, ARCH, n_tensors=MAX_TENSORS,
+                  tensors=(tensor_info("output_norm.weight", [8], QT.F32, 0),))(path)
+
+
+def corpus() -> list[Case]:
+    big = 95 * MiB  # 99.6 MB
+    return [
+        Case("issue: u8 array 2^40 + 4 MiB", "refused",
+             _zeros(4 * MiB, kv_array("general.tags", VT.UINT8, 2**40))),
+        Case("u8 array 2^40 + 67 MiB", "refused",
+             _zeros(67 * MiB, kv_array("general.tags", VT.UINT8, 2**40))),
+        Case("u64 array 2^60 + 95 MiB", "refused",
+             _zeros(big, kv_array("general.tags", VT.UINT64, 2**60))),
+        Case("string array 2^40 + 95 MiB", "refused",
+             _zeros(big, kv_array("tokenizer.ggml.tokens", VT.STRING, 2**40))),
+        Case("12.4M empty strings in 95 MiB", "refused",
+             _zeros(big, kv_array("tokenizer.ggml.tokens", VT.STRING, big // 8 - 8))),
+        Case("string length 2^62 + 95 MiB", "refused",
+             _zeros(big, kv("general.name", VT.STRING, gstr(b"x", 2**62)))),
+        Case("3rd string of an array 2^60 long", "refused",
+             _zeros(big, kv_array("tokenizer.ggml.tokens", VT.STRING, 5,
+                                  strings(["a", "b"]) + gstr(b"c", 2**60)))),
+        Case("key length 2^40 + 95 MiB", "refused", _zeros(big, gstr(b"general.name", 2**40))),
+        Case("nested array inner 2^40 u64", "refused",
+             _zeros(MiB, kv_array("general.n", VT.ARRAY, 2, array(VT.UINT8, 1, b"a")
+                                  + array(VT.UINT64, 2**40)))),
+        Case("8.3M empty nested arrays in 95 MiB", "refused",
+             _zeros(big, kv_array("general.n", VT.ARRAY, big // 12 - 8))),
+        Case("arrays nested 8 deep", "refused", _deep),
+        Case("16384 keys claimed over 95 MiB of zeros", "refused",
+             _zeros(big, ARCH, n_kv=16384)),
+        Case(f"{MAX_TENSORS} tensors claimed over 95 MiB of zeros", "refused", _tensor_lie),
+        Case("dims 2^62 x 2^62", "refused",
+             _zeros(MiB, ARCH, tensors=(tensor_info("t", [2**62, 2**62], QT.F32, 0),))),
+        Case("dims 2^31 x 2^20 f16 (4 PB)", "refused",
+             _zeros(MiB, ARCH, tensors=(tensor_info("t", [2**31, 2**20], QT.F16, 0),))),
+        Case("tensor offset 2^50", "refused",
+             _zeros(MiB, ARCH, tensors=(tensor_info("t", [8], QT.F32, 2**50),))),
+        Case(f"{MAX_TENSORS} overlapping tensors", "refused", _overlap_at_cap),
+        Case("test model cut at 50%", "refused", _cut(_test_model, 0.5)),
+        Case("test model cut in its metadata", "refused", _cut(_test_model, 0.001)),
+        Case("gpt-oss tokenizer cut mid-merges", "refused",
+             _cut(lambda p: write_gpt_oss_20b(p, tokens=201_088, merges=446_189), 8e6)),
+        Case("OK: test model (67 MB)", "accepted", _test_model),
+        Case("OK: gemma-3-4b shape + 262k tokens", "accepted",
+             lambda p: write_gemma3_4b(p, tokens=262_144)),
+        Case("OK: gpt-oss-20b shape + 201k tokens + 446k merges", "accepted",
+             lambda p: write_gpt_oss_20b(p, tokens=201_088, merges=446_189)),
+        Case(f"OK: {MAX_METADATA_STRINGS} empty strings (cap)", "accepted", _strings_at_cap),
+        Case(f"OK: {MAX_METADATA_STRINGS} 10-byte strings (cap)", "accepted",
+             _realistic_strings_at_cap),
+        Case(f"OK: {MAX_TENSORS} tensors (cap)", "accepted", _tensors_at_cap),
+        Case("OK: string cap + tensor cap together", "accepted", _both_caps),
+        Case(f"OK: {MAX_NESTED_ARRAYS} nested u8 arrays (cap)", "accepted", _nested_at_cap),
+        Case("OK: 95 MiB chat template", "accepted", _big_scalar_string),
+        Case("OK: 95 MiB u8 array", "accepted", _big_numeric),
+    ]
+
+
+def measure(path: Path) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    if out.returncode != 0:
+        return {"result": "crashed", "note": out.stderr.strip().splitlines()[-1:],
+                "parse_s": float("nan"), "total_s": float("nan"), "peak_mb": float("nan"),
+                "import_mb": float("nan")}
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def reader(path: Path) -> str:
+    try:
+        out = subprocess.run([sys.executable, "-c", READER, str(path)], capture_output=True,
+                             text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "still reading after 20 s"
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keep", type=Path, help="write the corpus here and keep it")
+    parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--reader-too", action="store_true",
+                        help="also time gguf.GGUFReader on files under 8 MB")
+    args = parser.parse_args()
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="tokperf-gguf-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    rows, wrong = [], 0
+    print(f"{'file':52} {'MB':>7} {'result':>8} {'parse s':>8} {'total s':>8} {'peak MB':>8}")
+    for index, case in enumerate(corpus()):
+        if args.only and args.only not in case.name:
+            continue
+        path = case.build(folder / f"case{index:02d}.gguf")
+        size_mb = path.stat().st_size / 1e6
+        row = measure(path)
+        rows.append((case, size_mb, row))
+        flag = "" if row["result"] == case.expect else "  <-- expected " + case.expect
+        wrong += bool(flag)
+        print(f"{case.name[:52]:52} {size_mb:7.1f} {row['result']:>8} {row['parse_s']:8.3f} "
+              f"{row['total_s']:8.3f} {row['peak_mb']:8.1f}{flag}")
+        print(f"    {str(row['note'])[:150]}")
+        if args.reader_too and path.stat().st_size < 8 * MiB:
+            print(f"    gguf.GGUFReader: {reader(path)}")
+        if args.keep is None and path.parent == folder:
+            path.unlink(missing_ok=True)
+    if not rows:
+        print("no case matched")
+        return 1
+    capped = [r for r in rows if r[1] <= 100.0]
+    worst_t = max(capped, key=lambda r: float(r[2]["parse_s"]))  # type: ignore[arg-type]
+    worst_m = max(capped, key=lambda r: float(r[2]["peak_mb"]))  # type: ignore[arg-type]
+    imports = min(float(r[2]["import_mb"]) for r in rows)  # type: ignore[arg-type]
+    ok = (float(worst_t[2]["parse_s"]) <= TARGET_S  # type: ignore[arg-type]
+          and float(worst_m[2]["peak_mb"]) <= TARGET_MB and not wrong)  # type: ignore[arg-type]
+    print(f"\n{len(rows)} files ({sum(1 for r in rows if r[2]['result'] == 'refused')} refused); "
+          f"over the {len(capped)} of <= 100 MB:")
+    print(f"worst parse time {float(worst_t[2]['parse_s']):.3f} s ({worst_t[0].name}); "  # type: ignore[arg-type]
+          f"worst peak RSS {float(worst_m[2]['peak_mb']):.0f} MB ({worst_m[0].name}; "  # type: ignore[arg-type]
+          f"imports alone ~{imports:.0f} MB)")
+    print(f"target {TARGET_S:.0f} s and {TARGET_MB:.0f} MB: {'met' if ok else 'NOT met'}"
+          + (f"; {wrong} file(s) with an unexpected result" if wrong else ""))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Which layers attend through a sliding window, decided the way llama.cpp decides it.
+
+A windowed layer's KV cache keeps (and each decoded token reads) at most ``window``
+positions; a full-attention layer reads every earlier position. llama.cpp
+(``src/llama-model.cpp``, ``src/llama-hparams.cpp``) takes the window from
+``{arch}.attention.sliding_window`` and the layer pattern from, in order:
+
+1. ``{arch}.attention.sliding_window_pattern`` when the file has it: a per-layer
+   array of flags, or a period N read as ``set_swa_pattern(N)``;
+2. the architecture's own period: gemma2 2, gemma3 6 (only when the window key is
+   present and > 0), cohere2 4, gpt-oss 2;
+
+where ``set_swa_pattern(N)`` makes layer ``il`` windowed when ``il % N < N - 1`` (every
+N-th layer is full; N = 0 makes all layers windowed, N = 1 none). Gemma 2 files
+without the key get llama.cpp's default window of 4096.
+
+Charging ``min(depth, window)`` positions is the physics of a masked window; llama.cpp
+keeps ``window + ubatch`` cells for those layers, a difference of well under 1% at
+the depths where windows matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SWA_PERIODS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
+"""llama.cpp's ``set_swa_pattern(N)`` per architecture when the file states no pattern."""
+DEFAULT_WINDOWS: dict[str, int] = {"gemma2": 4096}
+"""Windows llama.cpp assumes when ``sliding_window`` is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """The window (tokens), one flag per layer, and where the pattern came from."""
+
+    window: int | None
+    layers: tuple[bool, ...]
+    source: str
+    notes: tuple[str, ...] = ()
+    """Assumptions made on the way (a default window, a pattern of the wrong length,
+    no known pattern); they matter only once the depth exceeds the window."""
+
+    @property
+    def windowed_layers(self) -> int:
+        return sum(self.layers)
+
+
+def period_pattern(period: int, n_layer: int) -> tuple[bool, ...]:
+    """llama.cpp's ``set_swa_pattern(period)`` (dense layer last in each period)."""
+    return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
+
+
+def _from_key(pattern: int | Sequence[int | bool], n_layer: int, key: str
+              ) -> tuple[tuple[bool, ...], str, tuple[str, ...]]:
+    if isinstance(pattern, int):
+        return period_pattern(pattern, n_layer), f"{key} = {pattern} (period)", ()
+    flags = tuple(bool(v) for v in pattern)
+    if len(flags) == n_layer:
+        return flags, f"{key} (per layer)", ()
+    if not flags:
+        return (False,) * n_layer, f"{key} (empty)", (
+            f"{key} is an empty array; every layer was charged the full depth",)
+    tiled = tuple(flags[il % len(flags)] for il in range(n_layer))
+    return tiled, f"{key} (repeated)", (
+        f"{key} has {len(flags)} entries for {n_layer} layers; the pattern was repeated",)
+
+
+def resolve(arch: str, n_layer: int, window_key: int | None,
+            pattern: int | Sequence[int | bool] | None, pattern_key: str,
+            window_key_name: str) -> SlidingWindow:
+    """The sliding-window layout of a file, from its keys and its architecture."""
+    window = window_key if window_key is not None and window_key > 0 else None
+    notes: list[str] = []
+    if window is None and arch in DEFAULT_WINDOWS and window_key is None:
+        window = DEFAULT_WINDOWS[arch]
+        notes.append(f"no {window_key_name} key; assumed llama.cpp's default window of "
+                     f"{window} tokens for {arch}")
+    if window is None:
+        return SlidingWindow(None, (False,) * n_layer, "no sliding window")
+    if pattern is not None:
+        layers, source, extra = _from_key(pattern, n_layer, pattern_key)
+        return SlidingWindow(window, layers, source, tuple(notes) + extra)
+    if arch in SWA_PERIODS:
+        period = SWA_PERIODS[arch]
+        return SlidingWindow(window, period_pattern(period, n_layer),
+                             f"llama.cpp's pattern for {arch} (1 full-attention layer in {period})",
+                             tuple(notes))
+    notes.append(f"{arch} has a {window}-token sliding window but no "
+                 f"{pattern_key} key and no pattern tokperf knows; every layer was charged "
+                 f"the full depth, so the KV bytes are an upper bound")
+    return SlidingWindow(window, (False,) * n_layer, "unknown pattern", tuple(notes))
