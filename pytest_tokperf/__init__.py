@@ -25,9 +25,12 @@ The run (composition root)
 
 Domain (each usable alone)
   ``engines/``      one adapter per engine behind the ``Engine`` protocol, the registry,
-                    launchers, the llama-server installer, the streaming wire code
+                    launchers, the llama-server installer, the streaming wire code,
+                    ``server_settings``/``server_log`` (typed speed settings, placement)
   ``model/``        GGUF reading, bytes read per token (``footprint``), the model writer
-  ``hardware/``     NVML, Apple, Linux CPU detection, the catalog, the bandwidth probe
+  ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
+                    bandwidth probe, ``placement``/``bandwidth`` (the engine's device ->
+                    its bandwidth, splits), ``bands`` (expected efficiency with sources)
   ``ceiling``       pure arithmetic: bandwidth / bytes per token, efficiency, checks
   ``predict``       the ceiling for hardware you do not own
   ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``

@@ -127,13 +127,20 @@ def compute_ceiling(
 
 
 def describe_ceiling(ceiling: Ceiling) -> str:
-    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``."""
+    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``.
+
+    A model split between GPU and system RAM adds how its effective bandwidth was
+    combined (``hardware.bandwidth.bandwidth_for``): the slowest part bounds decode.
+    """
     fp = ceiling.footprint
-    return (
+    text = (
         f"{format_bandwidth(ceiling.bandwidth.bytes_per_s)} / {format_gb(fp.total_bytes)} "
         f"per token: weights {format_gb(fp.weights_bytes)} + KV {format_gb(fp.kv_bytes)} "
         f"at depth {fp.depth_tokens}"
     )
+    if ceiling.bandwidth.source == "split":
+        text += f"; {ceiling.bandwidth.detail}"
+    return text
 
 
 def efficiency(measured_tokens_per_s: float, ceiling: Ceiling) -> float:

@@ -1,9 +1,11 @@
 """What a model should do on hardware you may not have: the ceiling and a likely range.
 
-``predict("RTX 4090", footprint)`` divides the catalog's bandwidth by the bytes per
-token and scales by realized fractions seen in practice (single stream: typically 50-80%
-of the ceiling; Q4_K_M lower than F16/Q8_0). The memory line says whether the weights and
-the KV cache at the footprint's depth fit in the device's memory.
+``predict("RTX 4090", footprint, quant="Q4_K_M")`` divides the catalog's bandwidth by
+the bytes per token and scales it by the efficiency band published llama.cpp tables show
+for that quant family on that class of device (``hardware.bands``: F16 on a consumer GPU
+near 88%, Q4 near 68%, a data-centre GPU at batch 1 far lower), each band with its
+source. The memory line says whether the weights and the KV cache at the footprint's
+depth fit in the device's memory.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from typing import Any
 
 from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
 from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, lookup
 from pytest_tokperf.hardware.units import format_bandwidth, format_gb, parse_bandwidth
 from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
-
-DEFAULT_EFFICIENCIES = (0.5, 0.6, 0.75, 0.8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class Prediction:
     memory_needed_bytes: int
     """Resident weights plus the KV cache at the footprint's depth."""
     memory_available_bytes: int | None
+    band: Band | None = None
+    """The published efficiency band the range comes from (None: fractions were given)."""
 
     @property
     def expected_low(self) -> float:
@@ -70,7 +73,7 @@ def _resolve(
     suggestion = f"; close catalog names: {', '.join(close)}" if close else ""
     raise ConfigError(
         f"hardware {hardware!r} does not name one row of the hardware catalog "
-        f"(db/hardware.csv){suggestion}; "
+        f"(db/hardware.csv, shipped in the package){suggestion}; "
         "or give the bandwidth itself, e.g. '1008GB/s'"
     )
 
@@ -78,21 +81,29 @@ def _resolve(
 def predict(
     hardware: str | float,
     footprint: Footprint,
-    efficiencies: tuple[float, ...] = DEFAULT_EFFICIENCIES,
+    efficiencies: tuple[float, ...] | None = None,
     *,
     gpu_cores: int | None = None,
+    quant: str | float | None = None,
 ) -> Prediction:
     """Ceiling and expected decode range for ``footprint`` on ``hardware``.
 
     ``hardware`` is a catalog name ("RTX 4090", "Apple M4 Max" with ``gpu_cores``), a
-    bandwidth string ("1008GB/s") or a bandwidth in bytes/s.
+    bandwidth string ("1008GB/s") or a bandwidth in bytes/s. Without ``efficiencies``
+    the range is the published band (low, typical, high) for ``quant``'s family
+    ("Q4_K_M", "F16" or bits per weight) on the hardware's device class.
     """
+    label, bandwidth, entry = _resolve(hardware, gpu_cores)
+    band: Band | None = None
+    if efficiencies is None:
+        cls = device_class(entry.kind, entry.name) if entry else "unknown"
+        band = band_for(quant_family(quant), cls)
+        efficiencies = band.fractions
     if not efficiencies:
         raise ConfigError("efficiencies must name at least one fraction, e.g. (0.5, 0.8)")
     for fraction in efficiencies:
         if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1.5:
             raise ConfigError(f"efficiency {fraction!r} must be a fraction in (0, 1.5]")
-    label, bandwidth, entry = _resolve(hardware, gpu_cores)
     ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
     return Prediction(
         hardware=label,
@@ -102,6 +113,7 @@ def predict(
         expected_tokens_per_s=tuple(ceiling.decode_tokens_per_s * f for f in efficiencies),
         memory_needed_bytes=footprint.resident_bytes + footprint.kv_bytes,
         memory_available_bytes=entry.memory_bytes if entry else None,
+        band=band,
     )
 
 
@@ -125,6 +137,11 @@ def format_prediction(pred: Prediction) -> str:
         )
         + ")",
     ]
+    if pred.band is not None:
+        lines.append(f"efficiency band: {pred.band.describe()}")
+        if pred.band.derived:
+            lines.append(f"  derived: {pred.band.derived}")
+        lines.extend(f"  source: {source}" for source in pred.band.sources)
     needed = (
         f"memory needed: {format_gb(pred.memory_needed_bytes)} (model "
         f"{format_gb(fp.resident_bytes)} + KV {format_gb(fp.kv_bytes)} at depth {fp.depth_tokens})"
@@ -165,5 +182,50 @@ def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
         "memory_needed_bytes": pred.memory_needed_bytes,
         "memory_available_bytes": pred.memory_available_bytes,
         "fits": pred.fits,
+        "efficiency_band": None if pred.band is None else {
+            "quant_family": pred.band.family,
+            "device_class": pred.band.device_class,
+            "low": pred.band.low,
+            "typical": pred.band.typical,
+            "high": pred.band.high,
+            "sources": list(pred.band.sources),
+            "derived": pred.band.derived or None,
+        },
         "warnings": list(fp.warnings),
     }
+
+
+def footprint_from_file_size(
+    size_bytes: float,
+    quant: str | float | None,
+    *,
+    parameters: float | None = None,
+    active_parameters: float | None = None,
+    n_layer: int = 0,
+    n_head_kv: int = 0,
+    head_dim: int = 0,
+    depth_tokens: int = 0,
+    kv_type: str = "f16",
+) -> Footprint:
+    """A footprint from a model file's size, when only the download page is at hand.
+
+    Every byte of the file is taken as streamed per token (a dense model: the embedding
+    gather is not subtracted). Parameters default to ``size x 8 / bits per weight`` of
+    ``quant``; given both, the size wins and sets the bits per weight.
+    """
+    from pytest_tokperf.model.footprint import bits_per_weight, estimate_footprint
+
+    if isinstance(size_bytes, bool) or not math.isfinite(size_bytes) or size_bytes <= 0:
+        raise ConfigError(f"file size {size_bytes!r} bytes must be positive, e.g. 4.9e9")
+    if parameters is None:
+        if quant is None:
+            raise ConfigError(
+                "a file size needs --params or --quant to count the parameters "
+                "(e.g. --size 4.9GB --quant Q4_K_M)"
+            )
+        parameters = size_bytes * 8 / bits_per_weight(quant)
+    return estimate_footprint(
+        parameters, size_bytes * 8 / parameters, n_layer=n_layer, n_head_kv=n_head_kv,
+        head_dim=head_dim, depth_tokens=depth_tokens, kv_type=kv_type,
+        active_parameters=active_parameters,
+    )

@@ -256,7 +256,11 @@ class ModelInfo:
     context_length: int | None = None
 
 
-BandwidthSource = Literal["explicit", "nvml", "apple-catalog", "catalog", "dmidecode", "measured"]
+BandwidthSource = Literal[
+    "explicit", "nvml", "apple-catalog", "catalog", "dmidecode", "measured", "split"
+]
+"""``split``: a model read partly from a GPU and partly from system RAM; the detail
+says how the effective figure was combined (``hardware.bandwidth.bandwidth_for``)."""
 
 
 @dataclass(frozen=True, slots=True)

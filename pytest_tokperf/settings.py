@@ -12,12 +12,15 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
 from pytest_tokperf.engines.credentials import DEFAULT_API_KEY_ENV, ApiKey, api_key_from_env
 from pytest_tokperf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_tokperf.hardware.placement import Device
 
 ENGINE_NAMES = BUILTIN_ENGINE_NAMES
 """Engines this package can drive; conftest hooks may register more."""
@@ -97,6 +100,15 @@ def _bandwidth(value: str, where: str, name: str) -> float:
         return parse_bandwidth(value)
     except ConfigError as exc:
         raise ConfigError(f"{name} from {where}: {exc}") from exc
+
+
+def _device(value: str, where: str, name: str) -> Device:
+    from pytest_tokperf.hardware.placement import Device
+
+    try:
+        return Device.parse(value, where=name)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (from {where})") from exc
 
 
 def _fraction(value: str, where: str, name: str) -> float:
@@ -211,6 +223,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bandwidth", "memory bandwidth for the ceiling, e.g. 1008GB/s (default: "
                "detected: NVML, the catalog, or a read probe on the CPU)", _bandwidth, None,
                "BW", True),
+    OptionSpec("device", "where the engine runs, for the ceiling's bandwidth: cpu, cuda:N, "
+               "metal, rocm:N, vulkan:N (default: what the engine reports; llama-server's "
+               "devices and offloaded layers, Ollama's share in VRAM)", _device, None, "DEVICE",
+               True),
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
                "fraction of the ceiling, e.g. 0.6", _fraction, None, "F"),
     OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
@@ -260,6 +276,7 @@ class Settings:
     agreement: float
     draft_model: str | None = None
     speculative_url: str | None = None
+    device: Device | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S

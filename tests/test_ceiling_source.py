@@ -44,7 +44,8 @@ def test_ceiling_uses_the_higher_probe_around_the_measurement(
     source = CeilingSource(threads=2)
     source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
     source.probe()
-    result = dataclasses.replace(make_result(engine=make_engine(model_path=str(test_model))),
+    engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
+    result = dataclasses.replace(make_result(engine=engine),
                                  workload=Workload(prompt_tokens=64, generate_tokens=65))
     ceiling = source.ceiling_for(result, None)
     assert ceiling is not None
@@ -69,3 +70,91 @@ def test_missing_model_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     assert source.ceiling_for(missing, None) is None
     assert any("did not say where its model file is" in p for p in source.problems)
     assert any("gone.gguf' is not readable" in p for p in source.problems)
+
+
+RTX_4090_INFO = HardwareInfo(name="NVIDIA GeForce RTX 4090", kind="gpu",
+                             spec_bandwidth=Bandwidth(1008e9, "nvml", "fake NVML"))
+
+
+def _gpu_box(source: CeilingSource, gpu: HardwareInfo = RTX_4090_INFO) -> None:
+    """A machine whose first device is an NVIDIA GPU (detection skipped), with a CPU."""
+    source._hardware = gpu
+    source._cpu = HardwareInfo(name="EPYC", kind="cpu")
+    source._devices["cuda:0"] = gpu
+
+
+def test_cpu_engine_on_a_gpu_box_is_judged_by_the_cpu_probe(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    _probe_sequence(monkeypatch, [50e9, 55e9, 53e9])
+    source = CeilingSource(threads=2)
+    _gpu_box(source)
+    engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
+    source.probe()  # the engine's device is not known before its first result: no probe
+    ceiling = source.ceiling_for(make_result(engine=engine), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 50e9  # probed after
+    source.probe()  # known now: the CPU is probed before the next measurement too
+    ceiling = source.ceiling_for(make_result(engine=engine), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 55e9
+    assert source.placement is not None and source.placement.device is not None
+    assert source.placement.device.label == "cpu"
+    assert source.hardware is not None and source.hardware.name == "EPYC"
+
+
+def test_cuda_engine_is_judged_by_its_gpu_and_never_probes(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    _probe_sequence(monkeypatch, [])
+    source = CeilingSource(threads=2)
+    _gpu_box(source)
+    engine = make_engine(model_path=str(test_model), backend="cuda",
+                         settings=(("server_args", "-ngl 99"),))
+    source.probe()
+    ceiling = source.ceiling_for(make_result(engine=engine), None)
+    assert ceiling is not None and ceiling.bandwidth.source == "nvml"
+    assert source.hardware is RTX_4090_INFO
+
+
+def test_partial_offload_ceiling_shows_the_split(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    from pytest_tokperf.ceiling import check_efficiency
+
+    _probe_sequence(monkeypatch, [50e9, 50e9])
+    source = CeilingSource(threads=2)
+    _gpu_box(source)
+    engine = make_engine(model_path=str(test_model), backend="cuda", settings=(
+        ("offloaded_layers", "5"), ("layer_count", "10"),
+        ("devices", "CUDA0|NVIDIA GeForce RTX 4090||")))
+    ceiling = source.ceiling_for(make_result(engine=engine), None)
+    assert ceiling is not None and ceiling.bandwidth.source == "split"
+    assert ceiling.bandwidth.bytes_per_s == pytest.approx(1 / (0.5 / 1008e9 + 0.5 / 50e9))
+    message = check_efficiency(1.0, ceiling, 0.5).message
+    assert "; split: 50% of the bytes on cuda:0 (NVIDIA GeForce RTX 4090)" in message
+    assert "50% in system RAM (EPYC, 50.0 GB/s measured)" in message
+    assert "llama-server log: offloaded 5/10 layers" in message
+
+
+def test_device_override_wins(monkeypatch: pytest.MonkeyPatch, test_model: Path) -> None:
+    from pytest_tokperf.hardware.placement import Device
+
+    _probe_sequence(monkeypatch, [40e9, 45e9])
+    source = CeilingSource(threads=2, device=Device.parse("cpu"))
+    _gpu_box(source)
+    engine = make_engine(model_path=str(test_model), name="vllm", backend="cuda", settings=())
+    source.probe()  # the override says the CPU: probe before the measurement
+    ceiling = source.ceiling_for(make_result(engine=engine), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 45e9
+    assert source.placement is not None and source.placement.source == "--tokperf-device"
+
+
+def test_kv_types_come_from_the_engine(test_model: Path) -> None:
+    source = CeilingSource(explicit_bandwidth=1e12)
+    for settings, label in (
+        ((("server_args", "-ctk q8_0 -ctv f16"),), "q8_0/f16"),
+        ((("cache_type_k", "q4_0"), ("cache_type_v", "q4_0")), "q4_0"),
+        ((), "f16"),
+    ):
+        engine = make_engine(model_path=str(test_model), backend="cpu", settings=settings)
+        ceiling = source.ceiling_for(make_result(engine=engine), None)
+        assert ceiling is not None and ceiling.footprint.kv_type == label

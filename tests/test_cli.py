@@ -48,6 +48,20 @@ def test_predict_catalog_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     assert "1008 GB/s" in out and "decode ceiling: 208" in out
 
 
+def test_predict_bits_per_weight_and_file_size(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardware", "1000GB/s", "--params", "8e9", "--quant", "4.5"]) == 0
+    out = capsys.readouterr().out
+    assert "decode ceiling: 222.2 tok/s (1000 GB/s / 4.50 GB per token" in out
+    assert "efficiency band: " in out and "for q4 on an unnamed device" in out
+    assert main(["predict", "--hardware", "RTX 4090", "--size", "4.9GB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bytes_per_token"] == 4_900_000_000
+    assert data["efficiency_band"]["quant_family"] == "q4"
+    assert main(["predict", "--hardware", "RTX 4090", "--size", "16GB", "--params", "8e9",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["efficiency_band"]["quant_family"] == "f16"
+
+
 def test_predict_gguf_json(capsys: pytest.CaptureFixture[str], test_model: Path) -> None:
     assert main(["predict", "--hardware", "100GB/s", "--model", str(test_model), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -16,9 +16,11 @@ from pytest_tokperf.hardware import detect as detect_module
 from pytest_tokperf.hardware.apple import detect_apple, parse_gpu_cores
 from pytest_tokperf.hardware.catalog import (
     CATALOG_ENV,
+    CATALOG_FILE,
     close_names,
     load_catalog,
     lookup,
+    packaged_catalog_name,
 )
 from pytest_tokperf.hardware.detect import detect_hardware
 from pytest_tokperf.hardware.linux_cpu import (
@@ -40,12 +42,52 @@ HEADER = "name,kind,match,memory_gb,bandwidth_gb_s,fp16_tflops,gpu_cores,source\
 
 def test_catalog_rows_have_source_and_positive_bandwidth() -> None:
     rows = load_catalog()
-    assert len(rows) > 80
+    assert len(rows) > 100
     for row in rows:
-        assert row.source.strip(), row.name
+        # a source is a public page (vendor spec, whitepaper) or the spelled-out arithmetic
+        assert row.source.startswith(("https://", "arithmetic: ")), row.name
         assert row.bandwidth_bytes_per_s > 0, row.name
         assert row.kind in ("gpu", "apple", "cpu")
         assert row.aliases, row.name
+
+
+def test_catalog_ships_in_the_package_and_db_links_to_it() -> None:
+    from importlib import resources
+
+    packaged = resources.files("pytest_tokperf.hardware").joinpath(CATALOG_FILE)
+    assert packaged.is_file()
+    repo_copy = Path(__file__).resolve().parents[1] / "db" / "hardware.csv"
+    if repo_copy.exists():  # a source checkout: one file, two names
+        assert repo_copy.resolve() == Path(str(packaged)).resolve()
+    assert packaged_catalog_name().endswith("hardware.csv")
+
+
+@pytest.mark.parametrize(
+    ("detected", "expected", "gb_s"),
+    [
+        ("NVIDIA RTX 5000 Ada Generation", "NVIDIA RTX 5000 Ada", 576),
+        ("NVIDIA RTX 4000 Ada Generation", "NVIDIA RTX 4000 Ada", 360),
+        ("NVIDIA RTX 4000 SFF Ada Generation", "NVIDIA RTX 4000 SFF Ada", 280),
+        ("NVIDIA RTX PRO 4500 Blackwell", "NVIDIA RTX PRO 4500 Blackwell", 896),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+         "NVIDIA RTX PRO 6000 Blackwell Max-Q", 1792),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
+         1792),
+        ("Jetson AGX Orin", "NVIDIA Jetson AGX Orin", 204.8),
+        ("AMD Radeon VII", "AMD Radeon VII", 1024),
+        ("AMD Radeon AI PRO R9700", "AMD Radeon AI PRO R9700", 640),
+        ("AMD Radeon RX 9070 XT (RADV GFX1201)", "AMD Radeon RX 9070 XT", 640),
+        ("AMD Radeon RX 9070", "AMD Radeon RX 9070", 640),
+        ("Intel(R) Arc(TM) A770 Graphics", "Intel Arc A770", 560),
+        ("Intel(R) Arc(TM) B580 Graphics", "Intel Arc B580", 456),
+    ],
+)
+def test_catalog_has_devices_with_published_llama_cpp_results(
+    detected: str, expected: str, gb_s: float
+) -> None:
+    entry = lookup(detected)
+    assert entry is not None and entry.name == expected
+    assert entry.bandwidth_bytes_per_s == pytest.approx(gb_s * 1e9)
 
 
 def test_catalog_aliases_are_shared_only_by_binned_variants() -> None:
@@ -579,6 +621,54 @@ def test_detect_hardware_unknown_gpu_warns(monkeypatch: pytest.MonkeyPatch) -> N
     message = str(record[0].message)
     assert "no memory bandwidth known for GPU 'NVIDIA Future X1'" in message
     assert "--tokperf-bandwidth 1008GB/s" in message
+
+
+def test_detect_hardware_never_raises_when_a_provider_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken_apple() -> HardwareInfo | None:
+        raise ConfigError("hardware catalog 'x' cannot be read")
+
+    def broken_nvml() -> HardwareInfo | None:
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    cpu = HardwareInfo(name="Some CPU", kind="cpu")
+    monkeypatch.setattr(detect_module, "detect_nvidia", broken_nvml)
+    monkeypatch.setattr(detect_module, "detect_apple", broken_apple)
+    monkeypatch.setattr(detect_module, "detect_linux_cpu", lambda: cpu)
+    info = detect_hardware(explicit_bandwidth=1e11)
+    assert info.name == "Some CPU"
+    assert "nvidia detection failed: OSError('libnvidia-ml.so.1" in info.detail
+    assert "apple detection failed: ConfigError(\"hardware catalog 'x'" in info.detail
+
+
+def test_detect_hardware_survives_a_failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    def starved(**kwargs: Any) -> Any:
+        raise MemoryError("no room for the probe buffer")
+
+    monkeypatch.setattr(detect_module, "detect_nvidia", lambda: None)
+    monkeypatch.setattr(detect_module, "detect_apple", lambda: None)
+    monkeypatch.setattr(detect_module, "probe_read_bandwidth", starved)
+    with pytest.warns(TokperfWarning):
+        info = detect_hardware(prefer="cpu")
+    assert "read probe failed: MemoryError" in info.detail
+
+
+def test_detect_apple_on_a_mac_never_raises_through_detect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wheel bug: the catalog was unreadable, lookup raised, and every Mac run broke."""
+    monkeypatch.setenv(CATALOG_ENV, "/nonexistent/hardware.csv")
+    answers = {"machdep.cpu.brand_string": "Apple M4 Max\n", "hw.memsize": "68719476736\n"}
+
+    def mac(argv: Sequence[str]) -> str | None:
+        return answers.get(argv[-1]) if argv[0] == "sysctl" else None
+
+    monkeypatch.setattr(detect_module, "detect_nvidia", lambda: None)
+    monkeypatch.setattr(detect_module, "detect_apple", lambda: detect_apple(mac, "darwin"))
+    with pytest.warns(TokperfWarning):
+        info = detect_hardware(probe=False)
+    assert "apple detection failed: ConfigError" in info.detail
 
 
 def test_detect_hardware_prefer_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,19 @@ import json
 import pytest
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.predict import format_prediction, predict, prediction_to_dict
+from pytest_tokperf.hardware.bands import (
+    BANDS,
+    DEVICE_CLASSES,
+    QUANT_FAMILIES,
+    band_for,
+    quant_family,
+)
+from pytest_tokperf.predict import (
+    footprint_from_file_size,
+    format_prediction,
+    predict,
+    prediction_to_dict,
+)
 from pytest_tokperf.results import Footprint
 
 LLAMA_8B_Q4_K_M = Footprint(
@@ -23,9 +35,10 @@ LLAMA_8B_Q4_K_M = Footprint(
 
 
 def test_rtx_4090_8b_q4_k_m_is_about_205_tok_s() -> None:
-    pred = predict("RTX 4090", LLAMA_8B_Q4_K_M)
+    pred = predict("RTX 4090", LLAMA_8B_Q4_K_M, (0.5, 0.6, 0.75, 0.8))
     assert pred.ceiling.decode_tokens_per_s == pytest.approx(205.7, abs=0.1)
     assert pred.entry is not None and pred.entry.name == "NVIDIA GeForce RTX 4090"
+    assert pred.band is None  # fractions given: no band
     assert pred.expected_tokens_per_s == pytest.approx(
         tuple(205.714 * f for f in (0.5, 0.6, 0.75, 0.8)), rel=1e-4
     )
@@ -37,7 +50,7 @@ def test_rtx_4090_8b_q4_k_m_is_about_205_tok_s() -> None:
 
 
 def test_format_prediction() -> None:
-    text = format_prediction(predict("RTX 4090", LLAMA_8B_Q4_K_M))
+    text = format_prediction(predict("RTX 4090", LLAMA_8B_Q4_K_M, (0.5, 0.6, 0.75, 0.8)))
     lines = text.splitlines()
     assert lines[0].startswith("NVIDIA GeForce RTX 4090: 1008 GB/s (https://")
     assert lines[1] == (
@@ -59,7 +72,9 @@ def test_prediction_to_dict_is_json() -> None:
     assert data["catalog_name"] == "NVIDIA GeForce RTX 4090"
     assert data["bandwidth_bytes_per_s"] == 1008e9
     assert data["decode_ceiling_tokens_per_s"] == pytest.approx(205.71, abs=0.01)
-    assert set(data["expected_decode_tokens_per_s"]) == {"0.5", "0.6", "0.75", "0.8"}
+    assert data["efficiency_band"]["low"] == 0.55
+    assert data["efficiency_band"]["device_class"] == "consumer-gpu"
+    assert data["efficiency_band"]["quant_family"] is None  # no quant given: widest band
     assert data["fits"] is True
 
 
@@ -119,3 +134,73 @@ def test_bad_bandwidth_rejected() -> None:
         predict(-5.0, LLAMA_8B_Q4_K_M)
     with pytest.raises(ConfigError, match="cannot read memory bandwidth 'x GB/s'"):
         predict("x GB/s", LLAMA_8B_Q4_K_M)
+
+
+@pytest.mark.parametrize(
+    ("hardware", "quant", "family", "device", "typical"),
+    [
+        ("RTX 4090", "F16", "f16", "consumer-gpu", 0.90),
+        ("RTX 4090", "Q8_0", "q8", "consumer-gpu", 0.81),
+        ("RTX 4090", "Q4_K_M", "q4", "consumer-gpu", 0.68),
+        ("RTX 4090", 4.5, "q4", "consumer-gpu", 0.68),
+        ("Apple M4 Max", "Q4_0", "q4", "apple", 0.74),
+        ("RX 7900 XTX", "Q4_K_M", "q4", "amd-gpu", 0.62),
+        ("H100 SXM", "F16", "f16", "datacenter-gpu", 0.40),
+        ("DDR5-5600 x2", "Q8_0", "q8", "cpu", 0.70),
+    ],
+)
+def test_band_per_quant_family_and_device_class(
+    hardware: str, quant: str | float, family: str, device: str, typical: float
+) -> None:
+    pred = predict(hardware, LLAMA_8B_Q4_K_M, quant=quant)
+    assert pred.band is not None
+    assert (pred.band.family, pred.band.device_class) == (family, device)
+    assert pred.band.typical == typical
+    assert pred.efficiencies == pred.band.fractions
+    assert pred.expected_low == pytest.approx(pred.ceiling.decode_tokens_per_s * pred.band.low)
+    text = format_prediction(pred)
+    assert f"efficiency band: {typical:.0%}" in text and "\n  source: " in text
+
+
+def test_every_band_has_a_public_source_and_ordered_fractions() -> None:
+    for band in BANDS:
+        assert band.sources, band
+        assert all(s.startswith(("https://", "db/runs/")) for s in band.sources), band
+        assert 0 < band.low < band.typical < band.high <= 1.0, band
+    for family in QUANT_FAMILIES:
+        for device in DEVICE_CLASSES:
+            assert band_for(family, device).family == family
+
+
+def test_f16_bands_sit_above_q4_bands_where_measured() -> None:
+    for device in ("consumer-gpu", "apple", "amd-gpu"):
+        assert band_for("f16", device).typical > band_for("q4", device).typical
+
+
+@pytest.mark.parametrize(
+    ("quant", "family"),
+    [("Q4_K_M", "q4"), ("q8_0", "q8"), ("BF16", "f16"), ("Q6_K", "q5-q6"), ("IQ2_XS", "low-bit"),
+     ("MXFP4", "q4"), ("4.5", "q4"), (8.5, "q8"), (16, "f16"), (2.6, "low-bit"), ("what", None)],
+)
+def test_quant_family(quant: str | float, family: str | None) -> None:
+    assert quant_family(quant) == family
+
+
+def test_unknown_device_or_quant_gets_the_span() -> None:
+    wide = band_for(None, "unknown")
+    assert wide.low <= band_for("q4", "amd-gpu").low and wide.high >= band_for("f16", "consumer-gpu").high
+    assert "unknown" in wide.derived
+
+
+def test_footprint_from_file_size() -> None:
+    by_quant = footprint_from_file_size(4.9e9, "Q4_K_M")
+    assert by_quant.weights_bytes == pytest.approx(4.9e9, rel=1e-6)
+    assert by_quant.total_parameters == pytest.approx(4.9e9 * 8 / 4.84, rel=1e-3)
+    by_params = footprint_from_file_size(4.9e9, None, parameters=8e9, n_layer=32, n_head_kv=8,
+                                         head_dim=128, depth_tokens=4096)
+    assert by_params.weights_bytes == pytest.approx(4.9e9, rel=1e-6)
+    assert by_params.kv_bytes == 32 * 2 * 8 * 128 * 2 * 4096
+    with pytest.raises(ConfigError, match="needs --params or --quant"):
+        footprint_from_file_size(4.9e9, None)
+    with pytest.raises(ConfigError, match="file size -1.0 bytes must be positive"):
+        footprint_from_file_size(-1.0, "Q4_K_M")

@@ -115,8 +115,9 @@ def test_series_key_is_stable_and_ignores_compared_dimensions() -> None:
     model = make_model()
     series = series_of("t", make_result(), model)
     key = series_key("t", make_result(), model)
-    assert key == series.key == "3e67784c19667088"
-    assert series.text.startswith('{"batch_size":2048,"concurrency":1,"context_size":4096,')
+    assert key == series.key == "1e77f951a462c247"
+    # llama-server's default batch (2048) is None in the key; the CUDA backend is named
+    assert series.text.startswith('{"backend":"cuda","batch_size":null,"concurrency":1,')
     compared = make_result(engine=make_engine(version="b7000", build="fff", base_url="http://x"))
     assert series_key("t", compared, model) == key
     assert series_key("t", make_result(decode=50.0), model) == key
@@ -138,6 +139,70 @@ def test_series_key_is_stable_and_ignores_compared_dimensions() -> None:
     assert len(set(changed)) == len(changed)
 
 
+REAL_V3_SETTINGS = (("ctx_size", "4096"), ("parallel", "1"), ("threads", "2"),
+                    ("total_slots", "1"))
+"""What a tokperf-started llama-server stored before schema v5: no speed settings."""
+
+
+@pytest.mark.parametrize(
+    ("changes", "old_key"),
+    [
+        # keys computed by the schema-v3 code (commit 7f14099) for rows as they were stored
+        ({"backend": "pypi-sdist", "settings": REAL_V3_SETTINGS}, "1b70d197d92079f6"),
+        ({"backend": "pypi-sdist", "settings": (*REAL_V3_SETTINGS,
+                                                 ("server_args", "--no-mmap"))},
+         "1b70d197d92079f6"),
+        ({"name": "ollama", "backend": None, "settings": (
+            ("loaded_models", "1"), ("size_bytes", "5000"), ("size_vram_bytes", "0"),
+            ("gpu_share", "0%"))}, "bd949b495b40d553"),
+        ({"name": "vllm", "backend": None, "settings": ()}, "136a356d2a9a072c"),
+    ],
+)
+def test_old_series_keys_hold_where_settings_are_default_or_unknown(
+    changes: dict[str, object], old_key: str
+) -> None:
+    engine = make_engine(**changes)
+    assert series_key("t", make_result(engine=engine), make_model()) == old_key
+    # the same run with today's adapter output: defaults read from the log are None
+    observed = (*engine.settings, ("batch_size", "2048"), ("ubatch_size", "512"),
+                ("flash_attn", "auto"), ("cache_type_k", "f16"), ("cache_type_v", "f16"))
+    if engine.name == "llama-server":
+        today = make_engine(**{**changes, "backend": "cpu", "settings": observed})
+        assert series_key("t", make_result(engine=today), make_model()) == old_key
+
+
+def _key_for(args: str, backend: str | None = None) -> str:
+    engine = make_engine(backend=backend, settings=(*REAL_V3_SETTINGS, ("server_args", args)))
+    return series_key("t", make_result(engine=engine), make_model())
+
+
+def test_runs_differing_only_in_a_speed_flag_are_different_series() -> None:
+    base = "--no-mmap"
+    keys = {
+        "default": _key_for(base),
+        "-fa on": _key_for(f"{base} -fa on"),
+        "-fa off": _key_for(f"{base} -fa off"),
+        "-ngl 99": _key_for(f"{base} -ngl 99"),
+        "-ngl 0": _key_for(f"{base} -ngl 0"),
+        "-ngl 20": _key_for(f"{base} -ngl 20"),
+        "-ctk q8_0": _key_for(f"{base} -ctk q8_0"),
+        "-ctv q8_0": _key_for(f"{base} -ctv q8_0"),
+        "-ctk q8_0 -ctv q8_0": _key_for(f"{base} -ctk q8_0 -ctv q8_0"),
+        "-ctk q8_0 -ctv q4_0": _key_for(f"{base} -ctk q8_0 -ctv q4_0"),
+        "-b 512": _key_for(f"{base} -b 512"),
+        "-ub 128": _key_for(f"{base} -ub 128"),
+        "cuda": _key_for(base, backend="cuda"),
+        "cuda -ngl 0": _key_for(f"{base} -ngl 0", backend="cuda"),
+    }
+    assert len(set(keys.values())) == len(keys), keys
+    # spellings of the same setting are one series
+    assert _key_for(f"{base} --flash-attn=on") == keys["-fa on"]
+    assert _key_for(f"{base} -b 2048 -ub 512 -fa auto -ctk f16 -ctv f16") == keys["default"]
+    assert _key_for(f"{base} --n-gpu-layers 99") == keys["-ngl 99"]
+    # a CPU backend offloads nothing whatever -ngl says
+    assert _key_for(f"{base} -ngl 99", backend="cpu") == _key_for(base, backend="cpu")
+
+
 def test_series_reads_speed_settings_under_engine_names() -> None:
     engine = make_engine(
         settings=(
@@ -149,12 +214,8 @@ def test_series_reads_speed_settings_under_engine_names() -> None:
         ),
     )
     series = series_of("t", make_result(engine=engine), None)
-    assert (series.batch_size, series.flash_attn, series.kv_type, series.gpu_layers) == (
-        512,
-        "off",
-        "q8_0/q4_0",
-        99,
-    )
+    assert (series.batch_size, series.flash_attn, series.kv_type, series.kv_type_v,
+            series.gpu_layers) == (512, "off", "q8_0", "q4_0", 99)
     assert series.model == "engine:tiny"
     assert series_of("t", make_result(), make_model(content_hash=None)).model == (
         "file:tiny.gguf:123456789"
@@ -241,15 +302,16 @@ def _write_v1_db(path: Path) -> int:
     db.execute("PRAGMA user_version = 1")
     result, model = make_result(), make_model()
     db.table("runs").insert(run_row(make_run()))
-    env_id = (
-        db.table("environments")
-        .insert(environment_row(result.engine, model, make_hardware()))
-        .last_pk
-    )
     def v1(table: str, row: dict[str, object]) -> dict[str, object]:
         # Today's row builders also fill columns later schema steps added.
         columns = db.table(table).columns_dict
         return {k: v for k, v in row.items() if k in columns}
+
+    env_id = (
+        db.table("environments")
+        .insert(v1("environments", environment_row(result.engine, model, make_hardware())))
+        .last_pk
+    )
 
     series = series_of("t", result, model)
     db.table("series").insert(v1("series", series_row(series)))
@@ -282,3 +344,31 @@ def test_v1_database_upgrades_in_place_and_keeps_data(tmp_path: Path) -> None:
         }
         store.record("run-1", "t", make_result(), **record_kwargs())
         assert len(store.history(key)) == 2
+
+
+def test_v5_clears_the_commit_label_from_engine_backend(tmp_path: Path) -> None:
+    path = tmp_path / "results.db"
+    _write_v1_db(path)
+    db = Database(path)
+    db.execute("UPDATE environments SET engine_version = 'b11434', "
+               "engine_build = 'b11434-pypi-sdist', engine_backend = 'pypi-sdist'")
+    db.conn.commit()
+    db.close()
+    with ResultStore.open(path) as store:
+        row = next(store.db.table("environments").rows)
+        assert row["engine_backend"] is None and row["engine_build"] == "b11434-pypi-sdist"
+        assert "kv_type_v" in store.db.table("series").columns_dict
+        assert "vram_fraction" in store.db.table("environments").columns_dict
+
+
+def test_environment_columns_hold_what_the_engine_ran_with() -> None:
+    engine = make_engine(backend="cuda", settings=(
+        ("server_args", "-ngl 99 -ctk q8_0 -ctv q4_0 -fa on"), ("offloaded_layers", "33"),
+        ("layer_count", "33"), ("batch_size", "2048"), ("devices", "CUDA0|NVIDIA H200||")))
+    row = environment_row(engine, make_model(), make_hardware())
+    assert (row["engine_backend"], row["gpu_layers"], row["layer_count"], row["kv_type"],
+            row["kv_type_v"], row["flash_attn"], row["batch_size"]) == (
+        "cuda", 33, 33, "q8_0", "q4_0", "on", 2048)
+    assert row["devices"] == "CUDA0|NVIDIA H200||"
+    series = series_of("t", make_result(engine=engine), make_model())
+    assert (series.backend, series.gpu_layers, series.batch_size) == ("cuda", -1, None)

@@ -1,11 +1,16 @@
-"""Where a session's ceilings come from: the model file and this machine, per workload.
+"""Where a session's ceilings come from: the model file and the device the engine uses.
 
 Bytes per token come from the GGUF's tensors at the workload's mean KV depth during
-decode (prompt + half the generated tokens). Bandwidth comes from, in order: an
-explicit ``--tokperf-bandwidth``; a GPU's spec (NVML or the catalog); or, for an
-engine on the CPU, a read-bandwidth probe run right before each measurement,
-because this kind of machine drifts +/-15-20% within minutes and a ceiling must be
-measured next to the decode it judges.
+decode (prompt + half the generated tokens). Bandwidth is the figure of the device the
+engine runs on (``engines.server_settings.placement_of``: llama-server's devices and
+offloaded layers, Ollama's share in VRAM, vLLM/SGLang on CUDA, MLX on Metal, or
+``--tokperf-device``), chosen by ``hardware.bandwidth.bandwidth_for``: an explicit
+``--tokperf-bandwidth``; a GPU's spec (NVML for that device, else the catalog by the
+name the engine or ``nvidia-smi`` reports); for an engine on the CPU a read-bandwidth
+probe run right before and after each measurement (this kind of machine drifts
++/-15-20% within minutes, so a ceiling must be measured next to the decode it judges);
+for a model split between GPU and RAM, the per-token time of each part. Where the
+engine does not say where it runs, the machine's first device is used.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from typing import TYPE_CHECKING
 from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
+from pytest_tokperf.hardware.placement import Device, Placement
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, Workload
 
 if TYPE_CHECKING:
+    from pytest_tokperf.hardware.bandwidth import DeviceBandwidth
     from pytest_tokperf.model.gguf_file import GGUFModel
 
 DEFAULT_KV_TYPE = "f16"
@@ -54,7 +61,7 @@ def kv_type_v_from_args(args: tuple[str, ...]) -> str:
 
 @dataclass
 class CeilingSource:
-    """Computes the ceiling for each measured workload; keeps the latest hardware."""
+    """Computes the ceiling for each measured workload on the engine's own device."""
 
     explicit_bandwidth: float | None = None
     threads: int | None = None
@@ -64,22 +71,46 @@ class CeilingSource:
     """The V cache type (llama-server ``-ctv``)."""
     probe_duration_s: float = 2.0
     models: ModelFiles = field(default_factory=ModelFiles)
+    device: Device | None = None
+    """``--tokperf-device``: where the engine runs, overriding what it says."""
     _hardware: HardwareInfo | None = field(default=None, init=False)
+    _cpu: HardwareInfo | None = field(default=None, init=False)
+    _devices: dict[str, HardwareInfo | None] = field(default_factory=dict, init=False)
+    _placement: Placement | None = field(default=None, init=False)
+    _last: DeviceBandwidth | None = field(default=None, init=False)
     problems: list[str] = field(default_factory=list, init=False)
 
     @property
     def hardware(self) -> HardwareInfo | None:
+        """The device the latest ceiling was computed for (the GPU of a split), else the
+        machine's first device: what the stored environment names."""
+        if self._last is not None and self._last.hardware is not None:
+            if self._last.hardware.kind == "cpu":
+                return self._cpu_info()
+            return self._last.hardware
         return self._hardware
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where the engine of the latest ceiling runs."""
+        return self._placement
+
+    @property
+    def last_bandwidth(self) -> DeviceBandwidth | None:
+        """The latest bandwidth choice with its reasoning."""
+        return self._last
 
     def detect(self) -> HardwareInfo:
         """Detect the machine once (no probe); later probes refresh the measured figure."""
         if self._hardware is None:
             from pytest_tokperf.hardware.detect import detect_hardware
 
+            prefer = "cpu" if self.device is not None and not self.device.is_gpu else None
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 self._hardware = detect_hardware(
-                    explicit_bandwidth=self.explicit_bandwidth, probe=False, threads=self.threads
+                    explicit_bandwidth=self.explicit_bandwidth, probe=False, threads=self.threads,
+                    prefer=prefer,
                 )
             if self._hardware.kind != "cpu":  # on the CPU the probe supplies the figure
                 for warning in caught:
@@ -87,16 +118,46 @@ class CeilingSource:
                                            warning.filename, warning.lineno)
         return self._hardware
 
+    def _cpu_info(self) -> HardwareInfo:
+        """The CPU with its latest probe: the machine itself, or its CPU on a GPU box."""
+        machine = self.detect()
+        if machine.kind == "cpu":
+            return machine
+        if self._cpu is None:
+            from pytest_tokperf.hardware.bandwidth import device_hardware
+
+            found = device_hardware(Device("cpu"))
+            self._cpu = found if found is not None and found.kind == "cpu" else HardwareInfo(
+                name="CPU", kind="cpu", detail="no CPU detector for this platform")
+        return self._cpu
+
+    def _store_cpu(self, info: HardwareInfo) -> None:
+        if self.detect().kind == "cpu":
+            self._hardware = info
+        else:
+            self._cpu = info
+
+    def _reads_ram(self) -> bool:
+        """Does the engine read (part of) the model from system RAM? Then probe it."""
+        if self.explicit_bandwidth is not None:
+            return False
+        placement = self._placement or (Placement(self.device) if self.device else None)
+        if placement is None or placement.device is None:
+            return self.detect().kind == "cpu"
+        if not placement.device.is_gpu:
+            return True
+        return placement.gpu_fraction is not None and placement.gpu_fraction < 1.0
+
     def probe(self) -> HardwareInfo:
-        """Measure read bandwidth now (before a measurement) when memory is the CPU's."""
-        hardware = self.detect()
-        if hardware.kind != "cpu" or self.explicit_bandwidth is not None:
-            return hardware
+        """Measure read bandwidth now (before a measurement) when the engine reads RAM."""
+        if not self._reads_ram():
+            return self.detect()
         from pytest_tokperf.hardware.probe import probe_read_bandwidth
 
         measured = probe_read_bandwidth(threads=self.threads, duration_s=self.probe_duration_s)
-        self._hardware = replace(hardware, measured_bandwidth=measured.bandwidth)
-        return self._hardware
+        cpu = replace(self._cpu_info(), measured_bandwidth=measured.bandwidth)
+        self._store_cpu(cpu)
+        return cpu
 
     def probe_after(self) -> HardwareInfo:
         """Probe again after the measurement and keep the higher of the two figures.
@@ -105,15 +166,48 @@ class CeilingSource:
         probes exceeds is a wrong ceiling, so the best sustained figure around the
         measurement is the one it is judged against.
         """
-        before = self._hardware.measured_bandwidth if self._hardware is not None else None
-        after = self.probe().measured_bandwidth
-        if before is None or after is None or self._hardware is None:
+        if not self._reads_ram():
             return self.detect()
+        before = self._cpu_info().measured_bandwidth
+        after = self.probe().measured_bandwidth
+        cpu = self._cpu_info()
+        if before is None or after is None:
+            return cpu
         best = max(before, after, key=lambda b: b.bytes_per_s)
         detail = (f"{best.detail}; higher of the probes before ({before.bytes_per_s / 1e9:.1f} "
                   f"GB/s) and after ({after.bytes_per_s / 1e9:.1f} GB/s) the measurement")
-        self._hardware = replace(self._hardware, measured_bandwidth=replace(best, detail=detail))
-        return self._hardware
+        cpu = replace(cpu, measured_bandwidth=replace(best, detail=detail))
+        self._store_cpu(cpu)
+        return cpu
+
+    def _gpu_info(self, device: Device | None) -> HardwareInfo | None:
+        """The GPU the placement names (cached per device), or the machine's own GPU."""
+        machine = self.detect()
+        if device is None or not device.is_gpu:
+            return machine if machine.kind != "cpu" else None
+        if device.kind == "metal" and machine.kind == "apple":
+            return machine
+        if device.label not in self._devices:
+            from pytest_tokperf.hardware.bandwidth import device_hardware
+
+            self._devices[device.label] = device_hardware(device)
+        return self._devices[device.label]
+
+    def bandwidth_for(self, result: BenchResult) -> DeviceBandwidth:
+        """Where ``result``'s engine runs and the bandwidth that gives (probes included)."""
+        from pytest_tokperf.engines.server_settings import placement_of
+        from pytest_tokperf.hardware.bandwidth import bandwidth_for
+
+        self._placement = placement_of(result.engine, self.device)
+        cpu = self.probe_after() if self._reads_ram() else self._cpu_info_if_known()
+        chosen = bandwidth_for(self._placement, gpu=self._gpu_info(self._placement.device),
+                               cpu=cpu, explicit=self.explicit_bandwidth)
+        self._last = chosen
+        return chosen
+
+    def _cpu_info_if_known(self) -> HardwareInfo | None:
+        machine = self.detect()
+        return machine if machine.kind == "cpu" else self._cpu
 
     def _model(self, path: Path) -> GGUFModel | None:
         try:
@@ -139,16 +233,24 @@ class CeilingSource:
             )
             return None
         model = self._model(path)
-        hardware = self.probe_after()
-        bandwidth = hardware.bandwidth
+        chosen = self.bandwidth_for(result)
+        bandwidth = chosen.bandwidth
+        if bandwidth is None:
+            self.problems.append(f"no ceiling: {chosen.explanation}")
         if model is None or bandwidth is None:
             return None
+        # K and V cache types as the engine ran them (its log, its arguments), else -ctk/-ctv
+        from pytest_tokperf.engines.server_settings import ServerSettings
+
+        server = ServerSettings.from_engine(result.engine)
         fp = footprint(model, depth_tokens=mean_decode_depth(result.workload),
-                       kv_type_k=self.kv_type, kv_type_v=self.kv_type_v)
+                       kv_type_k=server.cache_type_k or self.kv_type,
+                       kv_type_v=server.cache_type_v or self.kv_type_v)
         streams = result.workload.concurrency
         if streams > 1:
             # One decode step reads the weights once for all streams and every stream's own
             # KV cache, and yields one token per stream: per stream the bound is
             # bandwidth / (weights + streams x KV). Far below it, compute is the wall.
             fp = replace(fp, kv_bytes_per_position=fp.kv_bytes_per_position * streams)
-        return compute_ceiling(fp, bandwidth, hardware.peak_flops)
+        hardware = chosen.hardware
+        return compute_ceiling(fp, bandwidth, hardware.peak_flops if hardware else None)

@@ -118,7 +118,7 @@ class BenchRun:
                                    threads=settings.threads,
                                    kv_type=kv_type_from_args(settings.server_args),
                                    kv_type_v=kv_type_v_from_args(settings.server_args),
-                                   models=models),
+                                   models=models, device=settings.device),
             recorder=recorder,
             gate=gate,
         )

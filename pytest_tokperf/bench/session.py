@@ -70,6 +70,8 @@ class EngineSession:
     _model_path: Path | None = field(default=None, init=False)
     _failure: Exception | None = field(default=None, init=False)
     _launch: LaunchSpec | None = field(default=None, init=False)
+    _server_facts: tuple[tuple[str, str], ...] = field(default=(), init=False)
+    """What the binary said about its devices (``--list-devices``), as settings pairs."""
     _drafts: dict[str, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
                                                                      init=False)
     """Drafting engines by draft path (started here) or URL (attached)."""
@@ -100,6 +102,7 @@ class EngineSession:
                  "parallel": str(s.parallel)}
         if s.server_args:
             pairs["server_args"] = " ".join(s.server_args)
+        pairs.update(self._server_facts)
         return tuple(sorted(pairs.items()))
 
     def _open(self) -> Engine:
@@ -118,6 +121,12 @@ class EngineSession:
             return self._start_other(name)
         binary = resolve_server_binary(s.server_bin)
         self._model_path = resolve_model_path(s.model, self.progress)
+        # The build's devices, and a log that says where the model went (server_settings)
+        from pytest_tokperf.engines.server_log import llama_binary_facts, wants_own_verbosity
+
+        facts = llama_binary_facts(binary)
+        self._server_facts = tuple(facts.devices.to_pairs().items())
+        trace = () if wants_own_verbosity(s.server_args) else facts.trace_args
         spec = LaunchSpec(
             binary=binary,
             model=self._model_path,
@@ -126,14 +135,15 @@ class EngineSession:
             context_size=s.ctx_size,
             parallel=s.parallel,
             port=s.port,
-            extra_args=s.server_args,
+            extra_args=(*trace, *s.server_args),
             startup_timeout_s=s.startup_timeout,
         )
         if self.progress is not None:
             self.progress(f"starting {binary} ({binary_version(binary) or 'unknown build'})")
         self._launch = spec
         self._server = start_llama_server(spec)
-        return self._make(name, self._server.url, self._settings_pairs())
+        pairs = (*self._settings_pairs(), ("log_path", str(spec.log_path)))
+        return self._make(name, self._server.url, tuple(sorted(pairs)))
 
     def draft_path(self, choice: str | None = None) -> Path:
         """The draft GGUF for ``choice`` (a path, ``self`` or ``small``; default
@@ -196,7 +206,8 @@ class EngineSession:
             if self.progress is not None:
                 self.progress(f"starting a second llama-server drafting with {path.name}")
             server = start_llama_server(spec)
-            pairs = (*self._settings_pairs(), ("draft_model", path.name))
+            pairs = (*self._settings_pairs(), ("draft_model", path.name),
+                     ("log_path", str(spec.log_path)))
             try:
                 engine = self._make("llama-server", server.url, tuple(sorted(pairs)))
             except BaseException:

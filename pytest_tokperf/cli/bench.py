@@ -60,6 +60,8 @@ def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace
     p.add_argument("-t", "--threads", metavar="N", help="engine threads (default: all cores)")
     p.add_argument("--server-bin", metavar="PATH", help="llama-server binary to run")
     p.add_argument("--bandwidth", metavar="BW", help="bandwidth for the ceiling, e.g. 1008GB/s")
+    p.add_argument("--device", metavar="DEVICE", help="where the engine runs, for the ceiling: "
+                   "cpu, cuda:N, metal, rocm:N, vulkan:N (default: what the engine reports)")
     p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
     p.add_argument("--db", help="results DB (default .tokperf/results.db; 'off' writes nothing)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -89,6 +91,7 @@ def bench(args: argparse.Namespace) -> int:
     needed = max(d + p + n for d in lists["depth"] for p in lists["prompt"] for n in lists["generate"])
     cli = {"engine": args.engine, "url": args.url, "model": args.model, "threads": args.threads,
            "server_bin": args.server_bin, "bandwidth": args.bandwidth, "db": args.db,
+           "device": args.device,
            "min_efficiency": args.min_efficiency, "draft_model": args.draft,
            "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,

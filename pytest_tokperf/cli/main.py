@@ -69,21 +69,50 @@ def _make_model(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.footprint import estimate_footprint, footprint
     from pytest_tokperf.model.gguf_file import load_gguf
-    from pytest_tokperf.predict import format_prediction, predict, prediction_to_dict
+    from pytest_tokperf.model.spec import parse_size
+    from pytest_tokperf.predict import (
+        footprint_from_file_size,
+        format_prediction,
+        predict,
+        prediction_to_dict,
+    )
 
+    given = _quant(args.quant or "Q4_K_M")
+    quant: str | float | None = given  # what picks the efficiency band
     if args.model:
-        fp = footprint(load_gguf(Path(args.model)), depth_tokens=args.depth, kv_type=args.kv_type)
+        model = load_gguf(Path(args.model))
+        fp = footprint(model, depth_tokens=args.depth, kv_type=args.kv_type)
+        if args.quant is None:  # the file's own type sets the band
+            quant = model.file_type_name
+    elif args.size:
+        fp = footprint_from_file_size(
+            parse_size(args.size), given, parameters=args.params,
+            active_parameters=args.active_params, n_layer=args.layers,
+            n_head_kv=args.kv_heads, head_dim=args.head_dim, depth_tokens=args.depth,
+            kv_type=args.kv_type,
+        )
+        if args.params:  # the size sets the bits per weight
+            quant = parse_size(args.size) * 8 / args.params
     elif args.params:
         fp = estimate_footprint(
-            args.params, args.quant, n_layer=args.layers, n_head_kv=args.kv_heads,
+            args.params, given, n_layer=args.layers, n_head_kv=args.kv_heads,
             head_dim=args.head_dim, depth_tokens=args.depth, kv_type=args.kv_type,
             active_parameters=args.active_params,
         )
     else:
-        raise ConfigError("predict needs a model: --model FILE.gguf, or --params 8e9 --quant Q4_K_M")
-    pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores)
+        raise ConfigError("predict needs a model: --model FILE.gguf, --params 8e9 --quant Q4_K_M, "
+                          "or --size 4.9GB (the file size) with --quant or --params")
+    pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores, quant=quant)
     emit(args, prediction_to_dict(pred), format_prediction(pred))
     return 0
+
+
+def _quant(text: str) -> str | float:
+    """``"Q4_K_M"`` stays a name; ``"4.5"`` is bits per weight."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="GGUF file: bytes per token from its tensors")
     p.add_argument("--params", type=float, help="total parameters, e.g. 8e9 (no file)")
     p.add_argument("--active-params", type=float, help="MoE: parameters active per token")
-    p.add_argument("--quant", default="Q4_K_M", help="quant type or bits per weight (Q4_K_M)")
+    p.add_argument("--quant", default=None,
+                   help="quant type (Q4_K_M, Q8_0, F16, ...) or bits per weight (4.5); sets "
+                   "the efficiency band too (default: Q4_K_M, or the GGUF's own type)")
+    p.add_argument("--size", help="model file size instead of --params, e.g. 4.9GB: every byte "
+                   "is read per token; with --params it also gives the bits per weight")
     p.add_argument("--layers", type=int, default=0, help="layers (for the KV cache)")
     p.add_argument("--kv-heads", type=int, default=0, help="KV heads (for the KV cache)")
     p.add_argument("--head-dim", type=int, default=0, help="head size (for the KV cache)")

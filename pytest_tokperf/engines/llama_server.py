@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
+from pytest_tokperf.engines.server_settings import llama_server_settings
 from pytest_tokperf.engines.wire import ChunkLog, json_field, probe_ready, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
@@ -79,16 +80,20 @@ class LlamaServer(HttpAdapter):
                 f"{self.base_url}/props does not look like llama-server's (no build_info): "
                 f"{props!r:.200}. Check --tokperf-url and --tokperf-engine."
             )
-        build, commit = parse_build(props.get("build_info"))
+        build, _commit = parse_build(props.get("build_info"))
         defaults = props.get("default_generation_settings") or {}
         settings = dict(self._settings)
         settings["total_slots"] = str(props.get("total_slots"))
+        # typed speed settings (args, /props, start-up log): server_settings owns them
+        server = llama_server_settings(settings, props)
+        settings.update(server.to_pairs())
+        settings.pop("log_path", None)  # read above; a per-process path is not identity
         return EngineInfo(
             name=self.name,
             version=build,
             build=props.get("build_info"),
             base_url=self.base_url,
-            backend=commit,
+            backend=server.backend,
             model_path=props.get("model_path"),
             model_name=props.get("model_alias") or props.get("model_path"),
             context_size=defaults.get("n_ctx"),

@@ -1,4 +1,9 @@
-"""The hardware spec catalog: ``db/hardware.csv`` loaded, validated and searched.
+"""The hardware spec catalog: ``hardware.csv`` in this package, loaded, validated, searched.
+
+The CSV ships inside the package (``pytest_tokperf/hardware/hardware.csv``, read with
+``importlib.resources``), so an installed wheel has it; ``db/hardware.csv`` in the
+repository is a symbolic link to that one file, so the dataset's home and the package
+cannot drift apart.
 
 Each row is one part with its published memory bandwidth and where that figure comes
 from. ``lookup`` maps a detected device name ("NVIDIA GeForce RTX 4090", "Apple M4 Max")
@@ -13,11 +18,14 @@ from __future__ import annotations
 
 import csv
 import difflib
+import io
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Literal, cast
 
@@ -36,6 +44,8 @@ COLUMNS = (
     "source",
 )
 CATALOG_ENV = "PYTEST_TOKPERF_CATALOG"
+CATALOG_FILE = "hardware.csv"
+"""The packaged catalog, next to this module (``db/hardware.csv`` links to it)."""
 _KINDS: tuple[CatalogKind, ...] = ("gpu", "apple", "cpu")
 _GUARD_WORDS = ("laptop", "mobile", "max q")
 """A detected name carrying one of these matches only aliases that carry it too."""
@@ -61,12 +71,15 @@ class CatalogEntry:
         return Bandwidth(self.bandwidth_bytes_per_s, source, f"{self.name}: {self.source}")
 
 
-def catalog_path() -> Path:
-    """``$PYTEST_TOKPERF_CATALOG`` when set, else ``db/hardware.csv`` in the project."""
+def catalog_path() -> Path | None:
+    """``$PYTEST_TOKPERF_CATALOG`` when set, else None: the packaged ``hardware.csv``."""
     override = os.environ.get(CATALOG_ENV)
-    if override:
-        return Path(override).expanduser()
-    return Path(__file__).resolve().parents[2] / "db" / "hardware.csv"
+    return Path(override).expanduser() if override else None
+
+
+def packaged_catalog_name() -> str:
+    """Where the packaged catalog lives, for messages (a path when installed as files)."""
+    return str(resources.files(__package__).joinpath(CATALOG_FILE))
 
 
 def normalize(name: str) -> str:
@@ -75,8 +88,16 @@ def normalize(name: str) -> str:
 
 
 def load_catalog(path: Path | None = None) -> tuple[CatalogEntry, ...]:
-    """All rows of the catalog file, validated; cached per file and modification time."""
-    resolved = (path or catalog_path()).resolve()
+    """All rows of the catalog, validated and cached.
+
+    ``path`` (or ``$PYTEST_TOKPERF_CATALOG``) names another CSV with the same columns,
+    cached per file and modification time; by default the packaged catalog is read
+    through ``importlib.resources``, which works from a wheel, a zip or a checkout.
+    """
+    chosen = path or catalog_path()
+    if chosen is None:
+        return _load_packaged()
+    resolved = chosen.resolve()
     try:
         mtime = resolved.stat().st_mtime_ns
     except OSError as exc:
@@ -87,26 +108,44 @@ def load_catalog(path: Path | None = None) -> tuple[CatalogEntry, ...]:
     return _load(str(resolved), mtime)
 
 
+@lru_cache(maxsize=1)
+def _load_packaged() -> tuple[CatalogEntry, ...]:
+    resource = resources.files(__package__).joinpath(CATALOG_FILE)
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"the packaged hardware catalog {str(resource)!r} cannot be read ({exc}); "
+            f"reinstall pytest-tokperf, or point {CATALOG_ENV} at a CSV with columns "
+            f"{', '.join(COLUMNS)}"
+        ) from exc
+    return _parse(str(resource), io.StringIO(text, newline=""))
+
+
 @lru_cache(maxsize=8)
 def _load(path: str, mtime_ns: int) -> tuple[CatalogEntry, ...]:
     with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or tuple(h.strip() for h in header) != COLUMNS:
-            raise ConfigError(f"{path}:1: header {header!r} must be exactly {','.join(COLUMNS)}")
-        entries: list[CatalogEntry] = []
-        seen: dict[str, int] = {}
-        for row in reader:
-            line = reader.line_num
-            if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-                continue
-            entry = _parse_row(path, line, row)
-            if entry.name in seen:
-                raise ConfigError(
-                    f"{path}:{line}: name {entry.name!r} already defined on line {seen[entry.name]}"
-                )
-            seen[entry.name] = line
-            entries.append(entry)
+        return _parse(path, handle)
+
+
+def _parse(path: str, lines: Iterable[str]) -> tuple[CatalogEntry, ...]:
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header) != COLUMNS:
+        raise ConfigError(f"{path}:1: header {header!r} must be exactly {','.join(COLUMNS)}")
+    entries: list[CatalogEntry] = []
+    seen: dict[str, int] = {}
+    for row in reader:
+        line = reader.line_num
+        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+            continue
+        entry = _parse_row(path, line, row)
+        if entry.name in seen:
+            raise ConfigError(
+                f"{path}:{line}: name {entry.name!r} already defined on line {seen[entry.name]}"
+            )
+        seen[entry.name] = line
+        entries.append(entry)
     if not entries:
         raise ConfigError(f"{path}: the hardware catalog has no rows")
     return tuple(entries)

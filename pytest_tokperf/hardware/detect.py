@@ -22,6 +22,7 @@ from typing import Literal
 
 from pytest_tokperf.errors import ConfigError, TokperfWarning
 from pytest_tokperf.hardware.apple import detect_apple
+from pytest_tokperf.hardware.catalog import CATALOG_ENV
 from pytest_tokperf.hardware.linux_cpu import detect_linux_cpu
 from pytest_tokperf.hardware.nvidia import detect_nvidia
 from pytest_tokperf.hardware.probe import ProbeResult, probe_read_bandwidth
@@ -57,6 +58,24 @@ def _generic_cpu() -> HardwareInfo:
     return HardwareInfo(name=name, kind="cpu", detail=f"no detector for {sys.platform}")
 
 
+def _safely(
+    provider: Provider,
+    detector: Callable[[], HardwareInfo | None],
+    failures: list[str],
+) -> HardwareInfo | None:
+    """Run one provider; any exception becomes a note, so detection itself never fails.
+
+    A provider that raises (a ``sysctl`` answer in an unexpected shape, a broken NVML,
+    an unreadable catalog) must not break every run on that machine: the next provider
+    is tried and the failure is kept in ``HardwareInfo.detail``.
+    """
+    try:
+        return detector()
+    except Exception as exc:
+        failures.append(f"{provider} detection failed: {exc!r}")
+        return None
+
+
 def _with_probe(info: HardwareInfo, result: ProbeResult) -> HardwareInfo:
     passes = ", ".join(f"{b / 1e9:.1f}" for b in result.passes_bytes_per_s)
     note = f"probe passes {passes} GB/s (spread {result.spread:.0%})"
@@ -73,7 +92,10 @@ def detect_hardware(
     probe_size_bytes: int | None = None,
     probe_duration_s: float = 2.0,
 ) -> HardwareInfo:
-    """Describe this machine; never raises for missing tools, drivers or permissions.
+    """Describe this machine; never raises for what the machine lacks or breaks on.
+
+    A provider that fails (missing tools, drivers, permissions, or an exception of its
+    own) is skipped and named in ``detail``; only bad arguments raise ``ConfigError``.
 
     ``explicit_bandwidth`` (bytes/s) wins over everything and skips the probe; the
     detected spec, if any, is kept in ``detail``. ``prefer`` puts one provider first
@@ -94,12 +116,15 @@ def detect_hardware(
         "apple": detect_apple,
         "cpu": detect_linux_cpu,
     }
+    failures: list[str] = []
     for provider in _provider_order(prefer):
-        info = detectors[provider]()
+        info = _safely(provider, detectors[provider], failures)
         if info is not None:
             break
     if info is None:
         info = _generic_cpu()
+    if failures:
+        info = replace(info, detail="; ".join(p for p in (info.detail, *failures) if p))
 
     if explicit_bandwidth is not None:
         given = Bandwidth(explicit_bandwidth, "explicit", "given by the user")
@@ -113,18 +138,23 @@ def detect_hardware(
         return replace(info, spec_bandwidth=given, detail=detail)
 
     if info.kind == "cpu" and probe:
-        info = _with_probe(
-            info,
-            probe_read_bandwidth(
+        try:
+            result = probe_read_bandwidth(
                 size_bytes=probe_size_bytes, threads=threads, duration_s=probe_duration_s
-            ),
-        )
+            )
+        except ConfigError:
+            raise  # a bad probe argument is the caller's usage error, not the machine's
+        except Exception as exc:  # MemoryError, OSError from a starved machine
+            info = replace(info, detail=f"{info.detail}; read probe failed: {exc!r}")
+        else:
+            info = _with_probe(info, result)
     if info.bandwidth is None:
         what = "GPU" if info.kind in ("gpu", "apple") else "machine"
         remedy = "" if info.kind != "cpu" else " or let the read probe run"
         warnings.warn(
             f"no memory bandwidth known for {what} {info.name!r}: the decode ceiling "
-            f"cannot be computed; {_HOW_TO_PASS}{remedy}, or add a row to db/hardware.csv",
+            f"cannot be computed; {_HOW_TO_PASS}{remedy}, or add a row to the hardware "
+            f"catalog (db/hardware.csv in the source, or {CATALOG_ENV} for your own file)",
             TokperfWarning,
             stacklevel=2,
         )

@@ -42,12 +42,22 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _pick_index(nvml: Any, count: int, visible: str | None) -> tuple[int | None, str]:
-    """NVML index of the device CUDA calls 0, and a note on how it was chosen."""
+def _pick_index(
+    nvml: Any, count: int, visible: str | None, cuda_index: int = 0
+) -> tuple[int | None, str]:
+    """NVML index of the device CUDA calls ``cuda_index``, and a note on how it was chosen."""
     if visible is None:
-        return 0, "first NVML device"
-    first = visible.split(",")[0].strip()
-    if first == "" or first.startswith("-"):
+        if cuda_index >= count:
+            return None, f"CUDA device {cuda_index} is missing: NVML sees {count}"
+        what = "first NVML device" if cuda_index == 0 else f"NVML device {cuda_index}"
+        return cuda_index, what
+    entries = [e.strip() for e in visible.split(",")]
+    if cuda_index >= len(entries):
+        return None, f"CUDA_VISIBLE_DEVICES={visible!r} has no device {cuda_index}"
+    first = entries[cuda_index]
+    if first == "" or first.startswith("-") or any(
+        e == "" or e.startswith("-") for e in entries[:cuda_index]
+    ):
         return None, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
     if first.isdigit():
         index = int(first)
@@ -64,9 +74,10 @@ def _pick_index(nvml: Any, count: int, visible: str | None) -> tuple[int | None,
 
 
 def detect_nvidia(
-    nvml: ModuleType | None = None, visible: str | None = None
+    nvml: ModuleType | None = None, visible: str | None = None, cuda_index: int = 0
 ) -> HardwareInfo | None:
-    """The GPU CUDA would use first, or None without ``pynvml``, a driver or a visible GPU.
+    """The GPU CUDA calls ``cuda_index`` (0: the first), or None without ``pynvml``, a
+    driver or that GPU.
 
     ``nvml`` and ``visible`` default to the real module and ``$CUDA_VISIBLE_DEVICES``;
     tests pass a fake module.
@@ -82,7 +93,7 @@ def detect_nvidia(
     except nvml_error:
         return None
     try:
-        return _describe(nvml, nvml_error, visible)
+        return _describe(nvml, nvml_error, visible, cuda_index)
     except nvml_error:
         return None
     finally:
@@ -91,12 +102,12 @@ def detect_nvidia(
 
 
 def _describe(
-    nvml: Any, nvml_error: type[BaseException], visible: str | None
+    nvml: Any, nvml_error: type[BaseException], visible: str | None, cuda_index: int
 ) -> HardwareInfo | None:
     count = int(nvml.nvmlDeviceGetCount())
     if count == 0:
         return None
-    index, how = _pick_index(nvml, count, visible)
+    index, how = _pick_index(nvml, count, visible, cuda_index)
     if index is None:
         return None
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -145,5 +156,45 @@ def _describe(
         memory_bytes=memory_bytes,
         spec_bandwidth=spec,
         peak_flops=entry.fp16_flops if entry is not None else None,
+        detail="; ".join(notes),
+    )
+
+
+def parse_nvidia_smi(text: str | None) -> list[tuple[int, str, int | None]]:
+    """``nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits``
+    -> [(index, name, memory bytes)]; MiB in, bytes out."""
+    gpus: list[tuple[int, str, int | None]] = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        memory = int(parts[2]) * 2**20 if len(parts) > 2 and parts[2].isdigit() else None
+        gpus.append((int(parts[0]), parts[1], memory))
+    return gpus
+
+
+NVIDIA_SMI_QUERY = (
+    "nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits",
+)
+
+
+def nvidia_by_name(name: str, how: str, memory_bytes: int | None = None) -> HardwareInfo:
+    """A GPU known only by name (the engine's log, ``nvidia-smi``): the catalog's figure.
+
+    This is the path without NVML (no ``nvidia-ml-py`` or no driver library the Python
+    process can load) while the engine itself runs on CUDA.
+    """
+    entry = lookup(name, kind="gpu")
+    notes = [f"NVML unavailable; GPU named by {how}"]
+    if entry is None:
+        notes.append(f"{name!r} is not in the hardware catalog")
+    else:
+        notes.append(f"catalog {entry.name}: {format_bandwidth(entry.bandwidth_bytes_per_s)}")
+    return HardwareInfo(
+        name=name,
+        kind="gpu",
+        memory_bytes=memory_bytes or (entry.memory_bytes if entry else None),
+        spec_bandwidth=entry.bandwidth() if entry else None,
+        peak_flops=entry.fp16_flops if entry else None,
         detail="; ".join(notes),
     )

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+from pytest_tokperf.engines.server_settings import ServerSettings
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import (
     Bandwidth,
@@ -36,21 +37,6 @@ JSON_COLUMNS = frozenset(
 )
 """Columns holding JSON text (a list, or an object for ``engine_settings``)."""
 
-SETTING_ALIASES: dict[str, tuple[str, ...]] = {
-    "batch_size": ("batch_size", "batch", "n_batch"),
-    "ubatch_size": ("ubatch_size", "ubatch", "n_ubatch"),
-    "gpu_layers": ("gpu_layers", "n_gpu_layers", "ngl"),
-    "flash_attn": ("flash_attn", "fa"),
-    "kv_type": ("kv_type", "cache_type", "type_kv"),
-}
-"""``EngineInfo.settings`` keys read for each speed setting, first match wins.
-
-Adapters should use the first name; the others are what engines call them. When no
-``kv_type`` is given, ``cache_type_k``/``type_k`` and ``..._v`` are combined as ``k/v``.
-"""
-
-_ON = {"1", "true", "on", "yes", "enabled"}
-_OFF = {"0", "false", "off", "no", "disabled"}
 
 
 def dumps(value: object) -> str:
@@ -58,48 +44,45 @@ def dumps(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def speed_settings(engine: EngineInfo) -> Row:
-    """The engine settings that change speed, normalised from ``EngineInfo``.
+    """The speed columns of an ``environments`` row: what the engine ran with.
 
-    ``threads``, ``context_size`` and ``speculative`` are ``EngineInfo`` fields; the rest
-    come from ``settings`` under the names in ``SETTING_ALIASES``. ``flash_attn`` is
-    ``"on"``/``"off"`` when the engine said a boolean, else its word (``"auto"``).
+    Read by ``ServerSettings.from_engine`` from ``EngineInfo`` (its typed fields, the
+    settings pairs the adapter filled, and for llama-server the extra server arguments):
+    observed values (layers the log says were offloaded) where known, else requested.
     """
-    settings = {key.lower(): value for key, value in engine.settings}
-
-    def first(names: tuple[str, ...]) -> str | None:
-        return next((settings[n] for n in names if n in settings), None)
-
-    flash = first(SETTING_ALIASES["flash_attn"])
-    if flash is not None:
-        word = flash.strip().lower()
-        flash = "on" if word in _ON else "off" if word in _OFF else word
-    kv_type = first(SETTING_ALIASES["kv_type"])
-    if kv_type is None:
-        k = first(("cache_type_k", "type_k"))
-        v = first(("cache_type_v", "type_v"))
-        kv_type = "/".join(dict.fromkeys(t for t in (k, v) if t is not None)) or None
+    settings = ServerSettings.from_engine(engine)
     return {
         "threads": engine.threads,
-        "batch_size": _int_or_none(first(SETTING_ALIASES["batch_size"])),
-        "ubatch_size": _int_or_none(first(SETTING_ALIASES["ubatch_size"])),
-        "gpu_layers": _int_or_none(first(SETTING_ALIASES["gpu_layers"])),
-        "flash_attn": flash,
-        "kv_type": kv_type,
+        **settings.columns(),
         "context_size": engine.context_size,
         "speculative": engine.speculative,
     }
 
 
-_LATER_FIELDS: dict[str, object] = {"cached_prefix_tokens": 0, "draft_model": None, "chat": False}
-"""Series fields added in schema v3, with the value that leaves a key unchanged."""
+def series_settings(engine: EngineInfo) -> Row:
+    """The speed settings as the series key holds them: requested, defaults as None.
+
+    One function for the key's settings (``ServerSettings.series_fields``): a setting
+    left at the engine's default keeps the key a run had before it was recorded.
+    """
+    fields = ServerSettings.from_engine(engine).series_fields(engine.name)
+    return {
+        "threads": engine.threads,
+        **{k: fields[k] for k in ("batch_size", "ubatch_size", "gpu_layers", "flash_attn",
+                                  "kv_type")},
+        "context_size": engine.context_size,
+        "speculative": engine.speculative,
+        **{k: fields[k] for k in ("kv_type_v", "threads_batch", "split_mode", "backend")},
+    }
+
+
+_LATER_FIELDS: dict[str, object] = {
+    "cached_prefix_tokens": 0, "draft_model": None, "chat": False,
+    "kv_type_v": None, "threads_batch": None, "split_mode": None, "backend": None,
+}
+"""Series fields added after schema v2 (v3: workloads, v5: speed settings), with the
+value that leaves a key unchanged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +115,20 @@ class Series:
     cached_prefix_tokens: int = 0
     draft_model: str | None = None
     chat: bool = False
+    kv_type_v: str | None = None
+    """V cache type where it differs from ``kv_type`` (the K type)."""
+    threads_batch: int | None = None
+    split_mode: str | None = None
+    backend: str | None = None
+    """cuda, metal, vulkan, rocm, ... (None: cpu or not known)."""
 
     @property
     def text(self) -> str:
         """The readable form: canonical JSON with sorted keys (``series.series_text``).
 
         Fields added after schema v2 appear only when they differ from their default,
-        so every series stored before them keeps its key.
+        so every series stored before them keeps its key; speed settings at the
+        engine's defaults are None (``series_settings``) for the same reason.
         """
         fields = {name: value for name, value in asdict(self).items()
                   if not (name in _LATER_FIELDS and value == _LATER_FIELDS[name])}
@@ -173,7 +163,7 @@ def series_of(test_id: str, result: BenchResult, model: ModelInfo | None) -> Ser
         engine_name=result.engine.name,
         model=model_identity(result.engine, model),
         quant=quant,
-        **speed_settings(result.engine),
+        **series_settings(result.engine),
         prompt_tokens=workload.prompt_tokens,
         generate_tokens=workload.generate_tokens,
         depth_tokens=workload.depth_tokens,

@@ -16,6 +16,7 @@ reads the file without this package:
   ``storage.HistoryRow``) and ``latest_results`` (the newest result of each series).
 - ``gate_verdicts``: the regression gate's final verdict per result and metric (v4).
 - ``acceptances``: a series' accepted new level: who, when, why, from which result (v4).
+- v5: every speed setting of the engine server in ``series`` and ``environments``.
 """
 
 from __future__ import annotations
@@ -282,7 +283,33 @@ def _v4_gate_verdicts_and_acceptances(db: Database) -> None:
     db.table("acceptances").create_index(["series_key", "result_id"])
 
 
+def _v5_speed_settings(db: Database) -> None:
+    """Every speed setting of the engine server, K and V cache types apart, the backend.
+
+    New series columns are NULL for old rows and stay out of the key text at their
+    defaults, so old keys hold. ``engine_backend`` used to hold the build's commit label
+    (``b11434-pypi-sdist`` -> ``pypi-sdist``), not a backend: where it is exactly that
+    suffix of ``engine_build`` it becomes NULL (unknown), so cpu/cuda/metal/... is all
+    the column ever says.
+    """
+    series: dict[str, type] = {"kv_type_v": str, "threads_batch": int, "split_mode": str,
+                               "backend": str}
+    environments: dict[str, type] = {
+        "kv_type_v": str, "threads_batch": int, "parallel": int, "split_mode": str,
+        "layer_count": int, "flash_attn_active": bool, "vram_fraction": float, "devices": str,
+    }
+    for name, kind in series.items():
+        db.table("series").add_column(name, kind)
+    for name, kind in environments.items():
+        db.table("environments").add_column(name, kind)
+    db.execute(
+        "UPDATE environments SET engine_backend = NULL "
+        "WHERE engine_backend IS NOT NULL AND engine_build = engine_version || '-' || engine_backend"
+    )
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
+    _v5_speed_settings,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
