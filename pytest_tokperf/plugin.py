@@ -139,13 +139,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def _engine_line(run: BenchRun) -> str:
     """What will be measured: the attached server's build, or the binary and model to start."""
+    from pytest_tokperf.engines.credentials import redact_url
+
     s = run.settings
     if s.url is not None:
+        url = redact_url(s.url)
         try:
             info = run.session.engine().info()
         except TokperfError as exc:
-            return f"attach {s.url} (not answering yet: {exc})"
-        return f"attach {s.url}, build {info.build or info.version or '?'}, model {info.model_name}"
+            return f"attach {url} (not answering yet: {exc})"
+        return f"attach {url}, build {info.build or info.version or '?'}, model {info.model_name}"
     if s.engine != "llama-server":
         return f"start from PATH, model {s.model}, threads {s.threads}"
     from pytest_tokperf.engines.launcher import binary_version, resolve_server_binary

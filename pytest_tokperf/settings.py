@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.engines.credentials import DEFAULT_API_KEY_ENV, ApiKey, api_key_from_env
+from pytest_tokperf.engines.credentials import (
+    DEFAULT_API_KEY_ENV,
+    ApiKey,
+    api_key_from_env,
+    redact_url,
+)
 from pytest_tokperf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -83,7 +88,7 @@ def _url(value: str, where: str, name: str) -> str:
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(
-            f"{name} {value!r} from {where} is not an http(s) URL; "
+            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; "
             f"use e.g. --tokperf-url http://127.0.0.1:8080"
         )
     return value.rstrip("/")

@@ -122,3 +122,23 @@ def test_the_default_engine_at_an_ollama_url_names_ollama(pytester: pytest.Pytes
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*--tokperf-engine 'llama-server' (the default)*it looks like "
                                  "Ollama 0.12.3*Pass --tokperf-engine ollama to measure it*"])
+
+
+def test_credentials_in_the_url_never_reach_output_or_the_db(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_tokperf.cli.main import main
+
+    with FakeFaultyLlama("ok") as fake:
+        host = fake.url.split("://", 1)[1]
+        url = f"http://me:{SECRET}@{host}/?token={SECRET}"
+        result = _run(pytester, url, "--tokperf-db", "results.db")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["tokperf: engine llama-server, attach http://127.0.0.1:*"])
+    db = str(pytester.path / "results.db")
+    assert main(["export", db, "-o", str(pytester.path / "export.json"), "--format", "json"]) == 0
+    assert main(["save-reference", db, "-d", str(pytester.path / "runs")]) == 0
+    assert main(["history", db, "test_bench", "--json"]) == 0
+    shown = capsys.readouterr()
+    written = _everything_written(pytester, result) + (shown.out + shown.err).encode()
+    assert SECRET.encode() not in written

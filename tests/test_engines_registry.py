@@ -28,14 +28,13 @@ from pytest_tokperf.engines.registry import (
     EngineConfig,
     EngineRegistry,
     create_engine,
-    engine_names,
 )
 from pytest_tokperf.engines.wire import text_prompt
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
 
 def test_every_builtin_name_makes_an_engine() -> None:
-    assert engine_names()[:7] == ("llama-server", "ollama", "vllm", "lmstudio", "mlx", "sglang", "openai")
+    assert EngineRegistry().names()[:7] == ("llama-server", "ollama", "vllm", "lmstudio", "mlx", "sglang", "openai")
     assert tuple(BUILTIN_ENGINES) == BUILTIN_ENGINE_NAMES  # the light copy settings reads
     for name in BUILTIN_ENGINES:
         engine = create_engine(name, "http://127.0.0.1:9/", timeout_s=5.0, model="m")
@@ -70,7 +69,7 @@ def test_a_registered_factory_gets_the_config() -> None:
     engine = registry.create("my-ollama", "http://127.0.0.1:9/", timeout_s=3.0, model="x")
     engine.close()
     assert seen == [EngineConfig(base_url="http://127.0.0.1:9", timeout_s=3.0, model="x")]
-    assert "my-ollama" in registry.names() and "my-ollama" not in engine_names()
+    assert "my-ollama" in registry.names() and "my-ollama" not in EngineRegistry().names()
 
 
 def test_registering_wrong_things_says_what_is_wrong() -> None:

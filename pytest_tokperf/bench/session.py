@@ -21,6 +21,7 @@ from pytest_tokperf.engines.launcher import (
 )
 from pytest_tokperf.engines.launchers import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
+from pytest_tokperf.engines.credentials import redact_url
 from pytest_tokperf.engines.wire import not_ready_error
 from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.results import Progress
@@ -190,7 +191,7 @@ class EngineSession:
         if self.settings.speculative_url is not None:
             return self._attached_speculative(draft)
         if self._launch is None:
-            where = f"attached to {self.settings.url}" if self.settings.url else (
+            where = f"attached to {redact_url(self.settings.url)}" if self.settings.url else (
                 f"{self.settings.engine} was started")
             raise ConfigError(
                 f"speculative A/B needs a llama-server that tokperf starts ({where}): "

@@ -2,8 +2,8 @@
 
 A factory takes one ``EngineConfig`` (so new fields never break old factories) and
 returns an ``Engine``. The built-in names are fixed; a conftest adds more through the
-``pytest_tokperf_add_engines(register)`` hook (see ``hookspecs``), a script through
-``register_engine`` or its own ``EngineRegistry``.
+``pytest_tokperf_add_engines(register)`` hook (see ``hookspecs``), a script through its
+own ``EngineRegistry``. There is no module-level registry: nothing global to mutate.
 """
 
 from __future__ import annotations
@@ -132,18 +132,6 @@ class EngineRegistry:
         return EngineRegistry(self._factories)
 
 
-DEFAULT_REGISTRY = EngineRegistry()
-"""What the module functions use; a pytest session should keep its own copy in the stash."""
-
-
-def register_engine(name: str, factory: EngineFactory) -> None:
-    DEFAULT_REGISTRY.register(name, factory)
-
-
-def engine_names() -> tuple[str, ...]:
-    return DEFAULT_REGISTRY.names()
-
-
 def create_engine(
     name: str,
     base_url: str,
@@ -156,7 +144,8 @@ def create_engine(
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     api_key: ApiKey | None = None,
 ) -> Engine:
-    """An adapter for engine ``name`` at ``base_url``; ``ConfigError`` for an unknown name."""
-    chosen = registry if registry is not None else DEFAULT_REGISTRY
+    """An adapter for engine ``name`` at ``base_url`` (from ``registry``, default: the
+    built-ins only); ``ConfigError`` for an unknown name."""
+    chosen = registry if registry is not None else EngineRegistry()
     return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
                          transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -20,6 +19,7 @@ import numpy as np
 
 from pytest_tokperf.engines.install import cache_root
 from pytest_tokperf.errors import ModelFileError
+from pytest_tokperf.results import Progress
 from pytest_tokperf.model.spec import (
     ARCHITECTURES,
     CHAT_TEMPLATE,
@@ -58,7 +58,6 @@ _FILE_TYPE = {"F16": gguf.LlamaFileType.MOSTLY_F16, "F32": gguf.LlamaFileType.AL
               "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 _CHUNK_ELEMENTS = 1 << 22
 
-Progress = Callable[[str], None]
 
 
 def _add_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, pieces: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from pytest_tokperf.engines.server_settings import ServerSettings
+from pytest_tokperf.engines.credentials import redact_url
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import (
     Bandwidth,
@@ -216,7 +217,7 @@ def environment_row(
         "engine_version": engine.version,
         "engine_build": engine.build,
         "engine_backend": engine.backend,
-        "engine_base_url": engine.base_url,
+        "engine_base_url": redact_url(engine.base_url),  # whatever the adapter passed
         "engine_model_path": engine.model_path,
         "engine_model_name": engine.model_name,
         "engine_settings": dumps(dict(engine.settings)),
