@@ -10,9 +10,12 @@ repetitions per version. Every method sees the same history and the same current
   tokperf   ``stats.compare`` against the earlier versions (the gate's method)
   thresh    pytest-benchmark style: flag if the mean moved more than 5% (vs all history)
   t-test    plain two-sample t test (scipy) of current vs all history samples, p < 0.05
-  oracle    a z test on log means that knows the true within- and between-version
-            noise of the model (Monte Carlo), at tokperf's alpha: the best a test on
-            means can do at that false-alarm level
+  ideal-t   the pooled t on logs told which repetitions stalled: the best a test that
+            must estimate the noise from these samples (as tokperf must) can do
+  oracle    a z test on log means that knows the noise: its true within- and
+            between-version variance (Monte Carlo) and which repetitions stalled (it
+            drops them), at tokperf's alpha: the best a test on means can do at that
+            false-alarm level
 
 Per cell: false alarms (any flag on an unchanged version), detection (a flag in the right
 direction) and false all-clear (a real step of >= 5% called "unchanged"; for methods
@@ -21,9 +24,11 @@ without that word, "not flagged"). Then ``change_points`` on 10-version historie
 step-free ones, and ``judge_family`` on clean 100-comparison sessions.
 
 Two generators, written apart: ``issue`` follows the issue's list (Gaussian CV 1/2/5%,
-log-normal, 1 run in 12 stalled 25% slower, two clock states); ``check`` draws its own
-variants (Student-t noise, varied stall sizes, other clock splits, drifting runs), so
-no figure is tuned to one generator. Seeds are fresh unless ``--seed`` is given, and
+log-normal, 1 run in 12 stalled 25% slower, two clock states 8% apart); ``check`` draws
+its own variants (Student-t noise, 1 in 10 stalled 20-35%, clock states 3% apart half
+the time) plus one model beyond the list, marked * and left out of the targets: runs
+whose level drifts as much as their repetitions scatter. No figure is tuned to one
+generator. Seeds are fresh unless ``--seed`` is given, and
 printed. Counts are binomial: the 95% margin of a rate p over n trials is
 1.96 * sqrt(p (1 - p) / n), printed with each table.
 """
@@ -45,10 +50,11 @@ from pytest_tokperf.stats import (
     DECODE, DEFAULT_ALPHA, Point, change_points, compare, judge_family,
 )
 
-Noise = Callable[[np.random.Generator, int, float], np.ndarray]
+Draw = tuple[np.ndarray, np.ndarray]  # samples, and which of them are accidents (stalls)
+Noise = Callable[[np.random.Generator, int, float], Draw]
 STEPS = (0.0, -0.02, -0.05, -0.10, 0.05)
 REPS = (3, 5, 10)
-METHODS = ("tokperf", "thresh", "t-test", "oracle")
+METHODS = ("tokperf", "thresh", "t-test", "ideal-t", "oracle")
 CP_VERSIONS = 10
 CP_STEPS = (0.0, -0.05, -0.10, 0.05)
 CP_REPS = (3, 5)
@@ -56,60 +62,70 @@ FAMILY = 100
 
 
 def _gauss(cv: float) -> Noise:
-    return lambda rng, n, level: level * (1 + cv * rng.standard_normal(n))
+    return lambda rng, n, level: _clean(level * (1 + cv * rng.standard_normal(n)))
 
 
-def _lognormal(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
-    return level * np.exp(0.03 * rng.standard_normal(n))
+def _clean(x: np.ndarray) -> Draw:
+    return x, np.zeros(len(x), dtype=bool)
 
 
-def _stalls(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
+def _lognormal(rng: np.random.Generator, n: int, level: float) -> Draw:
+    return _clean(level * np.exp(0.03 * rng.standard_normal(n)))
+
+
+def _stalls(rng: np.random.Generator, n: int, level: float) -> Draw:
     x = level * (1 + 0.02 * rng.standard_normal(n))
-    return np.where(rng.random(n) < 1 / 12, 0.75 * x, x)
+    stalled = rng.random(n) < 1 / 12
+    return np.where(stalled, 0.75 * x, x), stalled
 
 
-def _clocks(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
+def _clocks(rng: np.random.Generator, n: int, level: float) -> Draw:
     x = level * (1 + 0.01 * rng.standard_normal(n))
-    return np.where(rng.random(n) < 0.30, 0.92 * x, x)
+    return _clean(np.where(rng.random(n) < 0.30, 0.92 * x, x))
 
 
-ISSUE: dict[str, tuple[Noise, bool]] = {  # name -> (noise, counts as CV <= 2%)
-    "gauss 1%": (_gauss(0.01), True), "gauss 2%": (_gauss(0.02), True),
-    "gauss 5%": (_gauss(0.05), False), "lognormal 3%": (_lognormal, False),
-    "stalls 1/12": (_stalls, True), "2 clocks 8%": (_clocks, False),
+Model = tuple[Noise, bool, bool]  # (noise, counts as CV <= 2%, in the issue's list)
+ISSUE: dict[str, Model] = {
+    "gauss 1%": (_gauss(0.01), True, True), "gauss 2%": (_gauss(0.02), True, True),
+    "gauss 5%": (_gauss(0.05), False, True), "lognormal 3%": (_lognormal, False, True),
+    "stalls 1/12": (_stalls, True, True), "2 clocks 8%": (_clocks, False, True),
 }
 
 
 # The check generator: written apart from the one above, other shapes and splits.
 def _student(cv: float) -> Noise:
     scale = cv / math.sqrt(5 / 3)  # t with 5 df has variance 5/3
-    return lambda rng, n, level: level * np.exp(scale * rng.standard_t(5, n))
+    return lambda rng, n, level: (level * np.exp(scale * rng.standard_t(5, n)),
+                                  np.zeros(n, dtype=bool))
 
 
-def _lognormal_2(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
-    return np.exp(np.log(level) + rng.normal(0, 0.02, n))
+def _lognormal_2(rng: np.random.Generator, n: int, level: float) -> Draw:
+    return np.exp(np.log(level) + rng.normal(0, 0.02, n)), np.zeros(n, dtype=bool)
 
 
-def _stalls_varied(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
-    slow = rng.uniform(0.20, 0.35, n) * (rng.random(n) < 1 / 10)
-    return level * (1 - slow) * np.exp(rng.normal(0, 0.015, n))
+def _stalls_varied(rng: np.random.Generator, n: int, level: float) -> Draw:
+    hit = rng.random(n) < 1 / 10
+    slow = rng.uniform(0.20, 0.35, n) * hit
+    return level * (1 - slow) * np.exp(rng.normal(0, 0.015, n)), hit
 
 
-def _clocks_even(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
+def _clocks_even(rng: np.random.Generator, n: int, level: float) -> Draw:
     state = rng.integers(0, 2, n)
-    return level * np.where(state, 1.0, 0.97) * np.exp(rng.normal(0, 0.01, n))
+    return (level * np.where(state, 1.0, 0.97) * np.exp(rng.normal(0, 0.01, n)),
+            np.zeros(n, dtype=bool))
 
 
-def _drift(rng: np.random.Generator, n: int, level: float) -> np.ndarray:
+def _drift(rng: np.random.Generator, n: int, level: float) -> Draw:
     run = math.exp(rng.normal(0, 0.01))
-    return level * run * np.exp(rng.normal(0, 0.01, n))
+    return level * run * np.exp(rng.normal(0, 0.01, n)), np.zeros(n, dtype=bool)
 
 
-CHECK: dict[str, tuple[Noise, bool]] = {
-    "t5 1%": (_student(0.01), True), "t5 2%": (_student(0.02), True),
-    "t5 5%": (_student(0.05), False), "lognormal 2%": (_lognormal_2, True),
-    "stalls 1/10 20-35%": (_stalls_varied, True), "2 clocks 3% even": (_clocks_even, True),
-    "drift 1%+1%": (_drift, False),
+CHECK: dict[str, Model] = {
+    "t5 1%": (_student(0.01), True, True), "t5 2%": (_student(0.02), True, True),
+    "t5 5%": (_student(0.05), False, True), "lognormal 2%": (_lognormal_2, True, True),
+    "stalls 1/10 20-35%": (_stalls_varied, True, True),
+    "2 clocks 3% even": (_clocks_even, True, True),
+    "drift* 1%+1%": (_drift, False, False),
 }
 GENERATORS = {"issue": ISSUE, "check": CHECK}
 
@@ -118,31 +134,36 @@ def noise_scale(gen: str, model: str, seed: int) -> tuple[float, float]:
     """(within-version log variance, between-version variance of log levels)."""
     noise = GENERATORS[gen][model][0]
     rng = np.random.default_rng(seed)
-    runs = np.log(np.array([noise(rng, 10, 1.0) for _ in range(20_000)]))
-    within = float(runs.var(axis=1, ddof=1).mean())
-    return within, max(0.0, float(runs.mean(axis=1).var(ddof=1)) - within / 10)
+    runs = [noise(rng, 10, 1.0) for _ in range(20_000)]
+    logs = np.log(np.array([x for x, _ in runs]))
+    clean = [np.log(x[~bad]) for x, bad in runs if (~bad).sum() >= 2]
+    within = float(np.mean([c.var(ddof=1) for c in clean]))
+    between = float(logs.mean(axis=1).var(ddof=1)) - float(logs.var(axis=1, ddof=1).mean()) / 10
+    return within, max(0.0, between)
 
 
 def gate_cell(gen: str, model: str, reps: int, step: float, history: int, trials: int,
               seed: int, scale: tuple[float, float]) -> dict[str, dict[str, int]]:
     noise = GENERATORS[gen][model][0]
     rng = np.random.default_rng(seed)
-    within, between = scale
     z = float(sps.norm.ppf(1 - DEFAULT_ALPHA / 2))
-    oracle_se = math.sqrt(between * (1 + 1 / history) + within * (1 / reps + 1 / (history * reps)))
     counts = {m: {"right": 0, "wrong": 0, "unchanged": 0, "inconclusive": 0} for m in METHODS}
     for _ in range(trials):
-        versions = [noise(rng, reps, 100.0) for _ in range(history)]
-        current = noise(rng, reps, 100.0 * (1 + step))
+        drawn = [noise(rng, reps, 100.0) for _ in range(history)]
+        current, current_bad = noise(rng, reps, 100.0 * (1 + step))
+        versions = [x for x, _ in drawn]
         pooled = np.concatenate(versions)
+        pooled_bad = np.concatenate([bad for _, bad in drawn])
         verdicts = {"tokperf": compare([list(v) for v in versions], list(current),
                                        DECODE).verdict}
         moved = current.mean() / pooled.mean() - 1
         verdicts["thresh"] = _flag(moved, abs(moved) > 0.05)
         t = sps.ttest_ind(current, pooled)
         verdicts["t-test"] = _flag(float(t.statistic), float(t.pvalue) < 0.05)
-        d = float(np.log(current).mean() - np.log(pooled).mean())
-        verdicts["oracle"] = _flag(d, abs(d) > z * oracle_se)
+        verdicts["ideal-t"] = _ideal_t(current[~current_bad],
+                                       [x[~bad] for x, bad in drawn])
+        verdicts["oracle"] = _oracle(current[~current_bad], pooled[~pooled_bad], scale, history,
+                                     z)
         for method, verdict in verdicts.items():
             c = counts[method]
             flagged = verdict in ("regression", "improvement")
@@ -152,6 +173,31 @@ def gate_cell(gen: str, model: str, reps: int, step: float, history: int, trials
             c["unchanged"] += verdict == "unchanged"
             c["inconclusive"] += verdict == "inconclusive"
     return counts
+
+
+def _ideal_t(current: np.ndarray, versions: list[np.ndarray]) -> str:
+    """Pooled t on logs told which repetitions stalled: what a test that must estimate the
+    noise (as tokperf must) can do at best on noise without drift."""
+    groups = [np.log(v) for v in versions if len(v)] + [np.log(current)]
+    if len(groups[-1]) < 2:
+        return "inconclusive"
+    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    df = sum(len(g) - 1 for g in groups)
+    base = np.concatenate(groups[:-1])
+    d = float(groups[-1].mean() - base.mean())
+    se = math.sqrt(ss / df * (1 / len(groups[-1]) + 1 / len(base)))
+    return _flag(d, 2 * float(sps.t.sf(abs(d) / se, df)) < DEFAULT_ALPHA)
+
+
+def _oracle(current: np.ndarray, pooled: np.ndarray, scale: tuple[float, float], history: int,
+            z: float) -> str:
+    """z test of log means that knows the noise: its variance, and which samples stalled."""
+    within, between = scale
+    if not len(current):
+        return "inconclusive"
+    se = math.sqrt(between * (1 + 1 / history) + within * (1 / len(current) + 1 / len(pooled)))
+    d = float(np.log(current).mean() - np.log(pooled).mean())
+    return _flag(d, abs(d) > z * se)
 
 
 def _flag(signed: float, flagged: bool) -> str:
@@ -169,7 +215,7 @@ def cp_cell(gen: str, model: str, reps: int, step: float, trials: int, seed: int
     found = wrong = 0
     for _ in range(trials):
         at = int(rng.integers(2, CP_VERSIONS - 1))
-        points = [Point(f"v{i}", tuple(noise(rng, reps, 100.0 * (1 + step * (i >= at)))))
+        points = [Point(f"v{i}", tuple(noise(rng, reps, 100.0 * (1 + step * (i >= at)))[0]))
                   for i in range(CP_VERSIONS)]
         hits = change_points(points, DECODE)
         right = [c for c in hits if step and abs(c.index - at) <= 1 and c.verdict == want]
@@ -185,8 +231,8 @@ def family_cell(gen: str, model: str, reps: int, history: int, sessions: int, se
     rng = np.random.default_rng(seed)
     failed = 0
     for _ in range(sessions):
-        single = {i: compare([list(noise(rng, reps, 100.0)) for _ in range(history)],
-                             list(noise(rng, reps, 100.0)), DECODE) for i in range(FAMILY)}
+        single = {i: compare([list(noise(rng, reps, 100.0)[0]) for _ in range(history)],
+                             list(noise(rng, reps, 100.0)[0]), DECODE) for i in range(FAMILY)}
         failed += any(c.flagged for c in judge_family(single).comparisons.values())
     return failed
 
@@ -198,10 +244,10 @@ def margin(p: float, n: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--null-trials", type=int, default=3000)
+    parser.add_argument("--trials", type=int, default=800)
+    parser.add_argument("--null-trials", type=int, default=2000)
     parser.add_argument("--cp-trials", type=int, default=400)
-    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--history", type=int, default=5)
     parser.add_argument("--generator", choices=sorted(GENERATORS), default="issue")
     parser.add_argument("--jobs", type=int, default=2)
@@ -239,7 +285,7 @@ def main() -> int:
 Gate = dict[tuple[str, int, float], dict[str, dict[str, int]]]
 
 
-def print_gate(models: dict[str, tuple[Noise, bool]], gate: Gate,
+def print_gate(models: dict[str, Model], gate: Gate,
                args: argparse.Namespace) -> None:
     n, n0 = args.trials, args.null_trials
     print(f"\nGate: {n0} trials per no-step cell, {n} per step cell (95% margin: "
@@ -264,7 +310,7 @@ def print_gate(models: dict[str, tuple[Noise, bool]], gate: Gate,
                       + f" | {clear:9.1%} | " + (f"{inc:6.1%}" if method == "tokperf" else ""))
 
 
-def print_change_points(models: dict[str, tuple[Noise, bool]],
+def print_change_points(models: dict[str, Model],
                         cps: dict[tuple[str, int, float], tuple[int, int]], trials: int) -> None:
     print(f"\nchange_points on {CP_VERSIONS}-version histories, step at version 2..8; "
           f"{trials} histories a cell (95% margin ±{margin(0.9, trials):.1%} at 90%).")
@@ -288,7 +334,7 @@ def print_family(fam: dict[str, int], sessions: int) -> None:
         print(f"  {model:<20} {failed / sessions:6.1%} (±{margin(failed / sessions, sessions):.1%})")
 
 
-def print_targets(models: dict[str, tuple[Noise, bool]], gate: Gate,
+def print_targets(models: dict[str, Model], gate: Gate,
                   cps: dict[tuple[str, int, float], tuple[int, int]], fam: dict[str, int],
                   args: argparse.Namespace) -> None:
     n, n0 = args.trials, args.null_trials
@@ -296,17 +342,20 @@ def print_targets(models: dict[str, tuple[Noise, bool]], gate: Gate,
     def rate(model: str, reps: int, step: float, method: str, key: str) -> float:
         return gate[(model, reps, step)][method][key] / (n0 if step == 0 else n)
 
-    low = [m for m, (_, small) in models.items() if small]
-    print("\nTargets (5 reps, issue's list):")
+    low = [m for m, (_, small, listed) in models.items() if small and listed]
+    models = {m: v for m, v in models.items() if v[2]}
+    print("\nTargets (5 reps; models marked * are beyond the issue's list and left out):")
     det = {m: rate(m, 5, -0.05, "tokperf", "right") for m in low}
     worst = min(det, key=lambda m: det[m])
     _target(f"-5% steps caught >= 95% at CV <= 2%: worst {worst} {det[worst]:.1%}",
             det[worst] >= 0.95)
-    ratio = {m: rate(m, 5, -0.05, "tokperf", "right")
-             / max(rate(m, 5, -0.05, "oracle", "right"), 1e-9) for m in models}
-    worst = min(ratio, key=lambda m: ratio[m])
-    _target(f">= 90% of the oracle's -5% detection: worst {worst} {ratio[worst]:.0%}",
-            ratio[worst] >= 0.9)
+    for ref in ("oracle", "ideal-t"):
+        ratio = {m: rate(m, 5, -0.05, "tokperf", "right")
+                 / max(rate(m, 5, -0.05, ref, "right"), 1e-9) for m in models}
+        worst = min(ratio, key=lambda m: ratio[m])
+        _target(f">= 90% of the {ref}'s -5% detection: worst {worst} {ratio[worst]:.0%}"
+                + (" (the issue's target)" if ref == "oracle" else " (not a target: a check "
+                   "against the best estimated-noise test)"), ratio[worst] >= 0.9)
     fa = {(m, r): rate(m, r, 0.0, "tokperf", "wrong") for m in models for r in REPS}
     worst_fa = max(fa, key=lambda k: fa[k])
     _target(f"false alarms <= 1% (all models, all reps): worst {worst_fa} {fa[worst_fa]:.2%}",
@@ -317,7 +366,7 @@ def print_targets(models: dict[str, tuple[Noise, bool]], gate: Gate,
     _target(f"steps >= 5% called unchanged <= 1%: worst {worst_cl} {clear[worst_cl]:.2%}",
             clear[worst_cl] <= 0.01)
     t = args.cp_trials
-    cp = {(m, r): cps[(m, r, -0.05)][0] / t for m in low for r in CP_REPS}
+    cp = {(m, 5): cps[(m, 5, -0.05)][0] / t for m in low}
     worst_cp = min(cp, key=lambda k: cp[k])
     _target(f"change points: -5% found (±1) >= 90% at CV <= 2%: worst {worst_cp} "
             f"{cp[worst_cp]:.1%}", cp[worst_cp] >= 0.9)
@@ -325,6 +374,7 @@ def print_targets(models: dict[str, tuple[Noise, bool]], gate: Gate,
     worst_fl = max(flat, key=lambda k: flat[k])
     _target(f"change points in step-free histories <= 5%: worst {worst_fl} "
             f"{flat[worst_fl]:.1%}", flat[worst_fl] <= 0.05)
+    fam = {m: f for m, f in fam.items() if m in models}
     worst_fam = max(fam, key=lambda m: fam[m])
     _target(f"clean {FAMILY}-comparison session fails <= 1%: worst {worst_fam} "
             f"{fam[worst_fam] / args.sessions:.1%}", fam[worst_fam] / args.sessions <= 0.01)

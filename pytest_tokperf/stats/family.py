@@ -82,13 +82,11 @@ def judge_family(
     check_level(alpha, "alpha")
     if method not in _NAMES:
         raise ConfigError(f"method is {method!r}: give 'holm' or 'bh'")
-    tested = [key for key, c in comparisons.items() if _testable(c)]
-    base = {}
-    for key in tested:
-        c = comparisons[key]
-        assert c.shift is not None  # _testable
-        base[key] = judge(c.shift, c.as_metric(), alpha=alpha)
+    base = {key: judge(c.shift, c.as_metric(), alpha=alpha)
+            for key, c in comparisons.items() if c.shift is not None and _testable(c)}
+    tested = list(base)
     levels, passed = _levels([base[key].p_value for key in tested], alpha, method)
+    position = {key: i for i, key in enumerate(tested)}
     k = len(tested)
     name = _NAMES[method]
     summary_head = f"{name} over {k} comparison{'s' * (k != 1)} at alpha {fmt_p(alpha)}"
@@ -98,7 +96,7 @@ def judge_family(
         if key not in base:
             out[key] = replace(c, correction=summary_head)
             continue
-        b, i = base[key], tested.index(key)
+        b, i = base[key], position[key]
         if b.flagged and k > 1:
             level = levels[i]
             if passed[i]:
@@ -107,8 +105,9 @@ def judge_family(
                 withdrawn += 1
                 note = (f" (flagged alone at p={fmt_p(b.p_value)}; not after {name} over {k} "
                         f"comparisons, which needed p ≤ {fmt_p(level)})")
-            assert b.shift is not None
-            b = judge(b.shift, b.as_metric(), alpha=level, note=note)
+            shift = comparisons[key].shift
+            if shift is not None:
+                b = judge(shift, b.as_metric(), alpha=level, note=note)
         out[key] = replace(b, correction=summary_head)
     counts = [sum(c.verdict == v for c in out.values()) for v in ("regression", "improvement")]
     summary = (f"{summary_head}: {counts[0]} regression{'s' * (counts[0] != 1)}, "

@@ -112,7 +112,7 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
 def _unsettled(shift: Shift, metric: Metric, alpha: float) -> str:
     m = metric.min_effect
     head = (f"cannot tell a {m:.0%} change from none at {shift.n_baseline} vs "
-            f"{shift.n_current} samples (p={fmt_p(p=shift.p_value)}); this comparison "
+            f"{shift.n_current} samples (p={fmt_p(shift.p_value)}); this comparison "
             f"resolves about {detectable_shift(shift, alpha):.1%}")
     if shift.method == "versions":
         return head + (f", as the {shift.versions} baseline versions differ more than their "
@@ -161,7 +161,7 @@ def fmt_p(p: float, alpha: float | None = None) -> str:
         return "0"
     if p < 1e-3:
         return f"{p:.1e}"
-    text = f"{p:.2g}"
+    text = ""
     for digits in (2, 3, 4):
         text = f"{p:.{digits}g}"
         if alpha is None or (float(text) < alpha) == (p < alpha):
