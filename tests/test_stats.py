@@ -192,17 +192,20 @@ def test_an_empty_baseline_is_inconclusive() -> None:
 
 @pytest.mark.parametrize(("baseline", "current"), [
     ([100.0] * 3, [100.0] * 3), ([100.0] * 3, [90.0] * 3), ([[100.0] * 3, [100.0] * 3], [100.0] * 3),
+    ([100.0] * 3, [100.0, 100.0, 101.0]), ([100.0, 101.0, 99.0], [90.0] * 3),
 ])
 def test_identical_samples_are_inconclusive_never_unchanged(
     baseline: list[float], current: list[float]
 ) -> None:
     result = compare(baseline, current, DECODE)
     assert result.verdict == "inconclusive"
-    assert "the repetitions of every version are identical" in result.reason
+    assert "the repetitions of the baseline or of the current run are all identical" in (
+        result.reason)
 
 
-def test_identical_current_samples_are_judged_by_the_baselines_spread() -> None:
-    assert compare(BASE, [90.0] * 5, DECODE).verdict == "regression"
+def test_one_identical_version_among_many_is_judged_by_the_others_spread() -> None:
+    base = [*history(100, 0.01, 4, 5, seed=18), [100.0] * 5]
+    assert compare(base, [90.0, 90.4, 89.6, 90.2, 89.9], DECODE).verdict == "regression"
 
 
 @pytest.mark.parametrize(

@@ -207,7 +207,8 @@ def shift_between(groups: Sequence[np.ndarray], cur: np.ndarray, slow: int = -1)
     ss_c, df_c = float(ss[k]), nc - 1
     base_mean = float(kept.x[:nb].mean())
     d = float(means[k]) - base_mean
-    if not ss_b + ss_c > 0:
+    if not ss_b + ss_c > 0 or (df_b and not ss_b > 0) or (df_c and not ss_c > 0):
+        # Timed repetitions always vary: identical ones are a copied or rounded figure.
         return Shift(d, math.nan, math.nan, nb_given, nc_given, "no spread", 0.0, k, aside)
     s2 = (ss_b + ss_c) / (df_b + df_c)
     ref = ss_b / df_b if df_b and ss_b > 0 else s2

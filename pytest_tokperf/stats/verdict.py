@@ -82,9 +82,9 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
     if shift.method == "no spread":
         verdict = "inconclusive"
         figures = f"{metric.name} {pct(rel)}"
-        why = (f"{figures}: the repetitions of every version are identical, so there is no "
-               "noise to judge by; a measured rate always varies: check that the figure is "
-               "measured, not copied or rounded")
+        why = (f"{figures}: the repetitions of the baseline or of the current run are all "
+               "identical, so there is no noise to judge by; a measured rate always varies: "
+               "check that the figure is measured, not copied or rounded")
     elif lo > 0 or hi < 0:
         if (d < 0 and lo <= -m) or (d > 0 and hi >= m):
             worse = (d < 0) == metric.higher_is_better
