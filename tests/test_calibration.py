@@ -7,11 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from pytest_tokperf.stats.calibration import (
-    NoiseEstimate, detectable_change, format_noise, noise, repetitions_needed,
-)
+from scipy import optimize
+from scipy import stats as sps
+
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.compare import DECODE
+from pytest_tokperf.stats import (
+    DECODE, NoiseEstimate, Shift, detectable_change, detectable_shift, format_noise, noise,
+    repetitions_needed,
+)
 
 
 def versions(cv: float, count: int = 40, reps: int = 5, seed: int = 0) -> list[list[float]]:
@@ -52,10 +55,27 @@ def test_detectable_change_shrinks_with_repetitions_and_grows_with_noise() -> No
     assert detectable_change(0.0, 3) == 0.0
 
 
+def test_detectable_change_is_the_noncentral_t_power_figure() -> None:
+    df, crit = 8, float(sps.t.ppf(1 - 0.005 / 2, 8))
+    ncp = optimize.brentq(lambda x: sps.nct.sf(crit, df, x) - 0.8, 0.0, 50.0)
+    assert detectable_change(0.02, 5) == pytest.approx(math.expm1(ncp * 0.02 * math.sqrt(0.4)),
+                                                       rel=1e-6)
+
+
 def test_repetitions_needed_is_the_first_count_that_suffices() -> None:
     need = repetitions_needed(0.02, 0.05)
     assert detectable_change(0.02, need) <= 0.05 < detectable_change(0.02, need - 1)
     assert repetitions_needed(0.0, 0.05) == 2
+    per_version = repetitions_needed(0.02, 0.05, versions=5)
+    assert per_version < need
+    assert detectable_change(0.02, per_version, n_baseline=5 * per_version, versions=5) <= 0.05
+
+
+def test_detectable_shift_uses_the_comparisons_own_standard_error() -> None:
+    shift = Shift(-0.01, 0.01, 24.0, 25, 5, "pooled", 0.02, 5)
+    wide = Shift(-0.01, 0.02, 24.0, 25, 5, "pooled", 0.02, 5)
+    assert 0.03 < detectable_shift(shift) < detectable_shift(wide)
+    assert math.isnan(detectable_shift(Shift(0.0, math.nan, math.nan, 3, 3, "no spread", 0.0)))
 
 
 @pytest.mark.parametrize(
@@ -64,7 +84,10 @@ def test_repetitions_needed_is_the_first_count_that_suffices() -> None:
      (lambda: detectable_change(math.nan, 5), "cv is nan"),
      (lambda: detectable_change(0.02, 1), "repetitions are 1 and 1"),
      (lambda: detectable_change(0.02, 5, alpha=1.0), "alpha is 1.0"),
-     (lambda: repetitions_needed(0.02, 0.0), "change is 0.0")],
+     (lambda: detectable_change(0.02, 5, versions=9), "versions is 9: give 1 to 5"),
+     (lambda: repetitions_needed(0.02, 0.0), "change is 0.0"),
+     (lambda: repetitions_needed(math.inf, 0.05), "cv is inf"),
+     (lambda: repetitions_needed(0.5, 1e-6), "needs over a million repetitions")],
 )
 def test_bad_calibration_arguments(call: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -7,11 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from pytest_tokperf.stats.changepoints import (
-    Point, change_points, compare_to_history, settled_baseline,
-)
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.compare import DECODE, TTFT
+from pytest_tokperf.stats import (
+    DECODE, TTFT, Point, change_points, compare_to_history, settled_baseline,
+)
 
 
 def series(levels: list[float], cv: float, reps: int = 5, seed: int = 0,
@@ -27,20 +26,35 @@ def series(levels: list[float], cv: float, reps: int = 5, seed: int = 0,
     return points
 
 
-STEP = [100.0] * 12 + [90.0] * 8
+def stall(points: list[Point], every: int, fraction: float = 0.75, count: int = 1) -> list[Point]:
+    """Slow the first ``count`` repetitions of every ``every``-th version to ``fraction``."""
+    return [Point(p.version, tuple(x * fraction if j < count else x
+                                   for j, x in enumerate(p.samples)), p.labels)
+            if i % every == 0 else p for i, p in enumerate(points)]
 
 
-def test_finds_a_10_percent_step_and_names_what_changed() -> None:
-    (found,) = change_points(series(STEP, 0.02, driver_from=12), DECODE)
-    assert (found.index, found.version_before, found.version_after) == (12, "b11110", "b11120")
+STEP = [100.0] * 5 + [90.0] * 5
+
+
+def test_finds_a_10_percent_step_in_10_builds_and_names_what_changed() -> None:
+    (found,) = change_points(series(STEP, 0.02, driver_from=5), DECODE)
+    assert (found.index, found.version_before, found.version_after) == (5, "b11040", "b11050")
     assert found.verdict == "regression" and found.p_value < 0.005
     assert found.level_before == pytest.approx(100, rel=0.02)
     assert found.level_after == pytest.approx(90, rel=0.02)
     assert found.relative_change == pytest.approx(-0.10, abs=0.015)
-    assert found.ci_low < found.relative_change < found.ci_high
-    assert found.changed == {"engine_build": ("b11110", "b11120"), "driver": ("560.3", "570.1")}
+    assert found.ci_low < found.relative_change < found.ci_high < 0
+    assert found.confidence == pytest.approx(1 - 0.005 / 7)  # 7 places tried in 10 builds
+    assert found.changed == {"engine_build": ("b11040", "b11050"), "driver": ("560.3", "570.1")}
     assert found.reason.startswith("decode regression of −")
-    assert "changed: engine_build b11110 -> b11120, driver 560.3 -> 570.1" in found.reason
+    assert "(p=" in found.reason and "after 7 places tried)" in found.reason
+    assert found.reason.endswith("changed: engine_build b11040 -> b11050, driver 560.3 -> 570.1")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_5_percent_step_in_8_builds_of_3_repetitions_is_found(seed: int) -> None:
+    points = series([100.0] * 4 + [95.0] * 4, 0.01, reps=3, seed=seed)
+    assert [(c.index, c.verdict) for c in change_points(points, DECODE)] == [(4, "regression")]
 
 
 def test_the_direction_comes_from_the_metric() -> None:
@@ -54,10 +68,16 @@ def test_a_flat_noisy_history_has_no_change_points(seed: int) -> None:
 
 
 def test_stalls_do_not_make_change_points() -> None:
-    points = series([100.0] * 30, 0.02, seed=11)
-    stalled = [Point(p.version, (p.samples[0] * 0.75, *p.samples[1:]), p.labels)
-               if i % 3 == 0 else p for i, p in enumerate(points)]
+    stalled = stall(series([100.0] * 30, 0.02, seed=11), every=3)
     assert change_points(stalled, DECODE) == []
+
+
+def test_a_build_with_most_repetitions_stalled_neither_makes_nor_hides_a_step() -> None:
+    flat = stall(series([100.0] * 10, 0.01, reps=5, seed=12), every=7, count=3)
+    assert change_points(flat, DECODE) == []
+    stepped = stall(series(STEP, 0.01, reps=5, seed=13), every=7, count=3)
+    (found,) = change_points(stepped, DECODE)
+    assert found.index == 5 and any(s.version == 7 for s in found.set_aside)
 
 
 def test_a_step_below_the_minimum_effect_is_not_reported() -> None:
@@ -67,6 +87,22 @@ def test_a_step_below_the_minimum_effect_is_not_reported() -> None:
 def test_two_steps_are_both_found() -> None:
     found = change_points(series([100.0] * 10 + [88.0] * 10 + [100.0] * 10, 0.01), DECODE)
     assert [(c.index, c.verdict) for c in found] == [(10, "regression"), (20, "improvement")]
+
+
+def test_a_wandering_machine_is_judged_on_version_levels() -> None:
+    rng = np.random.default_rng(14)
+    levels = [100 * math.exp(0.03 * rng.standard_normal()) for _ in range(12)]
+    wandering = series(levels, 0.003, seed=15)
+    assert change_points(wandering, DECODE) == []
+    (found,) = change_points(series([x * (1 if i < 6 else 0.7) for i, x in enumerate(levels)],
+                                    0.003, seed=15), DECODE)
+    assert found.index == 6 and found.scale == "versions"
+    assert "judged on version levels" in found.reason
+
+
+def test_single_repetition_versions_are_judged_on_their_levels() -> None:
+    (found,) = change_points(series(STEP * 2, 0.005, reps=1, seed=16)[:10], DECODE)
+    assert (found.index, found.scale) == (5, "versions")
 
 
 def test_same_history_gives_the_same_answer() -> None:
@@ -86,14 +122,21 @@ def test_bad_history_is_rejected_naming_the_version() -> None:
         change_points(broken, DECODE)
     with pytest.raises(ConfigError, match=r"version 'b9' \(history\[3\]\) has no samples"):
         change_points([*points[:3], Point("b9", ()), *points[4:]], DECODE)
+    with pytest.raises(ConfigError, match=r"decode 'b9' samples\[0\] is -1.0"):
+        settled_baseline([*points[:3], Point("b9", (-1.0,)), *points[4:]], DECODE)
     with pytest.raises(ConfigError, match="window is 0"):
         settled_baseline(points, DECODE, window=0)
     with pytest.raises(ConfigError, match="alpha is 1.5"):
         change_points(points, DECODE, alpha=1.5)
 
 
+def test_identical_repetitions_make_no_step_from_nothing() -> None:
+    flat = [Point(f"b{i}", (100.0, 100.0, 100.0)) for i in range(8)]
+    assert change_points(flat, DECODE) == []
+
+
 def test_the_gate_compares_against_the_level_since_the_last_step() -> None:
-    points = series(STEP, 0.02, seed=5)
+    points = series([100.0] * 12 + [90.0] * 8, 0.02, seed=5)
     assert [p.version for p in settled_baseline(points, DECODE)] == [
         p.version for p in points[12:]]
     assert len(settled_baseline(points, DECODE, window=3)) == 3
@@ -103,3 +146,5 @@ def test_the_gate_compares_against_the_level_since_the_last_step() -> None:
     assert compare_to_history(points, list(84 * (1 + 0.02 * rng.standard_normal(5))),
                               DECODE).verdict == "regression"
     assert compare_to_history([], [90.0, 91.0, 92.0], DECODE).verdict == "inconclusive"
+    one = compare_to_history(points[:1], [90.0, 91.0, 92.0], DECODE)
+    assert one.n_baseline == 5 and one.shift is not None and one.shift.versions == 1

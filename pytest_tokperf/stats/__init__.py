@@ -1,14 +1,16 @@
 """Regression statistics: scipy and numpy only, no storage and no pytest.
 
-``compare`` (the verdict on one series: ``Metric``, ``Comparison``, ``compare``,
-``compare_many``), ``shifts`` (the tests and intervals behind it), ``changepoints``
-(where a history's level stepped), ``calibration`` (noise, detectable change,
-repetitions needed).
+``metric`` (what is judged), ``shifts`` (the t statistic behind every verdict: stalls
+set aside, pooled spread, drift allowed for), ``verdict`` (the rule that reads a
+verdict off the interval), ``compare`` (one series or many), ``family`` (a session
+judged together: ``judge_family``), ``changepoints`` (where a history's level stepped)
+and ``calibration`` (noise, detectable change, repetitions needed).
 """
 
 from pytest_tokperf.stats.calibration import (
     NoiseEstimate,
     detectable_change,
+    detectable_shift,
     format_noise,
     noise,
     repetitions_needed,
@@ -20,28 +22,22 @@ from pytest_tokperf.stats.changepoints import (
     compare_to_history,
     settled_baseline,
 )
-from pytest_tokperf.stats.compare import (
-    DECODE,
-    DEFAULT_ALPHA,
-    EFFICIENCY,
-    PREFILL,
-    TTFT,
-    Comparison,
-    Metric,
-    Outcome,
-    Shift,
+from pytest_tokperf.stats.compare import compare, compare_many, measure_shift
+from pytest_tokperf.stats.family import (
+    Correction,
+    FamilyVerdict,
     benjamini_hochberg,
-    compare,
-    compare_many,
-    judge,
-    log_samples,
-    measure_shift,
+    judge_family,
 )
+from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, EFFICIENCY, PREFILL, TTFT, Metric
+from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples
+from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
 
 __all__ = [
     "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "ChangePoint", "Comparison",
-    "Metric", "NoiseEstimate", "Outcome", "Point", "Shift", "benjamini_hochberg",
-    "change_points", "compare", "compare_many", "compare_to_history", "detectable_change",
-    "format_noise", "judge", "log_samples", "measure_shift", "noise", "repetitions_needed",
+    "Correction", "FamilyVerdict", "Metric", "NoiseEstimate", "Outcome", "Point", "SetAside",
+    "Shift", "benjamini_hochberg", "change_points", "compare", "compare_many",
+    "compare_to_history", "detectable_change", "detectable_shift", "format_noise", "judge",
+    "judge_family", "log_samples", "measure_shift", "noise", "repetitions_needed",
     "settled_baseline",
 ]

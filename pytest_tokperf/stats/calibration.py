@@ -3,7 +3,8 @@
 ``noise`` estimates the within-version spread from stored repetitions;
 ``detectable_change`` turns a spread and a repetition count into the smallest change
 the comparison catches with a given power; ``repetitions_needed`` inverts that;
-``format_noise`` says it in one line a user can act on.
+``format_noise`` says it in one line a user can act on. The figures are those of the
+pooled t test that ``shifts`` runs (noncentral t, scipy's ``nctdtrinc``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
+from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.compare import DEFAULT_ALPHA, Metric, log_samples
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric
+from pytest_tokperf.stats.shifts import MEDIAN_ABS_DIFF, Shift, log_samples
 
-_MEDIAN_ABS_DIFF = 0.9539  # median |X - Y| for X, Y independent unit normals
+_MAX_REPS = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,60 +54,65 @@ def noise(samples_by_version: Sequence[Sequence[float]]) -> NoiseEstimate:
         raise ConfigError(
             "noise needs a version with at least 2 samples; run with more repetitions"
         )
-    cv = float(np.median(np.concatenate(diffs))) / _MEDIAN_ABS_DIFF
+    cv = float(np.median(np.concatenate(diffs))) / MEDIAN_ABS_DIFF
     return NoiseEstimate(cv=cv, n_versions=used, n_samples=total)
 
 
 def detectable_change(
     cv: float, n: int, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
-    *, n_baseline: int | None = None,
+    *, n_baseline: int | None = None, versions: int = 1,
 ) -> float:
     """Smallest relative change detected with probability ``power`` at level ``alpha``.
 
     Two-sided t test on logs with ``n`` current and ``n_baseline`` (default ``n``)
-    baseline samples of log-sd ``cv``, via the noncentral t. For a history baseline
-    pass its total sample count: the normal-scores test used there is as efficient as
-    the t test on normal noise, so the figure carries over.
+    baseline samples of log-sd ``cv``, spread pooled within the ``versions`` baseline
+    versions and the current one, via the noncentral t.
     """
     nb = n if n_baseline is None else n_baseline
-    for name, value in (("alpha", alpha), ("power", power)):
-        if not 0 < value < 1:
-            raise ConfigError(f"{name} is {value!r}: give a probability between 0 and 1")
+    _check(alpha, power)
     if not (cv >= 0 and math.isfinite(cv)):
         raise ConfigError(f"cv is {cv!r}: give a finite spread >= 0, e.g. 0.02 for 2%")
     if n < 2 or nb < 2:
         raise ConfigError(f"repetitions are {n!r} and {nb!r}: a spread needs at least 2 a side")
+    if versions < 1 or versions > nb:
+        raise ConfigError(f"versions is {versions!r}: give 1 to {nb} (the baseline samples)")
     if cv == 0:
         return 0.0
-    w = 1 / n + 1 / nb
-    df = n + nb - 2  # Welch's df when the spreads are equal, and the pooled test's
-    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    df = n + nb - 1 - versions
+    return math.expm1(_ncp(df, alpha, power) * cv * math.sqrt(1 / n + 1 / nb))
 
-    def shortfall(ncp: float) -> float:
-        return float(sps.nct.sf(crit, df, ncp)) - power  # the far tail adds < alpha / 2
 
-    top = crit + 3.0
-    while shortfall(top) < 0:
-        top *= 1.5
-    ncp = float(optimize.brentq(shortfall, 0.0, top))
-    return math.expm1(ncp * cv * math.sqrt(w))
+def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> float:
+    """The smallest change this comparison's own standard error and df would catch."""
+    _check(alpha, power)
+    if not shift.std_error > 0:
+        return math.nan
+    return math.expm1(_ncp(shift.df, alpha, power) * shift.std_error)
 
 
 def repetitions_needed(
-    cv: float, change: float, alpha: float = DEFAULT_ALPHA, power: float = 0.8
+    cv: float, change: float, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
+    *, versions: int = 1,
 ) -> int:
-    """Fewest repetitions a side for ``detectable_change`` to reach ``change``."""
+    """Fewest repetitions per version for ``detectable_change`` to reach ``change``,
+    with the current version and each of ``versions`` baseline versions at that count."""
     if not change > 0:
         raise ConfigError(f"change is {change!r}: give a relative change > 0, e.g. 0.05")
+    _check(alpha, power)
+    if not (cv >= 0 and math.isfinite(cv)):
+        raise ConfigError(f"cv is {cv!r}: give a finite spread >= 0, e.g. 0.02 for 2%")
+    if versions < 1:
+        raise ConfigError(f"versions is {versions!r}: give at least 1")
+    target = math.log1p(change)
     lo, hi = 2, 2
-    while detectable_change(cv, hi, alpha, power) > change:
+    while _log_detectable(cv, hi, versions, alpha, power) > target:
         lo, hi = hi + 1, hi * 2
-        if hi > 1 << 20:
+        if hi > _MAX_REPS:
             raise ConfigError(f"a {change:.2%} change at CV {cv:.2%} needs over a million "
                               "repetitions; accept a larger minimum effect")
     while lo < hi:
         mid = (lo + hi) // 2
-        if detectable_change(cv, mid, alpha, power) <= change:
+        if _log_detectable(cv, mid, versions, alpha, power) <= target:
             hi = mid
         else:
             lo = mid + 1
@@ -125,3 +131,20 @@ def format_noise(
         return head + f"; enough for the {metric.min_effect:.0%} minimum effect"
     need = repetitions_needed(cv, metric.min_effect, alpha, power)
     return head + f"; add reps for finer ({need} resolve {metric.min_effect:.0%})"
+
+
+def _log_detectable(cv: float, n: int, versions: int, alpha: float, power: float) -> float:
+    nb = versions * n
+    return _ncp(n + nb - 1 - versions, alpha, power) * cv * math.sqrt(1 / n + 1 / nb)
+
+
+def _ncp(df: float, alpha: float, power: float) -> float:
+    """Noncentrality at which a two-sided level-``alpha`` t test has ``power``."""
+    crit = float(special.stdtrit(df, 1 - alpha / 2))
+    return float(special.nctdtrinc(df, 1 - power, crit))
+
+
+def _check(alpha: float, power: float) -> None:
+    for name, value in (("alpha", alpha), ("power", power)):
+        if not 0 < value < 1:
+            raise ConfigError(f"{name} is {value!r}: give a probability between 0 and 1")

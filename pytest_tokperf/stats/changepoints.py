@@ -1,37 +1,48 @@
 """Where did a series' level step, and what changed there?
 
-E-divisive-style binary segmentation (Matteson & James; Hunter/Otava) over the
-series ordered by engine build. Each version is summarised by the median of its
-log samples (a stall cannot move it); the split of a segment is where the size-
-weighted mean difference between the versions before it and those after it (up to
-any later end, so a step that is undone later still shows) is largest, and it counts
-only if a permutation test of the version levels says so: the largest statistic
-over all splits is compared with the largest of ``PERMUTATIONS`` shuffles from a
-fixed seed. Shuffling whole versions accounts for having picked the best of many
-splits (Otava's plain t-test does not) and for run-to-run drift, and the fixed seed
-keeps the answer the same on every run. Accepted splits are judged like a pairwise
-comparison of the version levels on either side (``stats.judge``): a step is
-reported only when it reaches the metric's minimum effect.
+Binary segmentation over the series ordered by engine build, on the repetitions, not
+only on one level per version: with 5-10 builds of 3-5 repetitions the pooled
+within-version spread has 20-40 degrees of freedom, so a 5% step at CV 2% stands 5-9
+standard errors out, where a test on 10 version levels cannot reach p = 0.005 at all.
+
+* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule).
+* For a segment of versions, every split with ``MIN_SIZE`` versions on each side is a
+  candidate; the split's statistic is the t of the mean after it minus the mean before
+  it, on the pooled within-version spread. The largest |t| wins, and its p-value is
+  multiplied by the number of candidates (Bonferroni: exact bookkeeping for having
+  picked the best split, analytic and deterministic). Segments are split again until
+  no split is significant at ``alpha``.
+* Drift: when, given the steps found, the versions still differ more than their
+  repetitions explain (ANOVA F on the residual version means, p < ``DRIFT_LEVEL``), the
+  search is redone on version means, each split a two-sample t on the version means on
+  either side (df = versions - 2): a machine whose level wanders between runs gives
+  fewer, surer steps.
+* Each step is then measured between its neighbouring steps and reported only when
+  ``verdict.judge`` at the split's Bonferroni level calls it a regression or an
+  improvement: the interval excludes no change and reaches the metric's minimum effect.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
+from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.compare import (
-    DEFAULT_ALPHA, Comparison, Metric, compare, judge, log_samples, measure_shift,
-)
+from pytest_tokperf.stats.compare import compare
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level
+from pytest_tokperf.stats.groups import Groups
+from pytest_tokperf.stats.shifts import DRIFT_LEVEL, SetAside, Shift, log_samples, set_aside_stalls
+from pytest_tokperf.stats.verdict import Comparison, fmt_p, judge, pct
 
-PERMUTATIONS = 1999
-PERMUTATION_SEED = 20240902
 MIN_SIZE = 2  # versions on each side of a step: a level must persist to count
 HISTORY_WINDOW = 20
+
+Scale = Literal["pooled", "versions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +63,10 @@ class Point:
 class ChangePoint:
     """A persistent step in level between ``history[index - 1]`` and ``history[index]``.
 
-    Levels are medians of the version medians on each side, up to the neighbouring
-    change points; ``changed`` maps each label that differs across the step to its
-    (before, after) values.
+    Levels are the geometric means on each side, up to the neighbouring change points;
+    ``relative_change`` and its interval at ``confidence`` (Bonferroni over the splits
+    tried) compare them; ``p_value`` is the Bonferroni-adjusted p. ``changed`` maps each
+    label that differs across the step to its (before, after) values.
     """
 
     index: int
@@ -69,39 +81,57 @@ class ChangePoint:
     verdict: Literal["regression", "improvement"]
     changed: Mapping[str, tuple[str | None, str | None]]
     reason: str
+    confidence: float = math.nan
+    scale: Scale = "pooled"
+    set_aside: tuple[SetAside, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    index: int
+    tried: int
+    p_adjusted: float
 
 
 def change_points(
     history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
 ) -> list[ChangePoint]:
     """Steps in ``history`` (oldest first) that are significant and reach ``min_effect``."""
-    if not 0 < alpha < 1:
-        raise ConfigError(f"alpha is {alpha!r}: give a probability between 0 and 1, e.g. 0.005")
-    levels = _levels(history, metric)
-    found: list[ChangePoint] = []
-    splits = _segment(levels, alpha)
-    bounds = [0, *(s for s, _ in splits), len(levels)]
-    for i, (index, p) in enumerate(splits):
-        left, right = levels[bounds[i]:index], levels[index:bounds[i + 2]]
-        shift = measure_shift(np.exp(left).tolist(), np.exp(right).tolist(), metric, alpha=alpha)
-        verdict = judge(shift, metric, alpha=alpha, significant=True)
+    check_level(alpha, "alpha")
+    if len(history) < 2 * MIN_SIZE:
+        _logs(history, metric)  # bad samples are still named
+        return []
+    kept, aside = _without_stalls(history, metric)
+    splits, levels = _segmentation(_Levels.of(kept), alpha)
+    bounds = [0, *(s.index for s in splits), len(kept.sizes)]
+    found = []
+    for i, split in enumerate(splits):
+        shift = levels.contrast(bounds[i], split.index, bounds[i + 2])
+        level = alpha / split.tried
+        verdict = judge(shift, metric, alpha=level)
         if verdict.verdict not in ("regression", "improvement"):
             continue
-        before, after = history[index - 1], history[index]
+        before, after = history[split.index - 1], history[split.index]
         changed = _changed(before.labels, after.labels)
         what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) or "no label"
+        p = min(1.0, split.tried * shift.p_value)
+        how = "" if levels.scale == "pooled" else (
+            "; judged on version levels, as the versions differ more than their "
+            "repetitions explain")
         found.append(ChangePoint(
-            index=index, version_before=before.version, version_after=after.version,
-            level_before=math.exp(float(np.median(left))),
-            level_after=math.exp(float(np.median(right))),
+            index=split.index, version_before=before.version, version_after=after.version,
+            level_before=math.exp(levels.level(bounds[i], split.index)),
+            level_after=math.exp(levels.level(split.index, bounds[i + 2])),
             relative_change=verdict.relative_change, ci_low=verdict.ci_low,
             ci_high=verdict.ci_high, p_value=p,
-            verdict=verdict.verdict,
+            verdict="regression" if verdict.verdict == "regression" else "improvement",
             changed=changed,
-            reason=(f"{metric.name} {verdict.verdict} of {_pct(verdict.relative_change)} "
-                    f"[{_pct(verdict.ci_low)}, {_pct(verdict.ci_high)}] between "
-                    f"{before.version} and {after.version} (permutation p={p:.2g}); "
-                    f"changed: {what}"),
+            reason=(f"{metric.name} {verdict.verdict} of {pct(verdict.relative_change)} "
+                    f"[{pct(verdict.ci_low)}, {pct(verdict.ci_high)}] between "
+                    f"{before.version} and {after.version} (p={fmt_p(p)} after "
+                    f"{split.tried} places tried{how}); changed: {what}"),
+            confidence=1 - level, scale=levels.scale,
+            set_aside=tuple(s for s in aside if bounds[i] <= s.version < bounds[i + 2]),
         ))
     return found
 
@@ -113,8 +143,13 @@ def settled_baseline(
     """The last ``window`` versions since the latest significant step of any size."""
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
-    splits = _segment(_levels(history, metric), alpha)
-    start = max((s for s, _ in splits), default=0)
+    check_level(alpha, "alpha")
+    if len(history) < 2 * MIN_SIZE:
+        _logs(history, metric)
+        return list(history)[-window:]
+    kept, _ = _without_stalls(history, metric)
+    splits, _ = _segmentation(_Levels.of(kept), alpha)
+    start = max((s.index for s in splits), default=0)
     return list(history[start:])[-window:]
 
 
@@ -131,69 +166,124 @@ def compare_to_history(
     return compare(baseline, current, metric, alpha=alpha, min_samples=min_samples)
 
 
-def _levels(history: Sequence[Point], metric: Metric) -> np.ndarray:
-    levels = []
+def _slow(metric: Metric) -> int:
+    return -1 if metric.higher_is_better else 1
+
+
+def _without_stalls(history: Sequence[Point], metric: Metric
+                    ) -> tuple[Groups, tuple[SetAside, ...]]:
+    """Stalls set aside, each version measured from the median level of the versions
+    around it (two either side), so a version with most repetitions stalled shows them."""
+    groups = _logs(history, metric)
+    medians = groups.medians()
+    k = len(medians)
+    centres = np.array([np.median(medians[max(0, v - 2):v + 3]) for v in range(k)])
+    return set_aside_stalls(groups, _slow(metric), centres, np.ones(k, dtype=np.int64))
+
+
+def _logs(history: Sequence[Point], metric: Metric) -> Groups:
+    out = []
     for i, point in enumerate(history):
         logs = log_samples(point.samples, f"{metric.name} {point.version!r} samples")
         if len(logs) == 0:
             raise ConfigError(f"{metric.name} version {point.version!r} (history[{i}]) has "
                               "no samples; leave versions without results out")
-        levels.append(float(np.median(logs)))
-    return np.array(levels)
+        out.append(logs)
+    return Groups.of(out)
 
 
-def _segment(levels: np.ndarray, alpha: float) -> list[tuple[int, float]]:
-    """Binary segmentation: every significant split as (index, permutation p), sorted."""
-    found: list[tuple[int, float]] = []
-    todo = [(0, len(levels))]
+@dataclass(frozen=True, slots=True)
+class _Levels:
+    """Per version: sample count and mean; the pooled within spread; the scale in use."""
+
+    sizes: np.ndarray
+    means: np.ndarray
+    ssw: float
+    dfw: int
+    scale: Scale = "pooled"
+
+    @classmethod
+    def of(cls, kept: Groups) -> _Levels:
+        ssw, dfw = kept.within()
+        return cls(np.array(kept.sizes, dtype=float), kept.means(), ssw, dfw)
+
+    def level(self, a: int, b: int) -> float:
+        """The log level of versions [a, b): pooled mean, or mean of version means."""
+        if self.scale == "pooled":
+            n = self.sizes[a:b]
+            return float((n * self.means[a:b]).sum() / n.sum())
+        return float(self.means[a:b].mean())
+
+    def contrast(self, a: int, split: int, b: int) -> Shift:
+        """Versions [split, b) over versions [a, split)."""
+        n_left, n_right = int(self.sizes[a:split].sum()), int(self.sizes[split:b].sum())
+        d = self.level(split, b) - self.level(a, split)
+        cv = math.sqrt(self.ssw / self.dfw) if self.dfw else math.nan
+        k_left, k_right = split - a, b - split
+        if self.scale == "pooled":
+            se = math.sqrt(self.ssw / self.dfw * (1 / n_left + 1 / n_right))
+            return Shift(d, se, float(self.dfw), n_left, n_right, "pooled", cv, k_left)
+        ss = sum(float(((m - m.mean()) ** 2).sum())
+                 for m in (self.means[a:split], self.means[split:b]))
+        df = k_left + k_right - 2
+        se = math.sqrt(ss / df * (1 / k_left + 1 / k_right)) if df else math.nan
+        return Shift(d, se, float(df), n_left, n_right, "versions", cv, k_left)
+
+    def best_split(self, a: int, b: int) -> _Split | None:
+        """The split of versions [a, b) with the largest |t|, p x the candidates tried."""
+        tried = b - a - 2 * MIN_SIZE + 1
+        if tried < 1:
+            return None
+        at = np.arange(MIN_SIZE, b - a - MIN_SIZE + 1)
+        if self.scale == "pooled":
+            n = np.concatenate([[0.0], np.cumsum(self.sizes[a:b])])
+            s = np.concatenate([[0.0], np.cumsum(self.sizes[a:b] * self.means[a:b])])
+            left, right = n[at], n[-1] - n[at]
+            d = (s[-1] - s[at]) / right - s[at] / left
+            var = self.ssw / self.dfw * (1 / left + 1 / right)
+            df = float(self.dfw)
+        else:
+            m = self.means[a:b]
+            m1 = np.concatenate([[0.0], np.cumsum(m)])
+            m2 = np.concatenate([[0.0], np.cumsum(m**2)])
+            left, right = at.astype(float), len(m) - at.astype(float)
+            d = (m1[-1] - m1[at]) / right - m1[at] / left
+            ss = (m2[at] - m1[at] ** 2 / left) + (m2[-1] - m2[at] - (m1[-1] - m1[at]) ** 2 / right)
+            df = float(len(m) - 2)
+            var = np.maximum(ss, 0) / df * (1 / left + 1 / right)
+        t = np.abs(d) / np.sqrt(np.maximum(var, 1e-300))
+        i = int(np.argmax(t))
+        p = float(2 * special.stdtr(df, -t[i]))
+        return _Split(a + int(at[i]), tried, min(1.0, tried * p))
+
+
+def _segmentation(levels: _Levels, alpha: float) -> tuple[list[_Split], _Levels]:
+    """Significant splits, on the pooled spread unless the residual versions drift."""
+    if levels.dfw == 0 or not levels.ssw > 0:
+        versions = replace(levels, scale="versions")
+        return _segment(versions, alpha), versions
+    splits = _segment(levels, alpha)
+    bounds = [0, *(s.index for s in splits), len(levels.sizes)]
+    resid = sum(float((levels.sizes[a:b] * (levels.means[a:b] - levels.level(a, b)) ** 2).sum())
+                for a, b in zip(bounds[:-1], bounds[1:]))
+    df_b = len(levels.sizes) - (len(bounds) - 1)
+    s2 = levels.ssw / levels.dfw
+    if df_b > 0 and float(special.fdtrc(df_b, levels.dfw, resid / df_b / s2)) < DRIFT_LEVEL:
+        versions = replace(levels, scale="versions")
+        return _segment(versions, alpha), versions
+    return splits, levels
+
+
+def _segment(levels: _Levels, alpha: float) -> list[_Split]:
+    found: list[_Split] = []
+    todo = [(0, len(levels.sizes))]
     while todo:
         a, b = todo.pop()
-        if b - a < 2 * MIN_SIZE or np.ptp(levels[a:b]) == 0:
-            continue
-        split, p = _best_split(levels[a:b])
-        if p < alpha:
-            found.append((a + split, p))
-            todo += [(a, a + split), (a + split, b)]
-    return sorted(found)
-
-
-def _best_split(y: np.ndarray) -> tuple[int, float]:
-    rng = np.random.default_rng(PERMUTATION_SEED)
-    shuffled = rng.permuted(np.broadcast_to(y, (PERMUTATIONS, len(y))), axis=1)
-    splits, ends = _pairs(len(y))
-    observed = _stats(y[None, :], splits, ends)[0]
-    best = int(np.argmax(observed))
-    exceed = _stats(shuffled, splits, ends).max(axis=1) >= observed[best] - 1e-9
-    return int(splits[best]), (1 + int(exceed.sum())) / (PERMUTATIONS + 1)
-
-
-def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every (split, end) with MIN_SIZE versions in [0, split) and in [split, end).
-
-    Letting the right segment end early (Matteson & James) finds a step that is
-    later undone, which one split of the whole segment would average away.
-    """
-    splits, ends = [], []
-    for split in range(MIN_SIZE, n - MIN_SIZE + 1):
-        for end in range(split + MIN_SIZE, n + 1):
-            splits.append(split)
-            ends.append(end)
-    return np.array(splits), np.array(ends)
-
-
-def _stats(rows: np.ndarray, splits: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Weighted mean difference of [0, split) and [split, end), per pair and row.
-
-    ``|mean_r - mean_l| * sqrt(n_l * n_r / (n_l + n_r))``: E-divisive's statistic for
-    a shift in mean. Not divided by a within-segment spread, which two tight pairs
-    of versions would make arbitrarily small; the permutation test supplies the scale.
-    """
-    s1 = np.hstack([np.zeros((rows.shape[0], 1)), np.cumsum(rows, axis=1)])
-    n_left, n_right = splits, ends - splits
-    left, right = s1[:, splits], s1[:, ends] - s1[:, splits]
-    weight = np.sqrt(n_left * n_right / (n_left + n_right))
-    stat: np.ndarray = np.abs(right / n_right - left / n_left) * weight
-    return stat
+        best = levels.best_split(a, b)
+        if best is not None and best.p_adjusted < alpha:
+            found.append(best)
+            todo += [(a, best.index), (best.index, b)]
+    return sorted(found, key=lambda s: s.index)
 
 
 def _changed(
@@ -201,7 +291,3 @@ def _changed(
 ) -> dict[str, tuple[str | None, str | None]]:
     keys = [*before, *(k for k in after if k not in before)]
     return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
-
-
-def _pct(x: float) -> str:
-    return f"{x:+.1%}".replace("-", "−")

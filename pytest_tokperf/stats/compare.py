@@ -2,43 +2,27 @@
 
 Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower) and
 tok/s and seconds are treated alike; a metric's direction only decides which sign is
-a regression. The baseline is one run's samples (Welch's t on logs) or, better, the
-samples of earlier versions (a rank test that is exact on any noise and widens for
-run-to-run drift); ``shifts`` has the tests and why they were chosen.
-
-**The rule**, with ``CI`` the ``1 - alpha`` interval and ``m`` the metric's
-``min_effect``:
-
-* regression / improvement: significant (``p < alpha``; Benjamini-Hochberg across
-  series in ``compare_many``) with an interval that excludes 0 on that side, the
-  interval reaches past ``m`` on that side (the
-  change is not shown smaller than ``m``) and the estimate is at least ``m / 2``
-  (the data favour a change of ``m`` over none). A true step of exactly ``m`` is
-  then caught with the test's power rather than the coin flip of a "point estimate
-  beyond m" rule, and a lopsided interval (stalls) cannot flag a small estimate.
-* unchanged: the interval lies inside ``(-m, +m)``; or significant but most likely
-  smaller than ``m``; or not significant with the interval past ``m`` on one side.
-* inconclusive: too few samples, or not significant with an interval spanning both
-  ``-m`` and ``+m``: too noisy to decide either way.
-
-**alpha = 0.005 by default.** Once the noise is comparable to ``m`` the minimum
-effect stops filtering and the false-alarm rate is ``alpha`` itself (both
-directions together), so 0.05 would cry wolf on one comparison in twenty; asv uses
-0.002, Otava 0.001. At 5 repetitions against a 20-version history this still
-catches >= 95% of 5% steps at CV 2% (benchmarks/bench_stats.py).
+a regression. The baseline is one run's samples or, better, the samples of earlier
+versions; ``shifts`` measures the change (a pooled t on logs with stalls set aside and
+drift between versions allowed for) and ``verdict`` reads the verdict off its interval.
+``compare_many`` and ``family.judge_family`` correct a whole session for multiplicity.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar, Union
+from typing import TypeVar, Union
 
 import numpy as np
 
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.family import Correction, benjamini_hochberg, judge_family
+from pytest_tokperf.stats.metric import (
+    DECODE, DEFAULT_ALPHA, EFFICIENCY, PREFILL, TTFT, Metric, check_level,
+)
 from pytest_tokperf.stats.shifts import Shift, log_samples, shift_between
+from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
 
 __all__ = [
     "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "Comparison", "Metric",
@@ -46,58 +30,8 @@ __all__ = [
     "log_samples", "measure_shift",
 ]
 
-Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
 Baseline = Union[Sequence[float], Sequence[Sequence[float]]]
 K = TypeVar("K", bound=Hashable)
-
-DEFAULT_ALPHA = 0.005
-_EXACT_NOTE = " (identical samples on each side: the difference is exact)"
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """A measured figure: its direction and the smallest change worth flagging."""
-
-    name: str
-    higher_is_better: bool
-    min_effect: float = 0.05
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_effect < 1:
-            raise ConfigError(
-                f"min_effect for {self.name!r} is {self.min_effect!r}: give a fraction "
-                "between 0 and 1, e.g. 0.05 for 5%"
-            )
-
-
-DECODE = Metric("decode", higher_is_better=True)
-PREFILL = Metric("prefill", higher_is_better=True)
-TTFT = Metric("ttft", higher_is_better=False)
-EFFICIENCY = Metric("efficiency", higher_is_better=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """The verdict on one series, with the figures behind it.
-
-    ``relative_change`` is current / baseline - 1; ``ci_low``/``ci_high`` bound it at
-    ``confidence``. Too few samples leave the figures NaN and the verdict inconclusive.
-    """
-
-    metric: str
-    verdict: Outcome
-    relative_change: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    p_value: float
-    n_baseline: int
-    n_current: int
-    reason: str
-
-    @property
-    def regressed(self) -> bool:
-        return self.verdict == "regression"
 
 
 def compare(
@@ -110,82 +44,22 @@ def compare(
 ) -> Comparison:
     """Judge ``current`` against ``baseline``: one run's samples, or earlier versions'.
 
-    ``baseline`` is a flat list of samples (Welch on logs) or a list of per-version
-    sample lists (rank test with a drift check; see the module doc). Fewer than
-    ``min_samples`` on a side gives "inconclusive"; NaN, inf, zero or negative
-    samples raise ``ConfigError`` naming the value and its position.
+    ``baseline`` is a flat list of samples (one run) or a list of per-version sample
+    lists. Fewer than ``min_samples`` on a side gives "inconclusive"; NaN, inf, zero or
+    negative samples raise ``ConfigError`` naming the value and its position.
     """
-    _check_level(alpha, "alpha")
-    if min_samples < 2:
-        raise ConfigError(f"min_samples is {min_samples!r}: a spread needs at least 2")
+    _check(alpha, min_samples)
     groups, cur = _prepare(baseline, current, metric)
     scarce = _scarce(groups, cur, metric, min_samples, alpha)
-    return scarce or judge(shift_between(groups, cur, alpha), metric, alpha=alpha)
+    return scarce or judge(shift_between(groups, cur, _slow(metric)), metric, alpha=alpha)
 
 
-def measure_shift(
-    baseline: Baseline, current: Sequence[float], metric: Metric, *, alpha: float = DEFAULT_ALPHA
-) -> Shift:
+def measure_shift(baseline: Baseline, current: Sequence[float], metric: Metric) -> Shift:
     """The shift behind ``compare``, at least 2 samples a side (else ``ConfigError``)."""
-    _check_level(alpha, "alpha")
     groups, cur = _prepare(baseline, current, metric)
     if sum(len(g) for g in groups) < 2 or len(cur) < 2:
         raise ConfigError(f"{metric.name}: a shift needs at least 2 samples on each side")
-    return shift_between(groups, cur, alpha)
-
-
-def judge(
-    shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA,
-    significant: bool | None = None, note: str = "",
-) -> Comparison:
-    """Apply the module's decision rule; ``significant`` overrides ``p < alpha``."""
-    p = shift.p_value
-    sig = p < alpha if significant is None else significant
-    d = shift.log_shift
-    rel, lo, hi = _ratio(d), _ratio(shift.log_low), _ratio(shift.log_high)
-    m = metric.min_effect
-    figures = f"{metric.name} {_pct(rel)} [{_pct(lo)}, {_pct(hi)}], p={_p(p, alpha)}"
-    verdict: Outcome
-    if sig and d != 0:
-        # The interval must also exclude no change: the rank test's p and the interval
-        # come from different methods, and a flag both do not back is noise.
-        excludes_zero = hi < 0 if d < 0 else lo > 0
-        if abs(rel) >= m / 2 and abs(lo if d < 0 else hi) >= m and excludes_zero:
-            worse = (d < 0) == metric.higher_is_better
-            verdict = "regression" if worse else "improvement"
-            why = f"{figures} < {_p(alpha)} and the change reaches the {m:.0%} minimum effect"
-        else:
-            verdict = "unchanged"
-            why = f"{figures}: real but most likely smaller than the {m:.0%} minimum effect"
-    elif -m < lo and hi < m:
-        verdict, why = "unchanged", f"{figures}: the interval lies within ±{m:.0%}"
-    elif lo <= -m and hi >= m:
-        verdict = "inconclusive"
-        why = (f"{figures}: too noisy to decide at {shift.n_baseline} vs {shift.n_current} "
-               f"samples (the interval spans ±{m:.0%}); add repetitions")
-    else:
-        verdict, why = "unchanged", f"{figures}: no significant change"
-    return Comparison(
-        metric=metric.name, verdict=verdict, relative_change=rel, ci_low=lo, ci_high=hi,
-        confidence=shift.confidence, p_value=p, n_baseline=shift.n_baseline,
-        n_current=shift.n_current, reason=why + _EXACT_NOTE * (shift.method == "exact") + note,
-    )
-
-
-def benjamini_hochberg(p_values: Sequence[float], q: float = DEFAULT_ALPHA) -> list[bool]:
-    """Which hypotheses to reject so the expected share of false discoveries is <= q."""
-    _check_level(q, "q")
-    for i, p in enumerate(p_values):
-        if not 0 <= p <= 1:  # also catches NaN
-            raise ConfigError(f"p_values[{i}] is {p!r}: p-values lie between 0 and 1")
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    cut = 0
-    for rank, i in enumerate(order, start=1):
-        if p_values[i] <= rank * q / m:
-            cut = rank
-    rejected = set(order[:cut])
-    return [i in rejected for i in range(m)]
+    return shift_between(groups, cur, _slow(metric))
 
 
 def compare_many(
@@ -195,16 +69,15 @@ def compare_many(
     *,
     alpha: float = DEFAULT_ALPHA,
     min_samples: int = 3,
+    correction: Correction = "holm",
 ) -> dict[K, Comparison]:
-    """``compare`` for many series, significance by Benjamini-Hochberg at ``alpha``.
+    """``compare`` for many series, then ``judge_family`` over all of them at ``alpha``.
 
     Both mappings must have the same keys (else ``ConfigError`` naming the odd ones);
-    ``metric`` is one metric for all or one per key. Intervals are not widened for
-    multiplicity; a series significant alone but not after correction says so.
+    ``metric`` is one metric for all or one per key. A series flagged alone but not
+    after the correction is inconclusive and says so.
     """
-    _check_level(alpha, "alpha")
-    if min_samples < 2:
-        raise ConfigError(f"min_samples is {min_samples!r}: a spread needs at least 2")
+    _check(alpha, min_samples)
     only_b = [k for k in baseline if k not in current]
     only_c = [k for k in current if k not in baseline]
     if only_b or only_c:
@@ -212,22 +85,23 @@ def compare_many(
             f"series keys differ: only in baseline {only_b!r}, only in current {only_c!r}; "
             "compare the common keys and report the others as new or missing"
         )
-    out: dict[K, Comparison] = {}
-    shifts: dict[K, tuple[Shift, Metric]] = {}
+    single = {}
     for key in current:
         met = metric if isinstance(metric, Metric) else _metric_for(metric, key)
-        groups, cur = _prepare(baseline[key], current[key], met)
-        scarce = _scarce(groups, cur, met, min_samples, alpha)
-        if scarce:
-            out[key] = scarce
-        else:
-            shifts[key] = (shift_between(groups, cur, alpha), met)
-    flags = benjamini_hochberg([s.p_value for s, _ in shifts.values()], alpha)
-    for (key, (shift, met)), flag in zip(shifts.items(), flags):
-        note = "" if flag or shift.p_value >= alpha else (
-            f" (not significant after correcting for {len(shifts)} series)")
-        out[key] = judge(shift, met, alpha=alpha, significant=flag, note=note)
-    return {k: out[k] for k in current}
+        single[key] = compare(baseline[key], current[key], met, alpha=alpha,
+                              min_samples=min_samples)
+    return judge_family(single, alpha=alpha, method=correction).comparisons
+
+
+def _slow(metric: Metric) -> int:
+    """The sign of a stall in log units: lower tok/s, longer seconds."""
+    return -1 if metric.higher_is_better else 1
+
+
+def _check(alpha: float, min_samples: int) -> None:
+    check_level(alpha, "alpha")
+    if min_samples < 2:
+        raise ConfigError(f"min_samples is {min_samples!r}: a spread needs at least 2")
 
 
 def _prepare(
@@ -264,6 +138,7 @@ def _scarce(
         ci_high=nan, confidence=1 - alpha, p_value=nan, n_baseline=nb, n_current=nc,
         reason=(f"{metric.name}: baseline has {nb} and current {nc} samples; "
                 f"need at least {min_samples} on each side"),
+        min_effect=metric.min_effect, higher_is_better=metric.higher_is_better,
     )
 
 
@@ -272,30 +147,3 @@ def _metric_for(metrics: Mapping[K, Metric], key: K) -> Metric:
         raise ConfigError(f"no metric given for series {key!r}")
     return metrics[key]
 
-
-def _check_level(x: float, name: str) -> None:
-    if not 0 < x < 1:
-        raise ConfigError(f"{name} is {x!r}: give a probability between 0 and 1, e.g. 0.01")
-
-
-def _ratio(log_shift: float) -> float:
-    return math.expm1(log_shift) if log_shift < 700 else math.inf
-
-
-def _pct(x: float) -> str:
-    if math.isinf(x):
-        return "+∞"
-    return f"{x * 100:+.1f}%".replace("-", "−")
-
-
-def _p(p: float, alpha: float | None = None) -> str:
-    """p to two figures, more when rounding would move it across ``alpha``."""
-    if p == 0:
-        return "0"
-    if p < 1e-3:
-        return f"{p:.1e}"
-    for digits in (2, 3, 4):
-        text = f"{p:.{digits}g}"
-        if alpha is None or (float(text) < alpha) == (p < alpha):
-            break
-    return text

@@ -1,0 +1,158 @@
+"""A session judged as one family: Holm's step-down by default, Benjamini-Hochberg on request.
+
+**Why Holm.** The gate fails a build on any regression, so the error to bound is "a
+clean run fails", and it must stay bounded however many other series really moved:
+Holm controls that family-wise error under any dependence between the comparisons
+(decode and TTFT of one run share the machine's state), while Benjamini-Hochberg bounds
+only the expected share of false flags and, once one series really regressed, lets the
+others false-fail more often. Holm costs little power where it matters: a build that
+slows many series at once passes each step at a looser level than the one before.
+
+**How a comparison is re-judged.** Each ``Comparison`` keeps its ``shift`` (estimate,
+standard error, df), so its p-value and its interval at any level come from one t
+distribution. Sorted by p, Holm's i-th comparison (0-based, k in all) is tested at
+``alpha / (k - i)`` until the first that fails. A flag (regression or improvement)
+that passes keeps its verdict with the interval at its Holm level (wider, still
+excluding no change and reaching the minimum); a flag that fails is re-judged at the
+level that stopped the procedure, where its interval holds no change: "inconclusive".
+Unchanged and inconclusive verdicts are left as they were: the correction guards the
+claims that fail a build, and "unchanged" already needs the whole interval inside the
+minimum effect. A correction never turns a verdict into a flag.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Generic, Literal, TypeVar
+
+import numpy as np
+from scipy import stats as sps
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, check_level
+from pytest_tokperf.stats.verdict import Comparison, fmt_p, judge
+
+Correction = Literal["holm", "bh"]
+K = TypeVar("K", bound=Hashable)
+_NAMES = {"holm": "Holm step-down", "bh": "Benjamini-Hochberg"}
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyVerdict(Generic[K]):
+    """Every comparison of a session after the correction, in the order given.
+
+    ``summary`` is one line for the session summary, e.g. ``Holm step-down over 100
+    comparisons at alpha 0.005: 1 regression, 0 improvements, 1 flag withdrawn``.
+    """
+
+    comparisons: dict[K, Comparison]
+    method: Correction
+    alpha: float
+    tested: int
+    withdrawn: int
+    summary: str
+
+    @property
+    def regressions(self) -> list[K]:
+        return [k for k, c in self.comparisons.items() if c.verdict == "regression"]
+
+
+def judge_family(
+    comparisons: Mapping[K, Comparison], *, alpha: float = DEFAULT_ALPHA,
+    method: Correction = "holm",
+) -> FamilyVerdict[K]:
+    """Re-judge a session's comparisons together so the family's false flags stay <= alpha.
+
+    How the gate calls it: judge each test x metric as today (``compare_to_history``
+    with the same ``alpha``), collect the results of the whole session keyed by
+    ``(test_id, metric)``, then at session end::
+
+        family = judge_family({(f.test_id, f.comparison.metric): f.comparison
+                               for f in findings})
+        for key, comparison in family.comparisons.items(): ...  # verdicts to store/fail
+        terminalreporter.write_line(family.summary)
+
+    Comparisons without a spread or with too few samples (p NaN) are not tested and
+    come back unchanged. ``method`` is ``"holm"`` (family-wise error, default; see the
+    module doc for why) or ``"bh"`` (false discovery rate; flagged intervals at level
+    ``R * alpha / k``, Benjamini-Yekutieli's false-coverage-adjusted intervals).
+    """
+    check_level(alpha, "alpha")
+    if method not in _NAMES:
+        raise ConfigError(f"method is {method!r}: give 'holm' or 'bh'")
+    base = {key: judge(c.shift, c.as_metric(), alpha=alpha)
+            for key, c in comparisons.items() if c.shift is not None and _testable(c)}
+    tested = list(base)
+    levels, passed = _levels([base[key].p_value for key in tested], alpha, method)
+    position = {key: i for i, key in enumerate(tested)}
+    k = len(tested)
+    name = _NAMES[method]
+    summary_head = f"{name} over {k} comparison{'s' * (k != 1)} at alpha {fmt_p(alpha)}"
+    out: dict[K, Comparison] = {}
+    withdrawn = 0
+    for key, c in comparisons.items():
+        if key not in base:
+            out[key] = replace(c, correction=summary_head)
+            continue
+        b, i = base[key], position[key]
+        if b.flagged and k > 1:
+            level = levels[i]
+            if passed[i]:
+                note = f" ({name}: p={fmt_p(b.p_value)} ≤ {fmt_p(level)} over {k} comparisons)"
+            else:
+                withdrawn += 1
+                note = (f" (flagged alone at p={fmt_p(b.p_value)}; not after {name} over {k} "
+                        f"comparisons, which needed p ≤ {fmt_p(level)})")
+            shift = comparisons[key].shift
+            if shift is not None:
+                b = judge(shift, b.as_metric(), alpha=level, note=note)
+        out[key] = replace(b, correction=summary_head)
+    counts = [sum(c.verdict == v for c in out.values()) for v in ("regression", "improvement")]
+    summary = (f"{summary_head}: {counts[0]} regression{'s' * (counts[0] != 1)}, "
+               f"{counts[1]} improvement{'s' * (counts[1] != 1)}, {withdrawn} flag"
+               f"{'s' * (withdrawn != 1)} withdrawn")
+    return FamilyVerdict(out, method, alpha, k, withdrawn, summary)
+
+
+def benjamini_hochberg(p_values: Sequence[float], q: float = DEFAULT_ALPHA) -> list[bool]:
+    """Which hypotheses to reject so the expected share of false discoveries is <= q."""
+    check_level(q, "q")
+    for i, p in enumerate(p_values):
+        if not 0 <= p <= 1:  # also catches NaN
+            raise ConfigError(f"p_values[{i}] is {p!r}: p-values lie between 0 and 1")
+    if not p_values:
+        return []
+    adjusted = sps.false_discovery_control(np.asarray(p_values, dtype=float), method="bh")
+    return [bool(a <= q) for a in adjusted]
+
+
+def _testable(c: Comparison) -> bool:
+    return (c.shift is not None and c.shift.std_error > 0 and not math.isnan(c.min_effect)
+            and not math.isnan(c.p_value))
+
+
+def _levels(ps: list[float], alpha: float, method: Correction) -> tuple[list[float], list[bool]]:
+    """Per comparison: the level its interval is judged at, and whether it passed."""
+    k = len(ps)
+    if k == 0:
+        return [], []
+    order = sorted(range(k), key=lambda i: ps[i])
+    levels, passed = [alpha] * k, [False] * k
+    if method == "holm":
+        stop = k
+        for rank, i in enumerate(order):
+            if ps[i] > alpha / (k - rank):
+                stop = rank
+                break
+            levels[i], passed[i] = alpha / (k - rank), True
+        for i in order[stop:]:
+            levels[i] = alpha / (k - stop)
+        return levels, passed
+    keep = benjamini_hochberg(ps, alpha)
+    r = sum(keep)
+    for i in range(k):
+        passed[i] = keep[i]
+        levels[i] = (r if keep[i] else r + 1) * alpha / k
+    return levels, passed

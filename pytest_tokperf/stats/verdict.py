@@ -1,0 +1,169 @@
+"""The decision rule: a verdict read off the interval of the change, in words it backs.
+
+With ``CI`` the ``1 - alpha`` interval of current / baseline - 1 and ``m`` the metric's
+``min_effect``:
+
+* **regression / improvement**: the interval excludes no change AND does not rule out
+  a change of ``m`` or more (its far end reaches ``m``). Direction per metric.
+* **unchanged**: the interval lies inside ``(-m, +m)``: a change of ``m`` is ruled out
+  (an equivalence statement). A real change smaller than ``m`` is "unchanged, below the
+  minimum".
+* **inconclusive**: everything else (the interval holds no change and reaches ``m``),
+  with the smallest change this comparison resolves and what would settle it.
+
+The p-value and the interval come from one t distribution (``shifts.Shift``), so "the
+interval excludes no change" and "p < alpha" are the same statement. At a true step of
+exactly ``m`` the chance of "unchanged" is at most ``alpha / 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric
+from pytest_tokperf.stats.shifts import SetAside, Shift
+
+Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The verdict on one series, with the figures behind it.
+
+    ``relative_change`` is current / baseline - 1; ``ci_low``/``ci_high`` bound it at
+    ``confidence``. Too few samples leave the figures NaN and the verdict inconclusive.
+    ``shift`` holds the estimate, standard error and df that re-judge the comparison at
+    another level (``judge_family``); ``correction`` names the family correction applied.
+    """
+
+    metric: str
+    verdict: Outcome
+    relative_change: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    n_baseline: int
+    n_current: int
+    reason: str
+    shift: Shift | None = None
+    min_effect: float = math.nan
+    higher_is_better: bool = True
+    correction: str = ""
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == "regression"
+
+    @property
+    def flagged(self) -> bool:
+        """A regression or an improvement: a claim that the level moved by ``m`` or more."""
+        return self.verdict in ("regression", "improvement")
+
+    def as_metric(self) -> Metric:
+        """The metric this comparison was judged as (direction and minimum effect)."""
+        return Metric(self.metric, self.higher_is_better, self.min_effect)
+
+
+def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: str = ""
+          ) -> Comparison:
+    """Apply the module's decision rule to ``shift`` at level ``alpha``."""
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha is {alpha!r}: give a probability between 0 and 1, e.g. 0.005")
+    m, d, p = metric.min_effect, shift.log_shift, shift.p_value
+    rel = _ratio(d)
+    lo, hi = (_ratio(x) for x in shift.interval(alpha))
+    figures = f"{metric.name} {pct(rel)} [{pct(lo)}, {pct(hi)}]"
+    verdict: Outcome
+    if shift.method == "no spread":
+        verdict = "inconclusive"
+        figures = f"{metric.name} {pct(rel)}"
+        why = (f"{figures}: the repetitions of the baseline or of the current run are all "
+               "identical, so there is no noise to judge by; a measured rate always varies: "
+               "check that the figure is measured, not copied or rounded")
+    elif lo > 0 or hi < 0:
+        if (d < 0 and lo <= -m) or (d > 0 and hi >= m):
+            worse = (d < 0) == metric.higher_is_better
+            verdict = "regression" if worse else "improvement"
+            why = (f"{figures}: the interval excludes no change (p={fmt_p(p, alpha)} < "
+                   f"{fmt_p(alpha)}) and does not rule out a change of {m:.0%} or more")
+        else:
+            verdict = "unchanged"
+            why = (f"{figures}: a real change (p={fmt_p(p, alpha)}), below the {m:.0%} "
+                   "minimum")
+    elif -m < lo and hi < m:
+        verdict = "unchanged"
+        why = f"{figures}: the interval lies within ±{m:.0%}, p={fmt_p(p, alpha)}"
+    else:
+        verdict = "inconclusive"
+        why = f"{figures}: {_unsettled(shift, metric, alpha)}"
+    return Comparison(
+        metric=metric.name, verdict=verdict, relative_change=rel, ci_low=lo, ci_high=hi,
+        confidence=1 - alpha, p_value=p, n_baseline=shift.n_baseline,
+        n_current=shift.n_current, reason=why + _stalls(shift) + note, shift=shift,
+        min_effect=m, higher_is_better=metric.higher_is_better,
+    )
+
+
+def _unsettled(shift: Shift, metric: Metric, alpha: float) -> str:
+    m = metric.min_effect
+    head = (f"cannot tell a {m:.0%} change from none at {shift.n_baseline} vs "
+            f"{shift.n_current} samples (p={fmt_p(shift.p_value)}); this comparison "
+            f"resolves about {detectable_shift(shift, alpha):.1%}")
+    if shift.method == "versions":
+        return head + (f", as the {shift.versions} baseline versions differ more than their "
+                       f"repetitions explain (p={fmt_p(shift.drift_p)}): more earlier "
+                       "versions, not more repetitions, would settle it")
+    try:
+        reps = repetitions_needed(shift.noise_cv, m, alpha, versions=shift.versions)
+    except ConfigError:
+        return head + f"; at CV {shift.noise_cv:.1%} no practical repetition count would"
+    return head + (f" at CV {shift.noise_cv:.1%}; {reps} repetitions per version would "
+                   "settle it")
+
+
+def _stalls(shift: Shift) -> str:
+    if not shift.set_aside:
+        return ""
+    def where(s: SetAside) -> str:
+        if s.version == shift.versions:
+            return "current"
+        return "baseline" if shift.versions == 1 else f"baseline version {s.version}"
+    listed = ", ".join(f"{s.value:.5g} ({where(s)}, {pct(s.deviation)} off the median)"
+                       for s in shift.set_aside)
+    return f"; set aside as stalled repetitions: {listed}"
+
+
+def _ratio(log_shift: float) -> float:
+    if math.isnan(log_shift):
+        return math.nan
+    return math.expm1(log_shift) if log_shift < 700 else math.inf
+
+
+def pct(x: float) -> str:
+    """``-0.021`` -> ``−2.1%`` (NaN: ``?``)."""
+    if math.isnan(x):
+        return "?"
+    if math.isinf(x):
+        return "+∞"
+    return f"{x * 100:+.1f}%".replace("-", "−")
+
+
+def fmt_p(p: float, alpha: float | None = None) -> str:
+    """p to two figures, more when rounding would move it across ``alpha``."""
+    if math.isnan(p):
+        return "?"
+    if p == 0:
+        return "0"
+    if p < 1e-3:
+        return f"{p:.1e}"
+    text = ""
+    for digits in (2, 3, 4):
+        text = f"{p:.{digits}g}"
+        if alpha is None or (float(text) < alpha) == (p < alpha):
+            break
+    return text
