@@ -292,13 +292,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for line in summary_table(rows):
         terminalreporter.write_line(line)
     judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
-    if judged:
-        terminalreporter.write_line(f"against {state.settings.baseline.label} "
-                                    f"({judged[0].correction}):")
-        for finding in judged:
-            terminalreporter.write_line(f"  {describe(finding)}")
     noisy = [f for f in findings if f.comparison.verdict == "inconclusive"
              and f.comparison.n_baseline > 0]
+    if judged or noisy:
+        terminalreporter.write_line(f"gate against {state.settings.baseline.label}: "
+                                    f"{run.gate_summary}")
+    for finding in judged:
+        terminalreporter.write_line(f"  {describe(finding)}")
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
     for problem in dict.fromkeys(run.ceilings.problems):

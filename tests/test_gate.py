@@ -120,7 +120,7 @@ def test_real_run_slower_than_its_history_fails_gate(
     result.assert_outcomes(passed=1)  # the test measured fine; the gate fails the session
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "against stored history (*):",
+        "gate against stored history: Holm*",
         "*REGRESSION: test_real_run_slower_than_its_history_fails_gate.py::test_decode: decode −*"
         "(baseline b11000..b11003 (4 runs); current b11434-pypi-sdist)*",
     ])
@@ -128,3 +128,22 @@ def test_real_run_slower_than_its_history_fails_gate(
         (latest,) = stored.latest_per_series()
         verdicts = stored.gate_verdicts([latest.result_id])[latest.result_id]
     assert {v.metric: v.verdict for v in verdicts}["decode"] == "regression"
+
+
+def test_finish_controls_the_session_together_and_keeps_rule_verdicts(tmp_path: Path) -> None:
+    store, key = _fill(tmp_path / "r.db", [(f"b{i}", 100.0) for i in range(6)])
+    gate = Gate(Baseline("history"))
+    findings = []
+    for i, level in enumerate([100.0] * 9 + [80.0]):
+        samples = _result("bnew", level, random.Random(i)).samples
+        findings += gate.judge(store, test_id=f"t{i}", series_key=key, samples=samples,
+                               current_build="bnew", run_id="current")
+    short_store, short_key = _fill(tmp_path / "short.db", [("b0", 100.0)])
+    findings += _judge(short_store, short_key, _result("bnew", 70.0, random.Random(1)).samples)
+    final, summary = gate.finish(findings)
+    assert summary.startswith("Holm step-down over ") and "1 regression" in summary
+    verdicts = {(f.test_id, f.comparison.metric): f.comparison.verdict for f in final}
+    assert verdicts[("t9", "decode")] == "regression"
+    assert all(verdicts[(f"t{i}", "decode")] != "regression" for i in range(9))
+    assert verdicts[("t::decode", "decode")] == "inconclusive"  # one earlier run: by rule
+    assert all(f.correction.startswith("Holm step-down over ") for f in final)

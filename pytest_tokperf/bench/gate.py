@@ -7,10 +7,12 @@ The baseline is, by ``--tokperf-baseline``:
 - ``engine=VERSION``: only earlier runs whose engine version or build is VERSION;
 - a path to another results DB: that DB's runs of the same series.
 
-Decode tok/s (higher is better; the engine's own figure where it reports one) and TTFT
-(lower is better; client clock) are judged; a regression
-must be significant AND at least the minimum effect; a series too noisy or too
-short to judge is "inconclusive" and reported, never failed.
+Decode tok/s (higher is better; the engine's own figure where every repetition has it)
+and TTFT (lower is better; client clock) are judged per result as it is recorded
+(``stats.compare_to_history``: the verdict is read off the interval of the change); at
+the end of the session every test x metric is re-judged together with Holm's step-down
+(``stats.judge_family``), so a clean run of a large suite rarely false-fails. A series
+too noisy or too short to judge is "inconclusive" and reported, never failed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from dataclasses import dataclass, replace
 
 from pytest_tokperf.results import Sample
 from pytest_tokperf.settings import Baseline
-from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, compare_to_history
+from pytest_tokperf.stats import (
+    DECODE,
+    DEFAULT_ALPHA,
+    TTFT,
+    Comparison,
+    Metric,
+    compare_to_history,
+    judge_family,
+)
 from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.storage.history import history_points, metric_values
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
@@ -81,6 +91,7 @@ class Gate:
 
     baseline: Baseline
     min_effect: float = 0.05
+    alpha: float = DEFAULT_ALPHA
 
     def judge(
         self,
@@ -108,12 +119,13 @@ class Gate:
                     engine_version=self.baseline.engine_version, limit=HISTORY_RUNS,
                 )
                 current = metric_values(samples, metric.name)
-                comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS)
+                comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS,
+                                                alpha=self.alpha)
                 if len(points) < MIN_BASELINE_RUNS and comparison.verdict != "inconclusive":
-                    comparison = replace(comparison, verdict="inconclusive", reason=(
+                    comparison = replace(comparison, verdict="inconclusive", shift=None, reason=(
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
-                        f"series"))
+                        f"series"))  # no shift: the session's family correction leaves it be
                 findings.append(GateFinding(test_id, series_key, comparison, _span(points),
                                             current_build, result_id=result_id))
         finally:
@@ -121,9 +133,15 @@ class Gate:
                 source.close()
         return findings
 
-    def finish(self, findings: Sequence[GateFinding]) -> list[GateFinding]:
-        """The session's findings as final verdicts, controlled together."""
-        return list(findings)
+    def finish(self, findings: Sequence[GateFinding]) -> tuple[list[GateFinding], str]:
+        """The session's findings as final verdicts, controlled together, and one summary
+        line (Holm's step-down over every test x metric of the session; see ``stats.family``).
+        """
+        family = judge_family({i: f.comparison for i, f in enumerate(findings)},
+                              alpha=self.alpha)
+        final = [replace(f, comparison=family.comparisons[i], correction=family.comparisons[i].correction)
+                 for i, f in enumerate(findings)]
+        return final, family.summary
 
 
 def describe(finding: GateFinding) -> str:

@@ -75,6 +75,8 @@ class BenchRun:
     recorded: list[Recorded] = field(default_factory=list)
     findings: list[GateFinding] = field(default_factory=list)
     """The final gate verdicts, once ``finish`` ran."""
+    gate_summary: str = ""
+    """How the final verdicts were controlled together, and their counts (one line)."""
     _finished: bool = field(default=False, init=False)
 
     @classmethod
@@ -189,7 +191,8 @@ class BenchRun:
         if self._finished:
             return self.findings
         self._finished = True
-        self.findings = self.gate.finish([f for r in self.recorded for f in r.findings])
+        self.findings, self.gate_summary = self.gate.finish(
+            [f for r in self.recorded for f in r.findings])
         store = self.recorder.store
         if store is not None:
             store.save_gate_verdicts(v for f in self.findings if (v := f.stored()) is not None)

@@ -147,14 +147,17 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
             hardware=run.ceilings.hardware)), "notes": list(row.result.notes)} for row in rows]
         print(json.dumps({"results": results, "failures": failures,
                           "gate": [describe(f) for f in run.findings],
+                          "gate_summary": run.gate_summary,
                           "db": str(location) if location else None},
                          indent=2, default=str))
         return
     for line in summary_table(rows):
         print(line)
-    for finding in run.findings:
-        if finding.comparison.n_baseline > 0:
-            print(describe(finding))
+    gated = [f for f in run.findings if f.comparison.n_baseline > 0]
+    if gated:
+        print(f"gate against {run.settings.baseline.label}: {run.gate_summary}")
+    for finding in gated:
+        print(f"  {describe(finding)}")
     for problem in dict.fromkeys(run.ceilings.problems):
         print(f"note: {problem}")
     print(f"results: {len(rows)} stored in {location}" if location

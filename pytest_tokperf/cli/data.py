@@ -141,8 +141,9 @@ def changes(args: argparse.Namespace) -> int:
             for r, cp in found]
     emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
           table(("series", "test", "step", "change", "p", "what changed"), rows)
-          if rows else ["no change points: every series is level (or too short: about 12 runs "
-                        "are needed before a split can be significant)"])
+          if rows else ["no change points: every series is level, or too short to tell (a "
+                        "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
+                        "resolve a 5% step at a few % noise)"])
     return 0
 
 
