@@ -130,7 +130,8 @@ def describe_ceiling(ceiling: Ceiling) -> str:
     """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``.
 
     A model split between GPU and system RAM adds how its effective bandwidth was
-    combined (``hardware.bandwidth.bandwidth_for``): the slowest part bounds decode.
+    combined (``hardware.bandwidth.bandwidth_for``): the slowest part bounds decode; a
+    measured (probed) figure adds which probes it is (``hardware.reached``).
     """
     fp = ceiling.footprint
     text = (
@@ -138,7 +139,7 @@ def describe_ceiling(ceiling: Ceiling) -> str:
         f"per token: weights {format_gb(fp.weights_bytes)} + KV {format_gb(fp.kv_bytes)} "
         f"at depth {fp.depth_tokens}"
     )
-    if ceiling.bandwidth.source == "split":
+    if ceiling.bandwidth.source in ("split", "measured") and ceiling.bandwidth.detail:
         text += f"; {ceiling.bandwidth.detail}"
     return text
 

@@ -15,9 +15,11 @@ from typing import Literal
 Progress = Callable[[str], None]
 """Receives one human-readable line of progress (a terminal line, a log line)."""
 
-Verdict = Literal["pass", "fail", "suspect", "unchecked", "error"]
+Verdict = Literal["pass", "fail", "suspect", "unchecked", "unstable", "error"]
 """pass/fail against the configured efficiency floor; suspect when the measurement
 beats the ceiling by too much (the ceiling is wrong); unchecked when no floor applies;
+unstable when nothing failed but the judged decode spread too widely over the
+repetitions to support a figure (CV above ``--tokperf-max-cv``; never stored as pass);
 error when the measurement broke off (the samples taken before are still stored)."""
 
 
@@ -136,6 +138,17 @@ class Sample:
         if not self.decode_tokens_per_s or not self.generated_tokens:
             return None
         return self.text_chars / self.generated_tokens * self.decode_tokens_per_s
+
+
+def judged_decode_values(samples: Sequence[Sample]) -> list[float]:
+    """Per repetition, the decode figure tokperf judges: the engine's own timing when every
+    repetition has it (llama-server ``timings``, Ollama ``eval_duration``), else the
+    client's ``(N - 1) / (t_last - t_first)``. The one rule behind
+    ``BenchResult.judged_decode_tokens_per_s``, adaptive repetitions and the gate.
+    """
+    engine = [s.engine_decode_tokens_per_s for s in samples]
+    chosen = engine if samples and all(engine) else [s.decode_tokens_per_s for s in samples]
+    return [v for v in chosen if v is not None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,28 @@ def _positive_float(value: str, where: str, name: str) -> float:
     return number
 
 
+def _repetition_bound(value: str, where: str, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 2:
+        raise ConfigError(f"{name} {value!r} from {where} is not a whole number >= 2 (an "
+                          f"interval needs at least 2 repetitions)")
+    return number
+
+
+def _share(value: str, where: str, name: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 0 < number < 1:
+        raise ConfigError(f"{name} {value!r} from {where} is not a fraction in (0, 1); e.g. "
+                          f"0.02 for 2%")
+    return number
+
+
 def _seconds(value: str, where: str, name: str) -> float:
     try:
         number = float(value)
@@ -210,7 +232,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "N"),
     OptionSpec("parallel", "slots of a started llama-server (-np): how many concurrent "
                "streams tok_bench(concurrency=N) may use", _positive_int, 1, "N"),
-    OptionSpec("repetitions", "measured repetitions per workload", _positive_int, 5, "N"),
+    OptionSpec("repetitions", "measured repetitions per workload: exactly N, as llama-bench's "
+               "-r (default: adaptive, until the decode interval is within "
+               "--tokperf-target-interval)", _positive_int, None, "N"),
+    OptionSpec("target_interval", "adaptive repetitions stop once the 95% interval of the "
+               "mean judged decode is within +/- this fraction of it", _share, 0.02, "F"),
+    OptionSpec("min_repetitions", "adaptive repetitions: at least this many", _repetition_bound,
+               3, "N"),
+    OptionSpec("max_repetitions", "adaptive repetitions: at most this many", _repetition_bound,
+               10, "N"),
+    OptionSpec("max_cv", "a result whose judged decode varies more than this (coefficient of "
+               "variation over its repetitions) is 'unstable', never 'pass'", _share, 0.05,
+               "F"),
     OptionSpec("warmup", "discarded warm-up runs per workload", _non_negative_int, 1, "N"),
     OptionSpec("db", "results database (default .tokperf/results.db in the rootdir when an "
                "ini file sets it, else in the current directory; 'off' writes nothing)",
@@ -228,6 +261,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bandwidth", "memory bandwidth for the ceiling, e.g. 1008GB/s (default: "
                "detected: NVML, the catalog, or a read probe on the CPU)", _bandwidth, None,
                "BW", True),
+    OptionSpec("bandwidth_file", "where the read probes of each host are kept between "
+               "sessions: a CPU decode is judged against the highest bandwidth its host has "
+               "reached (default: bandwidth.json in tokperf's cache dir; 'off': this session's "
+               "probes only)", _text, None, "PATH", True),
     OptionSpec("device", "where the engine runs, for the ceiling's bandwidth: cpu, cuda:N, "
                "metal, rocm:N, vulkan:N (default: what the engine reports; llama-server's "
                "devices and offloaded layers, Ollama's share in VRAM)", _device, None, "DEVICE",
@@ -266,7 +303,8 @@ class Settings:
     threads: int
     ctx_size: int
     parallel: int
-    repetitions: int
+    repetitions: int | None
+    """Exactly this many; None: adaptive (``target_interval``, ``min``/``max_repetitions``)."""
     warmup: int
     db: Path | None
     startup_timeout: float
@@ -288,6 +326,12 @@ class Settings:
     api_key_env: str = DEFAULT_API_KEY_ENV
     api_key: ApiKey | None = None
     """Read from ``$api_key_env`` once; its ``repr`` is masked and it is never stored."""
+    target_interval: float = 0.02
+    min_repetitions: int = 3
+    max_repetitions: int = 10
+    max_cv: float = 0.05
+    bandwidth_file: Path | None = None
+    """Where probes are kept per host (None: nowhere, this session's only)."""
 
     @property
     def active(self) -> bool:
@@ -327,6 +371,14 @@ def resolve(
         values["engine"] = "llama-server"
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
+    if values["bandwidth_file"] is not None or values["engine"] is not None:
+        values["bandwidth_file"] = _bandwidth_file(values["bandwidth_file"])  # cache dir: lazily
+    if values["min_repetitions"] > values["max_repetitions"]:
+        raise ConfigError(
+            f"--tokperf-min-repetitions {values['min_repetitions']} is above "
+            f"--tokperf-max-repetitions {values['max_repetitions']}; raise the maximum or "
+            f"lower the minimum"
+        )
     api_key = _api_key(env, values["api_key_env"])
     return Settings(server_args=server_args, fail_on_regression=fail_on_regression,
                     api_key=api_key, **values)
@@ -352,6 +404,16 @@ def check_engine_name(engine: str | None, engine_names: tuple[str, ...]) -> None
             f"--tokperf-engine {engine!r} is not an engine this plugin knows; "
             f"choose one of: {', '.join(engine_names)}"
         )
+
+
+def _bandwidth_file(value: str | None) -> Path | None:
+    if value is None:
+        from pytest_tokperf.hardware.reached import default_calibration_path
+
+        return default_calibration_path()
+    if value.strip().lower() in ("off", "none", "no", ""):
+        return None
+    return Path(value).expanduser()
 
 
 def _db_path(value: str | None, rootdir: Path) -> Path | None:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pytest_tokperf.hardware.probe as probe_mod
 from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, mean_decode_depth
+from pytest_tokperf.ceiling import check_efficiency
+from pytest_tokperf.hardware.reached import ReachedBandwidth, calibration_key
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
-from pytest_tokperf.results import Bandwidth, HardwareInfo, Workload
+from pytest_tokperf.results import Bandwidth, BenchResult, HardwareInfo, Workload
 from storage_factory import make_engine, make_result
 
 
@@ -28,31 +32,110 @@ def test_kv_type_from_args(args: tuple[str, ...], kv: str) -> None:
     assert kv_type_from_args(args) == kv
 
 
-def _probe_sequence(monkeypatch: pytest.MonkeyPatch, figures: list[float]) -> None:
-    def fake(threads: int | None = None, duration_s: float = 2.0) -> probe_mod.ProbeResult:
-        value = figures.pop(0)
-        return probe_mod.ProbeResult(Bandwidth(value, "measured", "fake probe"), (value,),
-                                     threads or 1, 1, 1, 0.0)
+class _FakeProbe:
+    """Stands in for ``ReadProbe``: each ``measure`` returns the next figure."""
 
-    monkeypatch.setattr(probe_mod, "probe_read_bandwidth", fake)
+    instances = 0
+
+    def __init__(self, figures: list[float], threads: int | None = None) -> None:
+        self.figures = figures
+        self.threads = threads or 1
+        _FakeProbe.instances += 1
+
+    def measure(self, duration_s: float = 0.5) -> probe_mod.ProbeResult:
+        value = self.figures.pop(0)
+        return probe_mod.ProbeResult(Bandwidth(value, "measured", "fake probe"), (value,),
+                                     self.threads, 1, 1, 0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _probe_sequence(monkeypatch: pytest.MonkeyPatch, figures: list[float]) -> None:
+    _FakeProbe.instances = 0
+    monkeypatch.setattr(probe_mod, "ReadProbe",
+                        lambda threads=None: _FakeProbe(figures, threads))
+
+
+def _cpu_source(**kwargs: Any) -> CeilingSource:
+    source = CeilingSource(threads=2, **kwargs)
+    source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
+    return source
+
+
+def _cpu_result(test_model: Path) -> BenchResult:
+    engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
+    return dataclasses.replace(make_result(engine=engine),
+                               workload=Workload(prompt_tokens=64, generate_tokens=65))
 
 
 def test_ceiling_uses_the_higher_probe_around_the_measurement(
     monkeypatch: pytest.MonkeyPatch, test_model: Path
 ) -> None:
     _probe_sequence(monkeypatch, [30e9, 40e9])
-    source = CeilingSource(threads=2)
-    source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
+    source = _cpu_source()
     source.probe()
-    engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
-    result = dataclasses.replace(make_result(engine=engine),
-                                 workload=Workload(prompt_tokens=64, generate_tokens=65))
-    ceiling = source.ceiling_for(result, None)
+    ceiling = source.ceiling_for(_cpu_result(test_model), None)
     assert ceiling is not None
     expected = footprint(load_gguf(test_model), depth_tokens=96)
     assert ceiling.footprint.total_bytes == expected.total_bytes
     assert ceiling.decode_tokens_per_s == pytest.approx(40e9 / expected.total_bytes)
-    assert "before (30.0 GB/s) and after (40.0 GB/s)" in ceiling.bandwidth.detail
+    assert "probed around this measurement: 30.0 GB/s and 40.0 GB/s" in ceiling.bandwidth.detail
+
+
+def test_decode_is_judged_against_the_highest_bandwidth_the_host_reached(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    # the second measurement's probes both catch a low phase: its ceiling stays at the
+    # 60 GB/s the host has shown, and the stored hardware keeps what was probed around it
+    _probe_sequence(monkeypatch, [60e9, 40e9, 30e9, 35e9])
+    source = _cpu_source()
+    for _ in range(2):
+        source.probe()
+        ceiling = source.ceiling_for(_cpu_result(test_model), None)
+        assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 60e9
+    assert _FakeProbe.instances == 1  # one probe (one buffer) for the session
+    detail = ceiling.bandwidth.detail
+    assert detail.startswith("highest read bandwidth this host has reached, 60.0 GB/s: best "
+                             "of 4 probes this session (")
+    assert detail.endswith("2 threads); probed around this measurement: 30.0 GB/s and 35.0 GB/s")
+    hardware = source.hardware
+    assert hardware is not None and hardware.measured_bandwidth is not None
+    assert hardware.measured_bandwidth.bytes_per_s == 35e9
+    message = check_efficiency(0.1, ceiling, 0.5).message
+    assert "highest read bandwidth this host has reached" in message  # says which
+
+
+def test_reached_bandwidth_is_kept_per_host_between_sessions(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path, tmp_path: Path
+) -> None:
+    kept = tmp_path / "bandwidth.json"
+    _probe_sequence(monkeypatch, [50e9, 45e9, 30e9, 32e9])
+    first = _cpu_source(calibration=kept)
+    first.probe()
+    first.ceiling_for(_cpu_result(test_model), None)
+    second = _cpu_source(calibration=kept)
+    second.probe()
+    ceiling = second.ceiling_for(_cpu_result(test_model), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 50e9
+    assert f"best of 2 probes this session and 2 kept from earlier sessions in {kept}" in (
+        ceiling.bandwidth.detail)
+    # another thread count has figures of its own
+    assert ReachedBandwidth.load(calibration_key("cpu", 2), kept).best == 50e9
+    assert ReachedBandwidth.load(calibration_key("cpu", 1), kept).best is None
+
+
+def test_kept_probes_age_out_and_a_broken_file_is_a_note(tmp_path: Path) -> None:
+    kept = tmp_path / "bandwidth.json"
+    key = calibration_key("cpu", 2)
+    kept.write_text(json.dumps({"format": 1, "hosts": {key: [
+        [90e9, "2020-01-01T00:00:00+00:00"], [40e9, "2999-01-01T00:00:00+00:00"]]}}))
+    assert ReachedBandwidth.load(key, kept).best == 40e9  # the 2020 figure aged out
+    kept.write_text("{not json")
+    broken = ReachedBandwidth.load(key, kept)
+    assert broken.best is None and broken.problem is not None
+    broken.add(33e9)  # rewrites the file
+    assert ReachedBandwidth.load(key, kept).best == 33e9
 
 
 def test_explicit_bandwidth_never_probes(monkeypatch: pytest.MonkeyPatch, test_model: Path) -> None:
@@ -118,8 +201,6 @@ def test_cuda_engine_is_judged_by_its_gpu_and_never_probes(
 def test_partial_offload_ceiling_shows_the_split(
     monkeypatch: pytest.MonkeyPatch, test_model: Path
 ) -> None:
-    from pytest_tokperf.ceiling import check_efficiency
-
     _probe_sequence(monkeypatch, [50e9, 50e9])
     source = CeilingSource(threads=2)
     _gpu_box(source)

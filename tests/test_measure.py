@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 
 import httpx
 import pytest
 
 from pytest_tokperf.engines.llama_server import LlamaServer, parse_build, prompt_token_ids
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.bench.measure import run_workload, summarize, to_sample, validate_workload
+from pytest_tokperf.bench.measure import (
+    MeasureOptions,
+    decode_interval,
+    is_unstable,
+    run_workload,
+    summarize,
+    to_sample,
+    validate_workload,
+)
 from pytest_tokperf.results import (
     EngineInfo,
     EngineTimings,
@@ -304,3 +313,75 @@ def test_chat_stream_tells_thinking_from_answer() -> None:
     assert g.chunk_reasoning == (True, True, False, False) and g.chunk_tokens == (1, 1, 1, 1)
     assert (g.generated_tokens, g.prompt_tokens, g.text) == (4, 30, "hmm okHi!")
     assert g.engine is not None and g.engine.decode_tokens_per_s == pytest.approx(500.0)
+
+
+class _RateEngine:
+    """An in-process engine whose n-th generation decodes at ``rates[n]`` tok/s (engine
+    timing), or whose client clock alone says so when ``engine_timings`` is False."""
+
+    def __init__(self, rates: list[float], engine_timings: bool = True) -> None:
+        self.rates = list(rates)
+        self.calls = 0
+        self.engine_timings = engine_timings
+
+    def info(self) -> EngineInfo:
+        return INFO
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        rate = self.rates[min(self.calls, len(self.rates) - 1)]
+        self.calls += 1
+        n = request.generate_tokens
+        timings = EngineTimings(prompt_tokens=request.prompt_tokens, prefill_s=0.1,
+                                generated_tokens=n, decode_s=(n - 1) / rate)
+        return Generation(request=request, sent_s=0.0,
+                          chunk_times_s=tuple(0.1 + i / rate for i in range(n)),
+                          chunk_tokens=(1,) * n, generated_tokens=n,
+                          prompt_tokens=request.prompt_tokens, text="x" * n,
+                          stop_reason="limit", engine=timings if self.engine_timings else None)
+
+
+ADAPTIVE = MeasureOptions(adaptive=True)
+
+
+def test_decode_interval_is_the_t_interval_of_the_mean() -> None:
+    assert decode_interval([10.0]) is None
+    assert decode_interval([10.0, 10.0, 10.0]) == 0.0
+    # n=4, mean 10, stdev 0.1: t(3) = 3.182 -> 3.182 * 0.1 / 2 / 10
+    values = [9.9, 10.1, 9.9, 10.1]
+    assert decode_interval(values) == pytest.approx(3.182 * statistics.stdev(values) / 2 / 10)
+
+
+def test_adaptive_stops_at_the_minimum_on_a_quiet_series() -> None:
+    engine = _RateEngine([30.0, 30.1, 29.9, 30.0, 30.05])  # the first is the warm-up
+    result = run_workload(engine, Workload(8, 16, repetitions=10), ADAPTIVE)  # type: ignore[arg-type]
+    assert engine.calls == 1 + 3 and result.workload.repetitions == 3 and len(result.samples) == 3
+    assert result.notes == ()
+
+
+def test_adaptive_runs_on_until_the_interval_is_reached() -> None:
+    rates = [30.0, 30.0, 31.0, 29.0, 30.5, 29.5, 30.0, 30.2, 29.8]
+    engine = _RateEngine(rates)
+    result = run_workload(engine, Workload(8, 16, repetitions=10), ADAPTIVE)  # type: ignore[arg-type]
+    n = result.workload.repetitions
+    assert 3 < n < 10
+    values = [s.engine_decode_tokens_per_s for s in result.samples]
+    assert decode_interval(values) <= 0.02 < decode_interval(values[:-1])  # type: ignore[arg-type, operator]
+
+
+def test_a_noisy_series_stops_at_the_most_and_says_unstable() -> None:
+    engine = _RateEngine([30.0, 20.0, 30.0, 40.0] * 4)
+    result = run_workload(engine, Workload(8, 16, repetitions=6), ADAPTIVE)  # type: ignore[arg-type]
+    assert len(result.samples) == 6 and is_unstable(result, ADAPTIVE.max_cv)
+    joined = " | ".join(result.notes)
+    assert "adaptive: the engine's decode is known to +/-" in joined
+    assert "after the most repetitions, 6; the target was +/-2.0%" in joined
+    assert re.search(r"unstable: the engine's decode varied by CV \d+\.\d% over 6 repetitions "
+                     r"\(20\.0 to 40\.0 tok/s\), above the 5% limit \(--tokperf-max-cv\)", joined)
+
+
+def test_fixed_repetitions_run_exactly_n_and_judge_the_client_without_engine_timings() -> None:
+    engine = _RateEngine([30.0] * 3 + [10.0, 50.0], engine_timings=False)
+    result = run_workload(engine, Workload(8, 16, repetitions=4))  # type: ignore[arg-type]
+    assert engine.calls == 5 and len(result.samples) == 4
+    assert any(n.startswith("unstable: the client's decode varied") for n in result.notes)
+    assert not any(n.startswith("adaptive") for n in result.notes)  # not adaptive: no target

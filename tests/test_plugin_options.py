@@ -42,7 +42,7 @@ def test_help_lists_options(pytester: pytest.Pytester) -> None:
 
 
 def test_precedence_cli_env_ini_default() -> None:
-    assert _resolve().repetitions == 5
+    assert _resolve().repetitions is None  # adaptive
     assert _resolve(ini={"tokperf_repetitions": "7"}).repetitions == 7
     assert _resolve(cli={"repetitions": "3"}, ini={"tokperf_repetitions": "7"}).repetitions == 3
     assert _resolve(env={"PYTEST_TOKPERF_MODEL": "test"}, ini={"tokperf_model": "x.gguf"}).model == "test"
@@ -60,12 +60,35 @@ def test_precedence_cli_env_ini_default() -> None:
     assert _resolve(cli={"url": "http://127.0.0.1:9/"}).engine == "llama-server"
 
 
+def test_adaptive_repetition_options_and_the_bandwidth_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = _resolve()
+    assert (settings.target_interval, settings.min_repetitions, settings.max_repetitions,
+            settings.max_cv) == (0.02, 3, 10, 0.05)
+    tuned = _resolve(cli={"target_interval": "0.01", "max_repetitions": "20"},
+                     env={"PYTEST_TOKPERF_BANDWIDTH_FILE": "off"}, ini={"tokperf_max_cv": "0.1"})
+    assert (tuned.target_interval, tuned.max_repetitions, tuned.max_cv) == (0.01, 20, 0.1)
+    assert tuned.bandwidth_file is None
+    assert settings.bandwidth_file is None  # no engine: the cache dir is not looked up
+    monkeypatch.setenv("PYTEST_TOKPERF_CACHE", str(tmp_path))
+    started = _resolve(cli={"engine": "llama-server"})
+    assert started.bandwidth_file == tmp_path / "bandwidth.json"
+
+
 @pytest.mark.parametrize(("cli", "message"), [
     ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is not a whole number >= 1"),
     ({"warmup": "-1"}, "--tokperf-warmup '-1'"),
     ({"url": "localhost:8080"}, "is not an http(s) URL"),
     ({"engine": "llamaserver"}, "--tokperf-engine 'llamaserver' is not an engine this plugin knows"),
     ({"startup_timeout": "soon"}, "--tokperf-startup-timeout 'soon'"),
+    ({"min_repetitions": "1"}, "--tokperf-min-repetitions '1' from option "
+     "--tokperf-min-repetitions is not a whole number >= 2 (an interval needs"),
+    ({"min_repetitions": "6", "max_repetitions": "4"}, "--tokperf-min-repetitions 6 is above "
+     "--tokperf-max-repetitions 4"),
+    ({"target_interval": "2"}, "--tokperf-target-interval '2' from option "
+     "--tokperf-target-interval is not a fraction in (0, 1); e.g. 0.02 for 2%"),
+    ({"max_cv": "0"}, "--tokperf-max-cv '0'"),
 ])
 def test_bad_values_name_value_and_fix(cli: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:

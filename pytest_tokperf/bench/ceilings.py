@@ -6,11 +6,15 @@ engine runs on (``engines.server_settings.placement_of``: llama-server's devices
 offloaded layers, Ollama's share in VRAM, vLLM/SGLang on CUDA, MLX on Metal, or
 ``--tokperf-device``), chosen by ``hardware.bandwidth.bandwidth_for``: an explicit
 ``--tokperf-bandwidth``; a GPU's spec (NVML for that device, else the catalog by the
-name the engine or ``nvidia-smi`` reports); for an engine on the CPU a read-bandwidth
-probe run right before and after each measurement (this kind of machine drifts
-+/-15-20% within minutes, so a ceiling must be measured next to the decode it judges);
-for a model split between GPU and RAM, the per-token time of each part. Where the
-engine does not say where it runs, the machine's first device is used.
+name the engine or ``nvidia-smi`` reports); for an engine that reads system RAM (on the
+CPU, or the RAM part of a GPU/RAM split) the highest read bandwidth the host has been
+shown to reach (``hardware.reached``): short probes run right before and after each
+measurement, on one buffer set up once per session (``hardware.probe.ReadProbe``), and
+the best of them and of the probes kept per host in the cache dir is the bound. A
+ceiling is an upper bound: on a host whose bandwidth drifts +/-15-20% within seconds, a
+probe next to the decode can catch a low phase, and judging against it reads above
+100%. An engine wholly on a GPU (NVML, the catalog) or an explicit bandwidth is never
+probed. Where the engine does not say where it runs, the machine's first device is used.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.hardware.placement import Device, Placement
-from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, Workload
+from pytest_tokperf.hardware.probe import DEFAULT_DURATION_S
+from pytest_tokperf.results import Bandwidth, BenchResult, Ceiling, HardwareInfo, Workload
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.bandwidth import DeviceBandwidth
+    from pytest_tokperf.hardware.probe import ReadProbe
+    from pytest_tokperf.hardware.reached import ReachedBandwidth
     from pytest_tokperf.model.gguf_file import GGUFModel
 
 DEFAULT_KV_TYPE = "f16"
@@ -69,7 +76,10 @@ class CeilingSource:
     """The K cache type (llama-server ``-ctk``)."""
     kv_type_v: str = DEFAULT_KV_TYPE
     """The V cache type (llama-server ``-ctv``)."""
-    probe_duration_s: float = 2.0
+    probe_duration_s: float = DEFAULT_DURATION_S
+    """Each probe's reading budget (the buffer is set up once, outside it)."""
+    calibration: Path | None = None
+    """Where the probes are kept per host between sessions (None: this session only)."""
     models: ModelFiles = field(default_factory=ModelFiles)
     device: Device | None = None
     """``--tokperf-device``: where the engine runs, overriding what it says."""
@@ -78,6 +88,10 @@ class CeilingSource:
     _devices: dict[str, HardwareInfo | None] = field(default_factory=dict, init=False)
     _placement: Placement | None = field(default=None, init=False)
     _last: DeviceBandwidth | None = field(default=None, init=False)
+    _probe: ReadProbe | None = field(default=None, init=False)
+    _reached: ReachedBandwidth | None = field(default=None, init=False)
+    _around: list[float] = field(default_factory=list, init=False)
+    """The probes since the latest ceiling: those around the next measurement."""
     problems: list[str] = field(default_factory=list, init=False)
 
     @property
@@ -152,33 +166,49 @@ class CeilingSource:
         """Measure read bandwidth now (before a measurement) when the engine reads RAM."""
         if not self._reads_ram():
             return self.detect()
-        from pytest_tokperf.hardware.probe import probe_read_bandwidth
+        from pytest_tokperf.hardware.probe import ReadProbe
+        from pytest_tokperf.hardware.reached import ReachedBandwidth, calibration_key
 
-        measured = probe_read_bandwidth(threads=self.threads, duration_s=self.probe_duration_s)
-        cpu = replace(self._cpu_info(), measured_bandwidth=measured.bandwidth)
+        if self._probe is None:
+            self._probe = ReadProbe(threads=self.threads)
+        if self._reached is None:
+            key = calibration_key(self._cpu_info().name, self._probe.threads)
+            self._reached = ReachedBandwidth.load(key, self.calibration)
+        measured = self._probe.measure(self.probe_duration_s).bandwidth
+        self._reached.add(measured.bytes_per_s)
+        if self._reached.problem is not None:
+            self.problems.append(self._reached.problem)
+            self._reached.problem = None
+        self._around.append(measured.bytes_per_s)
+        cpu = replace(self._cpu_info(), measured_bandwidth=measured)
         self._store_cpu(cpu)
         return cpu
 
     def probe_after(self) -> HardwareInfo:
-        """Probe again after the measurement and keep the higher of the two figures.
-
-        This VM's bandwidth moves within seconds; a ceiling that the decode between two
-        probes exceeds is a wrong ceiling, so the best sustained figure around the
-        measurement is the one it is judged against.
-        """
+        """Probe again after the measurement; the CPU keeps the higher of the probes around
+        it (what is stored as measured), the ceiling gets ``reached_bandwidth``."""
         if not self._reads_ram():
             return self.detect()
-        before = self._cpu_info().measured_bandwidth
-        after = self.probe().measured_bandwidth
+        self.probe()
         cpu = self._cpu_info()
-        if before is None or after is None:
-            return cpu
-        best = max(before, after, key=lambda b: b.bytes_per_s)
-        detail = (f"{best.detail}; higher of the probes before ({before.bytes_per_s / 1e9:.1f} "
-                  f"GB/s) and after ({after.bytes_per_s / 1e9:.1f} GB/s) the measurement")
-        cpu = replace(cpu, measured_bandwidth=replace(best, detail=detail))
+        best = max(self._around)
+        detail = " and ".join(f"{bw / 1e9:.1f}" for bw in self._around)
+        measured = Bandwidth(best, "measured", f"read probe: higher of the probes around the "
+                             f"measurement ({detail} GB/s)")
+        cpu = replace(cpu, measured_bandwidth=measured)
         self._store_cpu(cpu)
         return cpu
+
+    def reached_bandwidth(self) -> Bandwidth | None:
+        """The highest read bandwidth the host has reached (session and kept probes), its
+        detail naming the source and the probes around the latest measurement."""
+        return self._reached.bandwidth(self._around) if self._reached is not None else None
+
+    def close(self) -> None:
+        """Free the probe buffer (a later probe sets it up again)."""
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
 
     def _gpu_info(self, device: Device | None) -> HardwareInfo | None:
         """The GPU the placement names (cached per device), or the machine's own GPU."""
@@ -199,7 +229,13 @@ class CeilingSource:
         from pytest_tokperf.hardware.bandwidth import bandwidth_for
 
         self._placement = placement_of(result.engine, self.device)
-        cpu = self.probe_after() if self._reads_ram() else self._cpu_info_if_known()
+        cpu = self._cpu_info_if_known()
+        if self._reads_ram():
+            cpu = self.probe_after()
+            reached = self.reached_bandwidth()
+            if reached is not None:  # judged against what the host has reached
+                cpu = replace(cpu, measured_bandwidth=reached)
+            self._around = []
         chosen = bandwidth_for(self._placement, gpu=self._gpu_info(self._placement.device),
                                cpu=cpu, explicit=self.explicit_bandwidth)
         self._last = chosen

@@ -22,8 +22,23 @@ from pytest_tokperf.ceiling import (
 )
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfWarning
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload, validate_workload
-from pytest_tokperf.results import BenchResult, Ceiling, Progress, Summary, Verdict, Workload
+from pytest_tokperf.bench.measure import (
+    DEFAULT_MAX_REPETITIONS,
+    MeasureOptions,
+    decode_interval,
+    is_unstable,
+    run_workload,
+    validate_workload,
+)
+from pytest_tokperf.results import (
+    BenchResult,
+    Ceiling,
+    Progress,
+    Summary,
+    Verdict,
+    Workload,
+    judged_decode_values,
+)
 from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], object]
@@ -82,6 +97,17 @@ class TokBenchResult:
     def efficiency(self) -> float | None:
         return decode_efficiency(self.result, self.ceiling)
 
+    @property
+    def decode_cv(self) -> float | None:
+        """Coefficient of variation of the judged decode over the repetitions."""
+        s = self.result.judged_decode_tokens_per_s
+        return s.cv if s is not None and s.n > 1 else None
+
+    @property
+    def decode_interval(self) -> float | None:
+        """Relative half-width of the 95% interval of the mean judged decode (0.02: +/-2%)."""
+        return decode_interval(judged_decode_values(self.result.samples))
+
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
         __tracebackhide__ = True
@@ -136,6 +162,10 @@ WORKLOAD_DEFAULTS: dict[str, int | bool] = {
 }
 """The workload a bare ``tok_bench()`` measures; each is also a marker argument."""
 
+FIXED_REPETITIONS = 5
+"""A speculative A/B alternates base and drafting rounds on the same prompts, so it runs a
+fixed count: this one unless the call, marker or option names another."""
+
 
 @dataclass
 class TokBench:
@@ -143,7 +173,8 @@ class TokBench:
 
     engine: Callable[[], Engine]
     record: Recorder
-    repetitions: int = 5
+    repetitions: int | None = None
+    """Exactly this many per call; None: adaptive (``options``), at most ``max_repetitions``."""
     warmup: int = 1
     options: MeasureOptions = MeasureOptions()
     progress: Progress | None = None
@@ -153,6 +184,8 @@ class TokBench:
     calls: int = 0
     workload_defaults: tuple[tuple[str, int | bool], ...] = ()
     """Defaults for the workload arguments (from a ``tokperf(...)`` marker)."""
+    max_repetitions: int = DEFAULT_MAX_REPETITIONS
+    """The most repetitions an adaptive call runs."""
 
     speculative_engine: Callable[[str | None], Engine] | None = None
     """Returns the drafting engine for ``speculative()`` (the session starts it)."""
@@ -177,14 +210,18 @@ class TokBench:
         ``chat=True`` goes through the engine's chat endpoint and the model's template,
         so a reasoning model thinks and its thinking tokens are counted apart. An
         argument left out comes from the test's ``tokperf(...)`` marker, else from
-        ``WORKLOAD_DEFAULTS``.
+        ``WORKLOAD_DEFAULTS``. ``repetitions=N`` (or the marker's, or
+        ``--tokperf-repetitions``) runs exactly N; unset, the call repeats until the judged
+        decode is known to ``--tokperf-target-interval`` (``bench.measure``).
         """
         __tracebackhide__ = True
+        fixed = repetitions if repetitions is not None else self.repetitions
         workload = self._workload(prompt_tokens=prompt_tokens, generate_tokens=generate_tokens,
                                   depth_tokens=depth_tokens, concurrency=concurrency,
                                   cached_prefix_tokens=cached_prefix_tokens, chat=chat,
-                                  repetitions=repetitions, warmup=warmup)
-        options = self._next_options()
+                                  repetitions=fixed if fixed is not None else self.max_repetitions,
+                                  warmup=warmup)
+        options = replace(self._next_options(), adaptive=fixed is None)
         engine = self.engine()
         result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
         return self._judge_and_record(result)
@@ -208,8 +245,10 @@ class TokBench:
         verdict is ``unchecked``: a draft changes tokens per pass, not bandwidth.
         """
         __tracebackhide__ = True
+        fixed = repetitions if repetitions is not None else self.repetitions
         workload = self._workload(prompt_tokens=prompt_tokens, generate_tokens=generate_tokens,
-                                  depth_tokens=depth_tokens, repetitions=repetitions,
+                                  depth_tokens=depth_tokens,
+                                  repetitions=fixed if fixed is not None else FIXED_REPETITIONS,
                                   warmup=warmup)
         if self.speculative_engine is None:
             raise ConfigError("this tok_bench has no way to start a drafting engine")
@@ -236,7 +275,7 @@ class TokBench:
                 self.record(exc.partial, None, "error")
             raise
 
-    def _workload(self, *, repetitions: int | None, warmup: int | None,
+    def _workload(self, *, repetitions: int, warmup: int | None,
                   **given: int | bool | None) -> Workload:
         marked = dict(self.workload_defaults)
         chosen: dict[str, Any] = {}
@@ -245,7 +284,7 @@ class TokBench:
             chosen[name] = value if value is not None else marked.get(name, default)
         workload = Workload(
             **chosen,
-            repetitions=self.repetitions if repetitions is None else repetitions,
+            repetitions=repetitions,
             warmup=self.warmup if warmup is None else warmup,
         )
         validate_workload(workload)
@@ -264,7 +303,10 @@ class TokBench:
         check = None
         if self.min_efficiency is not None and ceiling is not None:
             check = outcome.check_efficiency(self.min_efficiency)
-        self.record(result, ceiling, check.status if check else "unchecked")
+        verdict: Verdict = check.status if check else "unchecked"
+        if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):
+            verdict = "unstable"  # too wide a spread to stand as a pass (see its note)
+        self.record(result, ceiling, verdict)
         if self.min_efficiency is not None and assert_floor:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome

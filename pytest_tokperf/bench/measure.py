@@ -13,6 +13,16 @@ Definitions (the same for every engine, shared/reference/engines.md):
   (a chat turn after its history); prefill tok/s then counts the tokens the engine
   reports it processed. Cold (N = 0) prompts are salted so no cache can serve them.
 Warm-up runs are measured and discarded; every repetition keeps its raw figures.
+
+Repetitions: exactly ``Workload.repetitions`` (llama-bench's ``-r``), or adaptive
+(``MeasureOptions.adaptive``): after at least ``min_repetitions``, stop as soon as the 95%
+interval of the mean *judged* decode (``results.judged_decode_values``: the engine's own
+timing when every repetition has it, else the client's; the figure efficiency, floors and
+the gate judge) is within +/- ``target_interval`` of it, or at ``Workload.repetitions``
+(the most). The interval is Student's t on the per-repetition figures; on a host whose
+speed drifts, consecutive repetitions are not independent, so it is a stopping rule,
+not a guarantee. Whatever the count, a result whose judged decode CV is above
+``max_cv`` is ``unstable`` (``is_unstable``): stored, never a ``pass``.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import math
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
@@ -33,7 +44,11 @@ from pytest_tokperf.results import (
     Sample,
     Summary,
     Workload,
+    judged_decode_values,
 )
+
+if TYPE_CHECKING:
+    from pytest_tokperf.settings import Settings
 
 DEFAULT_AGREEMENT_TOLERANCE = 0.05
 """Client and engine decode tok/s must agree within 5% or the result says so."""
@@ -43,11 +58,81 @@ CLIENT_COST_FRACTION = 0.25
 events, from which the result says the client may be setting the pace."""
 
 
+DEFAULT_TARGET_INTERVAL = 0.02
+DEFAULT_MIN_REPETITIONS = 3
+DEFAULT_MAX_REPETITIONS = 10
+DEFAULT_MAX_CV = 0.05
+
+_T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
+          2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+          2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MeasureOptions:
     agreement_tolerance: float = DEFAULT_AGREEMENT_TOLERANCE
     timeout_s: float = 600.0
     salt_base: int = 0
+    adaptive: bool = False
+    """Stop once the decode interval is within ``target_interval`` (see the module doc);
+    ``Workload.repetitions`` is then the most. False: exactly ``Workload.repetitions``."""
+    target_interval: float = DEFAULT_TARGET_INTERVAL
+    min_repetitions: int = DEFAULT_MIN_REPETITIONS
+    max_cv: float = DEFAULT_MAX_CV
+
+    @classmethod
+    def of(cls, settings: Settings) -> MeasureOptions:
+        """The options a run's settings ask for (adaptivity is decided per call)."""
+        return cls(agreement_tolerance=settings.agreement, timeout_s=settings.request_timeout,
+                   target_interval=settings.target_interval,
+                   min_repetitions=settings.min_repetitions, max_cv=settings.max_cv)
+
+
+def decode_interval(values: list[float]) -> float | None:
+    """Relative half-width of the 95% interval of the mean of ``values`` (Student's t):
+    0.02 means the mean is known to +/-2%. None below 2 values or at a mean <= 0."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = statistics.fmean(values)
+    if mean <= 0:
+        return None
+    t = _T_975[n - 2] if n - 1 <= len(_T_975) else 1.96
+    return t * statistics.stdev(values) / math.sqrt(n) / mean
+
+
+def is_unstable(result: BenchResult, max_cv: float) -> bool:
+    """Did the judged decode vary more than ``max_cv`` (CV) over the repetitions?"""
+    spread = result.judged_decode_tokens_per_s
+    return spread is not None and spread.n >= 2 and spread.cv > max_cv
+
+
+def _judged_name(samples: list[Sample]) -> str:
+    engine = bool(samples) and all(s.engine_decode_tokens_per_s for s in samples)
+    return "engine's" if engine else "client's"
+
+
+def repetition_notes(result: BenchResult, options: MeasureOptions) -> list[str]:
+    """What the count of repetitions bought: the target missed, a spread too wide."""
+    notes = []
+    samples = list(result.samples)
+    values = judged_decode_values(samples)
+    interval = decode_interval(values)
+    n = result.workload.repetitions
+    if options.adaptive and interval is not None and interval > options.target_interval:
+        notes.append(f"adaptive: the {_judged_name(samples)} decode is known to +/-{interval:.1%} "
+                     f"(95% interval of the mean) after the most repetitions, {n}; the target "
+                     f"was +/-{options.target_interval:.1%}")
+    if is_unstable(result, options.max_cv):
+        spread = result.judged_decode_tokens_per_s
+        assert spread is not None
+        notes.append(f"unstable: the {_judged_name(samples)} decode varied by CV {spread.cv:.1%} "
+                     f"over {spread.n} repetitions ({spread.minimum:.1f} to {spread.maximum:.1f} "
+                     f"tok/s), above the {options.max_cv:.0%} limit (--tokperf-max-cv): the "
+                     f"median stands, but not as a pass; the engine or the machine changed "
+                     f"speed during the measurement")
+    return notes
 
 
 def validate_workload(workload: Workload) -> None:
@@ -296,6 +381,7 @@ def run_workload(
     total = workload.warmup + workload.repetitions
     n = workload.concurrency
     warm = workload.cached_prefix_tokens > 0
+    rounds = 0
     for index in range(total):
         requests = [
             GenerationRequest(
@@ -321,22 +407,33 @@ def run_workload(
                 f"repetition {index + 1} of {total} failed: {exc}", partial=partial
             ) from exc
         aggregate = aggregate_tokens_per_s(generations)
-        if progress is not None:
-            phase = "warm-up" if index < workload.warmup else "rep"
-            done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
-            of = workload.repetitions if index >= workload.warmup else workload.warmup
-            rates = [s.decode_tokens_per_s for s in round_samples if s.decode_tokens_per_s]
-            rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
-            streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
-            progress(f"{phase} {done}/{of}: decode {rate}{streams}, "
-                     f"TTFT {round_samples[0].ttft_s * 1e3:.0f} ms")
+        interval = None
         if index >= workload.warmup:
+            rounds += 1
             samples.extend(round_samples)
             measured.extend(generations)
             if aggregate is not None:
                 aggregates.append(aggregate)
-    result = replace(summarize(workload, info, samples, options.agreement_tolerance),
+            if options.adaptive:
+                interval = decode_interval(judged_decode_values(samples))
+        if progress is not None:
+            phase = "warm-up" if index < workload.warmup else "rep"
+            done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
+            of = workload.repetitions if index >= workload.warmup else workload.warmup
+            of_text = f"{of}" if phase == "warm-up" or not options.adaptive else f"<={of}"
+            rates = [s.decode_tokens_per_s for s in round_samples if s.decode_tokens_per_s]
+            rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
+            streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
+            known = f", decode +/-{interval:.1%}" if interval is not None else ""
+            progress(f"{phase} {done}/{of_text}: decode {rate}{streams}, "
+                     f"TTFT {round_samples[0].ttft_s * 1e3:.0f} ms{known}")
+        if (interval is not None and rounds >= options.min_repetitions
+                and interval <= options.target_interval):
+            break
+    done_workload = replace(workload, repetitions=rounds)
+    result = replace(summarize(done_workload, info, samples, options.agreement_tolerance),
                      aggregate_tokens_per_s=Summary.of(aggregates))
+    result = replace(result, notes=(*result.notes, *repetition_notes(result, options)))
     agg, per_stream = result.aggregate_tokens_per_s, result.decode_tokens_per_s
     if n > 1 and agg is not None and per_stream is not None:
         note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "

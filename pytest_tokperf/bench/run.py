@@ -120,7 +120,8 @@ class BenchRun:
                                    threads=settings.threads,
                                    kv_type=kv_type_from_args(settings.server_args),
                                    kv_type_v=kv_type_v_from_args(settings.server_args),
-                                   models=models, device=settings.device),
+                                   models=models, device=settings.device,
+                                   calibration=settings.bandwidth_file),
             recorder=recorder,
             gate=gate,
         )
@@ -158,7 +159,8 @@ class BenchRun:
             record=record,
             repetitions=s.repetitions if repetitions is None else repetitions,
             warmup=s.warmup if warmup is None else warmup,
-            options=MeasureOptions(agreement_tolerance=s.agreement, timeout_s=s.request_timeout),
+            options=MeasureOptions.of(s),
+            max_repetitions=s.max_repetitions,
             ceiling_for=lambda result: self.ceilings.ceiling_for(result, self.session.model_path),
             before_measure=self.ceilings.probe,
             min_efficiency=s.min_efficiency if min_efficiency is None else min_efficiency,
@@ -203,4 +205,5 @@ class BenchRun:
         try:
             self.session.close()
         finally:
+            self.ceilings.close()
             self.recorder.close()

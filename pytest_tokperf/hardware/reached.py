@@ -1,0 +1,124 @@
+"""The read bandwidth a host has been shown to reach: what a CPU decode is judged against.
+
+A ceiling is an upper bound. On a host whose bandwidth drifts (the 2-core VM this was
+built on moves between about 31 and 64 GB/s within seconds), two short probes around a
+measurement can both catch a low phase while the decode between them runs in a high
+one, and the row then reads 125% "efficiency": the probe was low, not the engine fast.
+So decode is judged against the highest figure the host has reached: the best of this
+session's probes and of the latest ``KEEP`` probes kept per host, CPU and thread count
+in a small JSON file in tokperf's cache directory (``CALIBRATION_FILE``), at most
+``MAX_AGE_DAYS`` old so that a host whose memory got slower is not judged by its past.
+Every probe still runs next to its measurement, and its own figure is stored beside the
+judged one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pytest_tokperf.hardware.units import format_bandwidth
+from pytest_tokperf.results import Bandwidth
+
+CALIBRATION_FILE = "bandwidth.json"
+"""In ``engines.install.cache_root()``, beside the engines and generated models."""
+KEEP = 64
+MAX_AGE_DAYS = 30
+FORMAT = 1
+
+
+def calibration_key(cpu_name: str, threads: int) -> str:
+    """Probes are comparable on one host, one CPU, one thread count."""
+    return f"{platform.node() or 'host'} | {cpu_name} | {threads} threads"
+
+
+def default_calibration_path() -> Path:
+    from pytest_tokperf.engines.install import cache_root
+
+    return cache_root() / CALIBRATION_FILE
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class ReachedBandwidth:
+    """The session's probes and the kept ones of one key; ``best`` is what decode is
+    judged against (see the module doc). ``path`` None keeps nothing between sessions."""
+
+    key: str
+    path: Path | None = None
+    session: list[float] = field(default_factory=list)
+    kept: list[tuple[float, str]] = field(default_factory=list)
+    """(bytes per second, ISO time) of earlier sessions' probes, oldest first."""
+    problem: str | None = None
+    """Why the kept probes could not be read or written (never fatal)."""
+
+    @classmethod
+    def load(cls, key: str, path: Path | None) -> ReachedBandwidth:
+        reached = cls(key=key, path=path)
+        if path is None or not path.is_file():
+            return reached
+        try:
+            data = json.loads(path.read_text())
+            entries = data["hosts"].get(key, []) if data.get("format") == FORMAT else []
+            oldest = _now() - timedelta(days=MAX_AGE_DAYS)
+            reached.kept = [(float(bw), str(at)) for bw, at in entries
+                            if float(bw) > 0 and datetime.fromisoformat(str(at)) >= oldest]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            reached.problem = f"kept probes in {str(path)!r} not read ({exc!r}); starting afresh"
+        return reached
+
+    def add(self, bytes_per_s: float) -> None:
+        """One probe's best figure: into the session, and kept for later sessions."""
+        self.session.append(bytes_per_s)
+        self.kept = [*self.kept, (bytes_per_s, _now().isoformat())][-KEEP:]
+        if self.path is not None:
+            self._save(self.path)
+
+    def _save(self, path: Path) -> None:
+        try:
+            data: dict[str, object] = {"format": FORMAT, "hosts": {}}
+            if path.is_file():
+                try:
+                    found = json.loads(path.read_text())
+                    if isinstance(found, dict) and found.get("format") == FORMAT:
+                        data = found
+                except ValueError:
+                    pass  # a torn or foreign file: rewritten below
+            hosts = data.setdefault("hosts", {})
+            assert isinstance(hosts, dict)
+            hosts[self.key] = [list(entry) for entry in self.kept]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_name(f".{path.name}.{os.getpid()}")
+            scratch.write_text(json.dumps(data, indent=1))
+            os.replace(scratch, path)
+        except OSError as exc:
+            self.problem = f"probes not kept in {str(path)!r} ({exc}); judged by this session's"
+
+    @property
+    def best(self) -> float | None:
+        figures = [*self.session, *(bw for bw, _ in self.kept)]
+        return max(figures) if figures else None
+
+    def bandwidth(self, around: list[float]) -> Bandwidth | None:
+        """The judged figure, its detail naming where it comes from and the probes
+        ``around`` the measurement it judges."""
+        best = self.best
+        if best is None:
+            return None
+        earlier = len(self.kept) - len(self.session)
+        where = f"{len(self.session)} probe{'s' * (len(self.session) != 1)} this session"
+        if self.path is not None and earlier > 0:
+            where += f" and {earlier} kept from earlier sessions in {self.path}"
+        detail = (f"highest read bandwidth this host has reached, {format_bandwidth(best)}: "
+                  f"best of {where} ({self.key})")
+        if around:
+            shown = " and ".join(format_bandwidth(bw) for bw in around)
+            detail += f"; probed around this measurement: {shown}"
+        return Bandwidth(best, "measured", detail)
