@@ -4,10 +4,17 @@
 
 (``PYTHONPATH=.`` from the repository root while the package is not installed.)
 
-Fills a fresh ``results.db`` in DIR (default: a new temporary folder) with
+First, bulk insert before and after: the same ``--compare`` results (default 50,000)
+into fresh stores through sqlite-utils ``insert_all`` (before) and
+``ResultStore.insert_rows`` (after: one prepared statement, no per-value conversion),
+interleaved, ``--rounds`` times each (the rows are built first: only the insert is
+timed); medians and the ratio are printed (target:
+>= 50,000 results/s after).
+
+Then fills a fresh ``results.db`` in DIR (default: a new temporary folder) with
 ``series x versions`` results (one run and one environment per engine version, one
 result per series in each run; no samples) through the store's own schema, in one
-transaction with sqlite-utils ``insert_all``. Then, on a freshly opened store, times
+transaction with ``insert_rows``. Then, on a freshly opened store, times
 ``history()`` of single series (target: < 100 ms at 1M rows), ``latest_per_series()``
 and ``runs()``, and prints a table.
 """
@@ -19,7 +26,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pytest_tokperf.results import (
@@ -87,29 +94,17 @@ def _stamp(version: int, offset_us: int) -> str:
     return f"2026-{1 + day // 28:02d}-{1 + day % 28:02d}T{hour:02d}:00:00.{offset_us:06d}+00:00"
 
 
-def fill(store: ResultStore, n_series: int, n_versions: int) -> int:
+def _test_ids(n_series: int) -> list[str]:
+    return [f"benchmarks/test_decode.py::test_decode[s{s}]" for s in range(n_series)]
+
+
+def prepare(store: ResultStore, n_series: int, n_versions: int) -> None:
+    """The series, one run and one environment per version: what results point at."""
     db = store.db
-    rng = random.Random(1)
-    test_ids = [f"benchmarks/test_decode.py::test_decode[s{s}]" for s in range(n_series)]
-    keys = [series_of(t, _result(0), MODEL).key for t in test_ids]
-
-    def results() -> Iterator[Row]:
-        for version in range(n_versions):
-            base = result_row(_result(version), None, None, "unchecked")
-            for s, key in enumerate(keys):
-                yield {
-                    **base,
-                    "run_id": f"run-{version:05d}",
-                    "environment_id": version + 1,
-                    "series_key": key,
-                    "test_id": test_ids[s],
-                    "created_at": _stamp(version, s),
-                    "decode_tokens_per_s_median": 100.0 * rng.gauss(1.0, 0.02),
-                }
-
     with db.atomic():
         db.table("series").insert_all(
-            (series_row(series_of(t, _result(0), MODEL)) for t in test_ids), batch_size=BATCH_SIZE
+            (series_row(series_of(t, _result(0), MODEL)) for t in _test_ids(n_series)),
+            batch_size=BATCH_SIZE,
         )
         for version in range(n_versions):
             run = RunInfo(
@@ -119,8 +114,60 @@ def fill(store: ResultStore, n_series: int, n_versions: int) -> int:
             db.table("environments").insert(
                 {"id": version + 1, **environment_row(_result(version).engine, MODEL, HARDWARE)}
             )
-        db.table("results").insert_all(results(), batch_size=BATCH_SIZE)
+
+
+def result_rows(n_series: int, n_versions: int) -> Iterator[Row]:
+    """One result row per series in each version's run, as ``rows.result_row`` makes them."""
+    rng = random.Random(1)
+    test_ids = _test_ids(n_series)
+    keys = [series_of(t, _result(0), MODEL).key for t in test_ids]
+    for version in range(n_versions):
+        base = result_row(_result(version), None, None, "unchecked")
+        for s, key in enumerate(keys):
+            yield {
+                **base,
+                "run_id": f"run-{version:05d}",
+                "environment_id": version + 1,
+                "series_key": key,
+                "test_id": test_ids[s],
+                "created_at": _stamp(version, s),
+                "decode_tokens_per_s_median": 100.0 * rng.gauss(1.0, 0.02),
+            }
+
+
+def insert(store: ResultStore, rows: Iterable[Row], fast: bool = True) -> None:
+    """``fast``: ``ResultStore.insert_rows``; else sqlite-utils ``insert_all`` (before)."""
+    with store.db.atomic():
+        if fast:
+            store.insert_rows("results", rows)
+        else:
+            store.db.table("results").insert_all(rows, batch_size=BATCH_SIZE)
+
+
+def fill(store: ResultStore, n_series: int, n_versions: int) -> int:
+    prepare(store, n_series, n_versions)
+    insert(store, result_rows(n_series, n_versions))
     return n_series * n_versions
+
+
+def compare_inserts(folder: Path, n_results: int, rounds: int) -> tuple[float, float]:
+    """Median results/s of ``insert_all`` and of ``insert_rows`` into fresh stores,
+    interleaved; the rows are built beforehand, so only the insert is timed."""
+    n_series = 100
+    n_versions = max(1, n_results // n_series)
+    rows = list(result_rows(n_series, n_versions))
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for index in range(rounds):
+        for fast in (False, True) if index % 2 == 0 else (True, False):
+            path = folder / f"insert-{index}-{'fast' if fast else 'utils'}.db"
+            with ResultStore.open(path) as store:
+                prepare(store, n_series, n_versions)
+                start = time.perf_counter()
+                insert(store, rows, fast)
+                rates[fast].append(len(rows) / (time.perf_counter() - start))
+            for leftover in folder.glob(path.name + "*"):
+                leftover.unlink()
+    return statistics.median(rates[False]), statistics.median(rates[True])
 
 
 def _time_ms(call: Callable[[], object], repeat: int) -> tuple[float, float, object]:
@@ -137,11 +184,20 @@ def main() -> int:
     parser.add_argument("dir", nargs="?", type=Path, default=None)
     parser.add_argument("--series", type=int, default=2000)
     parser.add_argument("--versions", type=int, default=500)
+    parser.add_argument("--compare", type=int, default=50_000, metavar="N",
+                        help="results per before/after insert (0: skip)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="tokperf-bench-"))
     path = folder / "results.db"
     if path.exists():
         parser.error(f"{path} exists; give an empty folder")
+    if args.compare:
+        before, after = compare_inserts(folder, args.compare, args.rounds)
+        print(f"bulk insert of {args.compare:,} results, median of {args.rounds} interleaved:")
+        print(f"  before, sqlite-utils insert_all:   {before:>9,.0f} results/s")
+        print(f"  after, ResultStore.insert_rows:    {after:>9,.0f} results/s "
+              f"({after / before:.1f}x; target >= 50,000/s)")
 
     with ResultStore.open(path) as store:
         start = time.perf_counter()
@@ -172,7 +228,7 @@ def main() -> int:
         f"{args.versions:,} versions, no samples; {size_mb:,.0f} MB with WAL)"
     )
     print(f"{'measure':<34}{'median':>12}{'max':>12}")
-    print(f"{'bulk insert (one transaction)':<34}{rows / insert_s:>9,.0f}/s{insert_s:>11.1f}s")
+    print(f"{'fill: rows built + insert_rows':<34}{rows / insert_s:>9,.0f}/s{insert_s:>11.1f}s")
     print(
         f"{'history(one series), ' + str(args.versions) + ' rows':<34}"
         f"{statistics.median(history_times):>10.1f}ms{max(history_times):>10.1f}ms"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 Progress = Callable[[str], None]
 """Receives one human-readable line of progress (a terminal line, a log line)."""
@@ -140,7 +140,18 @@ class Sample:
         return self.text_chars / self.generated_tokens * self.decode_tokens_per_s
 
 
-def judged_decode_values(samples: Sequence[Sample]) -> list[float]:
+class DecodeFigures(Protocol):
+    """What the judged-decode rule reads of a repetition (a ``Sample``, or the figures a
+    stored history reads back)."""
+
+    @property
+    def decode_tokens_per_s(self) -> float | None: ...
+
+    @property
+    def engine_decode_tokens_per_s(self) -> float | None: ...
+
+
+def judged_decode_values(samples: Sequence[DecodeFigures]) -> list[float]:
     """Per repetition, the decode figure tokperf judges: the engine's own timing when every
     repetition has it (llama-server ``timings``, Ollama ``eval_duration``), else the
     client's ``(N - 1) / (t_last - t_first)``. The one rule behind

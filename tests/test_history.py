@@ -13,7 +13,12 @@ from pytest_tokperf.bench.gate import Gate, GateFinding
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import DECODE, compare
-from pytest_tokperf.storage.history import history_points, metric_values, series_history
+from pytest_tokperf.storage.history import (
+    history_points,
+    metric_values,
+    series_histories,
+    series_history,
+)
 from pytest_tokperf.storage.store import ResultStore
 
 
@@ -83,3 +88,23 @@ def test_gate_verdicts_are_stored_with_their_results(tmp_path: Path) -> None:
     (back,) = store.gate_verdicts([result_id])[result_id]
     assert back == stored
     assert back.verdict == "regression" and back.correction == "Holm over 2"
+
+
+def test_every_metric_of_a_history_is_read_in_one_query(tmp_path: Path) -> None:
+    levels = [("b1", 100.0), ("b2", 101.0), ("b2", 99.0), ("b3", 98.0), ("b3", 97.0)]
+    store, key = fill_history(tmp_path / "r.db", levels)
+    store.accept(key, store.history(key)[1].result_id, accepted_by=None, reason=None)
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    both = series_histories(store, key, ("decode", "ttft"), exclude_run_id="run-4",
+                            engine_version="b2", limit=5)
+    store.db.conn.set_trace_callback(None)
+    assert len(statements) == 1
+    assert [e.row.run_id for e in both["decode"]] == ["run-1", "run-2"]
+    assert [e.row.run_id for e in both["ttft"]] == ["run-1", "run-2"]
+    assert all(len(e.point.samples) == 5 for e in both["decode"] + both["ttft"])
+    # the same points as the result's own samples give, in the same order
+    full = store.history_samples(key)
+    assert both["decode"][0].point.samples == tuple(metric_values(full[1][1], "decode"))
+    newest = series_histories(store, key, ("decode",), since_accepted=False, limit=2)["decode"]
+    assert [e.row.run_id for e in newest] == ["run-3", "run-4"]

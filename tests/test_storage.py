@@ -239,6 +239,21 @@ def test_history_is_in_time_order_and_limit_keeps_newest(store: ResultStore) -> 
     assert store.history("no-such-series") == []
 
 
+def test_insert_rows_is_the_bulk_path_for_ready_rows(store: ResultStore) -> None:
+    first = store.record("run-1", "t", make_result(decode=10.0), **record_kwargs()).result_id
+    row = store._read("SELECT * FROM results WHERE id = ?", (first,))[0]
+    copies = [{**row, "id": None, "decode_tokens_per_s_median": float(d)} for d in (20, 30)]
+    with store.db.atomic():
+        assert store.insert_rows("results", copies) == 2
+        assert store.insert_rows("results", []) == 0
+    key = row["series_key"]
+    assert [h.decode_tokens_per_s for h in store.history(key)] == [10.0, 20.0, 30.0]
+    assert store.db.execute("PRAGMA cache_size").fetchone()[0] == -2000  # put back
+    broken = [copies[0], {k: v for k, v in copies[1].items() if k != "test_id"}]
+    with pytest.raises(StorageError, match="row 2 for 'results' lacks column 'test_id'"):
+        store.insert_rows("results", broken)
+
+
 def test_latest_per_series_picks_the_newest_of_each(store: ResultStore) -> None:
     store.record("run-1", "a", make_result(decode=1.0), **record_kwargs())
     newest_a = store.record("run-1", "a", make_result(decode=2.0), **record_kwargs()).result_id

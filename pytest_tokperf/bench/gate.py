@@ -33,7 +33,7 @@ from pytest_tokperf.stats import (
     judge_family,
 )
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.storage.history import history_points, metric_values
+from pytest_tokperf.storage.history import metric_values, series_histories
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
@@ -111,13 +111,14 @@ class Gate:
             source = ResultStore.open(self.baseline.db)
         findings = []
         try:
+            histories = series_histories(  # every gated metric from one query
+                source, series_key, [m.name for m in GATED_METRICS],
+                exclude_run_id=run_id if self.baseline.kind != "db" else None,
+                engine_version=self.baseline.engine_version, limit=HISTORY_RUNS,
+            )
             for metric in GATED_METRICS:
                 metric = replace(metric, min_effect=self.min_effect)
-                points = history_points(
-                    source, series_key, metric.name,
-                    exclude_run_id=run_id if self.baseline.kind != "db" else None,
-                    engine_version=self.baseline.engine_version, limit=HISTORY_RUNS,
-                )
+                points = [entry.point for entry in histories[metric.name]]
                 current = metric_values(samples, metric.name)
                 comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS,
                                                 alpha=self.alpha)

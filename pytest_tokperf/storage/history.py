@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.results import Sample
+from pytest_tokperf.results import judged_decode_values
 
 if TYPE_CHECKING:
     from pytest_tokperf.stats.changepoints import Point
@@ -39,15 +39,30 @@ def version_label(version: str | None, build: str | None) -> str:
     return version or build or "?"
 
 
-def metric_values(samples: Sequence[Sample], metric: str) -> list[float]:
+class Figures(Protocol):
+    """The per-repetition figures a metric reads: a ``Sample`` or a stored ``SampleFigures``."""
+
+    @property
+    def ttft_s(self) -> float: ...
+
+    @property
+    def prefill_tokens_per_s(self) -> float | None: ...
+
+    @property
+    def decode_tokens_per_s(self) -> float | None: ...
+
+    @property
+    def engine_decode_tokens_per_s(self) -> float | None: ...
+
+
+def metric_values(samples: Sequence[Figures], metric: str) -> list[float]:
     """The figures of one result that a metric is judged on (see the module doc)."""
     if metric == "ttft":
         values: list[float | None] = [s.ttft_s for s in samples]
     elif metric == "prefill":
         values = [s.prefill_tokens_per_s for s in samples]
     elif metric == "decode":  # the rule of BenchResult.judged_decode_tokens_per_s
-        engine = [s.engine_decode_tokens_per_s for s in samples]
-        values = engine if samples and all(engine) else [s.decode_tokens_per_s for s in samples]
+        values = list(judged_decode_values(samples))
     else:
         raise ConfigError(f"metric {metric!r} has no per-sample history: use one of "
                           f"{', '.join(METRIC_NAMES)}")
@@ -73,6 +88,43 @@ class HistoryEntry:
     point: Point
 
 
+def series_histories(
+    store: ResultStore,
+    series_key: str,
+    metrics: Sequence[str],
+    *,
+    exclude_run_id: str | None = None,
+    engine_version: str | None = None,
+    limit: int | None = None,
+    since_accepted: bool = True,
+) -> dict[str, list[HistoryEntry]]:
+    """The series' results as points of each of ``metrics``, oldest first, read in one
+    query (``ResultStore.history_figures``; see the module doc).
+
+    ``exclude_run_id`` leaves out one run (the current session's own results);
+    ``engine_version`` keeps results whose version or build is that; ``limit`` keeps the
+    newest ``limit`` results; ``since_accepted`` starts at the latest accepted level.
+    A result without a figure for a metric is left out of that metric's points.
+    """
+    from pytest_tokperf.stats.changepoints import Point
+
+    for metric in metrics:
+        if metric not in METRIC_NAMES:
+            metric_values((), metric)  # raises, naming the known metrics
+    rows = store.history_figures(series_key, since_accepted=since_accepted,
+                                 exclude_run_id=exclude_run_id, engine_version=engine_version,
+                                 limit=limit)
+    out: dict[str, list[HistoryEntry]] = {metric: [] for metric in metrics}
+    for row, samples in rows:
+        version = version_label(row.engine_version, row.engine_build)
+        labels = labels_of(row)
+        for metric in metrics:
+            values = metric_values(samples, metric)
+            if values:
+                out[metric].append(HistoryEntry(row, Point(version, tuple(values), labels)))
+    return out
+
+
 def series_history(
     store: ResultStore,
     series_key: str,
@@ -83,29 +135,10 @@ def series_history(
     limit: int | None = None,
     since_accepted: bool = True,
 ) -> list[HistoryEntry]:
-    """The series' results as points, oldest first (see the module doc).
-
-    ``exclude_run_id`` leaves out one run (the current session's own results);
-    ``engine_version`` keeps results whose version or build is that; ``limit`` keeps the
-    newest ``limit`` points; ``since_accepted`` starts at the latest accepted level.
-    Results without a figure for ``metric`` are left out.
-    """
-    from pytest_tokperf.stats.changepoints import Point
-
-    since = store.accepted_from(series_key) if since_accepted else None
-    entries = []
-    for row, samples in store.history_samples(series_key, since_result_id=since):
-        if row.run_id == exclude_run_id:
-            continue
-        if engine_version is not None and engine_version not in (row.engine_version,
-                                                                 row.engine_build):
-            continue
-        values = metric_values(samples, metric)
-        if values:
-            point = Point(version_label(row.engine_version, row.engine_build), tuple(values),
-                          labels_of(row))
-            entries.append(HistoryEntry(row, point))
-    return entries[-limit:] if limit is not None else entries
+    """One metric of ``series_histories`` (same options)."""
+    return series_histories(store, series_key, (metric,), exclude_run_id=exclude_run_id,
+                            engine_version=engine_version, limit=limit,
+                            since_accepted=since_accepted)[metric]
 
 
 def history_points(

@@ -9,6 +9,8 @@ export/import/merge in ``exchange``.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -48,6 +50,8 @@ from pytest_tokperf.storage.rows import (
 from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_S = 30.0
+BULK_CACHE_KIB = 64 * 1024
+"""Page cache while ``insert_rows`` runs: a results row touches four indexes."""
 DB_ENV_VAR = "PYTEST_TOKPERF_DB"
 _T = TypeVar("_T")
 
@@ -85,6 +89,40 @@ class HistoryRow:
     ceiling_decode_tokens_per_s: float | None
     efficiency: float | None
     verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class SampleFigures:
+    """The figures of one stored repetition that a history judges (no inter-token times:
+    parsing those was three quarters of the gate's cost)."""
+
+    ttft_s: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    engine_decode_tokens_per_s: float | None
+
+
+_HISTORY_FIGURES = """
+WITH chosen AS (
+  SELECT * FROM series_history
+  WHERE series_key = :key
+    AND (NOT :since_accepted
+         OR NOT EXISTS (SELECT 1 FROM acceptances WHERE series_key = :key)
+         OR (created_at, result_id) >= (
+              SELECT r.created_at, r.id FROM acceptances a JOIN results r ON r.id = a.result_id
+              WHERE a.series_key = :key ORDER BY a.accepted_at DESC, a.id DESC LIMIT 1))
+    AND (:exclude_run_id IS NULL OR run_id != :exclude_run_id)
+    AND (:engine_version IS NULL OR engine_version = :engine_version
+         OR engine_build = :engine_version)
+  ORDER BY created_at DESC, result_id DESC
+  LIMIT :limit
+)
+SELECT chosen.*, s.ttft_s AS sample_ttft_s, s.prefill_tokens_per_s AS sample_prefill,
+       s.decode_tokens_per_s AS sample_decode, s.engine_decode_tokens_per_s AS sample_engine
+FROM chosen LEFT JOIN samples s ON s.result_id = chosen.result_id
+ORDER BY chosen.created_at, chosen.result_id, s.repetition
+"""
+_SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +302,7 @@ class ResultStore:
             except sqlite3.DatabaseError as exc:
                 raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
 
-    def _read(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]:
+    def _read(self, sql: str, params: tuple[object, ...] | dict[str, object] = ()) -> list[Row]:
         try:
             cursor = self.db.execute(sql, params)
             names = [d[0] for d in cursor.description]
@@ -315,6 +353,43 @@ class ResultStore:
         result_id = cast(int, self.db.table("results").insert(result).last_rowid)
         self.db.table("samples").insert_all({**s, "result_id": result_id} for s in samples)
         return result_id
+
+    def insert_rows(self, table: str, rows: Iterable[Row]) -> int:
+        """Insert many rows through one prepared statement; returns how many.
+
+        The bulk path (an import, a synthetic history): sqlite-utils' ``insert_all``
+        converts and checks every value in Python, which was 80% of its time at 11k
+        results/s. Here every row must have the first row's columns, with values SQLite
+        takes as they are (str, int, float, bytes, None: JSON columns already text, as
+        ``rows`` builds them). Call it inside ``write`` or ``db.atomic()``: one transaction.
+        """
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            return 0
+        columns = list(first)
+        pick = operator.itemgetter(*columns)
+        names = ", ".join(f"[{c}]" for c in columns)
+        sql = f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(columns))})"
+        count = 0
+
+        def values() -> Iterator[tuple[object, ...]]:
+            nonlocal count
+            for row in itertools.chain((first,), it):
+                count += 1
+                picked = pick(row)
+                yield picked if len(columns) > 1 else (picked,)
+
+        cache = self.db.execute("PRAGMA cache_size").fetchone()[0]
+        self.db.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")  # the indexes stay in memory
+        try:
+            self.db.conn.executemany(sql, values())
+        except KeyError as exc:
+            raise StorageError(f"row {count} for {table!r} lacks column {exc}: every row needs "
+                               f"the first row's columns") from exc
+        finally:
+            self.db.execute(f"PRAGMA cache_size = {int(cache)}")
+        return count
 
     def _environment_id(self, env: Row) -> int:
         self.db.table("environments").insert(env, ignore=True)
@@ -371,6 +446,33 @@ class ResultStore:
                                  tuple(row.result_id for row in rows)):
             found[sample["result_id"]].append(sample_from_row(sample))
         return [(row, tuple(found[row.result_id])) for row in rows]
+
+    def history_figures(
+        self,
+        series_key: str,
+        *,
+        since_accepted: bool = True,
+        exclude_run_id: str | None = None,
+        engine_version: str | None = None,
+        limit: int | None = None,
+    ) -> list[tuple[HistoryRow, tuple[SampleFigures, ...]]]:
+        """A series' results with their repetitions' figures, oldest first, in one query.
+
+        ``since_accepted`` starts at the series' latest accepted level; ``exclude_run_id``
+        leaves one run out; ``engine_version`` keeps results whose version or build is
+        that; ``limit`` keeps the newest ``limit`` of what is left.
+        """
+        rows = self._read(_HISTORY_FIGURES, {
+            "key": series_key, "since_accepted": since_accepted, "exclude_run_id": exclude_run_id,
+            "engine_version": engine_version, "limit": -1 if limit is None else limit})
+        out: list[tuple[HistoryRow, list[SampleFigures]]] = []
+        for row in rows:
+            figures = [row.pop(name) for name in _SAMPLE_ALIASES]
+            if not out or out[-1][0].result_id != row["result_id"]:
+                out.append((HistoryRow(**row), []))
+            if figures[0] is not None:  # a result stored without samples has none
+                out[-1][1].append(SampleFigures(*figures))
+        return [(row, tuple(figures)) for row, figures in out]
 
     def set_verdict(self, result_id: int, verdict: Verdict) -> None:
         """Replace a result's verdict (a test's explicit assertion decided after recording)."""
