@@ -30,7 +30,7 @@ from pytest_tokperf.hardware.linux_cpu import (
     parse_mem_total,
 )
 from pytest_tokperf.hardware.nvidia import detect_nvidia, nvml_bandwidth_bytes_per_s
-from pytest_tokperf.hardware.probe import probe_read_bandwidth
+from pytest_tokperf.hardware.probe import ReadProbe, probe_read_bandwidth
 from pytest_tokperf.hardware.units import format_bandwidth, parse_bandwidth
 from pytest_tokperf.results import HardwareInfo
 
@@ -561,6 +561,19 @@ def test_probe_small_buffer(threads: int) -> None:
     )
     assert 0 <= result.spread < 1
     assert result.elapsed_s < 2
+
+
+def test_read_probe_sets_its_buffer_up_once_outside_every_budget() -> None:
+    with ReadProbe(size_bytes=8 * 2**20, threads=2) as probe:
+        first = probe.measure(0.05, passes=3)
+        buffer = probe._slices
+        second = probe.measure(0.05, passes=3)
+        assert probe._slices is buffer  # the same pages, touched once
+        assert first.setup_s == second.setup_s == probe.setup_s > 0
+        assert first.buffer_bytes == 8 * 2**20 and second.bandwidth.bytes_per_s > 0
+    assert probe._slices is None  # closed: the buffer is freed
+    with pytest.raises(ConfigError, match="probe duration -1 s must be positive"):
+        ReadProbe(size_bytes=8 * 2**20).measure(-1)
 
 
 @pytest.mark.parametrize(

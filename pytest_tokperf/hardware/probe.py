@@ -41,7 +41,7 @@ from pytest_tokperf.results import Bandwidth
 MIB = 2**20
 DEFAULT_MIN_BYTES = 512 * MIB
 DEFAULT_MAX_BYTES = 2048 * MIB
-DEFAULT_DURATION_S = 0.5
+DEFAULT_DURATION_S = 0.25
 """A probe's time budget around a measurement (``benchmarks/bench_cost.py``)."""
 DEFAULT_PASSES = 5
 
