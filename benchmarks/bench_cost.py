@@ -16,7 +16,10 @@ Sections, each printed as it finishes:
    results DB off, on (empty), on with 25 earlier runs of the series (the gate judges
    them), and the same with the CPU read probes a CPU engine gets.
 4. **adaptive**: on the default model ('main', llama-server, all cores), time and
-   repetitions to a +/-2% decode interval (the default) against a fixed 5, interleaved.
+   repetitions to a +/-2% decode interval (the default) against a fixed 5, interleaved;
+   then runs of 10 repetitions replayed through both rules (where the adaptive rule
+   would have stopped, and the interval the first 5 give): the same data, so the host's
+   drift between calls does not decide the comparison.
 5. **main**: the main job (``pytest benchmarks --tokperf-engine llama-server``) run with
    this file as a plugin (``-p bench_cost``) that clocks every ``generate`` and probe:
    the share of wall time spent generating, and each row's efficiency.
@@ -233,7 +236,9 @@ def overhead_section(calls: int) -> None:
 
 
 def adaptive_section(rounds: int, model: str) -> None:
+    from pytest_tokperf.bench.measure import decode_interval
     from pytest_tokperf.bench.run import BenchRun
+    from pytest_tokperf.results import judged_decode_values
     from pytest_tokperf.settings import resolve
 
     print(f"\n== 4. time to a +/-2% decode interval vs fixed 5 repetitions ('{model}' model, "
@@ -257,8 +262,28 @@ def adaptive_section(rounds: int, model: str) -> None:
                 print(f"  round {index + 1} {policy:<9} {wall:6.1f} s, "
                       f"{len(outcome.result.samples):2d} reps, +/-{rows[policy][-1][2]:.1%}, "
                       f"CV {rows[policy][-1][3]:.1%}", flush=True)
+        replays = []
+        for index in range(rounds):  # the same repetitions, judged by both rules
+            outcome = bench(64, 128, repetitions=10)
+            values = judged_decode_values(outcome.result.samples)
+            stop = next((n for n in range(3, len(values) + 1)
+                         if (decode_interval(values[:n]) or 1.0) <= 0.02), len(values))
+            replays.append((stop, decode_interval(values[:stop]) or float("nan"),
+                            decode_interval(values[:5]) or float("nan"),
+                            statistics.stdev(values[:5]) / statistics.fmean(values[:5])))
+            print(f"  replay {index + 1}: 10 repetitions, the first 5 at CV {replays[-1][3]:.1%}: "
+                  f"the adaptive "
+                  f"rule stops at {stop} (+/-{replays[-1][1]:.1%}); the first 5 give "
+                  f"+/-{replays[-1][2]:.1%}", flush=True)
     finally:
         run.close()
+    quiet = [r for r in replays if r[3] <= 0.02]
+    print(f"replayed on the same repetitions: the adaptive rule stopped at "
+          f"{', '.join(str(r[0]) for r in replays)} repetitions; on the quiet ones (first 5 at "
+          f"CV <= 2%: "
+          f"{len(quiet)} of {len(replays)}) at a median {_median([float(r[0]) for r in quiet]):.0f} "
+          f"against fixed 5, for +/-{_median([r[1] for r in quiet]):.1%} vs "
+          f"+/-{_median([r[2] for r in quiet]):.1%}")
     print(f"{'policy':<10}{'wall s':>8}{'reps':>6}{'interval':>10}{'CV':>8}"
           f"{'reached +/-2%':>15}")
     for policy, got in rows.items():
