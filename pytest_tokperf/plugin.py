@@ -55,17 +55,13 @@ def _help(spec: settings_mod.OptionSpec) -> str:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
-        group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
-                        metavar=spec.metavar, help=_help(spec))
+        if spec.switch:
+            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
+                            action="store_true", help=_help(spec))
+        else:
+            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
+                            metavar=spec.metavar, help=_help(spec))
         parser.addini(spec.ini, spec.help, default=None)
-    group.addoption(
-        "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",
-        default=None, help="exit status 1 when the gate found a decode or TTFT regression "
-        "against the baseline (significant AND at least --tokperf-min-effect, controlled "
-        "across the session); noisy series are reported, not failed",
-    )
-    parser.addini("tokperf_fail_on_regression", "exit 1 on a regression", type="bool",
-                  default=False)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
@@ -95,10 +91,16 @@ def pytest_configure(config: pytest.Config) -> None:
             env=os.environ,
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
-            fail_on_regression=bool(config.getoption("tokperf_fail_on_regression")
-                                    or config.getini("tokperf_fail_on_regression")),
             engine_names=None,  # checked below, with the engines conftests register
         )
+        if settings.active and _xdist_workers(config):
+            raise ConfigError(
+                f"tokperf measures one engine at a time, and pytest-xdist would run "
+                f"{_xdist_workers(config)} workers: each would start its own engine (or share "
+                f"one) and compete for the same memory bandwidth, so every figure would be "
+                f"wrong. Run the tok_bench tests without -n (pass -n 0, or give them their own "
+                f"pytest invocation; other tests may still use -n)"
+            )
         if settings.active:  # only then: the registry and the run import httpx, scipy, ...
             from pytest_tokperf.bench.run import BenchRun
             from pytest_tokperf.engines.registry import EngineRegistry
@@ -111,6 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[STATE] = PluginState(settings=settings, run=run)
+
+
+def _xdist_workers(config: pytest.Config) -> str | None:
+    """How many pytest-xdist workers this session runs (None: it runs in one process)."""
+    if hasattr(config, "workerinput"):
+        return "several"
+    workers = config.getoption("numprocesses", default=None)  # -n N, -n auto; 0 or unset: none
+    return str(workers) if workers else None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -224,28 +234,20 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
     from pytest_tokperf.report.table import Row
 
     marker = request.node.get_closest_marker("tokperf")
-    kwargs = dict(marker.kwargs) if marker else {}
-    known = ("repetitions", "warmup", "min_efficiency", *WORKLOAD_DEFAULTS)
-    unknown = set(kwargs) - set(known)
-    if unknown:
-        pytest.fail(
-            f"@pytest.mark.tokperf got unknown argument(s) {sorted(unknown)!r}; "
-            f"known: {', '.join(known)}",
-            pytrace=False,
-        )
+    kwargs = _or_fail(settings_mod.parse_marker, marker.kwargs if marker else {},
+                      "@pytest.mark.tokperf")
 
     def on_record(recorded: Recorded) -> None:
         state.recorded.append(recorded)
         row = Row(recorded.test_id, recorded.result, recorded.ceiling, recorded.verdict)
         request.node.user_properties.extend(junit_properties(row))  # JUnit XML carries them
 
-    min_efficiency = kwargs.get("min_efficiency")
     return state.run.tok_bench(
         request.node.nodeid,
         cls=_pytest_tok_bench(),
-        repetitions=None if "repetitions" not in kwargs else int(kwargs["repetitions"]),
-        warmup=None if "warmup" not in kwargs else int(kwargs["warmup"]),
-        min_efficiency=None if min_efficiency is None else float(min_efficiency),
+        repetitions=kwargs.get("repetitions"),
+        warmup=kwargs.get("warmup"),
+        min_efficiency=kwargs.get("min_efficiency"),
         workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
         progress=_progress(request.config, request.node.nodeid),
         on_record=on_record,

@@ -198,3 +198,12 @@ def test_junit_properties_from_figures_and_from_a_summary_row(
     with_ceiling = figures_from_row(row)
     assert with_ceiling.decode_source == "engine"
     assert with_ceiling.efficiency == pytest.approx(101.0 / 6833.3)
+
+
+def test_markdown_escapes_html_from_test_ids(figures: list[ResultFigures]) -> None:
+    import dataclasses
+
+    hostile = dataclasses.replace(figures[0], test_id="t[<script>alert(1)</script>|x]")
+    md = markdown_summary([hostile])
+    assert "<script>" not in md
+    assert "t[&lt;script&gt;alert(1)&lt;/script&gt;\\|x]" in md

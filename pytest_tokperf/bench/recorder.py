@@ -29,7 +29,8 @@ class Recorder:
         """Open (creating or migrating) the DB at ``path``; None writes nothing."""
         if path is None:
             return cls.disabled()
-        return cls(store=ResultStore.open(path), location=path, pytest_version=pytest_version,
+        return cls(store=ResultStore.open(path, check_writable=True), location=path,
+                   pytest_version=pytest_version,
                    models=models or ModelFiles())
 
     @classmethod

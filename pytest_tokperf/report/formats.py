@@ -7,6 +7,7 @@ units in their names (``ttft_s``, ``decode_tokens_per_s``); NaN becomes ``null``
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections import Counter
@@ -104,6 +105,9 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
 
 
 def _md_cell(text: str) -> str:
+    """Text safe in a GitHub table cell: HTML escaped (a test id may hold ``<script>``),
+    pipes and backslashes escaped, one line."""
+    text = html.escape(text, quote=False)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -122,7 +126,7 @@ def markdown_summary(
     lines = [f"### {title}: {headline(figures, changes)}", ""]
     setups = sorted({f.setup_label for f in figures})
     if setups:
-        lines += [f"Setup: {'; '.join(setups)}", ""]
+        lines += [f"Setup: {_md_cell('; '.join(setups))}", ""]
     if figures:
         lines.append("| " + " | ".join(SUMMARY_HEADER) + " |")
         lines.append("|" + "|".join(["---", "---", *["---:"] * 5, "---", "---"]) + "|")
@@ -140,7 +144,8 @@ def markdown_summary(
             continue
         lines += [f"#### {heading}", ""]
         for change in picked:
-            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: {change_line(change)}")
+            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: "
+                         f"{_md_cell(change_line(change))}")
         lines.append("")
     return "\n".join(lines)
 

@@ -174,8 +174,12 @@ class ResultStore:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path) -> ResultStore:
-        """Open or create ``path``, creating parent folders and migrating the schema."""
+    def open(cls, path: Path, *, check_writable: bool = False) -> ResultStore:
+        """Open or create ``path``, creating parent folders and migrating the schema.
+
+        ``check_writable``: prove now that a result can be written (a run about to measure
+        asks for it), so a read-only file is refused before any work, not after it.
+        """
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,6 +194,8 @@ class ResultStore:
             store._check_version(store._user_version())
             store._enable_wal()
             store._migrate()
+            if check_writable:
+                store._check_writable()
         except StorageError:
             conn.close()
             raise
@@ -199,6 +205,15 @@ class ResultStore:
                 raise _unwritable(path, exc) from exc
             raise _not_a_database(path, exc) from exc
         return store
+
+    def _check_writable(self) -> None:
+        """A write that is rolled back: SQLite opens a read-only file without complaint
+        and fails only at the first write."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("CREATE TABLE _tokperf_write_check (x)")
+        finally:
+            self.db.rollback()
 
     def _enable_wal(self) -> None:
         """Switch to WAL; SQLite answers 'locked' at once (no busy wait) when another
