@@ -8,10 +8,11 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -31,7 +32,6 @@ class PluginState:
     settings: Settings
     run: BenchRun | None
     """The run (engine session, ceilings, store, gate); None when no engine is configured."""
-    recorded: list[Recorded] = field(default_factory=list)
 
 
 STATE = pytest.StashKey[PluginState]()
@@ -237,19 +237,29 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
     kwargs = _or_fail(settings_mod.parse_marker, marker.kwargs if marker else {},
                       "@pytest.mark.tokperf")
 
-    def on_record(recorded: Recorded) -> None:
-        state.recorded.append(recorded)
-        row = Row(recorded.test_id, recorded.result, recorded.ceiling, recorded.verdict)
-        request.node.user_properties.extend(junit_properties(row))  # JUnit XML carries them
+    run = state.run
+    test_id = request.node.nodeid
+    progress = _progress(request.config, test_id)
+    if progress is not None:
+        request.addfinalizer(lambda: progress.done(
+            [r for r in run.recorded if r.test_id == test_id]))
 
-    return state.run.tok_bench(
-        request.node.nodeid,
+    def on_record(recorded: Recorded) -> None:
+        """JUnit XML carries every figure; a revised verdict replaces the recorded one."""
+        mine = [r for r in run.recorded if r.test_id == test_id]
+        keep = [p for p in request.node.user_properties if not str(p[0]).startswith("tokperf_")]
+        request.node.user_properties[:] = keep + [
+            prop for r in mine
+            for prop in junit_properties(Row(r.test_id, r.result, r.ceiling, r.verdict))]
+
+    return run.tok_bench(
+        test_id,
         cls=_pytest_tok_bench(),
         repetitions=kwargs.get("repetitions"),
         warmup=kwargs.get("warmup"),
         min_efficiency=kwargs.get("min_efficiency"),
         workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
-        progress=_progress(request.config, request.node.nodeid),
+        progress=progress,
         on_record=on_record,
     )
 
@@ -263,34 +273,93 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _progress(config: pytest.Config, test_id: str) -> Callable[[str], None] | None:
-    """With -v, a line per repetition (test, i of n, tok/s) outside output capture."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or config.get_verbosity() < 1:
-        return None
+class _Capture(Protocol):
+    """The part of pytest's capture manager progress needs (it is not public API)."""
 
-    def show(message: str) -> None:
-        if capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(f"tokperf {test_id}: {message}")
+    def global_and_fixture_disabled(self) -> AbstractContextManager[None]: ...
+
+
+@dataclass
+class _Progress:
+    """What a user sees while a test measures, outside output capture.
+
+    ``-v``: a line per repetition. Otherwise, on a terminal, one status line rewritten in
+    place (test, repetition i/n, tok/s so far), so a slow engine can be told from a hung
+    one; in a CI log (no terminal) no carriage-return spam. Either way, when the test
+    ends, one line per measurement with its final figures.
+    """
+
+    reporter: pytest.TerminalReporter
+    capture: _Capture | None
+    test_id: str
+    verbose: bool
+    live: bool = False
+
+    def _write(self, text: str, *, rewrite: bool = False) -> None:
+        def emit() -> None:
+            if rewrite:
+                if not self.live:
+                    self.reporter.ensure_newline()
+                self.reporter.rewrite(text, erase=True)
+            else:
+                if self.live:
+                    self.reporter.rewrite("", erase=True)
+                    self.reporter.write("\r")
+                else:
+                    self.reporter.ensure_newline()
+                self.reporter.write_line(text)
+            self.live = rewrite
+
+        if self.capture is not None:
+            with self.capture.global_and_fixture_disabled():
+                emit()
         else:
-            reporter.write_line(f"tokperf {test_id}: {message}")
+            emit()
 
-    return show
+    def __call__(self, message: str) -> None:
+        if self.verbose:
+            self._write(f"tokperf {self.test_id}: {message}")
+        elif self.reporter.isatty():
+            self._write(f"tokperf {_short_id(self.test_id)}: {message}", rewrite=True)
+
+    def done(self, recorded: Sequence[Recorded]) -> None:
+        for r in recorded:
+            decode = r.result.judged_decode_tokens_per_s
+            self._write(
+                f"tokperf {self.test_id}: {len(r.result.samples)} reps, decode "
+                + (f"{decode.median:.1f} tok/s" if decode else "-")
+                + f", TTFT {r.result.ttft_s.median * 1e3:.0f} ms, {r.verdict}")
+
+
+def _short_id(test_id: str, width: int = 60) -> str:
+    return test_id if len(test_id) <= width else "…" + test_id[-(width - 1):]
+
+
+def _progress(config: pytest.Config, test_id: str) -> _Progress | None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or config.get_verbosity() < 0:
+        return None
+    return _Progress(reporter, config.pluginmanager.get_plugin("capturemanager"), test_id,
+                     verbose=config.get_verbosity() >= 1)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE, None)
-    if state is None or state.run is None or not state.recorded:
+    if state is None or state.run is None or not state.run.recorded:
         return
     from pytest_tokperf.bench.gate import describe
-    from pytest_tokperf.report.table import Row, summary_table
+    from pytest_tokperf.report.table import session_rows, summary_table, warning_count
 
     run = state.run
     findings = run.finish()
     terminalreporter.section("tokperf")
-    rows = [Row(r.test_id, r.result, r.ceiling, r.verdict) for r in state.recorded]
+    rows = session_rows(run.recorded, findings)
+    warned = warning_count(rows)
+    if warned:
+        terminalreporter.write_line(
+            f"{warned} of {len(rows)} result{'s' * (len(rows) != 1)} "
+            f"{'have' if warned != 1 else 'has'} warnings (the note and ceiling lines below)",
+            yellow=True)
     for line in summary_table(rows):
         terminalreporter.write_line(line)
     judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
@@ -303,8 +372,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"  {describe(finding)}")
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
-    for problem in dict.fromkeys(run.ceilings.problems):
-        terminalreporter.write_line(f"note: {problem}")
     where = run.recorder.location
     terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")

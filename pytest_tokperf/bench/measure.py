@@ -268,11 +268,17 @@ def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation
         return list(pool.map(engine.generate, requests))
 
 
-def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
-    """Output tokens of all streams / wall time from the first send to the last token."""
+def _wall_s(generations: list[Generation]) -> float | None:
+    """A round's wall time: the first send to the last token of any stream."""
     ends = [g.chunk_times_s[-1] for g in generations if g.chunk_times_s]
     span = max(ends, default=0.0) - min(g.sent_s for g in generations)
-    return sum(g.generated_tokens for g in generations) / span if ends and span > 0 else None
+    return span if ends and span > 0 else None
+
+
+def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
+    """Output tokens of all streams / wall time from the first send to the last token."""
+    span = _wall_s(generations)
+    return sum(g.generated_tokens for g in generations) / span if span else None
 
 
 def run_workload(
@@ -321,6 +327,10 @@ def run_workload(
                 f"repetition {index + 1} of {total} failed: {exc}", partial=partial
             ) from exc
         aggregate = aggregate_tokens_per_s(generations)
+        if index >= workload.warmup:
+            wall = _wall_s(generations)
+            round_samples = [replace(s, round_index=index - workload.warmup, round_wall_s=wall)
+                             for s in round_samples]
         if progress is not None:
             phase = "warm-up" if index < workload.warmup else "rep"
             done = index + 1 - workload.warmup if index >= workload.warmup else index + 1

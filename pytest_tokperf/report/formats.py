@@ -29,8 +29,9 @@ STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
 SUMMARY_HEADER = (
     "test", "workload", "TTFT ms", "prefill tok/s", "decode tok/s", "ceiling tok/s",
-    "efficiency", "build", "verdict",
+    "efficiency", "chars/s", "all streams tok/s", "build", "verdict", "gate",
 )
+_VERDICT = SUMMARY_HEADER.index("verdict")
 VERDICT_ORDER = ("fail", "error", "suspect", "pass", "unchecked")
 _SECTIONS = (
     ("regression", "Regressions"),
@@ -74,8 +75,11 @@ def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
         rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
         rate(fig.ceiling_decode_tokens_per_s),
         f"{fig.efficiency:.1%}" if fig.efficiency is not None else "-",
+        rate(fig.chars_per_s),
+        rate(fig.aggregate_tokens_per_s) if fig.concurrency > 1 else "-",
         fig.build_label,
         fig.verdict,
+        fig.gate or "-",
     )
 
 
@@ -96,6 +100,9 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
     parts = [f"{counts[v]} {v}" for v in order if counts[v]]
     if parts:
         text += ": " + ", ".join(parts)
+    warned = sum(1 for f in figures if f.warnings)
+    if warned:
+        text += f" · {warned} with warnings"
     steps = Counter(c.verdict for c in changes)
     found = [f"{steps[v]} {v}{'s' * (steps[v] != 1)}" for v in ("regression", "improvement")
              if steps[v]]
@@ -129,15 +136,22 @@ def markdown_summary(
         lines += [f"Setup: {_md_cell('; '.join(setups))}", ""]
     if figures:
         lines.append("| " + " | ".join(SUMMARY_HEADER) + " |")
-        lines.append("|" + "|".join(["---", "---", *["---:"] * 5, "---", "---"]) + "|")
+        lines.append("|" + "|".join(["---", "---", *["---:"] * 7, "---", "---", "---"]) + "|")
         for fig in figures:
             cells = [_md_cell(c) for c in summary_cells(fig)]
             if fig.verdict in ("fail", "error", "suspect"):
-                cells[-1] = f"**{cells[-1]}**"
+                cells[_VERDICT] = f"**{cells[_VERDICT]}**"
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     else:
         lines += ["No results.", ""]
+    warned = [f for f in figures if f.warnings]
+    if warned:
+        lines += ["#### Warnings", ""]
+        for fig in warned:
+            for warning in fig.warnings:
+                lines.append(f"- **{_md_cell(fig.test_id)}**: {_md_cell(warning)}")
+        lines.append("")
     for verdict, heading in _SECTIONS:
         picked = [c for c in changes if c.verdict == verdict]
         if not picked:
@@ -206,7 +220,13 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "decode_source": fig.decode_source,
         "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
         "efficiency": _finite(fig.efficiency),
+        "chars_per_s": _finite(fig.chars_per_s),
+        "aggregate_tokens_per_s": _finite(fig.aggregate_tokens_per_s),
+        "requests_per_s": _finite(fig.requests_per_s),
+        "ttft_bound_s": _finite(fig.ttft_bound_s),
         "verdict": fig.verdict,
+        "gate": fig.gate or None,
+        "warnings": list(fig.warnings),
     }
 
 
@@ -243,6 +263,7 @@ def report_json(
             "ci_provider": run.ci_provider, "ci_job": run.ci_job,
         },
         "counts": {v: counts[v] for v in sorted(counts)},
+        "results_with_warnings": sum(1 for f in figures if f.warnings),
         "results": [result_json(f) for f in figures],
         "changes": [change_json(c) for c in changes],
     }
@@ -263,12 +284,18 @@ def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
         ("tokperf_decode_tokens_per_s_stdev", fig.decode_tokens_per_s_stdev),
         ("tokperf_ceiling_decode_tokens_per_s", fig.ceiling_decode_tokens_per_s),
         ("tokperf_efficiency", fig.efficiency),
+        ("tokperf_chars_per_s", fig.chars_per_s),
+        ("tokperf_aggregate_tokens_per_s", fig.aggregate_tokens_per_s),
+        ("tokperf_requests_per_s", fig.requests_per_s),
+        ("tokperf_ttft_bound_s", fig.ttft_bound_s),
         ("tokperf_prompt_tokens", float(fig.prompt_tokens)),
         ("tokperf_generate_tokens", float(fig.generate_tokens)),
         ("tokperf_repetitions", float(fig.repetitions)),
         ("tokperf_engine", fig.engine_name),
         ("tokperf_engine_build", fig.build_label),
         ("tokperf_verdict", fig.verdict),
+        ("tokperf_gate", fig.gate or None),
+        ("tokperf_warnings", " | ".join(fig.warnings) or None),
     ]
     return [(k, v) for k, v in values
             if v is not None and not (isinstance(v, float) and not math.isfinite(v))]

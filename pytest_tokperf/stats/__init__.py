@@ -29,12 +29,20 @@ from pytest_tokperf.stats.family import (
     benjamini_hochberg,
     judge_family,
 )
-from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, EFFICIENCY, PREFILL, TTFT, Metric
+from pytest_tokperf.stats.metric import (
+    AGGREGATE,
+    DECODE,
+    DEFAULT_ALPHA,
+    EFFICIENCY,
+    PREFILL,
+    TTFT,
+    Metric,
+)
 from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
 
 __all__ = [
-    "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "ChangePoint", "Comparison",
+    "AGGREGATE", "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "ChangePoint", "Comparison",
     "Correction", "FamilyVerdict", "Metric", "NoiseEstimate", "Outcome", "Point", "SetAside",
     "Shift", "benjamini_hochberg", "change_points", "compare", "compare_many",
     "compare_to_history", "detectable_change", "detectable_shift", "format_noise", "judge",

@@ -34,6 +34,8 @@ DECODE = Metric("decode", higher_is_better=True)
 PREFILL = Metric("prefill", higher_is_better=True)
 TTFT = Metric("ttft", higher_is_better=False)
 EFFICIENCY = Metric("efficiency", higher_is_better=True)
+AGGREGATE = Metric("aggregate", higher_is_better=True)
+"""All concurrent streams' output tokens per second of a round's wall time."""
 
 
 def check_level(x: float, name: str) -> None:
