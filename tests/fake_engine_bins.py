@@ -14,7 +14,8 @@ called with (argv, and the ``OLLAMA_*`` environment) to ``record`` as a JSON lin
 - ``lms server start --port N`` starts a detached LM Studio daemon and returns, as the
   real one hands the server to its daemon; ``lms server stop`` stops it.
 
-``help_variant`` picks an older build's help (``vllm-0.9``: no per-request metrics).
+``help_variant`` picks an older build's help (``vllm-0.9``: no per-request metrics) or
+none at all (``silent``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ CacheConfig:
 """
 
 HELPS = {
+    "silent": "",  # a wrapper script that prints no help
     "vllm": VLLM_HELP,
     "vllm-0.9": VLLM_HELP.replace(
         "  --enable-per-request-metrics, --no-enable-per-request-metrics\n"

@@ -121,6 +121,24 @@ def test_a_build_without_a_flag_is_started_without_it(
                                "--no-enable-prefix-caching", "--enable-prompt-tokens-details"]
 
 
+def test_a_program_that_prints_no_help_is_started_plain_and_says_so(
+    fake_path: Path, tmp_path: Path
+) -> None:
+    install(tmp_path / "bin", fake_path, help_variant={"vllm": "silent"})
+    lines: list[str] = []
+    session = EngineSession(settings=_settings("vllm", "Qwen/Qwen3-0.6B", tmp_path),
+                            log_dir=tmp_path / "logs", progress=lines.append)
+    try:
+        info = session.engine().info()
+    finally:
+        session.close()
+    *helps, started = _program(fake_path, "vllm")
+    assert [h["argv"] for h in helps] == [["serve", "--help=all"], ["serve", "--help"]]
+    assert started["argv"][-2:] == ["--port", info.base_url.rsplit(":", 1)[1]]
+    assert dict(info.settings)["clean_flags"] == "none: vllm printed no help"
+    assert "vllm printed no help: starting it without the flags a clean measurement needs" in lines
+
+
 def test_the_users_server_args_come_last_and_win(fake_path: Path, tmp_path: Path) -> None:
     settings = _settings("vllm", "Qwen/Qwen3-0.6B", tmp_path,
                          server_args=("--enable-prefix-caching", "--max-model-len", "2048"))

@@ -130,7 +130,7 @@ def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> s
         text = proc.stdout + proc.stderr
         if listed(text, "--port") or "OLLAMA_HOST" in text:
             return text
-    return text
+    return text if text.strip() else ""
 
 
 def listed(help_text: str, flag: str) -> bool:
