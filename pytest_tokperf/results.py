@@ -187,6 +187,10 @@ class EngineInfo:
     threads: int | None = None
     speculative: bool = False
     settings: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+    """What the engine showed that makes this not a clean base measurement (another
+    model loaded beside it, part of the model outside GPU memory, drafting nobody
+    configured), one sentence each, for the summary and the stored result."""
 
 
 @dataclass(frozen=True, slots=True)

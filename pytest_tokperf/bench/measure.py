@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import (
     BenchResult,
@@ -168,6 +169,7 @@ def summarize(
     tolerance: float = DEFAULT_AGREEMENT_TOLERANCE,
 ) -> BenchResult:
     """Medians, dispersion, percentiles and the sanity notes for a set of samples."""
+    engine = with_observed_speculation(engine, samples)  # drafting seen moves the series
     notes: list[str] = []
     short = [s.generated_tokens for s in samples if s.generated_tokens != workload.generate_tokens]
     if short:
