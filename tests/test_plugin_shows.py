@@ -92,3 +92,24 @@ def test_gate_verdicts_are_a_column_and_stored(pytester: pytest.Pytester) -> Non
         rows = conn.execute("select metric, verdict, correction from gate_verdicts").fetchall()
     assert {m for m, _, _ in rows} == {"decode", "ttft"}
     assert all(c.startswith("Holm step-down over ") for _, _, c in rows)
+
+
+def test_an_attached_ollama_model_is_identified_and_its_warnings_kept(
+    pytester: pytest.Pytester
+) -> None:
+    from fake_engines import FakeOllama
+
+    pytester.makepyfile(TWO)
+    loaded = {"llama3.2:3b": (4_000_000_000, 3_000_000_000)}  # a quarter left in RAM
+    with FakeOllama(loaded=loaded) as fake:
+        result = pytester.runpytest("--tokperf-engine", "ollama", "--tokperf-url", fake.url,
+                                    "--tokperf-model", "llama3.2:3b", "--tokperf-db", "r.db")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["2 of 2 results have warnings*", "note: *partial*"])
+    with sqlite3.connect(pytester.path / "r.db") as conn:
+        (name, size, quant, params) = conn.execute(
+            "select model_file_name, model_file_bytes, model_file_type, model_parameter_count "
+            "from environments").fetchone()
+        (key,) = conn.execute("select model from series limit 1").fetchone()
+    assert name and (size or quant or params)  # identified from /api/show and /api/tags
+    assert not key.startswith("engine:")

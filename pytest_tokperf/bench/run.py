@@ -28,7 +28,7 @@ from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, ModelFileError
-from pytest_tokperf.results import BenchResult, Ceiling, Progress, Verdict
+from pytest_tokperf.results import BenchResult, Ceiling, ModelInfo, Progress, Verdict
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class BenchRun:
     """How the final verdicts were controlled together, and their counts (one line)."""
     _finished: bool = field(default=False, init=False)
     _problems_seen: int = field(default=0, init=False)
+    _identity_asked: bool = field(default=False, init=False)
+    _identity: ModelInfo | None = field(default=None, init=False)
 
     @classmethod
     def open(
@@ -184,17 +186,21 @@ class BenchRun:
     ) -> Recorded:
         """Store one result (committed on return), then judge it against its history.
 
-        What the run noticed while measuring it (no ceiling and why) joins the result's
-        notes, so it is stored and shown with it, not only in the session's log.
+        What the engine and the run noticed while measuring it (partial offload, two models
+        loaded, no ceiling and why) joins the result's notes, so it is stored and shown
+        with it, not only in a log. A model file that cannot be read here is identified by
+        what the engine says about it (Ollama's /api/show, the OpenAI models list).
         """
-        noticed = [p for p in dict.fromkeys(self.ceilings.problems[self._problems_seen:])
+        noticed = [p for p in dict.fromkeys((*result.engine.warnings,
+                                             *self.ceilings.problems[self._problems_seen:]))
                    if p not in result.notes]
         self._problems_seen = len(self.ceilings.problems)
         if noticed:
             result = replace(result, notes=(*result.notes, *noticed))
         stored = self.recorder.record(test_id, result, ceiling, verdict,
                                       model_path=self.session.model_path,
-                                      hardware=self.ceilings.hardware)
+                                      hardware=self.ceilings.hardware,
+                                      identity=self._engine_identity)
         findings: tuple[GateFinding, ...] = ()
         store = self.recorder.store
         if stored is not None and store is not None and verdict != "error":
@@ -207,6 +213,15 @@ class BenchRun:
         recorded = Recorded(test_id, result, ceiling, verdict, stored, findings)
         self.recorded.append(recorded)
         return recorded
+
+    def _engine_identity(self) -> ModelInfo | None:
+        """What the engine says about its model (asked once per run)."""
+        if not self._identity_asked:
+            from pytest_tokperf.engines.base import model_identity
+
+            self._identity_asked = True
+            self._identity = model_identity(self.session.engine())
+        return self._identity
 
     def revise(self, recorded: Recorded, verdict: Verdict) -> Recorded | None:
         """The test decided (an explicit assertion): store its verdict if it is worse than
