@@ -102,12 +102,12 @@ _PUBLIC: dict[str, str] = {
     "predict": "pytest_tokperf.predict",
     "ResultStore": "pytest_tokperf.storage.store",
     "series_history": "pytest_tokperf.storage.history",
-    "Metric": "pytest_tokperf.stats.compare",
-    "Comparison": "pytest_tokperf.stats.compare",
-    "DECODE": "pytest_tokperf.stats.compare",
-    "PREFILL": "pytest_tokperf.stats.compare",
-    "TTFT": "pytest_tokperf.stats.compare",
-    "compare": "pytest_tokperf.stats.compare",
+    "Metric": "pytest_tokperf.stats.comparing",
+    "Comparison": "pytest_tokperf.stats.comparing",
+    "DECODE": "pytest_tokperf.stats.comparing",
+    "PREFILL": "pytest_tokperf.stats.comparing",
+    "TTFT": "pytest_tokperf.stats.comparing",
+    "compare": "pytest_tokperf.stats.comparing",
     "change_points": "pytest_tokperf.stats.changepoints",
 }
 
@@ -154,7 +154,7 @@ if TYPE_CHECKING:
     )
     from pytest_tokperf.settings import Settings, resolve
     from pytest_tokperf.stats.changepoints import change_points
-    from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, compare
+    from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, compare
     from pytest_tokperf.storage.history import series_history
     from pytest_tokperf.storage.store import ResultStore
 

@@ -27,7 +27,7 @@ from pytest_tokperf.report.data import (
     load_histories,
     store_figures,
 )
-from pytest_tokperf.stats.compare import TTFT
+from pytest_tokperf.stats.comparing import TTFT
 from pytest_tokperf.storage.store import ResultStore
 
 try:

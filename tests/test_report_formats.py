@@ -30,7 +30,7 @@ from pytest_tokperf.report.formats import (
     report_json,
     write_step_summary,
 )
-from pytest_tokperf.stats.compare import DECODE, Comparison
+from pytest_tokperf.stats.comparing import DECODE, Comparison
 from pytest_tokperf.storage.store import ResultStore
 
 

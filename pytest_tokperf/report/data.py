@@ -23,7 +23,7 @@ from pytest_tokperf.results import (
     Summary,
     Workload,
 )
-from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
 from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import history_points, version_label
 from pytest_tokperf.storage.store import ResultStore, StoredResult

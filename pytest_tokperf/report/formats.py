@@ -24,6 +24,7 @@ from pytest_tokperf.report.data import (
     workload_label,
 )
 from pytest_tokperf.results import RunInfo
+from pytest_tokperf.stats.metric import fmt_p, pct
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
@@ -40,15 +41,6 @@ _SECTIONS = (
 )
 
 
-def pct(x: float | None, digits: int = 1) -> str:
-    """``+12.3%`` / ``−4.0%`` (a true minus sign), ``-`` for unknown or NaN."""
-    if x is None or math.isnan(x):
-        return "-"
-    if math.isinf(x):
-        return "+∞" if x > 0 else "−∞"
-    return f"{x * 100:+.{digits}f}%".replace("-", "−")
-
-
 def rate(value: float | None, stdev: float | None = None) -> str:
     """Tokens per second to a useful precision: ``102.4 ±1.9``, ``5230``."""
     if value is None:
@@ -57,12 +49,6 @@ def rate(value: float | None, stdev: float | None = None) -> str:
     if stdev:
         text += f" ±{stdev:.1f}" if stdev < 1000 else f" ±{stdev:.0f}"
     return text
-
-
-def p_value(p: float) -> str:
-    if math.isnan(p):
-        return "-"
-    return f"{p:.1e}" if 0 < p < 1e-3 else f"{p:.2g}"
 
 
 def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
@@ -89,7 +75,7 @@ def change_line(change: SeriesChange) -> str:
     if not math.isnan(change.ci_low):
         interval = f" [{pct(change.ci_low)}, {pct(change.ci_high)}]"
     return (f"{change.metric} {pct(change.relative_change)}{interval}, "
-            f"p={p_value(change.p_value)}, {change.baseline} → {change.current}")
+            f"p={fmt_p(change.p_value)}, {change.baseline} → {change.current}")
 
 
 def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) -> str:

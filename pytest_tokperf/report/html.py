@@ -22,7 +22,7 @@ from pytest_tokperf.report.data import (
     store_figures,
 )
 from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline, summary_cells
-from pytest_tokperf.stats.compare import DECODE, Metric
+from pytest_tokperf.stats.comparing import DECODE, Metric
 from pytest_tokperf.storage.store import ResultStore
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.data import ResultFigures, SeriesHistory
-from pytest_tokperf.report.formats import pct
-from pytest_tokperf.stats.compare import TTFT
+from pytest_tokperf.stats.metric import pct
+from pytest_tokperf.stats.comparing import TTFT
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

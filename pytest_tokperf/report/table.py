@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict
+from pytest_tokperf.stats.metric import pct
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.gate import GateFinding
@@ -41,8 +42,7 @@ def gate_label(verdicts: Iterable[GateVerdict]) -> str:
                 if v.verdict in _GATE_ORDER else len(_GATE_ORDER))
     if worst.verdict in ("regression", "improvement") and worst.relative_change is not None \
             and math.isfinite(worst.relative_change):
-        change = f"{worst.relative_change * 100:+.1f}%".replace("-", "−")
-        return f"{worst.verdict} {worst.metric} {change}"
+        return f"{worst.verdict} {worst.metric} {pct(worst.relative_change)}"
     return worst.verdict
 
 
