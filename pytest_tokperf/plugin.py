@@ -144,7 +144,28 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
               else "read probe before each measurement" if hw.kind == "cpu" else "unknown")
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
+    lines.append(f"tokperf: engine device {_device_line(run)}")
     return lines
+
+
+def _device_line(run: BenchRun) -> str:
+    """Where the ceiling's bandwidth comes from: the engine's device, not the machine's."""
+    s = run.settings
+    if s.device is not None:
+        return f"{s.device.describe()} (--tokperf-device)"
+    if s.url is None:
+        return "as the started engine reports it (its devices and offloaded layers), per result"
+    from pytest_tokperf.engines.server_settings import placement_of
+
+    try:
+        placement = placement_of(run.session.engine().info())
+    except TokperfError:
+        return "unknown until the engine answers"
+    if placement.device is None:
+        return "not reported by the engine: the machine's first device is assumed"
+    share = (f", {placement.gpu_fraction:.0%} of the bytes on the GPU"
+             if placement.gpu_fraction is not None and placement.device.is_gpu else "")
+    return f"{placement.device.describe()}{share} ({placement.source})"
 
 
 def _engine_line(run: BenchRun) -> str:

@@ -113,3 +113,18 @@ def test_an_attached_ollama_model_is_identified_and_its_warnings_kept(
         (key,) = conn.execute("select model from series limit 1").fetchone()
     assert name and (size or quant or params)  # identified from /api/show and /api/tags
     assert not key.startswith("engine:")
+
+
+def test_the_header_names_the_engines_device(pytester: pytest.Pytester) -> None:
+    from fake_engines import FakeOllama
+
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    loaded = {"llama3.2:3b": (4_000_000_000, 3_000_000_000)}
+    with FakeOllama(loaded=loaded) as fake:
+        result = pytester.runpytest("--tokperf-engine", "ollama", "--tokperf-url", fake.url,
+                                    "--tokperf-model", "llama3.2:3b", "--tokperf-db", "off")
+        forced = pytester.runpytest("--tokperf-engine", "ollama", "--tokperf-url", fake.url,
+                                    "--tokperf-device", "cpu", "--tokperf-db", "off")
+    result.stdout.fnmatch_lines(["tokperf: engine device *75% of the bytes on the GPU "
+                                 "(ollama /api/ps*"])
+    forced.stdout.fnmatch_lines(["tokperf: engine device cpu* (--tokperf-device)"])
