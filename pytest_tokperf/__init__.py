@@ -102,12 +102,12 @@ _PUBLIC: dict[str, str] = {
     "predict": "pytest_tokperf.predict",
     "ResultStore": "pytest_tokperf.storage.store",
     "series_history": "pytest_tokperf.storage.history",
-    "Metric": "pytest_tokperf.stats.compare",
-    "Comparison": "pytest_tokperf.stats.compare",
-    "DECODE": "pytest_tokperf.stats.compare",
-    "PREFILL": "pytest_tokperf.stats.compare",
-    "TTFT": "pytest_tokperf.stats.compare",
-    "compare": "pytest_tokperf.stats.compare",
+    "Metric": "pytest_tokperf.stats.metric",
+    "Comparison": "pytest_tokperf.stats.verdict",
+    "DECODE": "pytest_tokperf.stats.metric",
+    "PREFILL": "pytest_tokperf.stats.metric",
+    "TTFT": "pytest_tokperf.stats.metric",
+    "compare": "pytest_tokperf.stats.comparing",
     "change_points": "pytest_tokperf.stats.changepoints",
 }
 
@@ -154,7 +154,9 @@ if TYPE_CHECKING:
     )
     from pytest_tokperf.settings import Settings, resolve
     from pytest_tokperf.stats.changepoints import change_points
-    from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, compare
+    from pytest_tokperf.stats.comparing import compare
+    from pytest_tokperf.stats.metric import DECODE, PREFILL, TTFT, Metric
+    from pytest_tokperf.stats.verdict import Comparison
     from pytest_tokperf.storage.history import series_history
     from pytest_tokperf.storage.store import ResultStore
 

@@ -8,10 +8,11 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -31,7 +32,6 @@ class PluginState:
     settings: Settings
     run: BenchRun | None
     """The run (engine session, ceilings, store, gate); None when no engine is configured."""
-    recorded: list[Recorded] = field(default_factory=list)
 
 
 STATE = pytest.StashKey[PluginState]()
@@ -55,17 +55,13 @@ def _help(spec: settings_mod.OptionSpec) -> str:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
-        group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
-                        metavar=spec.metavar, help=_help(spec))
+        if spec.switch:
+            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
+                            action="store_true", help=_help(spec))
+        else:
+            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
+                            metavar=spec.metavar, help=_help(spec))
         parser.addini(spec.ini, spec.help, default=None)
-    group.addoption(
-        "--tokperf-fail-on-regression", dest="tokperf_fail_on_regression", action="store_true",
-        default=None, help="exit status 1 when the gate found a decode or TTFT regression "
-        "against the baseline (significant AND at least --tokperf-min-effect, controlled "
-        "across the session); noisy series are reported, not failed",
-    )
-    parser.addini("tokperf_fail_on_regression", "exit 1 on a regression", type="bool",
-                  default=False)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
@@ -95,10 +91,16 @@ def pytest_configure(config: pytest.Config) -> None:
             env=os.environ,
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
-            fail_on_regression=bool(config.getoption("tokperf_fail_on_regression")
-                                    or config.getini("tokperf_fail_on_regression")),
             engine_names=None,  # checked below, with the engines conftests register
         )
+        if settings.active and _xdist_workers(config):
+            raise ConfigError(
+                f"tokperf measures one engine at a time, and pytest-xdist would run "
+                f"{_xdist_workers(config)} workers: each would start its own engine (or share "
+                f"one) and compete for the same memory bandwidth, so every figure would be "
+                f"wrong. Run the tok_bench tests without -n (pass -n 0, or give them their own "
+                f"pytest invocation; other tests may still use -n)"
+            )
         if settings.active:  # only then: the registry and the run import httpx, scipy, ...
             from pytest_tokperf.bench.run import BenchRun
             from pytest_tokperf.engines.registry import EngineRegistry
@@ -111,6 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[STATE] = PluginState(settings=settings, run=run)
+
+
+def _xdist_workers(config: pytest.Config) -> str | None:
+    """How many pytest-xdist workers this session runs (None: it runs in one process)."""
+    if hasattr(config, "workerinput"):
+        return "several"
+    workers = config.getoption("numprocesses", default=None)  # -n N, -n auto; 0 or unset: none
+    return str(workers) if workers else None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -134,7 +144,28 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
               else "read probe before each measurement" if hw.kind == "cpu" else "unknown")
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
+    lines.append(f"tokperf: engine device {_device_line(run)}")
     return lines
+
+
+def _device_line(run: BenchRun) -> str:
+    """Where the ceiling's bandwidth comes from: the engine's device, not the machine's."""
+    s = run.settings
+    if s.device is not None:
+        return f"{s.device.describe()} (--tokperf-device)"
+    if s.url is None:
+        return "as the started engine reports it (its devices and offloaded layers), per result"
+    from pytest_tokperf.engines.server_settings import placement_of
+
+    try:
+        placement = placement_of(run.session.engine().info())
+    except TokperfError:
+        return "unknown until the engine answers"
+    if placement.device is None:
+        return "not reported by the engine: the machine's first device is assumed"
+    share = (f", {placement.gpu_fraction:.0%} of the bytes on the GPU"
+             if placement.gpu_fraction is not None and placement.device.is_gpu else "")
+    return f"{placement.device.describe()}{share} ({placement.source})"
 
 
 def _engine_line(run: BenchRun) -> str:
@@ -224,30 +255,32 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
     from pytest_tokperf.report.table import Row
 
     marker = request.node.get_closest_marker("tokperf")
-    kwargs = dict(marker.kwargs) if marker else {}
-    known = ("repetitions", "warmup", "min_efficiency", *WORKLOAD_DEFAULTS)
-    unknown = set(kwargs) - set(known)
-    if unknown:
-        pytest.fail(
-            f"@pytest.mark.tokperf got unknown argument(s) {sorted(unknown)!r}; "
-            f"known: {', '.join(known)}",
-            pytrace=False,
-        )
+    kwargs = _or_fail(settings_mod.parse_marker, marker.kwargs if marker else {},
+                      "@pytest.mark.tokperf")
+
+    run = state.run
+    test_id = request.node.nodeid
+    progress = _progress(request.config, test_id)
+    if progress is not None:
+        request.addfinalizer(lambda: progress.done(
+            [r for r in run.recorded if r.test_id == test_id]))
 
     def on_record(recorded: Recorded) -> None:
-        state.recorded.append(recorded)
-        row = Row(recorded.test_id, recorded.result, recorded.ceiling, recorded.verdict)
-        request.node.user_properties.extend(junit_properties(row))  # JUnit XML carries them
+        """JUnit XML carries every figure; a revised verdict replaces the recorded one."""
+        mine = [r for r in run.recorded if r.test_id == test_id]
+        keep = [p for p in request.node.user_properties if not str(p[0]).startswith("tokperf_")]
+        request.node.user_properties[:] = keep + [
+            prop for r in mine
+            for prop in junit_properties(Row(r.test_id, r.result, r.ceiling, r.verdict))]
 
-    min_efficiency = kwargs.get("min_efficiency")
-    return state.run.tok_bench(
-        request.node.nodeid,
+    return run.tok_bench(
+        test_id,
         cls=_pytest_tok_bench(),
-        repetitions=None if "repetitions" not in kwargs else int(kwargs["repetitions"]),
-        warmup=None if "warmup" not in kwargs else int(kwargs["warmup"]),
-        min_efficiency=None if min_efficiency is None else float(min_efficiency),
+        repetitions=kwargs.get("repetitions"),
+        warmup=kwargs.get("warmup"),
+        min_efficiency=kwargs.get("min_efficiency"),
         workload_defaults=tuple((k, v) for k, v in kwargs.items() if k in WORKLOAD_DEFAULTS),
-        progress=_progress(request.config, request.node.nodeid),
+        progress=progress,
         on_record=on_record,
     )
 
@@ -261,34 +294,93 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _progress(config: pytest.Config, test_id: str) -> Callable[[str], None] | None:
-    """With -v, a line per repetition (test, i of n, tok/s) outside output capture."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or config.get_verbosity() < 1:
-        return None
+class _Capture(Protocol):
+    """The part of pytest's capture manager progress needs (it is not public API)."""
 
-    def show(message: str) -> None:
-        if capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(f"tokperf {test_id}: {message}")
+    def global_and_fixture_disabled(self) -> AbstractContextManager[None]: ...
+
+
+@dataclass
+class _Progress:
+    """What a user sees while a test measures, outside output capture.
+
+    ``-v``: a line per repetition. Otherwise, on a terminal, one status line rewritten in
+    place (test, repetition i/n, tok/s so far), so a slow engine can be told from a hung
+    one; in a CI log (no terminal) no carriage-return spam. Either way, when the test
+    ends, one line per measurement with its final figures.
+    """
+
+    reporter: pytest.TerminalReporter
+    capture: _Capture | None
+    test_id: str
+    verbose: bool
+    live: bool = False
+
+    def _write(self, text: str, *, rewrite: bool = False) -> None:
+        def emit() -> None:
+            if rewrite:
+                if not self.live:
+                    self.reporter.ensure_newline()
+                self.reporter.rewrite(text, erase=True)
+            else:
+                if self.live:
+                    self.reporter.rewrite("", erase=True)
+                    self.reporter.write("\r")
+                else:
+                    self.reporter.ensure_newline()
+                self.reporter.write_line(text)
+            self.live = rewrite
+
+        if self.capture is not None:
+            with self.capture.global_and_fixture_disabled():
+                emit()
         else:
-            reporter.write_line(f"tokperf {test_id}: {message}")
+            emit()
 
-    return show
+    def __call__(self, message: str) -> None:
+        if self.verbose:
+            self._write(f"tokperf {self.test_id}: {message}")
+        elif self.reporter.isatty():
+            self._write(f"tokperf {_short_id(self.test_id)}: {message}", rewrite=True)
+
+    def done(self, recorded: Sequence[Recorded]) -> None:
+        for r in recorded:
+            decode = r.result.judged_decode_tokens_per_s
+            self._write(
+                f"tokperf {self.test_id}: {len(r.result.samples)} reps, decode "
+                + (f"{decode.median:.1f} tok/s" if decode else "-")
+                + f", TTFT {r.result.ttft_s.median * 1e3:.0f} ms, {r.verdict}")
+
+
+def _short_id(test_id: str, width: int = 60) -> str:
+    return test_id if len(test_id) <= width else "…" + test_id[-(width - 1):]
+
+
+def _progress(config: pytest.Config, test_id: str) -> _Progress | None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or config.get_verbosity() < 0:
+        return None
+    return _Progress(reporter, config.pluginmanager.get_plugin("capturemanager"), test_id,
+                     verbose=config.get_verbosity() >= 1)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     state = terminalreporter.config.stash.get(STATE, None)
-    if state is None or state.run is None or not state.recorded:
+    if state is None or state.run is None or not state.run.recorded:
         return
     from pytest_tokperf.bench.gate import describe
-    from pytest_tokperf.report.table import Row, summary_table
+    from pytest_tokperf.report.table import session_rows, summary_table, warning_count
 
     run = state.run
     findings = run.finish()
     terminalreporter.section("tokperf")
-    rows = [Row(r.test_id, r.result, r.ceiling, r.verdict) for r in state.recorded]
+    rows = session_rows(run.recorded, findings)
+    warned = warning_count(rows)
+    if warned:
+        terminalreporter.write_line(
+            f"{warned} of {len(rows)} result{'s' * (len(rows) != 1)} "
+            f"{'have' if warned != 1 else 'has'} warnings (the note and ceiling lines below)",
+            yellow=True)
     for line in summary_table(rows):
         terminalreporter.write_line(line)
     judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
@@ -301,8 +393,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"  {describe(finding)}")
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
-    for problem in dict.fromkeys(run.ceilings.problems):
-        terminalreporter.write_line(f"note: {problem}")
     where = run.recorder.location
     terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")

@@ -127,6 +127,10 @@ class Sample:
     answer_ttft_s: float | None = None
     """Request sent -> first non-reasoning token: what a chat user waits for when the
     thinking is hidden (None when no answer token arrived or nothing is separated)."""
+    round_index: int | None = None
+    """Which measured round the request belonged to (concurrent streams share a round)."""
+    round_wall_s: float | None = None
+    """That round's wall time, first send to last token of any stream."""
 
     @property
     def chars_per_s(self) -> float | None:
@@ -207,6 +211,10 @@ class EngineInfo:
     threads: int | None = None
     speculative: bool = False
     settings: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+    """What the engine showed that makes this not a clean base measurement (another
+    model loaded beside it, part of the model outside GPU memory, drafting nobody
+    configured), one sentence each, for the summary and the stored result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +257,35 @@ class BenchResult:
     aggregate_tokens_per_s: Summary | None = None
     """Output tokens of all streams per second of wall time (first send to last token),
     prefill included; with one stream it is the request's end-to-end output rate."""
+
+    @property
+    def rounds(self) -> list[tuple[float, float]]:
+        """Per measured round: (aggregate output tok/s, requests/s) over its wall time."""
+        grouped: dict[int, list[Sample]] = {}
+        for s in self.samples:
+            if s.round_index is not None and s.round_wall_s:
+                grouped.setdefault(s.round_index, []).append(s)
+        return [(sum(s.generated_tokens for s in group) / group[0].round_wall_s,
+                 len(group) / group[0].round_wall_s)
+                for group in grouped.values() if group[0].round_wall_s]
+
+    @property
+    def requests_per_s(self) -> Summary | None:
+        """Requests completed per second of round wall time (all streams)."""
+        return Summary.of([rps for _, rps in self.rounds])
+
+    @property
+    def chars_per_s(self) -> Summary | None:
+        """Characters a reader sees per second of steady decode (``Sample.chars_per_s``)."""
+        return Summary.of([s.chars_per_s for s in self.samples])
+
+    @property
+    def per_stream_decode_p50_p99(self) -> tuple[float, float] | None:
+        """With concurrent streams: the median and 99th percentile of per-stream decode."""
+        rates = sorted(s.decode_tokens_per_s for s in self.samples if s.decode_tokens_per_s)
+        if not rates:
+            return None
+        return statistics.median(rates), rates[min(len(rates) - 1, int(0.99 * len(rates)))]
 
     @property
     def judged_decode_tokens_per_s(self) -> Summary | None:

@@ -7,6 +7,7 @@ value raises ``ConfigError`` naming the value and where it came from.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -34,67 +35,59 @@ BUILTIN_MODELS = ("main", "test")
 """Generated models: ``main`` (~1.1 GB F16, memory-bound) and ``test`` (tens of MB)."""
 
 
-def _positive_int(value: str, where: str, name: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigError(f"{name} {value!r} from {where} is not a whole number >= 1")
-    return number
+Parser = Callable[[str, str, str], Any]
+"""``parse(value, where, name)``: the typed value, or ``ConfigError`` naming all three."""
 
 
-def _non_negative_int(value: str, where: str, name: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ConfigError(f"{name} {value!r} from {where} is not a whole number >= 0")
-    return number
+def _whole(lo: int, hi: int, example: str) -> Parser:
+    """A whole number in ``[lo, hi]``."""
+
+    def parse(value: str, where: str, name: str) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = lo - 1
+        if not lo <= number <= hi:
+            raise ConfigError(f"{name} {value!r} from {where} is not a whole number in "
+                              f"[{lo}, {hi}]; e.g. {example}")
+        return number
+
+    return parse
 
 
-def _positive_float(value: str, where: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not number > 0:
-        raise ConfigError(f"{name} {value!r} from {where} is not a number > 0")
-    return number
+def _number(lo: float, hi: float, *, closed_hi: bool, what: str, example: str) -> Parser:
+    """A finite number in ``(lo, hi)`` or ``(lo, hi]``."""
+
+    def parse(value: str, where: str, name: str) -> float:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            number = math.nan
+        inside = lo < number <= hi if closed_hi else lo < number < hi
+        if not (math.isfinite(number) and inside):
+            interval = f"({lo:g}, {hi:g}{']' if closed_hi else ')'}"
+            raise ConfigError(f"{name} {value!r} from {where} is not {what} in {interval}; "
+                              f"{example}")
+        return number
+
+    return parse
 
 
-def _repetition_bound(value: str, where: str, name: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 2:
-        raise ConfigError(f"{name} {value!r} from {where} is not a whole number >= 2 (an "
-                          f"interval needs at least 2 repetitions)")
-    return number
+_SECONDS = _number(0, 1e6, closed_hi=False, what="a number of seconds", example="e.g. 30")
+_TOKENS = _whole(1, 1 << 24, "4096")
+_COUNT = _whole(1, 1 << 20, "5")
+_REPETITION_BOUND = _whole(2, 1 << 20, "3 (an interval needs at least 2 repetitions)")
+_SHARE = _number(0, 1, closed_hi=False, what="a fraction", example="e.g. 0.02 for 2%")
 
 
-def _share(value: str, where: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 0 < number < 1:
-        raise ConfigError(f"{name} {value!r} from {where} is not a fraction in (0, 1); e.g. "
-                          f"0.02 for 2%")
-    return number
-
-
-def _seconds(value: str, where: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 0 < number < 1e6:
-        raise ConfigError(f"{name} {value!r} from {where} is not a number of seconds in "
-                          f"(0, 1e6), e.g. 30")
-    return number
+def _bool(value: str, where: str, name: str) -> bool:
+    word = str(value).strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} {value!r} from {where} is not true or false; use true/false "
+                      f"(or 1/0, yes/no, on/off)")
 
 
 def _env_name(value: str, where: str, name: str) -> str:
@@ -138,19 +131,6 @@ def _device(value: str, where: str, name: str) -> Device:
         raise ConfigError(f"{exc} (from {where})") from exc
 
 
-def _fraction(value: str, where: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = 0.0
-    if not 0 < number <= 1.5:
-        raise ConfigError(
-            f"{name} {value!r} from {where} is not a fraction of the ceiling in (0, 1.5]; "
-            f"e.g. 0.6 asks for decode >= 60% of the bandwidth ceiling"
-        )
-    return number
-
-
 BaselineKind = Literal["history", "engine", "db"]
 
 
@@ -190,6 +170,10 @@ def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") 
     )
 
 
+FRACTION_OF_CEILING = _number(0, 1.5, closed_hi=True, what="a fraction of the ceiling",
+                              example="e.g. 0.6 asks for decode >= 60% of the bandwidth ceiling")
+
+
 def _baseline(value: str, where: str, name: str) -> Baseline:
     return parse_baseline(value, where)
 
@@ -203,6 +187,8 @@ class OptionSpec:
     default: Any = None
     metavar: str = "VALUE"
     env: bool = False
+    switch: bool = False
+    """A command-line flag without a value (true when given); ini and env take true/false."""
 
     @property
     def flag(self) -> str:
@@ -226,33 +212,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("server_bin", "llama-server binary to run (default: the one built by "
                "`tokperf install-engine llama-server`, then PATH)", _text, None, "PATH", True),
     OptionSpec("port", "loopback port for a started server (default: a free one)",
-               _positive_int, None, "N"),
-    OptionSpec("threads", "engine threads (default: all cores)", _positive_int, None, "N"),
-    OptionSpec("ctx_size", "context size per slot of a started server", _positive_int, 4096,
-               "N"),
+               _whole(1, 65535, "8080"), None, "N"),
+    OptionSpec("threads", "engine threads (default: all cores)", _whole(1, 4096, "8"), None, "N"),
+    OptionSpec("ctx_size", "context size per slot of a started server", _TOKENS, 4096, "N"),
     OptionSpec("parallel", "slots of a started llama-server (-np): how many concurrent "
-               "streams tok_bench(concurrency=N) may use", _positive_int, 1, "N"),
+               "streams tok_bench(concurrency=N) may use", _whole(1, 1024, "4"), 1, "N"),
     OptionSpec("repetitions", "measured repetitions per workload: exactly N, as llama-bench's "
                "-r (default: adaptive, until the decode interval is within "
-               "--tokperf-target-interval)", _positive_int, None, "N"),
+               "--tokperf-target-interval)", _COUNT, None, "N"),
     OptionSpec("target_interval", "adaptive repetitions stop once the 95% interval of the "
-               "mean judged decode is within +/- this fraction of it", _share, 0.02, "F"),
-    OptionSpec("min_repetitions", "adaptive repetitions: at least this many", _repetition_bound,
+               "mean judged decode is within +/- this fraction of it", _SHARE, 0.02, "F"),
+    OptionSpec("min_repetitions", "adaptive repetitions: at least this many", _REPETITION_BOUND,
                3, "N"),
-    OptionSpec("max_repetitions", "adaptive repetitions: at most this many", _repetition_bound,
+    OptionSpec("max_repetitions", "adaptive repetitions: at most this many", _REPETITION_BOUND,
                10, "N"),
     OptionSpec("max_cv", "a result whose judged decode varies more than this (coefficient of "
-               "variation over its repetitions) is 'unstable', never 'pass'", _share, 0.05,
+               "variation over its repetitions) is 'unstable', never 'pass'", _SHARE, 0.05,
                "F"),
-    OptionSpec("warmup", "discarded warm-up runs per workload", _non_negative_int, 1, "N"),
+    OptionSpec("warmup", "discarded warm-up runs per workload", _whole(0, 1 << 20, "1"), 1, "N"),
     OptionSpec("db", "results database (default .tokperf/results.db in the rootdir when an "
                "ini file sets it, else in the current directory; 'off' writes nothing)",
                _text, None, "PATH", True),
     OptionSpec("startup_timeout", "seconds to wait for a started server's /health",
-               _positive_float, 120.0, "S"),
-    OptionSpec("request_timeout", "seconds one generation may take", _positive_float, 600.0, "S"),
+               _SECONDS, 120.0, "S"),
+    OptionSpec("request_timeout", "seconds one generation may take", _SECONDS, 600.0, "S"),
     OptionSpec("idle_timeout", "seconds without a new token, once tokens flow, before a "
-               "generation counts as stalled (keep-alive comments do not count)", _seconds,
+               "generation counts as stalled (keep-alive comments do not count)", _SECONDS,
                DEFAULT_IDLE_TIMEOUT_S, "S"),
     OptionSpec("api_key_env", "environment variable holding the API key sent as "
                "'Authorization: Bearer' (llama-server --api-key, vLLM, LM Studio, OpenAI-"
@@ -270,19 +255,21 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "devices and offloaded layers, Ollama's share in VRAM)", _device, None, "DEVICE",
                True),
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
-               "fraction of the ceiling, e.g. 0.6", _fraction, None, "F"),
+               "fraction of the ceiling, e.g. 0.6", FRACTION_OF_CEILING, None, "F"),
     OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
                "the DB, default), 'engine=VERSION', or another results DB", _baseline, Baseline("history"),
                "SPEC", True),
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
-               _positive_float, 0.05, "F"),
+               _number(0, 1, closed_hi=False, what="a fraction",
+                       example="0.05 means a 5% change"), 0.05, "F"),
     OptionSpec("report_md", "write a markdown summary here at the end (the GitHub step "
                "summary gets one whenever GITHUB_STEP_SUMMARY is set)", _text, None, "PATH"),
     OptionSpec("report_json", "write the session's results as JSON here", _text, None, "PATH"),
     OptionSpec("report_html", "write a self-contained HTML report with plots here (needs "
                "matplotlib: pip install 'pytest-tokperf[plot]')", _text, None, "PATH"),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
-               _positive_float, 0.05, "F"),
+               _number(0, 1, closed_hi=True, what="a fraction",
+                       example="0.05 tolerates a 5% difference"), 0.05, "F"),
     OptionSpec("draft_model", "draft for tok_bench.speculative(): a GGUF PATH sharing the "
                "model's vocabulary, 'self' (the model drafts for itself: every draft accepted, "
                "so only the overhead shows) or 'small' (a generated small draft; the default "
@@ -290,7 +277,35 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("speculative_url", "a second running server, drafting, for "
                "tok_bench.speculative() when the engine is attached with --tokperf-url",
                _url, None, "URL", True),
+    OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
+               "regression against the baseline (significant AND at least --tokperf-min-effect, "
+               "controlled across the session); noisy series are reported, not failed",
+               _bool, False, "BOOL", True, switch=True),
 )
+
+MARKER_ARGUMENTS: dict[str, Parser] = {
+    "repetitions": _COUNT,
+    "warmup": _whole(0, 1 << 20, "1"),
+    "min_efficiency": FRACTION_OF_CEILING,
+    "prompt_tokens": _TOKENS,
+    "generate_tokens": _whole(2, 1 << 24, "128 (decode needs at least 2 tokens)"),
+    "depth_tokens": _whole(0, 1 << 24, "4096"),
+    "concurrency": _whole(1, 1024, "4"),
+    "cached_prefix_tokens": _whole(0, 1 << 24, "960"),
+    "chat": _bool,
+}
+"""What ``@pytest.mark.tokperf(...)`` takes, each checked like the options."""
+
+
+def parse_marker(arguments: Mapping[str, object], where: str) -> dict[str, Any]:
+    """The marker's arguments, typed and range-checked; ``ConfigError`` names the bad one."""
+    unknown = sorted(set(arguments) - set(MARKER_ARGUMENTS))
+    if unknown:
+        raise ConfigError(f"{where} got unknown argument(s) {unknown!r}; known: "
+                          f"{', '.join(MARKER_ARGUMENTS)}")
+    return {name: MARKER_ARGUMENTS[name](str(value) if not isinstance(value, str) else value,
+                                         where, name)
+            for name, value in arguments.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +360,6 @@ def resolve(
     env: Mapping[str, str],
     rootdir: Path,
     server_args: tuple[str, ...] = (),
-    fail_on_regression: bool = False,
     engine_names: tuple[str, ...] | None = ENGINE_NAMES,
 ) -> Settings:
     """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset.
@@ -380,8 +394,7 @@ def resolve(
             f"lower the minimum"
         )
     api_key = _api_key(env, values["api_key_env"])
-    return Settings(server_args=server_args, fail_on_regression=fail_on_regression,
-                    api_key=api_key, **values)
+    return Settings(server_args=server_args, api_key=api_key, **values)
 
 
 def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:

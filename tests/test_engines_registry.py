@@ -18,6 +18,7 @@ from pytest_tokperf.engines.launchers import (
     lmstudio_plan,
     mlx_plan,
     ollama_plan,
+    sglang_plan,
     start_planned,
     vllm_plan,
 )
@@ -97,7 +98,9 @@ def test_prompts_are_unique_at_their_first_token_and_about_the_asked_length() ->
 
 def test_start_commands_bind_loopback_on_the_given_port() -> None:
     ollama = ollama_plan(Path("/usr/bin/ollama"), 11500)
-    assert ollama.command == ("env", "OLLAMA_HOST=127.0.0.1:11500", "/usr/bin/ollama", "serve")
+    assert ollama.command == ("/usr/bin/ollama", "serve")
+    assert ollama.env == (("OLLAMA_HOST", "127.0.0.1:11500"),)
+    assert ollama.shown == "OLLAMA_HOST=127.0.0.1:11500 /usr/bin/ollama serve"
     assert (ollama.url, ollama.ready_path, ollama.detaches) == ("http://127.0.0.1:11500", "/api/version", False)
     mlx = mlx_plan(Path("/opt/mlx_lm.server"), "mlx-community/Llama-3.2-3B-Instruct-4bit", 8081)
     assert mlx.command == ("/opt/mlx_lm.server", "--model", "mlx-community/Llama-3.2-3B-Instruct-4bit",
@@ -105,6 +108,9 @@ def test_start_commands_bind_loopback_on_the_given_port() -> None:
     lms = lmstudio_plan(Path("/usr/local/bin/lms"), 1235)
     assert lms.command == ("/usr/local/bin/lms", "server", "start", "--port", "1235")
     assert lms.detaches and lms.stop_command == ("/usr/local/bin/lms", "server", "stop")
+    sglang = sglang_plan(Path("sglang"), "Qwen/Qwen3-0.6B", 30001)
+    assert sglang.command == ("sglang", "serve", "--model-path", "Qwen/Qwen3-0.6B", "--host",
+                              "127.0.0.1", "--port", "30001")
 
 
 def test_vllm_gets_only_the_clean_flags_its_help_lists() -> None:
@@ -113,18 +119,37 @@ def test_vllm_gets_only_the_clean_flags_its_help_lists() -> None:
     assert plan.command == ("vllm", "serve", "Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", "8001",
                             "--no-enable-prefix-caching", "--enable-prompt-tokens-details",
                             "--max-model-len", "4096")
+    assert plan.clean == ("--no-enable-prefix-caching", "--enable-prompt-tokens-details")
     assert plan.ready_path == "/health"
     assert "--enable-per-request-metrics" not in vllm_plan(Path("vllm"), "m", 1, "").command
+    # "--enable-prefix-caching" alone (an old build's help) is not the --no- form
+    assert "--no-enable-prefix-caching" not in vllm_plan(
+        Path("vllm"), "m", 1, "[--enable-prefix-caching]").command
+
+
+def test_the_users_own_setting_wins_over_a_clean_flag() -> None:
+    help_text = "--no-enable-prefix-caching --enable-per-request-metrics"
+    plan = vllm_plan(Path("vllm"), "m", 1, help_text, ("--enable-prefix-caching",))
+    assert plan.command[-2:] == ("--enable-per-request-metrics", "--enable-prefix-caching")
+    mlx = mlx_plan(Path("mlx_lm.server"), "m", 1, "--prompt-cache-size N", ("--prompt-cache-size=4",))
+    assert mlx.command[-1] == "--prompt-cache-size=4" and mlx.clean == ()
+    ollama = ollama_plan(Path("ollama"), 2, "OLLAMA_NUM_PARALLEL OLLAMA_KEEP_ALIVE", ("OLLAMA_KEEP_ALIVE=-1",))
+    assert dict(ollama.env)["OLLAMA_KEEP_ALIVE"] == "-1" and ollama.clean == ("OLLAMA_NUM_PARALLEL=1",)
+    with pytest.raises(ConfigError, match="'--flash-attn'.*takes no options.*NAME=value"):
+        ollama_plan(Path("ollama"), 2, "", ("--flash-attn",))
 
 
 def test_starting_needs_the_binary_and_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "")
     with pytest.raises(ConfigError, match="'vllm' is not on PATH"):
         find_binary("vllm")
-    with pytest.raises(ConfigError, match="'sglang' cannot be started.*--tokperf-url"):
+    with pytest.raises(ConfigError, match="'sglang' is not on PATH"):
         find_binary("sglang")
-    with pytest.raises(ConfigError, match="needs --tokperf-model"):
-        launch_plan("mlx", model=None, port=1, binary=Path("mlx_lm.server"))
+    with pytest.raises(ConfigError, match="'tgi' cannot be started.*--tokperf-url"):
+        find_binary("tgi")
+    for engine in ("mlx", "sglang", "vllm"):
+        with pytest.raises(ConfigError, match="needs --tokperf-model"):
+            launch_plan(engine, model=None, port=1, binary=Path("x"))
     assert launch_plan("ollama", model=None, port=2, binary=Path("ollama")).engine == "ollama"
 
 

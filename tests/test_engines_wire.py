@@ -15,11 +15,11 @@ import pytest
 from fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
 from fake_http import FakeHtml, Handler
 
-from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.base import Engine, model_identity
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.bench.measure import run_workload
-from pytest_tokperf.results import GenerationRequest, Workload
+from pytest_tokperf.results import GenerationRequest, ModelInfo, Workload
 
 REQUEST = GenerationRequest(prompt_tokens=40, generate_tokens=12, salt=7, timeout_s=30.0)
 
@@ -97,15 +97,50 @@ def test_ollama_reports_two_models_loaded_and_partial_offload(engines: list[Engi
     settings = dict(info.settings)
     assert settings["loaded_models"] == "2"
     assert settings["gpu_share"] == "60%"
-    assert "2 models loaded at once (llama3.2:3b, qwen2.5:7b)" in settings["warning"]
-    assert "partial offload: 60% of llama3.2:3b" in settings["warning"]
+    assert "warning" not in settings  # first-class now: EngineInfo.warnings
+    two, partial = info.warnings
+    assert two.startswith("2 models loaded at once in Ollama (llama3.2:3b, qwen2.5:7b)")
+    assert partial.startswith("partial offload: 60% of llama3.2:3b is in GPU memory and "
+                              "40% in system memory (2.40 GB of 4.00 GB")
 
 
-def test_ollama_speculative_from_draft_num_predict(engines: list[Engine]) -> None:
-    with FakeOllama(draft_num_predict=4) as fake:
+def test_one_model_all_in_gpu_memory_warns_nothing(engines: list[Engine]) -> None:
+    loaded = {"llama3.2:3b": (4_000_000_000, 4_000_000_000)}
+    with FakeOllama(loaded=loaded) as fake:
         info = make(engines, "ollama", fake.url, "llama3.2:3b").info()
-    assert info.speculative is True
-    assert dict(info.settings)["draft_num_predict"] == "4"
+    assert info.warnings == () and dict(info.settings)["gpu_share"] == "100%"
+
+
+@pytest.mark.parametrize(("fake_args", "drafts"), [
+    ({"draft": "/m/blobs/sha256-d1"}, "sha256-d1|4 (default)"),  # a DRAFT drafts 4 by default
+    ({"draft": "/m/blobs/sha256-d1", "draft_num_predict": 2}, "sha256-d1|2"),
+    ({"draft": "/m/blobs/sha256-d1", "draft_num_predict": 0}, None),  # 0 turns it off
+    ({"mtp_layers": 1}, None),  # MTP layers draft only when draft_num_predict is set
+    ({"mtp_layers": 1, "draft_num_predict": 3}, "mtp (embedded layers)|3"),
+    ({"draft_num_predict": 4}, None),  # a parameter alone has nothing to draft with
+])
+def test_ollama_speculative_from_its_draft_model_or_mtp_layers(
+    fake_args: dict[str, Any], drafts: str | None, engines: list[Engine]
+) -> None:
+    with FakeOllama(**fake_args) as fake:
+        info = make(engines, "ollama", fake.url, "llama3.2:3b").info()
+    settings = dict(info.settings)
+    assert info.speculative is (drafts is not None)
+    if drafts is None:
+        assert "draft_model" not in settings and info.warnings == ()
+        return
+    model, n = drafts.split("|")
+    assert (settings["draft_model"], settings["draft_num_predict"]) == (model, n)
+    assert info.warnings[-1].startswith(f"speculative decoding: llama3.2:3b drafts with {model}")
+
+
+def test_ollama_model_identity_without_a_file(engines: list[Engine]) -> None:
+    with FakeOllama(blob_path="/usr/share/ollama/.ollama/models/blobs/sha256-dde5aa3f") as fake:
+        identity = model_identity(make(engines, "ollama", fake.url, "llama3.2:3b"))
+    assert identity == ModelInfo(
+        file_name="llama3.2:3b", path="/usr/share/ollama/.ollama/models/blobs/sha256-dde5aa3f",
+        file_bytes=2_019_393_189, architecture="llama", parameter_count=3_212_749_888,
+        file_type="Q4_K_M", context_length=131072)
 
 
 def test_ollama_caps_only_so_the_real_count_is_recorded(engines: list[Engine]) -> None:
@@ -176,7 +211,7 @@ def test_vllm_info_and_speculative_detection(engines: list[Engine]) -> None:
         generation = engine.generate(REQUEST)
     assert (info.name, info.version, info.context_size) == ("vllm", "0.11.0", 8192)
     assert info.model_name == "meta-llama/Llama-3.2-1B-Instruct"
-    assert info.speculative is True and "speculative decoding" in dict(info.settings)["warning"]
+    assert info.speculative is True and "speculative decoding" in info.warnings[0]
     assert dict(info.settings)["prefix_caching"] == "true"
     assert generation.engine is not None and generation.engine.speculative
     assert generation.engine.draft_accepted_tokens == 6
@@ -235,9 +270,53 @@ def test_lmstudio_draft_model_and_two_loaded_are_reported(engines: list[Engine])
     models = (("qwen2.5-7b-instruct", "loaded"), ("qwen2.5-0.5b-instruct", "loaded"))
     with FakeLMStudio(models=models, draft_model="qwen2.5-0.5b-instruct") as fake:
         info = make(engines, "lmstudio", fake.url, "qwen2.5-7b-instruct").info()
-    assert info.speculative is True
-    warning = dict(info.settings)["warning"]
-    assert "2 models loaded at once" in warning and "draft model 'qwen2.5-0.5b-instruct'" in warning
+    assert info.speculative is True and dict(info.settings)["draft_model"] == "qwen2.5-0.5b-instruct"
+    two, draft = info.warnings
+    assert two.startswith("2 models loaded at once in LM Studio (qwen2.5-7b-instruct, qwen2.5-0.5b")
+    assert draft.startswith("speculative decoding with draft model 'qwen2.5-0.5b-instruct'")
+
+
+def test_lmstudio_chat_streams_from_the_v1_api_with_its_own_stats(engines: list[Engine]) -> None:
+    with FakeLMStudio(v1_api=True, think_tokens=2) as fake:
+        engine = make(engines, "lmstudio", fake.url)
+        result = run_workload(engine, Workload(24, 10, chat=True, repetitions=2, warmup=0))
+        stats = fake.last_stats
+        method, path, body = fake.requests[-1]
+    assert (method, path) == ("POST", "/api/v1/chat")
+    assert "word list" in body["input"] and body["max_output_tokens"] == 10
+    assert body["stream"] is True and body["store"] is False
+    sample = result.samples[-1]
+    assert (sample.generated_tokens, sample.reasoning_tokens) == (10, 2)
+    assert sample.prompt_tokens == stats["input_tokens"]
+    assert sample.engine_prefill_s == stats["time_to_first_token_seconds"]
+    # decode_s = total_output_tokens / tokens_per_second: the engine's decode beside the client's
+    assert sample.engine_decode_tokens_per_s == pytest.approx(9 * stats["tokens_per_second"] / 10)
+    assert result.decode_agreement is not None and result.engine_decode_tokens_per_s is not None
+
+
+def test_lmstudio_raw_prompts_and_old_builds_keep_the_openai_stream(engines: list[Engine]) -> None:
+    with FakeLMStudio(v1_api=True) as fake:
+        make(engines, "lmstudio", fake.url).generate(REQUEST)
+        assert fake.requests[-1][1] == "/v1/completions"
+    with FakeLMStudio() as old:
+        chat = make(engines, "lmstudio", old.url).generate(
+            GenerationRequest(24, 4, timeout_s=30.0, chat=True))
+        paths = [path for _, path, _ in old.requests]
+    assert "/api/v1/models" in paths and "/api/v1/chat" not in paths
+    assert paths[-1] == "/v1/chat/completions"
+    assert chat.generated_tokens == 4 and chat.engine is None  # no stats on that stream
+
+
+def test_lmstudio_model_identity_from_the_v1_list_else_v0(engines: list[Engine]) -> None:
+    with FakeLMStudio(v1_api=True) as fake:
+        identity = model_identity(make(engines, "lmstudio", fake.url))
+    assert identity == ModelInfo(file_name="qwen2.5-7b-instruct", file_bytes=4_683_073_952,
+                                 architecture="qwen2", parameter_count=7_000_000_000,
+                                 file_type="Q4_K_M", context_length=32768)
+    with FakeLMStudio() as old:
+        identity = model_identity(make(engines, "lmstudio", old.url, "meta-llama-3.1-8b-instruct"))
+    assert identity == ModelInfo(file_name="meta-llama-3.1-8b-instruct", architecture="qwen2",
+                                 file_type="Q4_K_M", context_length=32768)
 
 
 def test_lmstudio_unknown_model_lists_models(engines: list[Engine]) -> None:
@@ -311,6 +390,34 @@ def test_sglang_speculative_and_model_mismatch(engines: list[Engine]) -> None:
         with pytest.raises(EngineProtocolError, match="serves 'Qwen/Qwen2.5-0.5B-Instruct', not 'llama'"):
             make(engines, "sglang", fake.url, "llama").info()
         assert make(engines, "sglang", fake.url, "Qwen2.5-0.5B-Instruct").info().speculative
+
+
+def test_sglang_draft_counts_of_newer_builds(engines: list[Engine]) -> None:
+    with FakeSGLang(speculative="EAGLE", draft_counts=True) as fake:
+        generation = make(engines, "sglang", fake.url).generate(REQUEST)
+    timings = generation.engine
+    assert timings is not None and timings.speculative
+    assert (timings.draft_tokens, timings.draft_accepted_tokens) == (18, 6)  # 6 steps x 3, 12 - 6
+
+
+def test_sglang_and_vllm_identity_is_their_model_path(engines: list[Engine]) -> None:
+    with FakeSGLang() as fake:
+        sglang = model_identity(make(engines, "sglang", fake.url))
+    assert sglang == ModelInfo(file_name="Qwen2.5-0.5B-Instruct", path="Qwen/Qwen2.5-0.5B-Instruct")
+    with FakeVLLM() as fake:
+        vllm = model_identity(make(engines, "vllm", fake.url))
+    assert vllm == ModelInfo(file_name="meta-llama/Llama-3.2-1B-Instruct",
+                             path="meta-llama/Llama-3.2-1B-Instruct", context_length=8192)
+
+
+def test_model_identity_is_none_when_the_engine_cannot_say(engines: list[Engine]) -> None:
+    assert model_identity(make(engines, "mlx", "http://127.0.0.1:9")) is None  # says nothing
+    assert model_identity(make(engines, "ollama", "http://127.0.0.1:9", "m")) is None  # unreachable
+
+    class Custom:  # an engine a conftest registers need not implement it
+        name, base_url = "custom", "http://x"
+
+    assert model_identity(Custom()) is None  # type: ignore[arg-type]
 
 
 def test_sglang_error_json_is_quoted(engines: list[Engine]) -> None:

@@ -67,7 +67,8 @@ def run_chromium(binary: str, profile: Path, *args: str) -> subprocess.Completed
 def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
     html = report.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>")
-    assert '<p class="headline">6 results: 1 fail, 4 pass, 1 unchecked · 1 regression</p>' in html
+    assert ('<p class="headline">6 results: 1 fail, 4 pass, 1 unchecked · 6 with warnings · '
+            '1 regression</p>') in html
     assert ("<td>test_decode[short]</td><td>prompt 512, gen 128</td><td class=\"num\">50.0</td>"
             in html)
     assert '<td class="num">88.0 ±0.3</td>' in html
@@ -87,7 +88,7 @@ def test_report_is_self_contained(report: Path) -> None:
         "decode across builds: test_decode[short] — prompt 512, gen 128",
         "decode across builds: test_decode[deep] — prompt 512, gen 128, depth 8192",
         "decode across builds: test_decode[long] — prompt 4096, gen 128",
-        "Decode efficiency vs depth", "TTFT vs prompt length", "Aggregate decode vs concurrency",
+        "Decode efficiency vs depth", "TTFT vs prompt length", "Aggregate output vs concurrency",
     ]
     for _, src in sources:
         assert src.startswith("data:image/png;base64,")

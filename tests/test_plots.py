@@ -27,7 +27,7 @@ from pytest_tokperf.report.data import (
     load_histories,
     store_figures,
 )
-from pytest_tokperf.stats.compare import TTFT
+from pytest_tokperf.stats.comparing import TTFT
 from pytest_tokperf.storage.store import ResultStore
 
 try:
@@ -139,6 +139,10 @@ def test_concurrency_curve_only_with_a_sweep(data: Data, tmp_path: Path) -> None
     curve = plot_concurrency(figures, tmp_path / "c.png")
     assert curve.note == "1 workload(s)"
     assert_drawn(curve, LINE)
+    # drawn as measured (all streams' output / round wall time), not per-stream x N
+    batch = sorted((f.concurrency, f.aggregate_tokens_per_s) for f in figures
+                   if f.test_id == "test_batch")
+    assert batch == [(1, 80.0), (2, 140.0), (4, 200.0)]
     single = [f for f in figures if f.concurrency == 1]
     skipped = plot_concurrency(single, tmp_path / "none.png")
     assert skipped.skipped

@@ -77,13 +77,13 @@ def test_adaptive_repetition_options_and_the_bandwidth_file(
 
 
 @pytest.mark.parametrize(("cli", "message"), [
-    ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is not a whole number >= 1"),
+    ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is not a whole number in [1, 1048576]"),
     ({"warmup": "-1"}, "--tokperf-warmup '-1'"),
     ({"url": "localhost:8080"}, "is not an http(s) URL"),
     ({"engine": "llamaserver"}, "--tokperf-engine 'llamaserver' is not an engine this plugin knows"),
     ({"startup_timeout": "soon"}, "--tokperf-startup-timeout 'soon'"),
     ({"min_repetitions": "1"}, "--tokperf-min-repetitions '1' from option "
-     "--tokperf-min-repetitions is not a whole number >= 2 (an interval needs"),
+     "--tokperf-min-repetitions is not a whole number in [2, 1048576]; e.g. 3 (an interval needs"),
     ({"min_repetitions": "6", "max_repetitions": "4"}, "--tokperf-min-repetitions 6 is above "
      "--tokperf-max-repetitions 4"),
     ({"target_interval": "2"}, "--tokperf-target-interval '2' from option "
@@ -239,3 +239,81 @@ def test_bad_workload_is_clear(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*generate_tokens=1 is not a whole number >= 2*"])
+
+
+@pytest.mark.parametrize(("args", "ini", "expected"), [
+    (["--tokperf-request-timeout", "inf"], "",
+     "--tokperf-request-timeout 'inf' from option --tokperf-request-timeout is not a number "
+     "of seconds in (0, 1e+06)"),
+    (["--tokperf-port", "70000"], "",
+     "--tokperf-port '70000' from option --tokperf-port is not a whole number in [1, 65535]"),
+    (["--tokperf-min-effect", "50"], "",
+     "--tokperf-min-effect '50' from option --tokperf-min-effect is not a fraction in (0, 1);"
+     " 0.05 means a 5% change"),
+    ([], "tokperf_fail_on_regression = maybe",
+     "--tokperf-fail-on-regression 'maybe' from ini option tokperf_fail_on_regression is not "
+     "true or false"),
+    (["--tokperf-agreement", "nan"], "",
+     "--tokperf-agreement 'nan' from option --tokperf-agreement is not a fraction in (0, 1]"),
+])
+def test_bad_values_are_one_line_usage_errors(
+    pytester: pytest.Pytester, args: list[str], ini: str, expected: str
+) -> None:
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(TOUCH)
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and expected in errors[0]
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_bad_marker_value_names_the_argument(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n@pytest.mark.tokperf(repetitions='abc')\n" + TOUCH)
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off")
+    result.assert_outcomes(errors=1)
+    assert ("repetitions 'abc' from @pytest.mark.tokperf is not a whole number in [1, 1048576]"
+            in result.stdout.str())
+    assert "ValueError" not in result.stdout.str()
+    assert "During handling" not in result.stdout.str()
+
+
+def test_marker_arguments_cover_every_workload_argument() -> None:
+    from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS
+    from pytest_tokperf.settings import MARKER_ARGUMENTS
+
+    assert set(WORKLOAD_DEFAULTS) | {"repetitions", "warmup", "min_efficiency"} == set(
+        MARKER_ARGUMENTS)
+
+
+def test_a_read_only_results_db_is_a_usage_error_before_any_test(pytester: pytest.Pytester) -> None:
+    import os
+    import subprocess
+
+    from pytest_tokperf.storage.store import ResultStore
+
+    db = pytester.path / "ro.db"
+    ResultStore.open(db).close()
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+            pytest.skip("no immutable attribute on this file system, and root ignores chmod")
+    else:
+        db.chmod(0o444)
+    try:
+        pytester.makepyfile(TOUCH)
+        result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", str(db))
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot write the results database*readonly*"])
+
+
+def test_xdist_workers_are_refused_for_measurements(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(TOUCH)
+    result = pytester.runpytest("-n", "2", "--tokperf-url", "http://127.0.0.1:9")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*tokperf measures one engine at a time, and pytest-xdist "
+                                 "would run 2 workers*pass -n 0*"])
+    plain = pytester.runpytest("-n", "2", "-p", "no:randomly")  # no engine: -n is fine
+    plain.assert_outcomes(skipped=1)

@@ -30,7 +30,7 @@ from pytest_tokperf.report.formats import (
     report_json,
     write_step_summary,
 )
-from pytest_tokperf.stats.compare import DECODE, Comparison
+from pytest_tokperf.stats.comparing import DECODE, Comparison
 from pytest_tokperf.storage.store import ResultStore
 
 
@@ -100,15 +100,16 @@ def test_markdown_shows_results_verdicts_and_the_regression(
     md = markdown_summary(figures, changes)
     lines = md.splitlines()
     assert lines[0] == ("### pytest-tokperf: 3 results: 1 fail, 1 pass, 1 unchecked "
-                        "· 1 regression")
+                        "· 3 with warnings · 1 regression")  # the factory's ceiling warns
     assert "Setup: llama-server b6011 (c0ffeeb) · tiny.gguf · NVIDIA H200" in lines
     assert ("| test_decode[short] | prompt 512, gen 128 | 50.0 | 10240 | 88.0 ±0.3 | 125.0 "
-            "| 70.4% | b6011 (c0ffeeb) | **fail** |") in lines
+            "| 70.4% | 441.4 | - | b6011 (c0ffeeb) | **fail** | - |") in lines
     assert ("| test_decode[deep] | prompt 512, gen 128, depth 8192 | 80.0 | 6400 | 60.0 ±0.2 "
-            "| 85.0 | 70.6% | b6011 (c0ffeeb) | unchecked |") in lines
+            "| 85.0 | 70.6% | 301.0 | - | b6011 (c0ffeeb) | unchecked | - |") in lines
+    assert "#### Warnings" in lines and "- **test_decode[deep]**: no output tensor" in lines
     assert "| test_decode[long] | prompt 4096, gen 128 | 400.0 |" in md
     assert "#### Regressions" in lines
-    (regression,) = [line for line in lines if line.startswith("- ")]
+    (regression,) = [line for line in lines if line.startswith("- ") and "regression:" in line]
     assert regression.startswith("- **test_decode[short]** regression: decode −12.0% [−12.")
     assert ", p=" in regression  # the change point's Bonferroni-adjusted p (stats owns its value)
     assert regression.endswith(", b6005 (c0ffee5) → b6006 (c0ffee6)")
@@ -127,7 +128,7 @@ def test_markdown_lists_gate_comparisons_escapes_pipes_and_says_when_empty(
         SeriesChange.from_comparison("t[c]", faster, baseline="b1 .. b3", current="b4"),
     ]
     md = markdown_summary(figures[:1], changes, title="nightly")
-    assert md.startswith("### nightly: 1 result: 1 unchecked · 1 improvement\n")
+    assert md.startswith("### nightly: 1 result: 1 unchecked · 1 with warnings · 1 improvement\n")
     assert "#### Too noisy to decide" in md
     assert "- **t[a\\|b]** inconclusive: ttft -, p=-, b1 → b2" in md
     assert "- **t[c]** improvement: decode +20.0% [+15.0%, +25.0%], p=1.0e-04, b1 .. b3 → b4" in md
@@ -159,7 +160,7 @@ def test_json_document_has_stable_keys_si_units_and_no_nan(
                         1, 1, "too few"), baseline="a", current="b")
     text = dumps_report(report_json(figures, [*changes, noisy], run=run))
     doc = json.loads(text)
-    assert list(doc) == ["schema", "run", "counts", "results", "changes"]
+    assert list(doc) == ["schema", "run", "counts", "results_with_warnings", "results", "changes"]
     assert doc["schema"] == JSON_SCHEMA
     assert doc["run"]["run_id"] == "run-11" and doc["run"]["host"] == "bench-host"
     assert doc["counts"] == {"fail": 1, "pass": 1, "unchecked": 1}
@@ -198,3 +199,12 @@ def test_junit_properties_from_figures_and_from_a_summary_row(
     with_ceiling = figures_from_row(row)
     assert with_ceiling.decode_source == "engine"
     assert with_ceiling.efficiency == pytest.approx(101.0 / 6833.3)
+
+
+def test_markdown_escapes_html_from_test_ids(figures: list[ResultFigures]) -> None:
+    import dataclasses
+
+    hostile = dataclasses.replace(figures[0], test_id="t[<script>alert(1)</script>|x]")
+    md = markdown_summary([hostile])
+    assert "<script>" not in md
+    assert "t[&lt;script&gt;alert(1)&lt;/script&gt;\\|x]" in md

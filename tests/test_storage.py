@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -387,3 +389,27 @@ def test_environment_columns_hold_what_the_engine_ran_with() -> None:
     assert row["devices"] == "CUDA0|NVIDIA H200||"
     series = series_of("t", make_result(engine=engine), make_model())
     assert (series.backend, series.gpu_layers, series.batch_size) == ("cuda", -1, None)
+
+
+def _make_read_only(path: Path) -> None:
+    """Read-only even for root: the immutable attribute (chmod does not stop root)."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("this file system has no immutable attribute and we run as root")
+
+
+def test_a_read_only_db_is_refused_before_any_work(tmp_path: Path) -> None:
+    db = tmp_path / "results.db"
+    ResultStore.open(db).close()
+    _make_read_only(db)
+    try:
+        with ResultStore.open(db) as reader:  # reading stays possible
+            assert reader.runs() == []
+        with pytest.raises(StorageError, match=r"cannot write the results database .*readonly"
+                           r".*Point --tokperf-db .* at a writable file, or set it to 'off'"):
+            ResultStore.open(db, check_writable=True)
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True)
+        db.chmod(0o644)

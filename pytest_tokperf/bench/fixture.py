@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pytest_tokperf.ceiling import (
@@ -41,8 +41,12 @@ from pytest_tokperf.results import (
 )
 from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
-Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], object]
-"""Stores one result with its ceiling and verdict (``BenchRun.record`` bound to a test)."""
+Revise = Callable[[Verdict], None]
+"""Replaces a stored result's verdict with the test's own, worse one (an explicit assert)."""
+
+Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], "Revise | None"]
+"""Stores one result with its ceiling and verdict (``BenchRun.record`` bound to a test);
+returns how to revise that stored verdict later, or None when nothing was stored."""
 T = TypeVar("T")
 
 
@@ -52,6 +56,13 @@ class TokBenchResult:
 
     result: BenchResult
     ceiling: Ceiling | None = None
+    revise: Revise | None = field(default=None, compare=False, repr=False)
+    """Called with ``fail`` (or ``suspect``, ``pass``) when an assertion decides: the stored
+    verdict is the test's final one, explicit assertions included."""
+
+    def _decided(self, verdict: Verdict) -> None:
+        if self.revise is not None:
+            self.revise(verdict)
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -74,7 +85,7 @@ class TokBenchResult:
     @property
     def chars_per_s(self) -> float | None:
         """Median characters per second of steady decode (what a reader feels)."""
-        s = Summary.of([sample.chars_per_s for sample in self.result.samples])
+        s = self.result.chars_per_s
         return s.median if s else None
 
     @property
@@ -129,6 +140,7 @@ class TokBenchResult:
         """
         __tracebackhide__ = True
         check = self.check_efficiency(min_fraction)
+        self._decided(check.status)
         if check.status == "fail":
             raise AssertionError(check.message)
         if check.status == "suspect":
@@ -139,6 +151,7 @@ class TokBenchResult:
         __tracebackhide__ = True
         check = check_ttft(self.ttft_s, max_s, self.result.workload.prompt_tokens)
         if not check.ok:
+            self._decided("fail")
             raise AssertionError(f"{check.message} (median of {self.result.ttft_s.n})")
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:
@@ -146,9 +159,11 @@ class TokBenchResult:
         __tracebackhide__ = True
         decode = self.decode_tokens_per_s
         if decode is None:
+            self._decided("fail")
             raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
         check = check_usable(decode, min_tokens_per_s)
         if not check.ok:
+            self._decided("fail")
             raise AssertionError(check.message)
 
 
@@ -258,11 +273,12 @@ class TokBench:
         ab = self._measure(
             lambda: run_speculative_ab(base, accelerated, workload, options, self.progress))
         base_outcome = self._judge_and_record(ab.base, assert_floor=False)
-        self.record(ab.accelerated, None, "unchecked")
+        revise_accelerated = self.record(ab.accelerated, None, "unchecked")
         if self.min_efficiency is not None:  # after both sides are recorded
             base_outcome.assert_efficiency(self.min_efficiency)
         return SpeculativeOutcome(ab=ab, base=base_outcome,
-                                  accelerated=TokBenchResult(result=ab.accelerated))
+                                  accelerated=TokBenchResult(result=ab.accelerated,
+                                                             revise=revise_accelerated))
 
     def _measure(self, run: Callable[[], T]) -> T:
         """Probe, then ``run``; a failed measurement's partial result is recorded first."""
@@ -306,7 +322,8 @@ class TokBench:
         verdict: Verdict = check.status if check else "unchecked"
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):
             verdict = "unstable"  # too wide a spread to stand as a pass (see its note)
-        self.record(result, ceiling, verdict)
+        revise = self.record(result, ceiling, verdict)
+        outcome = replace(outcome, revise=revise)
         if self.min_efficiency is not None and assert_floor:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pytest_tokperf.results import Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import (
+    AGGREGATE,
     DECODE,
     DEFAULT_ALPHA,
     TTFT,
@@ -43,6 +44,7 @@ drifts between runs (+/-15-20% on the VM this was built on), one earlier run can
 separate an engine change from that drift, so the gate wants two."""
 
 GATED_METRICS: tuple[Metric, ...] = (DECODE, TTFT)
+"""Judged for every result; concurrent workloads add ``AGGREGATE`` (all streams' output)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,20 +105,23 @@ class Gate:
         current_build: str,
         run_id: str | None,
         result_id: int | None = None,
+        concurrency: int = 1,
     ) -> list[GateFinding]:
-        """Decode and TTFT of ``samples`` against the baseline's runs of the same series."""
+        """Decode and TTFT of ``samples`` (and with ``concurrency`` > 1 the aggregate
+        output) against the baseline's runs of the same series."""
         source = store
         if self.baseline.kind == "db":
             assert self.baseline.db is not None
             source = ResultStore.open(self.baseline.db)
         findings = []
         try:
+            metrics = (*GATED_METRICS, *((AGGREGATE,) if concurrency > 1 else ()))
             histories = series_histories(  # every gated metric from one query
-                source, series_key, [m.name for m in GATED_METRICS],
+                source, series_key, [m.name for m in metrics],
                 exclude_run_id=run_id if self.baseline.kind != "db" else None,
                 engine_version=self.baseline.engine_version, limit=HISTORY_RUNS,
             )
-            for metric in GATED_METRICS:
+            for metric in metrics:
                 metric = replace(metric, min_effect=self.min_effect)
                 points = [entry.point for entry in histories[metric.name]]
                 current = metric_values(samples, metric.name)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import (
     BenchResult,
@@ -253,6 +254,7 @@ def summarize(
     tolerance: float = DEFAULT_AGREEMENT_TOLERANCE,
 ) -> BenchResult:
     """Medians, dispersion, percentiles and the sanity notes for a set of samples."""
+    engine = with_observed_speculation(engine, samples)  # drafting seen moves the series
     notes: list[str] = []
     short = [s.generated_tokens for s in samples if s.generated_tokens != workload.generate_tokens]
     if short:
@@ -353,11 +355,17 @@ def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation
         return list(pool.map(engine.generate, requests))
 
 
-def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
-    """Output tokens of all streams / wall time from the first send to the last token."""
+def _wall_s(generations: list[Generation]) -> float | None:
+    """A round's wall time: the first send to the last token of any stream."""
     ends = [g.chunk_times_s[-1] for g in generations if g.chunk_times_s]
     span = max(ends, default=0.0) - min(g.sent_s for g in generations)
-    return sum(g.generated_tokens for g in generations) / span if ends and span > 0 else None
+    return span if ends and span > 0 else None
+
+
+def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
+    """Output tokens of all streams / wall time from the first send to the last token."""
+    span = _wall_s(generations)
+    return sum(g.generated_tokens for g in generations) / span if span else None
 
 
 def run_workload(
@@ -409,6 +417,9 @@ def run_workload(
         aggregate = aggregate_tokens_per_s(generations)
         interval = None
         if index >= workload.warmup:
+            wall = _wall_s(generations)
+            round_samples = [replace(s, round_index=index - workload.warmup, round_wall_s=wall)
+                             for s in round_samples]
             rounds += 1
             samples.extend(round_samples)
             measured.extend(generations)

@@ -6,6 +6,7 @@ nothing); every ``record`` call commits before it returns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,8 @@ class Recorder:
         """Open (creating or migrating) the DB at ``path``; None writes nothing."""
         if path is None:
             return cls.disabled()
-        return cls(store=ResultStore.open(path), location=path, pytest_version=pytest_version,
+        return cls(store=ResultStore.open(path, check_writable=True), location=path,
+                   pytest_version=pytest_version,
                    models=models or ModelFiles())
 
     @classmethod
@@ -45,9 +47,16 @@ class Recorder:
     def run_id(self) -> str | None:
         return self._run.run_id if self._run is not None else None
 
-    def model(self, path: Path | None, result: BenchResult) -> ModelInfo | None:
-        """The identity of the model ``result`` was measured on (parsed once per run)."""
+    def model(self, path: Path | None, result: BenchResult,
+              identity: Callable[[], ModelInfo | None] | None = None) -> ModelInfo | None:
+        """The identity of the model ``result`` was measured on: from its file (parsed once
+        per run), else what the engine says about it (``identity``), else its bare name."""
         key = str(path) if path is not None else (result.engine.model_path or "")
+        if key and Path(key).is_file():
+            return self.models.info(Path(key))
+        said = identity() if identity is not None else None
+        if said is not None:
+            return said
         return self.models.info(Path(key)) if key else None
 
     def record(
@@ -59,8 +68,10 @@ class Recorder:
         *,
         model_path: Path | None,
         hardware: HardwareInfo | None,
+        identity: Callable[[], ModelInfo | None] | None = None,
     ) -> Stored | None:
-        """Store one result; None when not storing."""
+        """Store one result; None when not storing. ``identity`` asks the engine about its
+        model when no file can be read here."""
         if self.store is None:
             return None
         from pytest_tokperf.environment import collect_run_info
@@ -74,7 +85,7 @@ class Recorder:
             self._run.run_id,
             test_id,
             result,
-            model=self.model(model_path, result),
+            model=self.model(model_path, result, identity),
             hardware=hardware,
             ceiling=ceiling,
             efficiency=decode_efficiency(result, ceiling),

@@ -15,12 +15,12 @@ assembles an engine session, ceilings, a results store and a regression gate. A 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, kv_type_v_from_args
-from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, TokBench
+from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, Revise, TokBench
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.bench.recorder import Recorder
@@ -28,12 +28,18 @@ from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.engines.registry import EngineRegistry
 from pytest_tokperf.errors import ConfigError, ModelFileError
-from pytest_tokperf.results import BenchResult, Ceiling, Progress, Verdict
+from pytest_tokperf.results import BenchResult, Ceiling, ModelInfo, Progress, Verdict
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.gate import Gate, GateFinding
     from pytest_tokperf.storage.store import Stored
+
+VERDICT_RANK: dict[Verdict, int] = {"unchecked": 0, "pass": 1, "unstable": 2, "suspect": 3,
+                                    "fail": 4, "error": 5}
+"""Which verdict wins when a test's own assertion revises the recorded one (a passing
+assertion leaves an ``unstable`` result unstable)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
@@ -78,6 +84,9 @@ class BenchRun:
     gate_summary: str = ""
     """How the final verdicts were controlled together, and their counts (one line)."""
     _finished: bool = field(default=False, init=False)
+    _problems_seen: int = field(default=0, init=False)
+    _identity_asked: bool = field(default=False, init=False)
+    _identity: ModelInfo | None = field(default=None, init=False)
 
     @classmethod
     def open(
@@ -148,11 +157,17 @@ class BenchRun:
                               f"{', '.join(WORKLOAD_DEFAULTS)}")
         s = self.settings
 
-        def record(result: BenchResult, ceiling: Ceiling | None, verdict: Verdict) -> Recorded:
+        def record(result: BenchResult, ceiling: Ceiling | None, verdict: Verdict) -> Revise:
             recorded = self.record(test_id, result, ceiling, verdict)
             if on_record is not None:
                 on_record(recorded)
-            return recorded
+
+            def revise(final: Verdict) -> None:
+                revised = self.revise(recorded, final)
+                if revised is not None and on_record is not None:
+                    on_record(revised)
+
+            return revise
 
         return cls(
             engine=self.session.engine,
@@ -172,10 +187,23 @@ class BenchRun:
     def record(
         self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict
     ) -> Recorded:
-        """Store one result (committed on return), then judge it against its history."""
+        """Store one result (committed on return), then judge it against its history.
+
+        What the engine and the run noticed while measuring it (partial offload, two models
+        loaded, no ceiling and why) joins the result's notes, so it is stored and shown
+        with it, not only in a log. A model file that cannot be read here is identified by
+        what the engine says about it (Ollama's /api/show, the OpenAI models list).
+        """
+        noticed = [p for p in dict.fromkeys((*result.engine.warnings,
+                                             *self.ceilings.problems[self._problems_seen:]))
+                   if p not in result.notes]
+        self._problems_seen = len(self.ceilings.problems)
+        if noticed:
+            result = replace(result, notes=(*result.notes, *noticed))
         stored = self.recorder.record(test_id, result, ceiling, verdict,
                                       model_path=self.session.model_path,
-                                      hardware=self.ceilings.hardware)
+                                      hardware=self.ceilings.hardware,
+                                      identity=self._engine_identity)
         findings: tuple[GateFinding, ...] = ()
         store = self.recorder.store
         if stored is not None and store is not None and verdict != "error":
@@ -183,10 +211,33 @@ class BenchRun:
                 store, test_id=test_id, series_key=stored.series_key, samples=result.samples,
                 current_build=result.engine.build or result.engine.version or "?",
                 run_id=self.recorder.run_id, result_id=stored.result_id,
+                concurrency=result.workload.concurrency,
             ))
         recorded = Recorded(test_id, result, ceiling, verdict, stored, findings)
         self.recorded.append(recorded)
         return recorded
+
+    def _engine_identity(self) -> ModelInfo | None:
+        """What the engine says about its model (asked once per run)."""
+        if not self._identity_asked:
+            from pytest_tokperf.engines.base import model_identity
+
+            self._identity_asked = True
+            self._identity = model_identity(self.session.engine())
+        return self._identity
+
+    def revise(self, recorded: Recorded, verdict: Verdict) -> Recorded | None:
+        """The test decided (an explicit assertion): store its verdict if it is worse than
+        the one recorded; returns the revised ``Recorded``, or None when nothing changed."""
+        current = next((r for r in self.recorded if r is recorded or (
+            r.stored is not None and r.stored == recorded.stored)), recorded)
+        if VERDICT_RANK[verdict] <= VERDICT_RANK[current.verdict]:
+            return None
+        revised = replace(current, verdict=verdict)
+        self.recorded = [revised if r is current else r for r in self.recorded]
+        if revised.stored is not None and self.recorder.store is not None:
+            self.recorder.store.set_verdict(revised.stored.result_id, verdict)
+        return revised
 
     def finish(self) -> list[GateFinding]:
         """Control the session's gate verdicts together, store and return them (once)."""

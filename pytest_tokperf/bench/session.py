@@ -232,21 +232,44 @@ class EngineSession:
         return self._drafts[url][1], name
 
     def _start_other(self, name: str) -> Engine:
-        """Start ollama / vllm / mlx_lm / lms from PATH with the same clean lifecycle."""
+        """Start ollama / vllm / sglang / mlx_lm / lms from PATH with the same clean
+        lifecycle, and the flags a clean measurement needs that its help lists
+        (``launchers``); what tokperf added is recorded as the ``clean_flags`` setting."""
         from pytest_tokperf.engines.launcher import free_port
-        from pytest_tokperf.engines.launchers import find_binary, launch_plan, start_planned
+        from pytest_tokperf.engines.launchers import (
+            HELP_ARGS,
+            find_binary,
+            launch_plan,
+            read_help,
+            start_planned,
+        )
 
         s = self.settings
         binary = find_binary(name, s.server_bin)
         model = None if s.model in BUILTIN_MODELS else s.model
+        help_text = ""
+        if name in HELP_ARGS:
+            if self.progress is not None:
+                self.progress(f"reading {binary.name}'s help for the flags it knows")
+            help_text = read_help(name, binary)
         plan = launch_plan(name, model=model, port=s.port or free_port(), binary=binary,
-                           extra_args=s.server_args)
+                           extra_args=s.server_args, help_text=help_text,
+                           parallel=s.parallel, context_size=s.ctx_size)
+        clean = " ".join(plan.clean)
+        if name in HELP_ARGS and not help_text:
+            clean = f"none: {binary.name} printed no help"
+            if self.progress is not None:
+                self.progress(f"{binary.name} printed no help: starting it without the flags "
+                              "a clean measurement needs")
         if self.progress is not None:
-            self.progress(f"starting {' '.join(plan.command)}")
+            self.progress(f"starting {plan.shown}")
         self._server = start_planned(
             plan, self.log_dir / f"{name}-{os.getpid()}.log", s.startup_timeout
         )
-        return self._make(name, plan.url, self._settings_pairs())
+        pairs = self._settings_pairs()
+        if clean:
+            pairs = tuple(sorted((*pairs, ("clean_flags", clean))))
+        return self._make(name, plan.url, pairs)
 
     def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
         s = self.settings

@@ -90,7 +90,8 @@ def run_speculative_ab(
     options: MeasureOptions = MeasureOptions(),
     progress: Progress | None = None,
 ) -> SpeculativeResult:
-    """Warm both engines up, then alternate one measured round on each.
+    """Warm both engines up, then alternate one measured round on each; the side that
+    goes first alternates from round to round.
 
     A failure raises ``MeasurementError`` whose ``partial`` is the base side measured
     so far (the side that is judged against the ceiling).
@@ -106,7 +107,9 @@ def run_speculative_ab(
     one = replace(workload, repetitions=1, warmup=0)
     for index in range(workload.repetitions):
         salted = replace(options, salt_base=options.salt_base + index * workload.concurrency)
-        for name, engine in sides:
+        # Alternate which side goes first, so drift within a round (and the first request
+        # after the other server's) hits both sides alike.
+        for name, engine in (sides if index % 2 == 0 else sides[::-1]):
             try:
                 result = run_workload(engine, one, salted,
                                       _tagged(progress, f"{name} {index + 1}/{workload.repetitions}"))

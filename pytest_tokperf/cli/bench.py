@@ -134,9 +134,9 @@ def bench(args: argparse.Namespace) -> int:
 
 def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None:
     from pytest_tokperf.bench.gate import describe
-    from pytest_tokperf.report.table import Row, summary_table
+    from pytest_tokperf.report.table import session_rows, summary_table
 
-    rows = [Row(r.test_id, r.result, r.ceiling, r.verdict) for r in run.recorded]
+    rows = session_rows(run.recorded, run.findings)
     location = run.recorder.location
     if args.json:
         from pytest_tokperf.report.data import figures_from_result
@@ -158,8 +158,6 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
         print(f"gate against {run.settings.baseline.label}: {run.gate_summary}")
     for finding in gated:
         print(f"  {describe(finding)}")
-    for problem in dict.fromkeys(run.ceilings.problems):
-        print(f"note: {problem}")
     print(f"results: {len(rows)} stored in {location}" if location
           else "results: not stored (--db off)")
     for failure in failures:

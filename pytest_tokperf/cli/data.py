@@ -17,9 +17,10 @@ from typing import Any
 from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
 from pytest_tokperf.cli.output import emit, table
+from pytest_tokperf.stats.metric import fmt_p, pct
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.storage.history import history_points, series_history
-from pytest_tokperf.stats.compare import DECODE, Comparison, compare_many
+from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 
@@ -121,7 +122,7 @@ def compare(args: argparse.Namespace) -> int:
     verdicts: dict[str, Comparison] = compare_many(
         {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
         {k: current[k] for k in common}, DECODE)
-    rows = [(k[:12], tests.get(k, "?"), v.verdict, f"{v.relative_change:+.1%}", v.reason)
+    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change), v.reason)
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
           table(("series", "test", "verdict", "decode", "why"), rows))
@@ -136,7 +137,7 @@ def changes(args: argparse.Namespace) -> int:
         for cp in change_points(history_points(store, row.series_key, DECODE.name), DECODE):
             found.append((row, cp))
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
-             f"{cp.relative_change:+.1%}", f"{cp.p_value:.1e}",
+             pct(cp.relative_change), fmt_p(cp.p_value),
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
             for r, cp in found]
     emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],

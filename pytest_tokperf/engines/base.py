@@ -23,8 +23,8 @@ from pytest_tokperf.engines.stream import (
     StreamClient,
     StreamLimits,
 )
-from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest
+from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 
 @runtime_checkable
@@ -49,6 +49,30 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the HTTP client (does not stop a server)."""
         ...
+
+
+@runtime_checkable
+class IdentifiesModel(Protocol):
+    """An engine that can say what its model is without a file to read (optional)."""
+
+    def model_identity(self) -> ModelInfo | None:
+        """Name, size, quantization and parameter count as the engine reports them."""
+        ...
+
+
+def model_identity(engine: Engine) -> ModelInfo | None:
+    """What ``engine`` says about its model, for a result whose model file cannot be read
+    here (Ollama's blob on another host, a Hugging Face model in vLLM, LM Studio's
+    catalog): None when the engine says nothing or cannot answer now.
+
+    Not part of ``Engine``: an engine a conftest registers need not implement it.
+    """
+    if not isinstance(engine, IdentifiesModel):
+        return None
+    try:
+        return engine.model_identity()
+    except EngineError:
+        return None
 
 
 class HttpAdapter:
@@ -85,6 +109,10 @@ class HttpAdapter:
     def close(self) -> None:
         """Release the HTTP client (does not stop a server)."""
         self._client.close()
+
+    def model_identity(self) -> ModelInfo | None:
+        """The model as the engine describes it (see ``model_identity``); None here."""
+        return None
 
 
 def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,

@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,8 +208,10 @@ def start_server(
     log_path: Path,
     ready: Callable[[], bool],
     timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """Start ``cmd``, log to ``log_path``, poll ``ready`` until true, or fail cleanly."""
+    """Start ``cmd`` (in ``env``, default: ours), log to ``log_path``, poll ``ready``
+    until true, or fail cleanly."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:
@@ -220,6 +222,7 @@ def start_server(
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=_die_with_parent_of(os.getpid()),
+                env=dict(env) if env is not None else None,
             )
         except OSError as exc:
             raise EngineUnavailable(f"cannot start {cmd[0]!r}: {exc}") from exc

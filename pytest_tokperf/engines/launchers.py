@@ -1,18 +1,44 @@
-"""Start commands for engines other than llama-server, when their binary is on PATH.
+"""Start commands for engines other than llama-server, when their program is on PATH.
 
-Each ``*_plan`` only builds the command line and says how readiness shows; starting,
-logging and stopping reuse ``launcher.start_server`` (own session, death with the
-parent, stopped at exit). LM Studio's ``lms server start`` hands the server to the
-LM Studio daemon and returns, so its plan carries the ``lms server stop`` that ends it.
+Each ``*_plan`` only builds the command line (and environment) and says how readiness
+shows; starting, logging and stopping reuse ``launcher.start_server`` (own session,
+death with the parent, stopped at exit). LM Studio's ``lms server start`` hands the
+server to the LM Studio daemon and returns, so its plan carries the ``lms server stop``
+that ends it.
 
-Clean-measurement choices (shared/reference/engines.md): loopback only; vLLM without
-automatic prefix caching and with cached-token details and per-request metrics where
-its ``--help`` lists them (flags a build does not know are left out, not guessed);
-no speculative decoding unless the caller passes the flags in ``extra_args``.
+What a clean single-stream measurement needs, per engine, each added only where the
+engine's own help lists it (``read_help``; a build that lacks a flag does without it,
+nothing is guessed) and only when the user's ``--tokperf-server-arg`` values do not set
+the same thing (theirs come last, and win):
+
+- vLLM (``vllm serve MODEL``; ``vllm serve --help=all``, plain ``--help`` on builds
+  before grouped help; vllm/entrypoints/openai/cli_args.py, engine/arg_utils.py):
+  ``--no-enable-prefix-caching`` (automatic prefix caching is on by default in V1),
+  ``--enable-prompt-tokens-details`` (``usage.prompt_tokens_details.cached_tokens``, so
+  the cold-prompt check runs), ``--enable-per-request-metrics`` (the response's
+  ``metrics``: the engine's own TTFT and decode time for the agreement check).
+- SGLang (``sglang serve --model-path M``, the console script that replaced
+  ``python -m sglang.launch_server``; srt/server_args.py): ``--disable-radix-cache``.
+- mlx_lm (``mlx_lm.server --model M``; mlx_lm/server.py): ``--prompt-cache-size 0``
+  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0).
+- Ollama (``ollama serve``, configured only by environment; the names are the ones
+  ``ollama serve --help`` lists, envconfig/config.go): ``OLLAMA_HOST`` (loopback, the
+  port), ``OLLAMA_NUM_PARALLEL`` (tokperf's ``--tokperf-parallel``, 1 by default: one
+  stream gets the whole engine), ``OLLAMA_MAX_LOADED_MODELS=1`` (no second model
+  shares memory and bandwidth), ``OLLAMA_KEEP_ALIVE=30m`` (no unload between tests),
+  ``OLLAMA_CONTEXT_LENGTH`` (``--tokperf-ctx-size``, what the adapter sends as
+  ``num_ctx``, so no request reloads the model). ``--tokperf-server-arg`` takes
+  ``OLLAMA_*=value`` assignments here.
+- LM Studio (``lms server start --port N``; docs 3_cli/1_serve/server-start.md lists
+  only ``--port`` and ``--cors``): nothing else to set at start.
+
+Speculative decoding stays off everywhere unless the caller passes its flags.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -25,8 +51,24 @@ import httpx
 from pytest_tokperf.engines.launcher import LOOPBACK, ServerProcess, log_tail, start_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
-BINARIES = {"ollama": "ollama", "vllm": "vllm", "mlx": "mlx_lm.server", "lmstudio": "lms"}
+BINARIES = {"ollama": "ollama", "vllm": "vllm", "mlx": "mlx_lm.server", "lmstudio": "lms",
+            "sglang": "sglang"}
 """The program each startable engine needs on PATH."""
+
+HELP_ARGS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ollama": (("serve", "--help"),),
+    "vllm": (("serve", "--help=all"), ("serve", "--help")),
+    "sglang": (("serve", "--help"),),
+    "mlx": (("--help",),),
+}
+"""How each program prints the flags it knows; the first answer that names the port
+option (``--port`` or ``OLLAMA_HOST``) counts. ``lms`` needs none: it gets ``--port`` only."""
+
+HELP_TIMEOUT_S = 180.0
+"""vLLM and SGLang import torch to print their help: tens of seconds on a cold cache."""
+
+MODEL_ENGINES = ("vllm", "mlx", "sglang")
+"""Engines that load one model given at start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +82,19 @@ class LaunchPlan:
     """``GET url + ready_path`` answers 200 once a request can be served."""
     stop_command: tuple[str, ...] = ()
     """Only for servers that detach (``lms server start``): what stops them."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables set for the server on top of the caller's environment."""
+    clean: tuple[str, ...] = ()
+    """What tokperf added for a clean measurement (flags, ``NAME=value``), as recorded."""
 
     @property
     def detaches(self) -> bool:
         return bool(self.stop_command)
+
+    @property
+    def shown(self) -> str:
+        """The command as a shell would take it, environment first."""
+        return " ".join((*(f"{k}={v}" for k, v in self.env), *self.command))
 
 
 def find_binary(engine: str, explicit: str | None = None) -> Path:
@@ -67,13 +118,68 @@ def find_binary(engine: str, explicit: str | None = None) -> Path:
     return Path(found)
 
 
-def ollama_plan(binary: Path, port: int) -> LaunchPlan:
-    """``ollama serve`` listens where ``OLLAMA_HOST`` says (it has no --port flag)."""
+def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> str:
+    """What ``binary`` prints for its help (see ``HELP_ARGS``); "" when it prints none."""
+    text = ""
+    for args in HELP_ARGS.get(engine, ()):
+        try:
+            proc = subprocess.run([str(binary), *args], capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        text = proc.stdout + proc.stderr
+        if listed(text, "--port") or "OLLAMA_HOST" in text:
+            return text
+    return text if text.strip() else ""
+
+
+def listed(help_text: str, flag: str) -> bool:
+    """``flag`` appears in ``help_text`` as a whole option (``--enable-prefix-caching``
+    is not found inside ``--no-enable-prefix-caching``)."""
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is not None
+
+
+def _given(extra_args: Sequence[str], names: Sequence[str]) -> bool:
+    return any(arg.split("=", 1)[0] in names for arg in extra_args)
+
+
+def _clean_flags(help_text: str, extra_args: Sequence[str],
+                 wanted: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[str]:
+    """Each ``(flag and value, options that set the same thing)`` whose flag the help
+    lists and the user's arguments leave unset."""
+    out: list[str] = []
+    for flag, same in wanted:
+        if listed(help_text, flag[0]) and not _given(extra_args, same):
+            out += flag
+    return out
+
+
+def ollama_plan(binary: Path, port: int, help_text: str = "", extra_args: Sequence[str] = (),
+                parallel: int = 1, context_size: int | None = None) -> LaunchPlan:
+    """``ollama serve``: no flags, only environment (``OLLAMA_HOST`` sets the port)."""
+    env: dict[str, str] = {"OLLAMA_HOST": f"{LOOPBACK}:{port}"}
+    wanted = {"OLLAMA_NUM_PARALLEL": str(parallel), "OLLAMA_MAX_LOADED_MODELS": "1",
+              "OLLAMA_KEEP_ALIVE": "30m"}
+    if context_size:
+        wanted["OLLAMA_CONTEXT_LENGTH"] = str(context_size)
+    clean = {k: v for k, v in wanted.items() if listed(help_text, k)}
+    env.update(clean)
+    for arg in extra_args:
+        name, eq, value = arg.partition("=")
+        if not eq or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            raise ConfigError(
+                f"--tokperf-server-arg {arg!r}: `ollama serve` takes no options, only "
+                f"environment variables; pass them as NAME=value (e.g. OLLAMA_FLASH_ATTENTION=1)"
+            )
+        env[name] = value
+        clean.pop(name, None)
     return LaunchPlan(
         engine="ollama",
-        command=("env", f"OLLAMA_HOST={LOOPBACK}:{port}", str(binary), "serve"),
+        command=(str(binary), "serve"),
         url=f"http://{LOOPBACK}:{port}",
         ready_path="/api/version",
+        env=tuple(env.items()),
+        clean=tuple(f"{k}={v}" for k, v in clean.items()),
     )
 
 
@@ -81,21 +187,41 @@ def vllm_plan(
     binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = ()
 ) -> LaunchPlan:
     """``vllm serve MODEL``; ``/health`` answers 200 once the model is loaded."""
-    cmd = [str(binary), "serve", model, "--host", LOOPBACK, "--port", str(port)]
-    for flag in ("--no-enable-prefix-caching", "--enable-prompt-tokens-details",
-                 "--enable-per-request-metrics"):
-        if flag in help_text:
-            cmd.append(flag)
-    cmd += list(extra_args)
+    prefix = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+    clean = _clean_flags(help_text, extra_args, [
+        (("--no-enable-prefix-caching",), prefix),
+        (("--enable-prompt-tokens-details",), ("--enable-prompt-tokens-details",)),
+        (("--enable-per-request-metrics",), ("--enable-per-request-metrics",)),
+    ])
+    cmd = [str(binary), "serve", model, "--host", LOOPBACK, "--port", str(port), *clean,
+           *extra_args]
     return LaunchPlan(engine="vllm", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
-                      ready_path="/health")
+                      ready_path="/health", clean=tuple(clean))
 
 
-def mlx_plan(binary: Path, model: str, port: int, extra_args: Sequence[str] = ()) -> LaunchPlan:
+def sglang_plan(
+    binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = ()
+) -> LaunchPlan:
+    """``sglang serve --model-path MODEL``; it listens once the model is loaded."""
+    clean = _clean_flags(help_text, extra_args, [
+        (("--disable-radix-cache",), ("--disable-radix-cache",)),
+    ])
+    cmd = [str(binary), "serve", "--model-path", model, "--host", LOOPBACK, "--port", str(port),
+           *clean, *extra_args]
+    return LaunchPlan(engine="sglang", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
+                      ready_path="/get_model_info", clean=tuple(clean))
+
+
+def mlx_plan(binary: Path, model: str, port: int, help_text: str = "",
+             extra_args: Sequence[str] = ()) -> LaunchPlan:
     """``mlx_lm.server --model M``; ``/health`` answers as soon as it listens."""
-    cmd = [str(binary), "--model", model, "--host", LOOPBACK, "--port", str(port), *extra_args]
+    clean = _clean_flags(help_text, extra_args, [
+        (("--prompt-cache-size", "0"), ("--prompt-cache-size",)),
+    ])
+    cmd = [str(binary), "--model", model, "--host", LOOPBACK, "--port", str(port), *clean,
+           *extra_args]
     return LaunchPlan(engine="mlx", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
-                      ready_path="/health")
+                      ready_path="/health", clean=tuple(clean))
 
 
 def lmstudio_plan(binary: Path, port: int, extra_args: Sequence[str] = ()) -> LaunchPlan:
@@ -117,20 +243,24 @@ def launch_plan(
     binary: Path | None = None,
     extra_args: Sequence[str] = (),
     help_text: str = "",
+    parallel: int = 1,
+    context_size: int | None = None,
 ) -> LaunchPlan:
-    """The plan for ``engine``; vLLM and mlx need a model name or path."""
+    """The plan for ``engine``; vLLM, SGLang and mlx need a model name or path."""
     binary = binary or find_binary(engine)
-    if engine in ("vllm", "mlx") and not model:
+    if engine in MODEL_ENGINES and not model:
         raise ConfigError(
             f"--tokperf-engine {engine!r} needs --tokperf-model (a Hugging Face id or a local "
             f"model directory) to start a server"
         )
     if engine == "ollama":
-        return ollama_plan(binary, port)
+        return ollama_plan(binary, port, help_text, extra_args, parallel, context_size)
     if engine == "vllm":
         return vllm_plan(binary, str(model), port, help_text, extra_args)
+    if engine == "sglang":
+        return sglang_plan(binary, str(model), port, help_text, extra_args)
     if engine == "mlx":
-        return mlx_plan(binary, str(model), port, extra_args)
+        return mlx_plan(binary, str(model), port, help_text, extra_args)
     if engine == "lmstudio":
         return lmstudio_plan(binary, port, extra_args)
     raise ConfigError(f"--tokperf-engine {engine!r} cannot be started by this plugin")
@@ -179,13 +309,16 @@ def start_planned(
     plan: LaunchPlan, log_path: Path, timeout_s: float
 ) -> ServerProcess | DetachedServer:
     """Start ``plan`` and wait until it is ready, or fail with the log's last lines."""
+    env = {**os.environ, **dict(plan.env)} if plan.env else None
     if not plan.detaches:
-        return start_server(plan.command, plan.url, log_path, ready_check(plan), timeout_s)
+        return start_server(plan.command, plan.url, log_path, ready_check(plan), timeout_s,
+                            env=env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.run(list(plan.command), stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False,
+                                  env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EngineUnavailable(f"cannot run {' '.join(plan.command)!r}: {exc}") from exc
     server = DetachedServer(plan.url, plan.command, log_path, plan.stop_command)

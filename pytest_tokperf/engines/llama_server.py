@@ -12,7 +12,12 @@ Why these request fields (shared/reference/engines.md, section 1):
   server-side time to the first sampled token, ``predicted_ms`` spans first to last
   token, ``predicted_n`` includes the first token. ``/completion`` sends no ``[DONE]``.
 - a chat workload goes to ``/v1/chat/completions`` instead (see ``_chat``): a text
-  prompt in the model's template, thinking and answer told apart.
+  prompt in the model's template, thinking and answer told apart;
+- drafting: b11434's ``/props`` no longer says, ``GET /slots`` does (``"speculative":
+  true`` per slot, checked on the b11434 binary with ``-md``/``--spec-type``), and
+  ``timings`` carries ``draft_n``/``draft_n_accepted`` only when drafting ran
+  (``result_timings::to_json``); either one makes the result speculative
+  (``speculation``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,19 @@ import random
 import re
 from typing import Any
 
+import httpx
+
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.server_settings import llama_server_settings
-from pytest_tokperf.engines.wire import ChunkLog, json_field, probe_ready, text_prompt
+from pytest_tokperf.engines.wire import ChunkLog, count, json_field, probe_ready, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
-from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    ModelInfo,
+)
 
 FIRST_PLAIN_TOKEN = 3 + 256
 """Skip <unk>/<s>/</s> and the 256 byte tokens of an SPM vocabulary."""
@@ -88,6 +101,16 @@ class LlamaServer(HttpAdapter):
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
         settings.pop("log_path", None)  # read above; a per-process path is not identity
+        configured = bool(defaults.get("speculative", False)) or "draft_model" in settings
+        # b11434's /props no longer says; each slot in /slots still does.
+        drafting = self._slots_drafting()
+        warnings: list[str] = []
+        if drafting and not configured:
+            settings["speculative_source"] = "/slots"
+            warnings.append(
+                f"llama-server at {self.base_url} drafts (GET /slots: speculative true) "
+                "though no draft model was configured here: its decode speed is not the base "
+                "speed, so the result is kept apart from the base series")
         return EngineInfo(
             name=self.name,
             version=build,
@@ -98,9 +121,49 @@ class LlamaServer(HttpAdapter):
             model_name=props.get("model_alias") or props.get("model_path"),
             context_size=defaults.get("n_ctx"),
             threads=_int_or_none(settings.get("threads")),
-            # b11434's /props no longer says; a draft tokperf started it with does.
-            speculative=bool(defaults.get("speculative", False)) or "draft_model" in settings,
+            speculative=configured or bool(drafting),
             settings=tuple(sorted(settings.items())),
+            warnings=tuple(warnings),
+        )
+
+    def _slots_drafting(self) -> bool | None:
+        """Whether any slot can draft (``GET /slots``, ``speculative`` per slot, set when
+        the server has a draft model or an n-gram/MTP draft type); None when the server
+        does not say (``--no-slots`` answers 501)."""
+        try:
+            response = self._client.get(f"{self.base_url}/slots", timeout=10.0)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            slots = response.json()
+        except ValueError:
+            return None
+        if not isinstance(slots, list):
+            return None
+        return any(isinstance(slot, dict) and slot.get("speculative") is True for slot in slots)
+
+    def model_identity(self) -> ModelInfo | None:
+        """The model as the server describes it: ``/props`` (path, ``model_ftype``) and
+        ``GET /v1/models`` ``data[0].meta`` (``n_params``, ``n_ctx_train``, ``ftype``).
+
+        ``meta.size`` is the tensors' bytes, not the file's, so ``file_bytes`` stays
+        unknown; on the same host the run reads the GGUF itself for more.
+        """
+        props = get_json(self._client, f"{self.base_url}/props", "server properties")
+        path = props.get("model_path") if isinstance(props, dict) else None
+        if not path:
+            return None
+        meta = _first_model_meta(get_json(self._client, f"{self.base_url}/v1/models",
+                                          "model list")) or {}
+        ftype = meta.get("ftype") or (props.get("model_ftype") if isinstance(props, dict) else None)
+        return ModelInfo(
+            file_name=str(path).replace("\\", "/").rsplit("/", 1)[-1],
+            path=str(path),
+            parameter_count=count(meta.get("n_params")),
+            file_type=str(ftype) if ftype else None,
+            context_length=count(meta.get("n_ctx_train")),
         )
 
     supports_chat = True

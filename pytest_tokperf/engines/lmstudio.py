@@ -9,10 +9,28 @@ non-streamed answers (streams carry no ``stats``): ``info()`` sends one tiny
 e.g. ``llama.cpp-mac-arm64-apple-metal-advsimd 1.3.0``), ``model_info{arch, quant,
 format, context_length}`` and ``stats`` (``draft_model`` there means speculative
 decoding is on). ``GET /api/v0/models`` gives loaded versus downloaded models.
+
+LM Studio's own figures (docs 1_developer/2_rest, lmstudio-ai/docs@c6854fb): a chat
+workload streams from the v1 REST API, ``POST /api/v1/chat`` (LM Studio >= 0.4, told by
+``GET /api/v1/models`` answering), whose named SSE events are ``reasoning.delta`` and
+``message.delta`` (``content`` each) and, last, ``chat.end`` with ``result.stats``
+``{input_tokens, total_output_tokens, tokens_per_second, time_to_first_token_seconds}``:
+these become the request's ``EngineTimings`` for the client/engine agreement check.
+``tokens_per_second`` is output tokens over LM Studio's generation time (its v0 example:
+9 tokens / 0.156 s = 57.69), which starts at the first token, so ``decode_s`` is
+``total_output_tokens / tokens_per_second``. A raw prompt has no streamed route with
+stats (v0 and OpenAI streams carry none), so raw workloads stay client-timed. Older
+builds without the v1 API stream chat from ``/v1/chat/completions`` as before.
+
+The model's identity without a file (``model_identity``): ``GET /api/v1/models``
+(``size_bytes``, ``params_string``, ``quantization.name``, ``architecture``,
+``max_context_length``), else the v0 list (``arch``, ``quantization``,
+``max_context_length``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -20,9 +38,23 @@ import httpx
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.answers import error_text
-from pytest_tokperf.engines.wire import count, json_object, probe_ready, wrong_engine
+from pytest_tokperf.engines.wire import (
+    ChunkLog,
+    count,
+    json_object,
+    number,
+    probe_ready,
+    text_prompt,
+    wrong_engine,
+)
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import EngineInfo
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    ModelInfo,
+)
 
 
 class LMStudio(OpenAICompatible):
@@ -32,6 +64,8 @@ class LMStudio(OpenAICompatible):
     def __init__(self, base_url: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
         self._probe: dict[str, Any] | None = None
+        self._v1_models: list[dict[str, Any]] | None = None
+        """``GET /api/v1/models``'s list; empty when the build has no v1 REST API."""
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/api/v0/models",
@@ -104,13 +138,13 @@ class LMStudio(OpenAICompatible):
         warnings = []
         if len(loaded) > 1:
             warnings.append(
-                f"{len(loaded)} models loaded at once ({', '.join(loaded)}): they share memory "
-                f"and bandwidth, so decode is slower than with one"
+                f"{len(loaded)} models loaded at once in LM Studio ({', '.join(loaded)}): they "
+                f"share memory and bandwidth, so decode is slower than with one"
             )
         if speculative:
-            warnings.append(f"speculative decoding with draft model {stats['draft_model']!r}")
-        if warnings:
-            settings["warning"] = "; ".join(warnings)
+            warnings.append(
+                f"speculative decoding with draft model {stats['draft_model']!r}: decode "
+                f"speed is not the base speed")
         name = runtime.get("name")
         version = runtime.get("version")
         return EngineInfo(
@@ -123,4 +157,107 @@ class LMStudio(OpenAICompatible):
             context_size=count(model_info.get("context_length")),
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
+            warnings=tuple(warnings),
         )
+
+    # -- identity without a file -------------------------------------------------
+
+    def _v1_catalog(self) -> list[dict[str, Any]]:
+        """``GET /api/v1/models``'s ``models``, or [] on builds without the v1 API."""
+        if self._v1_models is None:
+            try:
+                listing = get_json(self._client, f"{self.base_url}/api/v1/models",
+                                   "LM Studio v1 model list")
+            except EngineError:
+                listing = None
+            models = listing.get("models") if isinstance(listing, dict) else None
+            self._v1_models = [m for m in models if isinstance(m, dict)] \
+                if isinstance(models, list) else []
+        return self._v1_models
+
+    def model_identity(self) -> ModelInfo | None:
+        model = self.model()
+        if model is None:
+            return None
+        for entry in self._v1_catalog():
+            instances = {str(i.get("id")) for i in entry.get("loaded_instances") or []
+                         if isinstance(i, dict)}
+            key = str(entry.get("key"))
+            if model == key or model in instances or key.endswith(f"/{model}"):
+                quant = json_object(entry, "quantization").get("name")
+                arch = entry.get("architecture")
+                return ModelInfo(
+                    file_name=model,
+                    file_bytes=count(entry.get("size_bytes")),
+                    architecture=str(arch) if arch else None,
+                    parameter_count=size_label_count(entry.get("params_string")),
+                    file_type=str(quant) if quant else None,
+                    context_length=count(entry.get("max_context_length")),
+                )
+        for entry in self._catalog():
+            if str(entry.get("id")) == model:
+                quant, arch = entry.get("quantization"), entry.get("arch")
+                return ModelInfo(
+                    file_name=model,
+                    architecture=str(arch) if arch else None,
+                    file_type=str(quant) if quant else None,
+                    context_length=count(entry.get("max_context_length")),
+                )
+        return None
+
+    # -- chat through the v1 REST API, with LM Studio's own stats -----------------
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        if not request.chat or not self._v1_catalog():
+            return super().generate(request)
+        body: dict[str, Any] = {
+            "model": self.model(),
+            "input": text_prompt(request.prompt_tokens, request.salt),
+            "stream": True,
+            "temperature": 0.0,
+            "max_output_tokens": request.generate_tokens,
+            "store": False,
+        }
+        url = f"{self.base_url}/api/v1/chat"
+        log = ChunkLog(request, url)
+        end: dict[str, Any] | None = None
+        for now, event in self._streams.events(url, body, request, self._on_error,
+                                                stats=log.stats):
+            kind = event.get("type")
+            content = event.get("content")
+            if kind in ("message.delta", "reasoning.delta") and isinstance(content, str):
+                log.add(now, 1 if content else 0, content, reasoning=kind == "reasoning.delta")
+            elif kind == "chat.end":
+                end = json_object(event, "result")
+        if end is None:
+            raise EngineProtocolError(f"{url} ended the stream without its chat.end event")
+        if not log.times_s:
+            raise EngineProtocolError(f"{url} streamed no generated tokens ({end!r:.200})")
+        timings = chat_end_timings(json_object(end, "stats"))
+        return log.generation(generated_tokens=timings.generated_tokens,
+                              prompt_tokens=timings.prompt_tokens, stop_reason=None,
+                              engine=timings)
+
+
+def chat_end_timings(stats: dict[str, Any]) -> EngineTimings:
+    """``chat.end``'s ``result.stats`` as ``EngineTimings`` (see the module doc)."""
+    generated = count(stats.get("total_output_tokens"))
+    rate = number(stats.get("tokens_per_second"))
+    return EngineTimings(
+        prompt_tokens=count(stats.get("input_tokens")),
+        prefill_s=number(stats.get("time_to_first_token_seconds")),
+        generated_tokens=generated,
+        decode_s=generated / rate if generated and rate else None,
+    )
+
+
+_SIZE_LABEL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBT])", re.IGNORECASE)
+_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def size_label_count(label: Any) -> int | None:
+    """``"7B"`` -> 7e9, ``"26B-A4B"`` -> 26e9 (total, not active): a size label, rounded."""
+    match = _SIZE_LABEL.match(label) if isinstance(label, str) else None
+    if match is None:
+        return None
+    return round(float(match.group(1)) * _SCALE[match.group(2).lower()])

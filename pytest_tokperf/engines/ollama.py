@@ -18,15 +18,19 @@
   with the client's. ``prompt_eval_count`` includes cached tokens while
   ``prompt_eval_duration`` covers only the uncached ones; Ollama has no cached-token
   counter, so ``cached_prompt_tokens`` stays unknown.
-- ``/api/version`` (identity), ``/api/show`` (details, model_info, parameters),
-  ``/api/ps`` (loaded models: two at once, or ``size_vram < size`` = partial offload, are
-  reported as the slowdowns they are), ``/api/tags`` (what can be asked for).
-- Speculative decoding: ``draft_num_predict`` > 0 in the model's parameters, or MTP
-  layers (``*.nextn_predict_layers`` > 0) with the default ``draft_num_predict`` of 4.
+- ``/api/version`` (identity), ``/api/show`` (details, model_info, parameters; the
+  model's identity without a file: ``model_identity``), ``/api/ps`` (loaded models: two
+  at once, or ``size_vram < size`` = partial offload, become ``EngineInfo.warnings``),
+  ``/api/tags`` (what can be asked for, and each model's size on disk).
+- Speculative decoding (>= 0.30, server/routes.go): a model with a ``DRAFT`` in its
+  modelfile drafts ``draft_num_predict`` tokens (default 4); embedded MTP layers
+  (``*.nextn_predict_layers`` > 0) draft only when ``draft_num_predict`` is set;
+  ``draft_num_predict 0`` turns both off. Responses carry no draft counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -80,6 +84,20 @@ def modelfile_source(show: dict[str, Any]) -> str | None:
             source = line[5:].strip()
             return source if source.startswith("/") else None
     return None
+
+
+def modelfile_draft(show: dict[str, Any]) -> str | None:
+    """The draft model the modelfile names (``DRAFT <path>``, Ollama >= 0.30), if any."""
+    for line in str(show.get("modelfile") or "").splitlines():
+        if line.startswith("DRAFT "):
+            return line[6:].strip().strip('"') or None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    model: str
+    num_predict: str
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -167,18 +185,34 @@ class Ollama(HttpAdapter):
             self._show = data if isinstance(data, dict) else {}
         return self._show
 
-    def model_info(self) -> ModelInfo:
-        """Model identity from ``/api/show`` (no file path: Ollama keeps blobs to itself)."""
+    def _tag(self) -> dict[str, Any]:
+        """This model's ``/api/tags`` entry (``size`` is its bytes on disk), or {}."""
+        try:
+            models = self._get("/api/tags", "local models").get("models")
+        except EngineError:
+            return {}
+        me = canonical(self.model())
+        for entry in models if isinstance(models, list) else []:
+            if isinstance(entry, dict) and canonical(str(entry.get("name") or entry.get("model"))) == me:
+                return entry
+        return {}
+
+    def model_identity(self) -> ModelInfo:
+        """The model as Ollama describes it: ``/api/show`` (``details``, ``model_info``:
+        ``general.parameter_count`` is Ollama's sum over the tensors, so exact) and the
+        ``/api/tags`` size on disk. ``path`` is the blob the modelfile names ``FROM``:
+        on the same host the run reads that GGUF itself for more."""
         show = self.show()
         details = json_object(show, "details")
         info = json_object(show, "model_info")
-        arch = info.get("general.architecture")
+        arch = info.get("general.architecture") or details.get("family")
         quant = str(details["quantization_level"]) if details.get("quantization_level") else None
         return ModelInfo(
             file_name=self.model(),
-            architecture=str(arch) if arch else details.get("family"),
+            path=modelfile_source(show),
+            file_bytes=count(self._tag().get("size")),
+            architecture=str(arch) if arch else None,
             parameter_count=count(info.get("general.parameter_count")),
-            quant_types=(quant,) if quant else (),
             file_type=quant,
             context_length=count(info.get(f"{arch}.context_length")) if arch else None,
         )
@@ -193,8 +227,6 @@ class Ollama(HttpAdapter):
         show = self.show()
         me = canonical(self.model())
         details = json_object(show, "details")
-        model_info = json_object(show, "model_info")
-        parameters = parse_parameters(show.get("parameters"))
         settings = dict(self._settings)
         for key in ("parameter_size", "quantization_level", "family", "format"):
             if details.get(key):
@@ -205,8 +237,9 @@ class Ollama(HttpAdapter):
         settings["loaded_models"] = str(len(loaded))
         if len(loaded) > 1:
             warnings.append(
-                f"{len(loaded)} models loaded at once ({', '.join(names)}): they share memory "
-                f"and bandwidth, so decode is slower than with one"
+                f"{len(loaded)} models loaded at once in Ollama ({', '.join(names)}): they "
+                f"share memory and bandwidth, so decode is slower than with {me} alone "
+                f"(OLLAMA_MAX_LOADED_MODELS=1 keeps one)"
             )
         context: int | None = None
         for entry in loaded:
@@ -220,17 +253,20 @@ class Ollama(HttpAdapter):
                 settings["gpu_share"] = f"{vram / size:.0%}"
                 if vram < size:
                     warnings.append(
-                        f"partial offload: {vram / size:.0%} of {me} is in GPU memory "
-                        f"(size_vram {vram} of size {size} bytes); the rest runs from system "
-                        f"memory, which bounds decode"
+                        f"partial offload: {vram / size:.0%} of {me} is in GPU memory and "
+                        f"{(size - vram) / size:.0%} in system memory ({vram / 1e9:.2f} GB of "
+                        f"{size / 1e9:.2f} GB, /api/ps size_vram of size); the part in system "
+                        f"memory bounds decode"
                     )
-        speculative = self._speculative(parameters, model_info)
-        if speculative:
-            settings["draft_num_predict"] = parameters.get("draft_num_predict", "4 (default)")
-            warnings.append("speculative decoding (draft model or MTP layers) is on: decode "
-                            "speed is not the base speed; set draft_num_predict 0 to measure it")
-        if warnings:
-            settings["warning"] = "; ".join(warnings)
+        draft = self._draft(show)
+        if draft is not None:
+            settings["draft_model"] = draft.model
+            settings["draft_num_predict"] = draft.num_predict
+            warnings.append(
+                f"speculative decoding: {me} drafts with {draft.model} (draft_num_predict "
+                f"{draft.num_predict}): decode speed is not the base speed; set "
+                f"draft_num_predict 0 to measure it"
+            )
         text = str(version["version"])
         settings["runner"] = "llama-server" if version_tuple(text) >= (0, 30) else "ollama"
         return EngineInfo(
@@ -241,19 +277,31 @@ class Ollama(HttpAdapter):
             model_name=self.model(),
             model_path=modelfile_source(show),
             context_size=context,
-            speculative=speculative,
+            speculative=draft is not None,
             settings=tuple(sorted(settings.items())),
+            warnings=tuple(warnings),
         )
 
     @staticmethod
-    def _speculative(parameters: dict[str, str], model_info: dict[str, Any]) -> bool:
-        draft = parameters.get("draft_num_predict")
-        if draft is not None:
-            return (_int(draft) or 0) > 0
-        return any(
-            key.endswith(".nextn_predict_layers") and (count(value) or 0) > 0
-            for key, value in model_info.items()
-        )
+    def _draft(show: dict[str, Any]) -> Draft | None:
+        """How the model drafts, if it does (server/routes.go, llm/llama_server.go
+        ``appendDraftArgs``): a ``DRAFT`` model drafts ``draft_num_predict`` tokens
+        (default 4); embedded MTP layers (``*.nextn_predict_layers``) draft only when
+        ``draft_num_predict`` is set; ``draft_num_predict 0`` turns either off."""
+        parameters = parse_parameters(show.get("parameters"))
+        raw = parameters.get("draft_num_predict")
+        asked = _int(raw) if raw is not None else None
+        if asked is not None and asked <= 0:
+            return None
+        source = modelfile_draft(show)
+        if source is not None:
+            name = source.replace("\\", "/").rsplit("/", 1)[-1]
+            return Draft(name, str(asked) if asked is not None else "4 (default)")
+        mtp = any(key.endswith(".nextn_predict_layers") and (count(value) or 0) > 0
+                  for key, value in json_object(show, "model_info").items())
+        if mtp and asked is not None:
+            return Draft("mtp (embedded layers)", str(asked))
+        return None
 
     # -- generation -----------------------------------------------------------------
 

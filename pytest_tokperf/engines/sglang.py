@@ -7,6 +7,8 @@
   count of each chunk. ``meta_info`` also has ``prompt_tokens``, ``cached_tokens``
   (radix cache hits; prompts are salted at their start) and ``spec_verify_ct`` only
   when speculative decoding runs. ``finish_reason`` is ``{"type": "length"|"stop", ...}``.
+- Speculation: ``meta_info.spec_*`` draft counts appear only with
+  ``--speculative-algorithm``; any of them makes the response speculative.
 - Identity: ``GET /get_server_info`` (every server arg and ``version``; ``/server_info``
   on builds that renamed it) and ``GET /get_model_info`` (``model_path``). SGLang serves
   one model, so ``--tokperf-model`` is checked against it rather than sent.
@@ -29,7 +31,13 @@ from pytest_tokperf.engines.wire import (
     wrong_engine,
 )
 from pytest_tokperf.errors import EngineError, EngineProtocolError
-from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    ModelInfo,
+)
 
 SERVER_SETTINGS = (
     "tp_size", "dp_size", "device", "dtype", "quantization", "kv_cache_dtype",
@@ -100,11 +108,8 @@ class SGLang(HttpAdapter):
         if model_info.get("weight_version") is not None:
             settings["weight_version"] = str(model_info["weight_version"])
         speculative = bool(server.get("speculative_algorithm"))
-        if speculative:
-            settings["warning"] = (
-                f"speculative decoding ({server['speculative_algorithm']}) is on: decode speed "
-                f"is not the base speed"
-            )
+        warnings = (f"speculative decoding ({server['speculative_algorithm']}) is on: decode "
+                    f"speed is not the base speed",) if speculative else ()
         version = server.get("version")
         return EngineInfo(
             name=self.name,
@@ -117,7 +122,18 @@ class SGLang(HttpAdapter):
             context_size=count(server.get("context_length")),
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
+            warnings=warnings,
         )
+
+    def model_identity(self) -> ModelInfo | None:
+        """``GET /get_model_info``'s ``model_path`` and the server's ``quantization`` and
+        ``context_length``: SGLang reports no size or parameter count."""
+        path = str(self._model_info().get("model_path"))
+        server = self._server_info()
+        quant = server.get("quantization")
+        return ModelInfo(file_name=path.rstrip("/").rsplit("/", 1)[-1], path=path,
+                         file_type=str(quant) if quant else None,
+                         context_length=count(server.get("context_length")))
 
     def _on_error(self, status: int, body: str) -> EngineError | None:
         return EngineProtocolError(
@@ -159,17 +175,33 @@ class SGLang(HttpAdapter):
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (last meta_info {meta!r:.200})"
             )
-        spec = count(meta.get("spec_verify_ct"))
+        drafted, accepted = _draft_counts(meta)
         timings = EngineTimings(
             prompt_tokens=count(meta.get("prompt_tokens")),
             cached_prompt_tokens=count(meta.get("cached_tokens")),
             generated_tokens=count(meta.get("completion_tokens")),
-            # spec_verify_ct counts verification steps, present only when speculating;
-            # it stands in for the draft count so EngineTimings.speculative is true.
-            draft_tokens=spec,
+            draft_tokens=drafted,
+            draft_accepted_tokens=accepted,
         )
         finish = meta.get("finish_reason")
         stop = finish.get("type") if isinstance(finish, dict) else finish
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
                               stop_reason=str(stop) if stop is not None else None, engine=timings)
+
+
+def _draft_counts(meta: dict[str, Any]) -> tuple[int | None, int | None]:
+    """Drafted and accepted tokens from ``meta_info``, present only when the server runs
+    with ``--speculative-algorithm`` (tokenizer_manager.py): newer builds say
+    ``spec_num_proposed_drafts``/``spec_num_correct_drafts`` (aliases
+    ``spec_proposed_drafts``/``spec_accepted_drafts``), older ones
+    ``spec_draft_token_num``/``spec_accept_token_num``; the oldest only
+    ``spec_verify_ct`` (verification steps), which stands in for the drafted count."""
+
+    def first(*keys: str) -> int | None:
+        return next((count(meta[k]) for k in keys if count(meta.get(k)) is not None), None)
+
+    drafted = first("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num",
+                    "spec_verify_ct")
+    accepted = first("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+    return drafted, accepted if drafted is not None else None

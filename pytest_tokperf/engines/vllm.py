@@ -25,7 +25,7 @@ from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.wire import count, json_field, probe_ready, text_prompt, wrong_engine
 from pytest_tokperf.errors import EngineError
-from pytest_tokperf.results import EngineInfo, GenerationRequest
+from pytest_tokperf.results import EngineInfo, GenerationRequest, ModelInfo
 
 
 class VLLM(OpenAICompatible):
@@ -82,11 +82,8 @@ class VLLM(OpenAICompatible):
         prefix = re.search(r'enable_prefix_caching="(\w+)"', metrics)
         if prefix:
             settings["prefix_caching"] = prefix.group(1).lower()
-        if speculative:
-            settings["warning"] = (
-                "speculative decoding is configured (vllm:spec_decode_* in /metrics): "
-                "decode speed is not the base speed"
-            )
+        warnings = ("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
+                    "decode speed is not the base speed",) if speculative else ()
         return EngineInfo(
             name=self.name,
             version=str(version["version"]),
@@ -97,7 +94,19 @@ class VLLM(OpenAICompatible):
             context_size=count(card.get("max_model_len")) if card else None,
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
+            warnings=warnings,
         )
+
+    def model_identity(self) -> ModelInfo | None:
+        """What ``GET /v1/models`` says of the served model: its name, ``root`` (the path
+        or Hugging Face id it was loaded from) and ``max_model_len``; vLLM reports no size,
+        quantization or parameter count there."""
+        card = self._model_card()
+        if card is None:
+            return None
+        root = card.get("root")
+        return ModelInfo(file_name=str(card.get("id")), path=str(root) if root else None,
+                         context_length=count(card.get("max_model_len")))
 
     def _model_card(self) -> dict[str, Any] | None:
         try:

@@ -14,7 +14,7 @@ from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.table import Row
+from pytest_tokperf.report.table import Row, gate_label
 from pytest_tokperf.results import (
     BenchResult,
     Ceiling,
@@ -23,11 +23,12 @@ from pytest_tokperf.results import (
     Summary,
     Workload,
 )
-from pytest_tokperf.stats.compare import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import history_points, version_label
 from pytest_tokperf.storage.store import ResultStore, StoredResult
 
-METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT)}
+METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT, AGGREGATE)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,20 @@ class ResultFigures:
     """The draft's file name when the engine decoded speculatively."""
     decode_source: str = "client"
     """Whose clock ``decode_tokens_per_s`` is: ``engine`` (its own timings) or ``client``."""
+    gate: str = ""
+    """The regression gate's verdict (``report.table.gate_label``); empty: not judged."""
+    warnings: tuple[str, ...] = ()
+    """Everything the tool noticed about this result: the measurement's notes (disagreement,
+    cache hits, speculation, client cost, ...) and the ceiling's footprint warnings."""
+    chars_per_s: float | None = None
+    """Median characters per second of steady decode: the speed a reader feels."""
+    aggregate_tokens_per_s: float | None = None
+    """Median of all streams' output tokens per second of a round's wall time, prefill
+    included (with one stream: the request's end-to-end output rate)."""
+    requests_per_s: float | None = None
+    ttft_bound_s: float | None = None
+    """The TTFT the compute bound allows (context tokens / peak prefill tok/s), where the
+    device's peak FLOP/s is known: TTFT far above it means prefill is not compute-bound."""
 
     @property
     def workload(self) -> Workload:
@@ -108,7 +123,7 @@ def figures_from_result(
     test_id: str, result: BenchResult, *, ceiling: Ceiling | None, verdict: str,
     efficiency: float | None = None, series_key: str | None = None,
     model: ModelInfo | None = None, hardware: HardwareInfo | None = None,
-    run_id: str | None = None, created_at: str | None = None,
+    run_id: str | None = None, created_at: str | None = None, gate: str = "",
 ) -> ResultFigures:
     """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``."""
     decode = result.judged_decode_tokens_per_s
@@ -135,6 +150,14 @@ def figures_from_result(
                      if result.engine.speculative else None),
         decode_source=("client" if decode is None or decode is result.decode_tokens_per_s
                        else "engine"),
+        gate=gate,
+        warnings=(*result.notes, *(ceiling.footprint.warnings if ceiling else ())),
+        chars_per_s=_median(result.chars_per_s),
+        aggregate_tokens_per_s=_median(result.aggregate_tokens_per_s),
+        requests_per_s=_median(result.requests_per_s) if w.concurrency > 1 else None,
+        ttft_bound_s=(ceiling.prefill_tokens_per_s and
+                      (w.depth_tokens + w.prompt_tokens) / ceiling.prefill_tokens_per_s)
+        if ceiling is not None else None,
     )
 
 
@@ -145,14 +168,15 @@ def _median(summary: Summary | None) -> float | None:
 def figures_from_row(row: Row, *, series_key: str | None = None) -> ResultFigures:
     """A terminal-summary ``report.Row`` (what the plugin holds at session end)."""
     return figures_from_result(row.test_id, row.result, ceiling=row.ceiling,
-                               verdict=row.verdict, series_key=series_key)
+                               verdict=row.verdict, series_key=series_key, gate=row.gate)
 
 
-def figures_from_stored(stored: StoredResult) -> ResultFigures:
+def figures_from_stored(stored: StoredResult, gate: str = "") -> ResultFigures:
     return figures_from_result(
         stored.test_id, stored.result, ceiling=stored.ceiling, verdict=stored.verdict,
         efficiency=stored.efficiency, series_key=stored.series_key, model=stored.model,
         hardware=stored.hardware, run_id=stored.run.run_id, created_at=stored.created_at,
+        gate=gate,
     )
 
 
@@ -169,7 +193,9 @@ def store_figures(
         rows = latest
     else:
         rows = [h for s in latest for h in store.history(s.series_key) if h.run_id == run_id]
-    figures = [figures_from_stored(store.result(h.result_id)) for h in rows]
+    gates = store.gate_verdicts(h.result_id for h in rows)
+    figures = [figures_from_stored(store.result(h.result_id), gate_label(gates[h.result_id]))
+               for h in rows]
     return sorted(figures, key=lambda f: (f.test_id, f.created_at or ""))
 
 

@@ -7,6 +7,7 @@ units in their names (``ttft_s``, ``decode_tokens_per_s``); NaN becomes ``null``
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections import Counter
@@ -23,28 +24,21 @@ from pytest_tokperf.report.data import (
     workload_label,
 )
 from pytest_tokperf.results import RunInfo
+from pytest_tokperf.stats.metric import fmt_p, pct
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
 SUMMARY_HEADER = (
     "test", "workload", "TTFT ms", "prefill tok/s", "decode tok/s", "ceiling tok/s",
-    "efficiency", "build", "verdict",
+    "efficiency", "chars/s", "all streams tok/s", "build", "verdict", "gate",
 )
+_VERDICT = SUMMARY_HEADER.index("verdict")
 VERDICT_ORDER = ("fail", "error", "suspect", "pass", "unchecked")
 _SECTIONS = (
     ("regression", "Regressions"),
     ("improvement", "Improvements"),
     ("inconclusive", "Too noisy to decide"),
 )
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    """``+12.3%`` / ``−4.0%`` (a true minus sign), ``-`` for unknown or NaN."""
-    if x is None or math.isnan(x):
-        return "-"
-    if math.isinf(x):
-        return "+∞" if x > 0 else "−∞"
-    return f"{x * 100:+.{digits}f}%".replace("-", "−")
 
 
 def rate(value: float | None, stdev: float | None = None) -> str:
@@ -57,12 +51,6 @@ def rate(value: float | None, stdev: float | None = None) -> str:
     return text
 
 
-def p_value(p: float) -> str:
-    if math.isnan(p):
-        return "-"
-    return f"{p:.1e}" if 0 < p < 1e-3 else f"{p:.2g}"
-
-
 def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
     """One row of the summary table as text, in ``SUMMARY_HEADER`` order."""
     return (
@@ -73,8 +61,11 @@ def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
         rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
         rate(fig.ceiling_decode_tokens_per_s),
         f"{fig.efficiency:.1%}" if fig.efficiency is not None else "-",
+        rate(fig.chars_per_s),
+        rate(fig.aggregate_tokens_per_s) if fig.concurrency > 1 else "-",
         fig.build_label,
         fig.verdict,
+        fig.gate or "-",
     )
 
 
@@ -84,7 +75,7 @@ def change_line(change: SeriesChange) -> str:
     if not math.isnan(change.ci_low):
         interval = f" [{pct(change.ci_low)}, {pct(change.ci_high)}]"
     return (f"{change.metric} {pct(change.relative_change)}{interval}, "
-            f"p={p_value(change.p_value)}, {change.baseline} → {change.current}")
+            f"p={fmt_p(change.p_value)}, {change.baseline} → {change.current}")
 
 
 def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) -> str:
@@ -95,6 +86,9 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
     parts = [f"{counts[v]} {v}" for v in order if counts[v]]
     if parts:
         text += ": " + ", ".join(parts)
+    warned = sum(1 for f in figures if f.warnings)
+    if warned:
+        text += f" · {warned} with warnings"
     steps = Counter(c.verdict for c in changes)
     found = [f"{steps[v]} {v}{'s' * (steps[v] != 1)}" for v in ("regression", "improvement")
              if steps[v]]
@@ -104,6 +98,9 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
 
 
 def _md_cell(text: str) -> str:
+    """Text safe in a GitHub table cell: HTML escaped (a test id may hold ``<script>``),
+    pipes and backslashes escaped, one line."""
+    text = html.escape(text, quote=False)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -122,25 +119,33 @@ def markdown_summary(
     lines = [f"### {title}: {headline(figures, changes)}", ""]
     setups = sorted({f.setup_label for f in figures})
     if setups:
-        lines += [f"Setup: {'; '.join(setups)}", ""]
+        lines += [f"Setup: {_md_cell('; '.join(setups))}", ""]
     if figures:
         lines.append("| " + " | ".join(SUMMARY_HEADER) + " |")
-        lines.append("|" + "|".join(["---", "---", *["---:"] * 5, "---", "---"]) + "|")
+        lines.append("|" + "|".join(["---", "---", *["---:"] * 7, "---", "---", "---"]) + "|")
         for fig in figures:
             cells = [_md_cell(c) for c in summary_cells(fig)]
             if fig.verdict in ("fail", "error", "suspect"):
-                cells[-1] = f"**{cells[-1]}**"
+                cells[_VERDICT] = f"**{cells[_VERDICT]}**"
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     else:
         lines += ["No results.", ""]
+    warned = [f for f in figures if f.warnings]
+    if warned:
+        lines += ["#### Warnings", ""]
+        for fig in warned:
+            for warning in fig.warnings:
+                lines.append(f"- **{_md_cell(fig.test_id)}**: {_md_cell(warning)}")
+        lines.append("")
     for verdict, heading in _SECTIONS:
         picked = [c for c in changes if c.verdict == verdict]
         if not picked:
             continue
         lines += [f"#### {heading}", ""]
         for change in picked:
-            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: {change_line(change)}")
+            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: "
+                         f"{_md_cell(change_line(change))}")
         lines.append("")
     return "\n".join(lines)
 
@@ -201,7 +206,13 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "decode_source": fig.decode_source,
         "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
         "efficiency": _finite(fig.efficiency),
+        "chars_per_s": _finite(fig.chars_per_s),
+        "aggregate_tokens_per_s": _finite(fig.aggregate_tokens_per_s),
+        "requests_per_s": _finite(fig.requests_per_s),
+        "ttft_bound_s": _finite(fig.ttft_bound_s),
         "verdict": fig.verdict,
+        "gate": fig.gate or None,
+        "warnings": list(fig.warnings),
     }
 
 
@@ -238,6 +249,7 @@ def report_json(
             "ci_provider": run.ci_provider, "ci_job": run.ci_job,
         },
         "counts": {v: counts[v] for v in sorted(counts)},
+        "results_with_warnings": sum(1 for f in figures if f.warnings),
         "results": [result_json(f) for f in figures],
         "changes": [change_json(c) for c in changes],
     }
@@ -258,12 +270,18 @@ def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
         ("tokperf_decode_tokens_per_s_stdev", fig.decode_tokens_per_s_stdev),
         ("tokperf_ceiling_decode_tokens_per_s", fig.ceiling_decode_tokens_per_s),
         ("tokperf_efficiency", fig.efficiency),
+        ("tokperf_chars_per_s", fig.chars_per_s),
+        ("tokperf_aggregate_tokens_per_s", fig.aggregate_tokens_per_s),
+        ("tokperf_requests_per_s", fig.requests_per_s),
+        ("tokperf_ttft_bound_s", fig.ttft_bound_s),
         ("tokperf_prompt_tokens", float(fig.prompt_tokens)),
         ("tokperf_generate_tokens", float(fig.generate_tokens)),
         ("tokperf_repetitions", float(fig.repetitions)),
         ("tokperf_engine", fig.engine_name),
         ("tokperf_engine_build", fig.build_label),
         ("tokperf_verdict", fig.verdict),
+        ("tokperf_gate", fig.gate or None),
+        ("tokperf_warnings", " | ".join(fig.warnings) or None),
     ]
     return [(k, v) for k, v in values
             if v is not None and not (isinstance(v, float) and not math.isfinite(v))]

@@ -22,7 +22,7 @@ from pytest_tokperf.report.data import (
     store_figures,
 )
 from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline, summary_cells
-from pytest_tokperf.stats.compare import DECODE, Metric
+from pytest_tokperf.stats.comparing import DECODE, Metric
 from pytest_tokperf.storage.store import ResultStore
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -42,7 +42,9 @@ figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #555; font-size: 13px; }
 .skipped { color: #666; }
 """
-_NUMERIC = {2, 3, 4, 5, 6}
+_NUMERIC = {2, 3, 4, 5, 6, 7, 8}
+_VERDICT = SUMMARY_HEADER.index("verdict")
+_GATE = SUMMARY_HEADER.index("gate")
 _SECTIONS = (
     ("regression", "Regressions"),
     ("improvement", "Improvements"),
@@ -58,8 +60,10 @@ def _table(figures: Sequence[ResultFigures]) -> list[str]:
         cells = []
         for i, text in enumerate(summary_cells(fig)):
             css = "num" if i in _NUMERIC else ""
-            if i == len(SUMMARY_HEADER) - 1:
+            if i == _VERDICT:
                 css = f"v-{fig.verdict}"
+            elif i == _GATE and fig.gate.split(" ", 1)[0] in ("regression", "improvement"):
+                css = fig.gate.split(" ", 1)[0]
             attr = f' class="{css}"' if css else ""
             cells.append(f"<td{attr}>{escape(text)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.data import ResultFigures, SeriesHistory
-from pytest_tokperf.report.formats import pct
-from pytest_tokperf.stats.compare import TTFT
+from pytest_tokperf.stats.metric import pct
+from pytest_tokperf.stats.comparing import TTFT
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -213,20 +213,20 @@ def plot_ttft_vs_prompt(figures: Sequence[ResultFigures], path: Path) -> Plot:
 
 
 def plot_concurrency(figures: Sequence[ResultFigures], path: Path) -> Plot:
-    """Aggregate decode tok/s (per-request decode × concurrency) against concurrency."""
-    title = "Aggregate decode vs concurrency"
+    """All streams' output tok/s against concurrency, as measured (tokens of a round /
+    its wall time, prefill included; not per-stream decode × N, which overstates it)."""
+    title = "Aggregate output vs concurrency"
     swept = {_workload_group(f) for f in figures if f.concurrency > 1}
     if not swept:
         return Plot("concurrency", title, None,
                     "no results with concurrency > 1: nothing to draw a concurrency curve from")
     curves = _curves(
         [f for f in figures if _workload_group(f) in swept], lambda f: f.concurrency,
-        lambda f: None if f.decode_tokens_per_s is None
-        else f.decode_tokens_per_s * f.concurrency,
+        lambda f: f.aggregate_tokens_per_s,
         _workload_group,
     )
     return _draw_curves(curves, path, title, "concurrent requests",
-                        "aggregate decode tok/s", "concurrency", f"{len(curves)} workload(s)",
+                        "all streams' output tok/s", "concurrency", f"{len(curves)} workload(s)",
                         integer_x=True)
 
 

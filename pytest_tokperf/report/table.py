@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.results import BenchResult, Ceiling, Summary, Verdict
+from pytest_tokperf.stats.metric import pct
+
+if TYPE_CHECKING:
+    from pytest_tokperf.bench.gate import GateFinding
+    from pytest_tokperf.bench.run import Recorded
+    from pytest_tokperf.storage.store import GateVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +25,38 @@ class Row:
     result: BenchResult
     ceiling: Ceiling | None
     verdict: Verdict
+    gate: str = ""
+    """The regression gate's verdict on this result (``gate_label``); empty: not judged."""
+
+
+_GATE_ORDER = ("regression", "improvement", "inconclusive", "unchanged")
+
+
+def gate_label(verdicts: Iterable[GateVerdict]) -> str:
+    """One cell for a result's gate verdicts, worst first: ``regression decode −8.1%``,
+    ``unchanged``, ``inconclusive``; empty when the result had no baseline to judge by."""
+    judged = [v for v in verdicts if v.n_baseline > 0]
+    if not judged:
+        return ""
+    worst = min(judged, key=lambda v: _GATE_ORDER.index(v.verdict)
+                if v.verdict in _GATE_ORDER else len(_GATE_ORDER))
+    if worst.verdict in ("regression", "improvement") and worst.relative_change is not None \
+            and math.isfinite(worst.relative_change):
+        return f"{worst.verdict} {worst.metric} {pct(worst.relative_change)}"
+    return worst.verdict
+
+
+def session_rows(recorded: Sequence[Recorded], findings: Sequence[GateFinding]) -> list[Row]:
+    """The rows of a run's table: each recorded result with its final verdict and the
+    gate's (the plugin's summary and ``tokperf bench`` print the same)."""
+    by_result: dict[int, list[GateVerdict]] = {}
+    for finding in findings:
+        stored = finding.stored()
+        if stored is not None:
+            by_result.setdefault(stored.result_id, []).append(stored)
+    return [Row(r.test_id, r.result, r.ceiling, r.verdict,
+                gate_label(by_result.get(r.result_id, ()) if r.result_id is not None else ()))
+            for r in recorded]
 
 
 def _rate(summary: Summary | None) -> str:
@@ -27,6 +67,20 @@ def _rate(summary: Summary | None) -> str:
     return f"{summary.median:.2f}"
 
 
+def _ttft_bound(result: BenchResult, ceiling: Ceiling | None) -> str:
+    """The compute-bound TTFT in ms (context / peak prefill tok/s) where peak FLOP/s is known."""
+    if ceiling is None or not ceiling.prefill_tokens_per_s:
+        return "-"
+    w = result.workload
+    return f"{(w.depth_tokens + w.prompt_tokens) / ceiling.prefill_tokens_per_s * 1e3:.0f}"
+
+
+def warning_count(rows: Sequence[Row]) -> int:
+    """How many results carry a note or a ceiling warning (the summary's header counts them)."""
+    return sum(1 for row in rows if row.result.notes
+               or (row.ceiling is not None and row.ceiling.footprint.warnings))
+
+
 def _short(test_id: str, width: int = 44) -> str:
     return test_id if len(test_id) <= width else "…" + test_id[-(width - 1):]
 
@@ -34,8 +88,9 @@ def _short(test_id: str, width: int = 44) -> str:
 def summary_table(rows: Sequence[Row]) -> list[str]:
     """Aligned lines: TTFT, prefill, decode (client and engine), ceiling, efficiency."""
     header = (
-        "test", "prompt/gen", "TTFT ms", "prefill tok/s", "decode tok/s", "engine decode",
-        "agree", "n", "ceiling", "eff", "engine build", "verdict",
+        "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
+        "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
+        "engine build", "verdict", "gate",
     )
     body: list[tuple[str, ...]] = []
     for row in rows:
@@ -52,6 +107,7 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
             + (" +draft" if r.engine.speculative else "")
             + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
             f"{r.ttft_s.median * 1e3:.0f}",
+            _ttft_bound(r, row.ceiling),
             _rate(r.prefill_tokens_per_s),
             _rate(r.decode_tokens_per_s),
             _rate(r.engine_decode_tokens_per_s),
@@ -59,8 +115,12 @@ def summary_table(rows: Sequence[Row]) -> list[str]:
             str(len(r.samples)),
             f"{ceiling:.1f}" if ceiling else "-",
             eff,
+            f"{r.chars_per_s.median:.0f}" if r.chars_per_s else "-",
+            (f"{r.aggregate_tokens_per_s.median:.1f}" if r.workload.concurrency > 1
+             and r.aggregate_tokens_per_s else "-"),
             r.engine.build or r.engine.version or "?",
             row.verdict,
+            row.gate or "-",
         ))
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip()]

@@ -33,11 +33,12 @@ import numpy as np
 from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.compare import compare
+from pytest_tokperf.stats.comparing import compare
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level
 from pytest_tokperf.stats.groups import Groups
 from pytest_tokperf.stats.shifts import DRIFT_LEVEL, SetAside, Shift, log_samples, set_aside_stalls
-from pytest_tokperf.stats.verdict import Comparison, fmt_p, judge, pct
+from pytest_tokperf.stats.metric import fmt_p, pct
+from pytest_tokperf.stats.verdict import Comparison, judge
 
 MIN_SIZE = 2  # versions on each side of a step: a level must persist to count
 HISTORY_WINDOW = 20

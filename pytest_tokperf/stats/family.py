@@ -32,7 +32,8 @@ from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA, check_level
-from pytest_tokperf.stats.verdict import Comparison, fmt_p, judge
+from pytest_tokperf.stats.metric import fmt_p
+from pytest_tokperf.stats.verdict import Comparison, judge
 
 Correction = Literal["holm", "bh"]
 K = TypeVar("K", bound=Hashable)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pytest_tokperf.errors import ConfigError
@@ -34,9 +35,39 @@ DECODE = Metric("decode", higher_is_better=True)
 PREFILL = Metric("prefill", higher_is_better=True)
 TTFT = Metric("ttft", higher_is_better=False)
 EFFICIENCY = Metric("efficiency", higher_is_better=True)
+AGGREGATE = Metric("aggregate", higher_is_better=True)
+"""All concurrent streams' output tokens per second of a round's wall time."""
 
 
 def check_level(x: float, name: str) -> None:
     """``ConfigError`` unless ``0 < x < 1`` (NaN included)."""
     if not 0 < x < 1:
         raise ConfigError(f"{name} is {x!r}: give a probability between 0 and 1, e.g. 0.005")
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A change as text: ``-0.021`` -> ``−2.1%`` (a true minus sign); ``-`` when unknown.
+
+    The one way every verdict, table and report writes a relative change.
+    """
+    if x is None or math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "+∞" if x > 0 else "−∞"
+    return f"{x * 100:+.{digits}f}%".replace("-", "−")
+
+
+def fmt_p(p: float | None, alpha: float | None = None) -> str:
+    """p to two figures, more when rounding would move it across ``alpha``; ``-`` unknown."""
+    if p is None or math.isnan(p):
+        return "-"
+    if p == 0:
+        return "0"
+    if p < 1e-3:
+        return f"{p:.1e}"
+    text = ""
+    for digits in (2, 3, 4):
+        text = f"{p:.{digits}g}"
+        if alpha is None or (float(text) < alpha) == (p < alpha):
+            break
+    return text

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, fmt_p, pct
 from pytest_tokperf.stats.shifts import SetAside, Shift
 
 Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
@@ -144,26 +144,3 @@ def _ratio(log_shift: float) -> float:
     return math.expm1(log_shift) if log_shift < 700 else math.inf
 
 
-def pct(x: float) -> str:
-    """``-0.021`` -> ``−2.1%`` (NaN: ``?``)."""
-    if math.isnan(x):
-        return "?"
-    if math.isinf(x):
-        return "+∞"
-    return f"{x * 100:+.1f}%".replace("-", "−")
-
-
-def fmt_p(p: float, alpha: float | None = None) -> str:
-    """p to two figures, more when rounding would move it across ``alpha``."""
-    if math.isnan(p):
-        return "?"
-    if p == 0:
-        return "0"
-    if p < 1e-3:
-        return f"{p:.1e}"
-    text = ""
-    for digits in (2, 3, 4):
-        text = f"{p:.{digits}g}"
-        if alpha is None or (float(text) < alpha) == (p < alpha):
-            break
-    return text

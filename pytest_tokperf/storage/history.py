@@ -11,7 +11,8 @@ read a series through ``series_history``, so they cannot disagree about it:
   timing where every repetition of a result has it (llama-server's ``timings``,
   Ollama's ``eval_duration``), else the client's ``(N - 1) / (t_last - t_first)``; a
   client starved of CPU reads tokens in bursts, the engine's clock does not. **TTFT**
-  and **prefill** are the client's: what a user waits for;
+  and **prefill** are the client's: what a user waits for. **aggregate** is one value
+  per concurrent round: all streams' output tokens / the round's wall time;
 * by default only results since the series' latest accepted level (``tokperf accept``).
 """
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from pytest_tokperf.stats.changepoints import Point
     from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
-METRIC_NAMES = ("decode", "prefill", "ttft")
+METRIC_NAMES = ("decode", "prefill", "ttft", "aggregate")
 
 
 def version_label(version: str | None, build: str | None) -> str:
@@ -54,6 +55,15 @@ class Figures(Protocol):
     @property
     def engine_decode_tokens_per_s(self) -> float | None: ...
 
+    @property
+    def generated_tokens(self) -> int: ...
+
+    @property
+    def round_index(self) -> int | None: ...
+
+    @property
+    def round_wall_s(self) -> float | None: ...
+
 
 def metric_values(samples: Sequence[Figures], metric: str) -> list[float]:
     """The figures of one result that a metric is judged on (see the module doc)."""
@@ -61,6 +71,13 @@ def metric_values(samples: Sequence[Figures], metric: str) -> list[float]:
         values: list[float | None] = [s.ttft_s for s in samples]
     elif metric == "prefill":
         values = [s.prefill_tokens_per_s for s in samples]
+    elif metric == "aggregate":  # per round, not per request: all streams / wall time
+        rounds: dict[int, list[Figures]] = {}
+        for s in samples:
+            if s.round_index is not None and s.round_wall_s:
+                rounds.setdefault(s.round_index, []).append(s)
+        values = [sum(s.generated_tokens for s in group) / group[0].round_wall_s
+                  for group in rounds.values() if group[0].round_wall_s]
     elif metric == "decode":  # the rule of BenchResult.judged_decode_tokens_per_s
         values = list(judged_decode_values(samples))
     else:

@@ -29,7 +29,7 @@ from pytest_tokperf.results import (
     Verdict,
     Workload,
 )
-from pytest_tokperf.storage.schema import SUMMARY_FIGURES
+from pytest_tokperf.storage.schema import SUMMARY_FIGURES, SUMMARY_FIGURES_V6
 
 Row = dict[str, Any]
 
@@ -333,7 +333,7 @@ def result_row(
 ) -> Row:
     """The ``results`` columns a ``BenchResult`` and its ceiling fill (no ids or keys)."""
     row: Row = {**asdict(result.workload)}
-    for figure in SUMMARY_FIGURES:
+    for figure in (*SUMMARY_FIGURES, *SUMMARY_FIGURES_V6):
         summary: Summary | None = getattr(result, figure)
         for column, field in _SUMMARY_COLUMNS.items():
             row[f"{figure}_{column}"] = getattr(summary, field) if summary else None
@@ -355,7 +355,7 @@ def result_row(
 
 
 def _summary(row: Row, figure: str) -> Summary | None:
-    if row[f"{figure}_median"] is None:
+    if row.get(f"{figure}_median") is None:  # absent from exports made before its column
         return None
     return Summary(**{field: row[f"{figure}_{col}"] for col, field in _SUMMARY_COLUMNS.items()})
 
@@ -414,4 +414,5 @@ def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) ->
         engine_prefill_tokens_per_s=_summary(result, "engine_prefill_tokens_per_s"),
         **{name: result[name] for name in _RESULT_SCALARS},
         notes=tuple(json.loads(result["notes"])),
+        aggregate_tokens_per_s=_summary(result, "aggregate_tokens_per_s"),
     )

@@ -16,6 +16,8 @@ reads the file without this package:
   ``storage.HistoryRow``) and ``latest_results`` (the newest result of each series).
 - ``gate_verdicts``: the regression gate's final verdict per result and metric (v4).
 - ``acceptances``: a series' accepted new level: who, when, why, from which result (v4).
+- v6: per result the aggregate output and requests per second of concurrent rounds and
+  chars/s; per sample its round and the round's wall time.
 - v5: every speed setting of the engine server in ``series`` and ``environments``.
 """
 
@@ -32,6 +34,9 @@ SUMMARY_FIGURES = (
     "engine_decode_tokens_per_s",
     "engine_prefill_tokens_per_s",
 )
+SUMMARY_FIGURES_V6 = ("aggregate_tokens_per_s", "requests_per_s", "chars_per_s")
+"""Summaries added in schema v6: all streams' output and requests per second of round
+wall time, and characters per second a reader sees."""
 SUMMARY_PARTS: dict[str, type] = {
     "median": float,
     "mean": float,
@@ -308,8 +313,18 @@ def _v5_speed_settings(db: Database) -> None:
     )
 
 
+def _v6_concurrency_and_text_figures(db: Database) -> None:
+    """Concurrent rounds kept as measured (aggregate tok/s, requests/s, each round's wall
+    time on its samples), and chars/s; old rows have NULL there."""
+    for figure in SUMMARY_FIGURES_V6:
+        for part, kind in SUMMARY_PARTS.items():
+            db.table("results").add_column(f"{figure}_{part}", kind)
+    db.table("samples").add_column("round_index", int)
+    db.table("samples").add_column("round_wall_s", float)
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
-    _v5_speed_settings,
+    _v5_speed_settings, _v6_concurrency_and_text_figures,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

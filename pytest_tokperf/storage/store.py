@@ -100,6 +100,9 @@ class SampleFigures:
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
     engine_decode_tokens_per_s: float | None
+    generated_tokens: int
+    round_index: int | None
+    round_wall_s: float | None
 
 
 _HISTORY_FIGURES = """
@@ -118,11 +121,14 @@ WITH chosen AS (
   LIMIT :limit
 )
 SELECT chosen.*, s.ttft_s AS sample_ttft_s, s.prefill_tokens_per_s AS sample_prefill,
-       s.decode_tokens_per_s AS sample_decode, s.engine_decode_tokens_per_s AS sample_engine
+       s.decode_tokens_per_s AS sample_decode, s.engine_decode_tokens_per_s AS sample_engine,
+       s.generated_tokens AS sample_generated, s.round_index AS sample_round,
+       s.round_wall_s AS sample_round_wall
 FROM chosen LEFT JOIN samples s ON s.result_id = chosen.result_id
 ORDER BY chosen.created_at, chosen.result_id, s.repetition
 """
-_SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_engine")
+_SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_engine",
+                   "sample_generated", "sample_round", "sample_round_wall")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +218,12 @@ class ResultStore:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path) -> ResultStore:
-        """Open or create ``path``, creating parent folders and migrating the schema."""
+    def open(cls, path: Path, *, check_writable: bool = False) -> ResultStore:
+        """Open or create ``path``, creating parent folders and migrating the schema.
+
+        ``check_writable``: prove now that a result can be written (a run about to measure
+        asks for it), so a read-only file is refused before any work, not after it.
+        """
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +238,8 @@ class ResultStore:
             store._check_version(store._user_version())
             store._enable_wal()
             store._migrate()
+            if check_writable:
+                store._check_writable()
         except StorageError:
             conn.close()
             raise
@@ -237,6 +249,15 @@ class ResultStore:
                 raise _unwritable(path, exc) from exc
             raise _not_a_database(path, exc) from exc
         return store
+
+    def _check_writable(self) -> None:
+        """A write that is rolled back: SQLite opens a read-only file without complaint
+        and fails only at the first write."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("CREATE TABLE _tokperf_write_check (x)")
+        finally:
+            self.db.rollback()
 
     def _enable_wal(self) -> None:
         """Switch to WAL; SQLite answers 'locked' at once (no busy wait) when another
