@@ -252,7 +252,7 @@ def test_insert_rows_is_the_bulk_path_for_ready_rows(store: ResultStore) -> None
     assert [h.decode_tokens_per_s for h in store.history(key)] == [10.0, 20.0, 30.0]
     assert store.db.execute("PRAGMA cache_size").fetchone()[0] == -2000  # put back
     broken = [copies[0], {k: v for k, v in copies[1].items() if k != "test_id"}]
-    with pytest.raises(StorageError, match="row 2 for 'results' lacks column 'test_id'"):
+    with pytest.raises(StorageError, match="a row for 'results' lacks column 'test_id'"):
         store.insert_rows("results", broken)
 
 

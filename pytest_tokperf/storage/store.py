@@ -392,22 +392,16 @@ class ResultStore:
         pick = operator.itemgetter(*columns)
         names = ", ".join(f"[{c}]" for c in columns)
         sql = f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(columns))})"
-        count = 0
-
-        def values() -> Iterator[tuple[object, ...]]:
-            nonlocal count
-            for row in itertools.chain((first,), it):
-                count += 1
-                picked = pick(row)
-                yield picked if len(columns) > 1 else (picked,)
-
+        every = itertools.chain((first,), it)
+        # itemgetter in C, no Python frame per row: map, not a generator
+        values = map(pick, every) if len(columns) > 1 else ((pick(r),) for r in every)
         cache = self.db.execute("PRAGMA cache_size").fetchone()[0]
         self.db.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")  # the indexes stay in memory
         try:
-            self.db.conn.executemany(sql, values())
+            count = self.db.conn.executemany(sql, values).rowcount
         except KeyError as exc:
-            raise StorageError(f"row {count} for {table!r} lacks column {exc}: every row needs "
-                               f"the first row's columns") from exc
+            raise StorageError(f"a row for {table!r} lacks column {exc}: every row needs the "
+                               f"first row's columns") from exc
         finally:
             self.db.execute(f"PRAGMA cache_size = {int(cache)}")
         return count
