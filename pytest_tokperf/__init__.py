@@ -29,8 +29,10 @@ Domain (each usable alone)
                     ``server_settings``/``server_log`` (typed speed settings, placement)
   ``model/``        GGUF reading, bytes read per token (``footprint``), the model writer
   ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
-                    bandwidth probe, ``placement``/``bandwidth`` (the engine's device ->
-                    its bandwidth, splits), ``bands`` (expected efficiency with sources)
+                    bandwidth probe (one buffer per session), ``reached`` (the highest
+                    bandwidth a host has shown: what CPU decode is judged against),
+                    ``placement``/``bandwidth`` (the engine's device -> its bandwidth,
+                    splits), ``bands`` (expected efficiency with sources)
   ``ceiling``       pure arithmetic: bandwidth / bytes per token, efficiency, checks
   ``predict``       the ceiling for hardware you do not own
   ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``
