@@ -141,7 +141,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     hw = run.ceilings.detect()
     bw = hw.bandwidth
     source = (f"{format_bandwidth(bw.bytes_per_s)} ({bw.source})" if bw is not None
-              else "read probe before each measurement" if hw.kind == "cpu" else "unknown")
+              else "read probes around CPU measurements, judged against the highest reached" if hw.kind == "cpu" else "unknown")
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
     lines.append(f"tokperf: engine device {_device_line(run)}")

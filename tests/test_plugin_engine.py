@@ -79,7 +79,7 @@ def test_start_measures_and_stops_server(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "tokperf: engine llama-server, start llama-server b11434 (pypi-sdist), model *.gguf (0.07 GB), threads 1; results db off",
-        "tokperf: hardware * (cpu); bandwidth read probe before each measurement",
+        "tokperf: hardware * (cpu); bandwidth read probes around CPU measurements, judged against the highest reached",
     ])
     result.stdout.fnmatch_lines(["results: not stored (--tokperf-db off)", "server log: *.log"])
     url = _server_url(result.stdout.str())
@@ -235,7 +235,7 @@ def test_measured_ceiling_efficiency_is_plausible(pytester: pytest.Pytester, lla
     result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
                                 "--tokperf-db", "off")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["tokperf: hardware * (cpu); bandwidth read probe before each measurement"])
+    result.stdout.fnmatch_lines(["tokperf: hardware * (cpu); bandwidth read probes around CPU measurements, judged against the highest reached"])
 
 
 def test_ceiling_below_measurement_warns_suspect(pytester: pytest.Pytester, llama_url: str,

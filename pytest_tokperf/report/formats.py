@@ -33,7 +33,7 @@ SUMMARY_HEADER = (
     "efficiency", "chars/s", "all streams tok/s", "build", "verdict", "gate",
 )
 _VERDICT = SUMMARY_HEADER.index("verdict")
-VERDICT_ORDER = ("fail", "error", "suspect", "pass", "unchecked")
+VERDICT_ORDER = ("fail", "error", "suspect", "unstable", "pass", "unchecked")
 _SECTIONS = (
     ("regression", "Regressions"),
     ("improvement", "Improvements"),

@@ -34,7 +34,7 @@ table { border-collapse: collapse; margin: 8px 0 16px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; }
 th { background: #f0f3f7; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.v-fail, .v-error, .v-suspect, .regression { color: #b00020; font-weight: bold; }
+.v-fail, .v-error, .v-suspect, .v-unstable, .regression { color: #b00020; font-weight: bold; }
 .v-pass, .improvement { color: #1b7f2a; }
 .inconclusive { color: #8a6d00; }
 figure { margin: 16px 0 24px; }
