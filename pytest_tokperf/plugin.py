@@ -109,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
             from pytest_tokperf.engines.launcher import resolve_server_binary
 
-            resolve_server_binary(settings.server_bin)
+            resolve_server_binary(settings.server_bin, settings.engine_version)
             if settings.model not in BUILTIN_MODELS:
                 check_model_file(Path(settings.model).expanduser(),
                                  source=f"--tokperf-model {settings.model!r}")
@@ -170,7 +170,7 @@ def _engine_line(state: PluginState) -> str:
         return f"start from PATH, model {s.model}, threads {s.threads}"
     from pytest_tokperf.engines.launcher import binary_version, resolve_server_binary
 
-    binary = resolve_server_binary(s.server_bin)
+    binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS
              else f"model {s.model} ({Path(s.model).expanduser().stat().st_size / 1e9:.2f} GB)")
     return (f"start {binary.name} {binary_version(binary) or '(unknown build)'}, {model}, "

@@ -129,7 +129,7 @@ class EngineSession:
             return engine
         if name != "llama-server":
             return self._start_other(name)
-        binary = resolve_server_binary(s.server_bin)
+        binary = resolve_server_binary(s.server_bin, s.engine_version)
         self._model_path = resolve_model_path(s.model, self.progress)
         spec = LaunchSpec(
             binary=binary,
