@@ -1,23 +1,23 @@
 """Binary search for the first release where a test got slower, judged by ``stats``.
 
-The endpoints are measured first, interleaved (good, bad, good, bad): the figure the
-search follows (the *target*) is the test and metric whose change from good to bad is
-the largest regression the judge calls (``stats.compare``); no regression means
-nothing to bisect. Each midpoint is then judged against the nearest release known
-good and the nearest known bad, each with its per-session groups as baseline:
+The endpoints are measured first, interleaved (good, bad, good, bad, ...): the figure
+the search follows (the *target*) is the test and metric whose change from good to
+bad is the largest regression the judge calls (``stats.compare``); no regression
+means nothing to bisect. Every release counts by its session medians (the session is
+the unit of replication: ``bench.builds.session_medians``). Each midpoint is judged
+against the releases known good and those known bad so far (one step between the
+endpoints is what a bisect assumes, so they pool):
 
-* worse than good (``regression``): the first bad release is at or before it;
+* worse than good (``regression``) and not better than bad: the first bad release is
+  at or before it;
 * better than bad (``improvement``) and not worse than good: it is good;
-* anything else (inconclusive, or within the minimum effect of both): one more
-  session of the midpoint and of both references, up to ``max_sessions``; still
-  undecided, the search stops and says which releases remain, never guesses.
-
-Every release starts with ``sessions`` (2) sessions: with one session a side the
-judge can only compare samples that share one machine state, and this VM's drift
-between sessions then reads as a change.
+* anything else (inconclusive, within the minimum effect of both, or between both
+  levels): one more session of the midpoint and of both neighbours, up to
+  ``max_sessions``; still undecided, the search stops and says which releases
+  remain. It never guesses.
 
 A release is built and measured once however often it is consulted, so with ``n``
-releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints (fewer when it settles early).
+releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints.
 Everything measured is in the results DB and the journal (``bench.builds``), and the
 search is a deterministic function of those samples, so running the same command
 again after an interruption replays the decisions and measures only what is missing.
@@ -35,9 +35,9 @@ from pytest_tokperf.bench.builds import (
     BuildRunner,
     Groups,
     Target,
-    baseline_of,
     metric_for,
     pooled,
+    session_medians,
 )
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.compare import Comparison, Metric, compare, compare_many
@@ -132,7 +132,7 @@ def _figure(number: int, groups: Sequence[Sequence[float]]) -> Figure:
 
 def bisect_releases(
     releases: Sequence[int], good: int, bad: int, lab: Lab, *,
-    sessions: int = 2, max_sessions: int = 6, metrics: Sequence[str] | None = None,
+    sessions: int = 3, max_sessions: int = 8, metrics: Sequence[str] | None = None,
     min_effect: float | None = None, progress: Progress = print,
 ) -> BisectResult:
     """Find the first release in ``releases`` after ``good`` where the target regressed."""
@@ -162,8 +162,8 @@ def bisect_releases(
         common = [t for t in g if t in b and (metrics is None or t.metric in metrics)]
         if not common:
             raise ConfigError("the endpoints have no test and metric in common to follow")
-        endpoints = compare_many({t: baseline_of(g[t]) for t in common},
-                                 {t: pooled(b[t]) for t in common},
+        endpoints = compare_many({t: session_medians(g[t]) for t in common},
+                                 {t: session_medians(b[t]) for t in common},
                                  {t: metric_for(t.metric, min_effect) for t in common})
         for t, c in endpoints.items():
             progress(f"  b{good} -> b{bad} {t.name}: {c.verdict}, {c.reason}")
@@ -196,11 +196,10 @@ def bisect_releases(
             left = hi - lo - 1
             progress(f"step: b{order[mid]} ({left} release{'s' * (left != 1)} between "
                      f"b{order[lo]} and b{order[hi]}), {k} session{'s' * (k != 1)}")
-            current = pooled(_target_groups(measure(order[mid], k), target, order[mid]))
-            vs_good = compare(baseline_of(reference("good")), current, metric)
-            vs_bad = compare(baseline_of(reference("bad")), current, metric)
-            outcome: Outcome = ("bad" if vs_good.verdict == "regression" else
-                                "good" if vs_bad.verdict == "improvement" else "undecided")
+            current = session_medians(_target_groups(measure(order[mid], k), target, order[mid]))
+            vs_good = compare(session_medians(reference("good")), current, metric)
+            vs_bad = compare(session_medians(reference("bad")), current, metric)
+            outcome = _outcome(vs_good, vs_bad)
             steps.append(Step(order[mid], k, vs_good, vs_bad, outcome))
             progress(f"  b{order[mid]}: {outcome} (vs good: {vs_good.verdict} "
                      f"{vs_good.relative_change:+.1%}; vs bad: {vs_bad.verdict} "
@@ -222,6 +221,14 @@ def bisect_releases(
     figures = _figures(count, lab, target)
     return BisectResult("found", good, bad, target, endpoints, tuple(steps), figures,
                         order[lo], order[hi], (order[lo], order[hi]))
+
+
+def _outcome(vs_good: Comparison, vs_bad: Comparison) -> Outcome:
+    worse = vs_good.verdict == "regression"
+    better = vs_bad.verdict == "improvement"
+    if worse != better:
+        return "bad" if worse else "good"
+    return "undecided"
 
 
 def _settled(c: Comparison, metric: Metric) -> bool:

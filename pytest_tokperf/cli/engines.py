@@ -298,8 +298,9 @@ def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
     p.add_argument("--bad", required=True, help="a later release known to be slow")
     p.add_argument("--binaries", help="search these prebuilt binaries instead of the registry: "
                    "a folder of executables named like llama-server-b<N>")
-    p.add_argument("--sessions", type=int, default=2, help="sessions per release to start (2)")
-    p.add_argument("--max-sessions", type=int, default=6,
-                   help="sessions per release before a step is called undecided (6)")
+    p.add_argument("--sessions", type=int, default=3,
+                   help="sessions per release to start (3, the least the judge decides on)")
+    p.add_argument("--max-sessions", type=int, default=8,
+                   help="sessions per release before a step is called undecided (8)")
     run_options(p)
     register("bisect", bisect)

