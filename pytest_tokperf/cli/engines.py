@@ -136,6 +136,8 @@ def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
 def compare_builds(args: argparse.Namespace) -> int:
     from pytest_tokperf.bench.builds import compare_builds as run_comparison
 
+    if args.rounds < 3:
+        raise ConfigError(f"--rounds {args.rounds}: the judge needs at least 3 sessions per build")
     runner = _runner(args)
     provide = _installer(args)
     a, b = (_build_for(spec, provide) for spec in args.builds)
@@ -194,8 +196,17 @@ def bisect(args: argparse.Namespace) -> int:
     result = bisect_releases(releases, good, bad, lab, sessions=args.sessions,
                              max_sessions=args.max_sessions, metrics=args.metric,
                              min_effect=args.min_effect, progress=_progress)
-    _emit(args, {**asdict(result), "upstream_builds": result.upstream_builds,
-                 "midpoints": result.midpoints}, format_result(result))
+    data = {
+        "status": result.status, "good": result.good, "bad": result.bad,
+        "target": asdict(result.target) if result.target else None,
+        "endpoints": [{**asdict(t), "comparison": asdict(c)} for t, c in result.endpoints.items()],
+        "steps": [asdict(s) for s in result.steps],
+        "figures": [asdict(f) for f in result.figures],
+        "last_good": result.last_good, "first_bad": result.first_bad,
+        "remaining": list(result.remaining), "upstream_builds": result.upstream_builds,
+        "midpoints": result.midpoints,
+    }
+    _emit(args, data, format_result(result))
     return 0 if result.status != "undecided" else 1
 
 
@@ -282,7 +293,8 @@ def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
         "is a release (built when not cached) or a path to a llama-server binary.")
     p.add_argument("builds", nargs=2, metavar="BUILD", help="release (11292, b11292) or binary")
     p.usage = "tokperf compare-builds [options] A B [-- PYTEST_ARGS]"
-    p.add_argument("--rounds", type=int, default=3, help="sessions per build (3)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="sessions per build (5; at least 3, the least the judge decides on)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
     run_options(p)
     register("compare-builds", compare_builds)
