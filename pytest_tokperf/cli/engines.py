@@ -44,10 +44,19 @@ def install_engine(args: argparse.Namespace) -> int:
                           f"only 'llama-server' can")
     if args.list:
         builds = installed_builds()
-        rows = [(f"b{b.build_number}", b.label, f"{b.built_seconds:.0f} s",
-                 "ccache" if b.ccache else "-", str(b.binary)) for b in builds]
+        rows = []
+        for b in builds:
+            ident = b.identity
+            cpu = f" ({b.built_cpu_seconds:.0f} s CPU)" if b.built_cpu_seconds is not None else ""
+            hits = (f"{b.ccache_hits}/{b.ccache_hits + b.ccache_misses}"
+                    if b.ccache_hits is not None and b.ccache_misses is not None else "-")
+            rows.append((f"b{b.build_number}", b.label,
+                         (ident.ggml_version or "-") if ident else "?",
+                         ((ident.ggml_sync_commit or "-")[:10]) if ident else "?",
+                         f"{b.built_seconds:.0f} s{cpu}", hits, str(b.binary)))
         _emit(args, [_engine_json(b) for b in builds],
-              _table(("release", "reports", "built in", "cache", "binary"), rows)
+              _table(("release", "reports", "ggml", "ggml sync", "built in", "ccache hits",
+                      "binary"), rows)
               if rows else ["no cached llama-server builds"])
         return 0
     if args.releases:
