@@ -184,7 +184,7 @@ def _engine_line(run: BenchRun) -> str:
         return f"start from PATH, model {s.model}, threads {s.threads}"
     from pytest_tokperf.engines.launcher import binary_version, resolve_server_binary
 
-    binary = resolve_server_binary(s.server_bin)
+    binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS
              else f"model {s.model} ({Path(s.model).expanduser().stat().st_size / 1e9:.2f} GB)")
     return (f"start {binary.name} {binary_version(binary) or '(unknown build)'}, {model}, "

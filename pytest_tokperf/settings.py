@@ -113,6 +113,15 @@ def _text(value: str, where: str, name: str) -> str:
     return value
 
 
+def _release(value: str, where: str, name: str) -> str:
+    from pytest_tokperf.engines.releases import release_number
+
+    try:
+        return f"b{release_number(value)}"
+    except ConfigError as exc:
+        raise ConfigError(f"{name} from {where}: {exc}") from exc
+
+
 def _bandwidth(value: str, where: str, name: str) -> float:
     from pytest_tokperf.hardware.units import parse_bandwidth
 
@@ -211,6 +220,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "(~1.1 GB F16, default) or 'test' (tens of MB)", _text, "main", "PATH", True),
     OptionSpec("server_bin", "llama-server binary to run (default: the one built by "
                "`tokperf install-engine llama-server`, then PATH)", _text, None, "PATH", True),
+    OptionSpec("engine_version", "llama.cpp release to run, from the builds `tokperf "
+               "install-engine llama-server --version N` cached (e.g. 11292 or b11292); "
+               "instead of --tokperf-server-bin", _release, None, "N", True),
     OptionSpec("port", "loopback port for a started server (default: a free one)",
                _whole(1, 65535, "8080"), None, "N"),
     OptionSpec("threads", "engine threads (default: all cores)", _whole(1, 4096, "8"), None, "N"),
@@ -333,6 +345,7 @@ class Settings:
     report_html: str | None
     agreement: float
     draft_model: str | None = None
+    engine_version: str | None = None
     speculative_url: str | None = None
     device: Device | None = None
     server_args: tuple[str, ...] = ()

@@ -110,7 +110,7 @@ class BenchRun:
         if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
             from pytest_tokperf.engines.launcher import resolve_server_binary
 
-            resolve_server_binary(settings.server_bin)
+            resolve_server_binary(settings.server_bin, settings.engine_version)
             if settings.model not in BUILTIN_MODELS:
                 path = Path(settings.model).expanduser()
                 source = f"--tokperf-model {settings.model!r}"

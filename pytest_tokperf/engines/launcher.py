@@ -58,8 +58,20 @@ class LaunchSpec:
     draft_model: Path | None = None
 
 
-def resolve_server_binary(explicit: str | None) -> Path:
-    """The llama-server to run: ``--tokperf-server-bin``, our cached build, or PATH."""
+def resolve_server_binary(explicit: str | None, engine_version: str | None = None) -> Path:
+    """The llama-server to run: ``--tokperf-server-bin``, else the cached build of
+    ``--tokperf-engine-version`` (refused, with the install command, when not built),
+    else our cached default build, else PATH. Both options at once are refused."""
+    if explicit and engine_version:
+        raise ConfigError(
+            f"--tokperf-server-bin {explicit!r} and --tokperf-engine-version "
+            f"{engine_version!r} both choose the llama-server binary; pass one of them"
+        )
+    if engine_version:
+        from pytest_tokperf.engines.install import cached_build
+        from pytest_tokperf.engines.releases import release_number
+
+        return cached_build(release_number(engine_version)).binary
     if explicit:
         path = Path(explicit).expanduser()
         if not path.exists():

@@ -1,0 +1,284 @@
+"""Binary search for the first release where a test got slower, judged by ``stats``.
+
+The endpoints are measured first, interleaved (good, bad, good, bad, ...): the figure
+the search follows (the *target*) is the test and metric whose change from good to
+bad is the largest regression the judge calls (``stats.compare``); no regression
+means nothing to bisect. Every release counts by its session medians (the session is
+the unit of replication: ``bench.builds.session_medians``). Each midpoint is judged
+against the releases known good and those known bad so far (one step between the
+endpoints is what a bisect assumes, so they pool):
+
+* worse than good (``regression``) and not better than bad: the first bad release is
+  at or before it;
+* better than bad (``improvement``) and not worse than good: it is good;
+* anything else (inconclusive, within the minimum effect of both, or between both
+  levels): one more session of the midpoint and of both neighbours, up to
+  ``max_sessions``; still undecided, the search stops and says which releases
+  remain. It never guesses.
+
+A release is built and measured once however often it is consulted, so with ``n``
+releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints.
+Everything measured is in the results DB and the journal (``bench.builds``), and the
+search is a deterministic function of those samples, so running the same command
+again after an interruption replays the decisions and measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from pytest_tokperf.bench.builds import (
+    Build,
+    BuildRunner,
+    Groups,
+    Target,
+    metric_for,
+    pooled,
+    session_medians,
+)
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.results import Progress
+from pytest_tokperf.stats.comparing import compare, compare_many
+from pytest_tokperf.stats.metric import Metric
+from pytest_tokperf.stats.verdict import Comparison
+
+Outcome = Literal["good", "bad", "undecided"]
+
+
+class Lab(Protocol):
+    """Where samples come from: a release's first ``sessions`` sessions, measured (and
+    built) as needed; per target, one sample list per session."""
+
+    def groups(self, number: int, sessions: int) -> Groups: ...
+
+
+@dataclass(slots=True)
+class RunnerLab:
+    """A ``Lab`` on real builds: ``provide(number)`` builds (or finds) the release."""
+
+    runner: BuildRunner
+    provide: Callable[[int], Build]
+    builds: dict[int, Build] = field(default_factory=dict)
+
+    def groups(self, number: int, sessions: int) -> Groups:
+        if number not in self.builds:
+            self.builds[number] = self.provide(number)
+        build = self.builds[number]
+        return self.runner.groups(self.runner.ensure(build, sessions)[:sessions])
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One midpoint's judgement on the target."""
+
+    number: int
+    sessions: int
+    vs_good: Comparison
+    vs_bad: Comparison
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A measured release's target figure: mean, spread, samples and sessions."""
+
+    number: int
+    mean: float
+    stdev: float
+    samples: int
+    sessions: int
+
+
+@dataclass(frozen=True, slots=True)
+class BisectResult:
+    status: Literal["found", "no-regression", "undecided"]
+    good: int
+    bad: int
+    target: Target | None
+    endpoints: dict[Target, Comparison]
+    """Bad judged against good, per target."""
+    steps: tuple[Step, ...]
+    figures: tuple[Figure, ...]
+    """The target's figure on every measured release, in release order."""
+    last_good: int | None
+    first_bad: int | None
+    remaining: tuple[int, ...]
+    """Releases still in play: the undecided span (or the found pair)."""
+
+    @property
+    def midpoints(self) -> int:
+        """Releases measured besides the two endpoints (the bisect's own builds)."""
+        return len(self.steps_measured)
+
+    @property
+    def steps_measured(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(s.number for s in self.steps))
+
+    @property
+    def upstream_builds(self) -> tuple[int, int] | None:
+        """llama.cpp builds to look at: after the last good release up to the first bad
+        (the registry skips the upstream tags in between)."""
+        if self.last_good is None or self.first_bad is None:
+            return None
+        return self.last_good + 1, self.first_bad
+
+
+def _figure(number: int, groups: Sequence[Sequence[float]]) -> Figure:
+    values = pooled(groups)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return Figure(number, statistics.fmean(values), spread, len(values), len(groups))
+
+
+def bisect_releases(
+    releases: Sequence[int], good: int, bad: int, lab: Lab, *,
+    sessions: int = 3, max_sessions: int = 8, metrics: Sequence[str] | None = None,
+    min_effect: float | None = None, progress: Progress = print,
+) -> BisectResult:
+    """Find the first release in ``releases`` after ``good`` where the target regressed."""
+    order = sorted(r for r in set(releases) if good <= r <= bad)
+    if good >= bad:
+        raise ConfigError(f"--good b{good} must be an older release than --bad b{bad}")
+    for name, number in (("--good", good), ("--bad", bad)):
+        if number not in releases:
+            raise ConfigError(f"{name} b{number} is not among the releases to search")
+    if not 1 <= sessions <= max_sessions:
+        raise ConfigError(f"sessions {sessions!r} must lie between 1 and max sessions "
+                          f"({max_sessions!r})")
+    count: dict[int, int] = {}
+
+    def measure(number: int, wanted: int) -> Groups:
+        count[number] = max(count.get(number, 0), wanted)
+        return lab.groups(number, count[number])
+
+    progress(f"bisect b{good}..b{bad}: {len(order) - 2} releases between; measuring the "
+             f"endpoints, {sessions} sessions each, interleaved")
+    n = sessions
+    for r in range(1, n + 1):
+        measure(good, r)
+        measure(bad, r)
+    while True:
+        g, b = measure(good, n), measure(bad, n)
+        common = [t for t in g if t in b and (metrics is None or t.metric in metrics)]
+        if not common:
+            raise ConfigError("the endpoints have no test and metric in common to follow")
+        endpoints = compare_many({t: session_medians(g[t]) for t in common},
+                                 {t: session_medians(b[t]) for t in common},
+                                 {t: metric_for(t.metric, min_effect) for t in common})
+        for t, c in endpoints.items():
+            progress(f"  b{good} -> b{bad} {t.name}: {c.verdict}, {c.reason}")
+        regressions = [t for t, c in endpoints.items() if c.verdict == "regression"]
+        if regressions or n >= max_sessions or all(
+                _settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items()):
+            break
+        n += 1
+        progress(f"endpoints not settled: session {n} of each")
+        measure(good, n)
+        measure(bad, n)
+    if not regressions:
+        return BisectResult("no-regression", good, bad, None, endpoints, (), (), None, None, ())
+    target = max(regressions, key=lambda t: (abs(endpoints[t].relative_change), t.name))
+    progress(f"following {target.name}: {endpoints[target].relative_change:+.1%} from "
+             f"b{good} to b{bad}")
+    metric = metric_for(target.metric, min_effect)
+    lo, hi = 0, len(order) - 1
+    known = {"good": [good], "bad": [bad]}
+
+    def reference(side: str) -> list[list[float]]:
+        return [g for n in known[side]
+                for g in _target_groups(measure(n, count[n]), target, n)]
+
+    steps: list[Step] = []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        k = sessions
+        while True:
+            left = hi - lo - 1
+            progress(f"step: b{order[mid]} ({left} release{'s' * (left != 1)} between "
+                     f"b{order[lo]} and b{order[hi]}), {k} session{'s' * (k != 1)}")
+            current = session_medians(_target_groups(measure(order[mid], k), target, order[mid]))
+            vs_good = compare(session_medians(reference("good")), current, metric)
+            vs_bad = compare(session_medians(reference("bad")), current, metric)
+            outcome = _outcome(vs_good, vs_bad)
+            steps.append(Step(order[mid], k, vs_good, vs_bad, outcome))
+            progress(f"  b{order[mid]}: {outcome} (vs good: {vs_good.verdict} "
+                     f"{vs_good.relative_change:+.1%}; vs bad: {vs_bad.verdict} "
+                     f"{vs_bad.relative_change:+.1%})")
+            if outcome != "undecided" or k >= max_sessions:
+                break
+            k += 1
+            for ref in (order[lo], order[hi]):
+                measure(ref, min(max_sessions, count[ref] + 1))
+        if outcome == "undecided":
+            figures = _figures(count, lab, target)
+            return BisectResult("undecided", good, bad, target, endpoints, tuple(steps),
+                                figures, order[lo], None, tuple(order[lo:hi + 1]))
+        known[outcome].append(order[mid])
+        if outcome == "bad":
+            hi = mid
+        else:
+            lo = mid
+    figures = _figures(count, lab, target)
+    return BisectResult("found", good, bad, target, endpoints, tuple(steps), figures,
+                        order[lo], order[hi], (order[lo], order[hi]))
+
+
+def _outcome(vs_good: Comparison, vs_bad: Comparison) -> Outcome:
+    worse = vs_good.verdict == "regression"
+    better = vs_bad.verdict == "improvement"
+    if worse != better:
+        return "bad" if worse else "good"
+    return "undecided"
+
+
+def _settled(c: Comparison, metric: Metric) -> bool:
+    """A verdict more sessions would not change: a change, or no change shown to be
+    smaller than the minimum effect (the judge also calls a non-significant result
+    whose interval reaches past it "unchanged"; that one gets more sessions)."""
+    m = metric.min_effect
+    return c.verdict in ("regression", "improvement") or (
+        c.verdict == "unchanged" and -m < c.ci_low and c.ci_high < m)
+
+
+def _target_groups(groups: Groups, target: Target, number: int) -> list[list[float]]:
+    if target not in groups:
+        raise ConfigError(f"b{number} has no results for {target.name}: did the test fail "
+                          f"before measuring? (see the session log)")
+    return groups[target]
+
+
+def _figures(count: dict[int, int], lab: Lab, target: Target) -> tuple[Figure, ...]:
+    return tuple(_figure(n, _target_groups(lab.groups(n, k), target, n))
+                 for n, k in sorted(count.items()))
+
+
+def format_result(result: BisectResult) -> list[str]:
+    """The summary a terminal shows at the end."""
+    if result.status == "no-regression":
+        lines = [f"no regression from b{result.good} to b{result.bad}: nothing to bisect"]
+        return lines + [f"  {t.name}: {c.verdict}: {c.reason}" for t, c in result.endpoints.items()]
+    assert result.target is not None
+    unit = "tok/s" if result.target.metric == "decode" else "s"
+    lines = [f"target: {result.target.name}, "
+             f"{result.endpoints[result.target].relative_change:+.1%} from b{result.good} "
+             f"to b{result.bad}"]
+    if result.status == "found" and result.upstream_builds is not None:
+        first, last = result.upstream_builds
+        span = f"b{first}" if first == last else f"b{first}..b{last} ({last - first + 1} builds)"
+        lines += [f"first bad release: b{result.first_bad} (last good: b{result.last_good})",
+                  f"llama.cpp builds to look at: {span}, "
+                  f"https://github.com/ggml-org/llama.cpp/compare/b{result.last_good}...b{result.first_bad}"]
+    else:
+        lines.append("undecided: the last step stayed inconclusive at the session limit; "
+                     f"the first bad release is one of "
+                     f"{', '.join(f'b{n}' for n in result.remaining[1:])} (rerun with more "
+                     "--max-sessions or on a quieter machine)")
+    lines.append(f"measured {len(result.figures)} releases ({result.midpoints} between the "
+                 f"endpoints):")
+    marks = {result.last_good: "  <- last good", result.first_bad: "  <- first bad"}
+    for f in result.figures:
+        lines.append(f"  b{f.number:<7} {f.mean:9.4g} {unit} ±{f.stdev:.3g}  "
+                     f"n={f.samples} in {f.sessions} sessions{marks.get(f.number, '')}")
+    return lines

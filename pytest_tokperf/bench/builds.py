@@ -1,0 +1,283 @@
+"""One pytest selection on several llama-server builds, interleaved, into one results DB.
+
+``tokperf compare-builds`` and ``tokperf bisect`` measure through ordinary pytest
+sessions (``python -m pytest ARGS --tokperf-server-bin BUILD --tokperf-db DB``), one
+build per session, alternating builds (A B A B ...) so that the machine's drift lands
+on both sides. Every result goes to the DB like any other run; a journal beside it
+(``<db>.builds.jsonl``) records which build and which selection each run measured,
+so an interrupted comparison or bisect picks up the sessions it already has.
+
+Per test and metric the samples are grouped by session (one group per run) and each
+session counts once, by its median (``session_medians``): the statistics then weigh
+a change against the run-to-run drift instead of the tight spread within one run.
+Three sessions a side is the least the judge decides on (``stats.compare``'s
+``min_samples``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pytest_tokperf.errors import ConfigError, EngineError
+from pytest_tokperf.results import Progress
+from pytest_tokperf.stats.comparing import compare_many
+from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
+from pytest_tokperf.stats.verdict import Comparison
+
+METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
+RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url")
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """A llama-server binary to measure and the name results are grouped under."""
+
+    label: str
+    binary: Path
+    number: int | None = None
+    """The release's llama.cpp build number, when it is a registry release."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One figure of one test: a series of the results DB and a metric."""
+
+    series_key: str
+    test_id: str
+    metric: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.test_id} [{self.metric}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One pytest session on one build (a line of the journal)."""
+
+    build: str
+    selection: str
+    run_ids: tuple[str, ...]
+    binary: str
+    exit_code: int
+    seconds: float
+    finished_at: str
+
+
+Groups = dict[Target, list[list[float]]]
+"""Per target, one list of samples per session."""
+
+
+def selection_key(pytest_args: Sequence[str], metrics: Sequence[str]) -> str:
+    """Sessions are reused only for the same pytest arguments and metrics."""
+    return hashlib.sha256(json.dumps([list(pytest_args), list(metrics)]).encode()).hexdigest()[:12]
+
+
+class Journal:
+    """``<db>.builds.jsonl``: which build and selection each stored run measured."""
+
+    def __init__(self, db: Path) -> None:
+        self.path = db.with_name(db.name + ".builds.jsonl")
+
+    def sessions(self, build: Build, selection: str) -> list[Session]:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        found = []
+        for line in lines:
+            try:
+                data = json.loads(line)
+                session = Session(**{**data, "run_ids": tuple(data["run_ids"])})
+            except (ValueError, TypeError, KeyError):
+                continue  # a line cut short by an interruption
+            if (session.build, session.binary, session.selection) == (
+                    build.label, str(build.binary), selection):
+                found.append(session)
+        return found
+
+    def add(self, session: Session) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(asdict(session)) + "\n")
+
+
+def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dict[Target, list[float]]:
+    """Each target's samples in these runs, with the regression gate's figures (engine
+    decode where every repetition has it, else the client's; client TTFT)."""
+    from pytest_tokperf.storage.history import metric_values  # the gate's rule, one owner
+    from pytest_tokperf.storage.store import ResultStore
+
+    wanted = set(run_ids)
+    out: dict[Target, list[float]] = {}
+    with ResultStore.open(db) as store:
+        for latest in store.latest_per_series():
+            for row in store.history(latest.series_key):
+                if row.run_id not in wanted:
+                    continue
+                samples = store.samples(row.result_id)
+                for name in metrics:
+                    values = metric_values(samples, name)
+                    if values:
+                        target = Target(row.series_key, row.test_id, name)
+                        out.setdefault(target, []).extend(values)
+    return out
+
+
+class BuildRunner:
+    """Runs the selection as pytest sessions on builds, journalled, into ``db``."""
+
+    def __init__(
+        self, db: Path, pytest_args: Sequence[str], *, progress: Progress = print,
+        metrics: Sequence[str] = ("decode", "ttft"), python: str = sys.executable,
+        log_dir: Path | None = None, env: Mapping[str, str] | None = None,
+    ) -> None:
+        for arg in pytest_args:
+            if arg.split("=", 1)[0] in RESERVED:
+                raise ConfigError(
+                    f"{arg!r} in the pytest arguments: the build, the results DB and the "
+                    f"engine are chosen per session here; drop it"
+                )
+        unknown = [m for m in metrics if m not in METRICS]
+        if unknown or not metrics:
+            raise ConfigError(f"metric {unknown or metrics!r}: choose from {', '.join(METRICS)}")
+        self.db = db
+        self.pytest_args = list(pytest_args)
+        self.metrics = tuple(metrics)
+        self.selection = selection_key(self.pytest_args, self.metrics)
+        self.progress = progress
+        self.python = python
+        self.log_dir = log_dir or db.parent / "logs"
+        self.env = dict(env or {})
+        self.journal = Journal(db)
+
+    def sessions(self, build: Build) -> list[Session]:
+        return self.journal.sessions(build, self.selection)
+
+    def ensure(self, build: Build, count: int) -> list[Session]:
+        """At least ``count`` sessions of ``build`` (reusing journalled ones)."""
+        have = self.sessions(build)
+        while len(have) < count:
+            have.append(self.run_session(build, len(have) + 1))
+        return have
+
+    def command(self, build: Build) -> list[str]:
+        args = self.pytest_args
+        engine = [] if any(a.startswith("--tokperf-engine") for a in args) else [
+            "--tokperf-engine", "llama-server"]
+        return [self.python, "-m", "pytest", *args, *engine,
+                f"--tokperf-server-bin={build.binary}", f"--tokperf-db={self.db}",
+                "-p", "no:cacheprovider", "-q"]
+
+    def run_session(self, build: Build, number: int) -> Session:
+        from pytest_tokperf.environment import utc_now
+        from pytest_tokperf.storage.store import ResultStore
+
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        with ResultStore.open(self.db) as store:
+            before = {r.run.run_id for r in store.runs()}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", build.label).strip("_")
+        log = self.log_dir / f"session-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        self.progress(f"{build.label}: session {number} ...")
+        started = time.monotonic()
+        with open(log, "w", encoding="utf-8") as out:
+            proc = subprocess.run(self.command(build), stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **self.env}, check=False)
+        seconds = time.monotonic() - started
+        with ResultStore.open(self.db) as store:
+            new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+        if proc.returncode not in (0, 1) or not new or not _run_values(self.db, new, self.metrics):
+            raise EngineError(
+                f"pytest on {build.label} (exit {proc.returncode}) stored no tok_bench results "
+                f"in {self.db}: {tail[0]}; full output: {log}"
+            )
+        session = Session(build.label, self.selection, new, str(build.binary), proc.returncode,
+                          round(seconds, 1), utc_now())
+        self.journal.add(session)
+        self.progress(f"{build.label}: session {number} done in {seconds:.0f} s ({tail[0]})")
+        return session
+
+    def groups(self, sessions: Sequence[Session]) -> Groups:
+        out: Groups = {}
+        for session in sessions:
+            for target, values in _run_values(self.db, session.run_ids, self.metrics).items():
+                out.setdefault(target, []).append(values)
+        return out
+
+
+def pooled(groups: Sequence[Sequence[float]]) -> list[float]:
+    return [x for g in groups for x in g]
+
+
+def session_medians(groups: Sequence[Sequence[float]]) -> list[float]:
+    """One figure per session: its median. The session is the unit of replication.
+
+    Samples of one session share the machine's state; sessions do not (this VM's
+    bandwidth drifts +/-15-20% within minutes). Judged per sample, two sessions a few
+    percent apart look like a significant change; judged per session, that drift is
+    the spread the judge (Welch on logs over session medians) weighs the change against.
+    """
+    return [statistics.median(g) for g in groups if g]
+
+
+def metric_for(name: str, min_effect: float | None) -> Metric:
+    base = METRICS[name]
+    return base if min_effect is None else Metric(base.name, base.higher_is_better, min_effect)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildComparison:
+    """One target on two builds: the judge's verdict beside the plain ratio of means."""
+
+    target: Target
+    mean_a: float
+    mean_b: float
+    n_a: int
+    n_b: int
+    sessions_a: int
+    sessions_b: int
+    comparison: Comparison
+
+    @property
+    def ratio(self) -> float:
+        """B / A of the means: what compare-llama-bench prints."""
+        return self.mean_b / self.mean_a
+
+
+def compare_groups(a: Groups, b: Groups, *, min_effect: float | None = None) -> list[BuildComparison]:
+    """Every target both sides measured: B judged against A (Benjamini-Hochberg)."""
+    common = sorted(set(a) & set(b), key=lambda t: (t.test_id, t.metric, t.series_key))
+    if not common:
+        raise ConfigError("no test has results on both builds: is the selection the same, "
+                          "and does it call tok_bench?")
+    verdicts = compare_many({t: session_medians(a[t]) for t in common},
+                            {t: session_medians(b[t]) for t in common},
+                            {t: metric_for(t.metric, min_effect) for t in common})
+    return [BuildComparison(t, statistics.fmean(pooled(a[t])), statistics.fmean(pooled(b[t])),
+                            len(pooled(a[t])), len(pooled(b[t])), len(a[t]), len(b[t]), verdicts[t])
+            for t in common]
+
+
+def compare_builds(runner: BuildRunner, a: Build, b: Build, rounds: int,
+                   *, min_effect: float | None = None) -> list[BuildComparison]:
+    """``rounds`` sessions of each build, A B A B ..., then B judged against A."""
+    if rounds < 3:
+        raise ConfigError(f"rounds {rounds!r}: the judge needs at least 3 sessions per build")
+    for r in range(1, rounds + 1):
+        runner.progress(f"round {r}/{rounds}")
+        runner.ensure(a, r)
+        runner.ensure(b, r)
+    return compare_groups(runner.groups(runner.sessions(a)[:rounds]),
+                          runner.groups(runner.sessions(b)[:rounds]), min_effect=min_effect)

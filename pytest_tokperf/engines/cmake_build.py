@@ -1,0 +1,200 @@
+"""One llama-server compile: sdist -> fixed work folder -> cmake through ccache -> binary.
+
+``install`` decides what to build and where the result is cached; this module only
+runs the build and reports what happened (``Compiled``). Everything a build prints
+goes to one log file that outlives a failure; errors are one line that ends with the
+log's path. The work folder is fixed (``<engines>/.work``) so every release compiles
+with the same paths and ccache can hand one release's objects to the next; it is
+wiped before and after every build, so a killed build is never built upon.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import resource
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_tokperf.engines.releases import Release
+from pytest_tokperf.engines.sdist import (
+    SdistIdentity,
+    disk_full,
+    fetch_sdist,
+    layout_flags,
+    read_identity,
+    unpack_tree,
+)
+from pytest_tokperf.errors import InstallError
+from pytest_tokperf.results import Progress
+
+CCACHE_LAUNCHER = ("-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A finished compile: the binary (inside the work folder until it is moved) and
+    the figures of the build."""
+
+    binary: Path
+    flags: tuple[str, ...]
+    """The flags used: the requested ones plus what the tree's layout needs."""
+    identity: SdistIdentity
+    seconds: float
+    cpu_seconds: float
+    ccache_hits: int | None
+    ccache_misses: int | None
+
+
+def version_text(binary: Path) -> str | None:
+    """``binary --version``'s output when it runs and names a version, else None."""
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        return None
+    try:
+        proc = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout + proc.stderr
+    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; up to b9737 "version: 9093 (pypi-sdist)"
+    return text if proc.returncode == 0 and re.search(r"\bversion:|\bbuild\b", text) else None
+
+
+@dataclass(slots=True)
+class _Step:
+    """Runs build steps into one log file, streaming cmake's ``[ NN%]`` to progress."""
+
+    log: Path
+    progress: Progress
+    label: str
+    nice: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, cmd: list[str], step: str) -> None:
+        self.progress(f"{self.label}: {step}")
+        with open(self.log, "a", encoding="utf-8") as out:
+            out.write(f"\n$ {' '.join(cmd)}\n")
+            out.flush()
+            try:
+                proc = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                    errors="replace", env={**os.environ, **self.env},
+                    preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None,
+                )
+            except FileNotFoundError as exc:
+                raise InstallError(
+                    f"{self.label}: {cmd[0]!r} is not installed; install it (Debian: apt-get "
+                    f"install cmake build-essential ccache) and run the same command again"
+                ) from exc
+            with proc:
+                assert proc.stdout is not None
+                last_pct = ""
+                first_error = ""
+                for line in proc.stdout:
+                    out.write(line)
+                    if not first_error and re.search(r"\berror\b|No space left", line, re.I):
+                        first_error = line.strip()
+                    match = re.match(r"\[\s*(\d+)%\]", line)
+                    if match and match.group(1) != last_pct and int(match.group(1)) % 10 == 0:
+                        last_pct = match.group(1)
+                        self.progress(f"{self.label}: {step} {last_pct}%")
+                code = proc.wait()
+        if code != 0:
+            if "No space left" in first_error:
+                raise disk_full(self.log.parent, f"building {self.label}")
+            raise InstallError(
+                f"{self.label}: {step} failed (exit {code}): {first_error or 'see the log'}; "
+                f"full log: {self.log}"
+            )
+
+
+def _ccache_stats(env: dict[str, str]) -> tuple[int, int] | None:
+    """(hits, misses) so far in the ccache this build uses, or None without ccache."""
+    try:
+        proc = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
+                              timeout=30, check=False, env={**os.environ, **env})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    stats = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+    try:
+        hits = int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
+        return hits, int(stats.get("cache_miss", 0))
+    except ValueError:
+        return None
+
+
+def check_free_space(where: Path, needed: int) -> None:
+    """Refuse a build up front when the cache's disk cannot hold it."""
+    probe = where
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise InstallError(
+            f"only {free / 1e9:.1f} GB free at {probe}; a llama-server build needs about "
+            f"{needed / 1e9:.0f} GB: free space (old builds: {where}) or point "
+            f"PYTEST_TOKPERF_CACHE at a larger disk"
+        )
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_llama_server(
+    release: Release, flags: tuple[str, ...], *, cache: Path, work: Path, log: Path,
+    jobs: int, progress: Progress, ccache_dir: Path | None, nice: int = 0,
+) -> Compiled:
+    """Build the ``llama-server`` target of ``release`` in ``work``; ``ccache_dir`` None
+    compiles without ccache. The caller moves ``Compiled.binary`` out before calling
+    ``clean(work)``."""
+    started, cpu_started = time.monotonic(), _children_cpu_s()
+    label = f"llama-server {release.tag}"
+    env: dict[str, str] = {"GIT_CEILING_DIRECTORIES": str(work.parent)}
+    launcher: tuple[str, ...] = ()
+    if ccache_dir is not None:
+        env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="1")
+        launcher = CCACHE_LAUNCHER
+    step = _Step(log, progress, label, nice, env)
+    clean(work)  # an interrupted build's tree: never build on it
+    try:
+        archive = fetch_sdist(cache, release, log)
+        identity = read_identity(archive)
+        progress(f"{label}: {identity.describe()}")
+        tree = unpack_tree(archive, work / "src")
+        used = (*flags, *layout_flags(tree))
+        before = _ccache_stats(env) if ccache_dir is not None else None
+        step(["cmake", "-S", str(tree), "-B", str(work / "build"), *used, *launcher], "configure")
+        step(["cmake", "--build", str(work / "build"), "--config", "Release",
+              "--target", "llama-server", f"-j{jobs}"], "build")
+        after = _ccache_stats(env) if ccache_dir is not None else None
+        built = work / "build" / "bin" / "llama-server"
+        version = version_text(built)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n$ {built} --version\n{version}\n")
+        if version is None:
+            raise InstallError(f"{label}: the build finished but {built} does not run "
+                               f"`--version`; full log: {log}")
+    except OSError as exc:
+        clean(work)
+        if exc.errno == errno.ENOSPC:
+            raise disk_full(work.parent, f"building {label}; log: {log}") from exc
+        raise InstallError(f"{label}: {exc}; full log: {log}") from exc
+    except BaseException:
+        clean(work)
+        raise
+    hits = misses = None
+    if before is not None and after is not None:
+        hits, misses = after[0] - before[0], after[1] - before[1]
+    return Compiled(built, used, identity, time.monotonic() - started,
+                    round(_children_cpu_s() - cpu_started, 1), hits, misses)
+
+
+def clean(work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""Bisect: pure logic against fake measurements whose first bad release is known, and the
+real ``tokperf bisect`` over 32 fake "releases" (wrapper scripts around the real
+llama-server, the later ones with a slowdown switched on)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf.bench.bisect import bisect_releases, format_result
+from pytest_tokperf.bench.builds import Groups, Target
+from pytest_tokperf.cli.main import main
+from pytest_tokperf.errors import ConfigError
+
+DECODE_T = Target("s1", "test_decode", "decode")
+TTFT_T = Target("s2", "test_ttft", "ttft")
+RELEASES = list(range(100, 132))  # 32 releases
+
+
+class FakeLab:
+    """Decode 30 tok/s times a per-session drift (log-normal, ``drift``) times per-sample
+    noise (``cv``); from ``step`` on, ``effect`` slower (and ``partial``: from
+    ``partial[0]`` on only ``partial[1]`` slower). TTFT never changes. Deterministic."""
+
+    def __init__(self, step: int, effect: float = 0.2, cv: float = 0.03, drift: float = 0.02,
+                 seed: int = 0, partial: tuple[int, float] | None = None) -> None:
+        self.step, self.effect, self.cv, self.drift, self.seed = step, effect, cv, drift, seed
+        self.partial = partial
+        self.sessions: dict[int, int] = {}
+
+    def level(self, number: int) -> float:
+        if number >= self.step:
+            return 1 - self.effect
+        if self.partial and number >= self.partial[0]:
+            return 1 - self.partial[1]
+        return 1.0
+
+    def groups(self, number: int, sessions: int) -> Groups:
+        self.sessions[number] = max(self.sessions.get(number, 0), sessions)
+        out: Groups = {DECODE_T: [], TTFT_T: []}
+        for s in range(sessions):
+            rng = random.Random(f"{self.seed}-{number}-{s}")
+            drift = math.exp(rng.gauss(0, self.drift))
+            out[DECODE_T].append([30 * self.level(number) * drift * math.exp(rng.gauss(0, self.cv))
+                                  for _ in range(5)])
+            out[TTFT_T].append([0.3 / drift * math.exp(rng.gauss(0, self.cv)) for _ in range(5)])
+        return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_step_position_found_within_five_builds(seed: int) -> None:
+    for step in RELEASES[1:]:
+        lab = FakeLab(step, seed=seed)
+        result = bisect_releases(RELEASES, RELEASES[0], RELEASES[-1], lab, progress=lambda _: None)
+        assert (result.status, result.first_bad, result.last_good) == (
+            "found", step, RELEASES[RELEASES.index(step) - 1]), (seed, step)
+        assert result.target == DECODE_T
+        builds = len(lab.sessions)
+        assert builds - 2 == result.midpoints <= 5, (seed, step, builds)
+        assert result.upstream_builds == (result.last_good + 1, step)
+
+
+def test_no_step_means_nothing_to_bisect() -> None:
+    result = bisect_releases(RELEASES, 100, 131, FakeLab(10**6), progress=lambda _: None)
+    assert result.status == "no-regression" and result.first_bad is None
+    assert format_result(result)[0] == "no regression from b100 to b131: nothing to bisect"
+
+
+def test_a_release_between_both_levels_gets_more_sessions_not_a_guess() -> None:
+    # 110..119 are 10% slower, 120 on 20%: the first midpoint (115) sits between the
+    # known good and the known bad level, so no verdict can place it.
+    lab = FakeLab(120, partial=(110, 0.10), drift=0.005, cv=0.01)
+    result = bisect_releases(RELEASES, 100, 131, lab, sessions=3, max_sessions=6,
+                             progress=lambda _: None)
+    assert result.status == "undecided"
+    assert [s.sessions for s in result.steps] == [3, 4, 5, 6]
+    assert {s.number for s in result.steps} == {115}
+    assert result.remaining == tuple(RELEASES)
+    assert lab.sessions[100] > 3 and lab.sessions[131] > 3  # the references got more too
+    assert "undecided" in "\n".join(format_result(result))
+
+
+class Interrupted(Exception):
+    pass
+
+
+class StoredLab(FakeLab):
+    """Sessions persist in ``store`` (like the DB); ``budget`` new ones, then interrupt."""
+
+    def __init__(self, store: dict[int, int], budget: int | None, **kw: object) -> None:
+        super().__init__(117, **kw)  # type: ignore[arg-type]
+        self.store, self.budget, self.new = store, budget, 0
+
+    def groups(self, number: int, sessions: int) -> Groups:
+        while self.store.get(number, 0) < sessions:  # one session at a time, like pytest
+            if self.budget is not None and self.new == self.budget:
+                raise Interrupted
+            self.store[number] = self.store.get(number, 0) + 1
+            self.new += 1
+        return super().groups(number, sessions)
+
+
+def test_an_interrupted_bisect_resumes_where_it_stopped() -> None:
+    whole = StoredLab({}, None)
+    expected = bisect_releases(RELEASES, 100, 131, whole, progress=lambda _: None)
+    store: dict[int, int] = {}
+    with pytest.raises(Interrupted):
+        bisect_releases(RELEASES, 100, 131, StoredLab(store, 10), progress=lambda _: None)
+    resumed = StoredLab(store, None)
+    result = bisect_releases(RELEASES, 100, 131, resumed, progress=lambda _: None)
+    assert result == expected
+    assert resumed.new == whole.new - 10
+
+
+def test_bad_endpoints_are_refused() -> None:
+    with pytest.raises(ConfigError, match="--good b131 must be an older release than --bad b100"):
+        bisect_releases(RELEASES, 131, 100, FakeLab(110))
+    with pytest.raises(ConfigError, match="--good b99 is not among the releases to search"):
+        bisect_releases(RELEASES, 99, 131, FakeLab(110))
+
+
+SELECTION = """
+def test_short_prompt(tok_bench):
+    tok_bench(prompt_tokens=64, generate_tokens=4)
+"""
+SESSION_ARGS = ["--tokperf-model", "test", "--tokperf-threads", "1", "--tokperf-repetitions",
+                "3", "--tokperf-warmup", "1", "--tokperf-bandwidth", "30GB/s"]
+
+
+def fake_releases(folder: Path, binary: Path, count: int, slow_from: int) -> Path:
+    """``count`` wrapper "releases" around one real llama-server; from ``slow_from`` on
+    they force a micro-batch of 1, so the prompt is read a token at a time (TTFT)."""
+    folder.mkdir()
+    for n in range(1, count + 1):
+        extra = " -ub 1" if n >= slow_from else ""
+        path = folder / f"llama-server-b{n}"
+        path.write_text(f'#!/bin/sh\nexec "{binary}" "$@"{extra}\n')
+        path.chmod(0o755)
+    return folder
+
+
+@pytest.mark.engine
+def test_bisect_over_32_fake_releases_finds_the_slowdown(
+    server_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_selection.py").write_text(SELECTION)
+    folder = fake_releases(tmp_path / "releases", server_binary, 32, slow_from=21)
+    args = ["bisect", "--good", "1", "--bad", "32", "--binaries", str(folder), "--metric",
+            "ttft", "--db", str(tmp_path / "bisect.db"), "--json", "--",
+            "test_selection.py", *SESSION_ARGS]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert (result["status"], result["last_good"], result["first_bad"]) == ("found", 20, 21)
+    assert result["midpoints"] <= 5
+    assert "step: b16" in err  # progress on the terminal throughout
+    journal = (tmp_path / "bisect.db.builds.jsonl").read_text().splitlines()
+    # the same command again replays from the DB and the journal: nothing new to measure
+    assert main(args) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again == result
+    assert (tmp_path / "bisect.db.builds.jsonl").read_text().splitlines() == journal

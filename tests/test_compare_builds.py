@@ -1,0 +1,104 @@
+"""compare-builds: sessions as the unit, the judge's verdict beside the ratio of means,
+the journal, and a real interleaved comparison of two wrapper builds of llama-server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf.bench.builds import (
+    Build,
+    BuildRunner,
+    Journal,
+    Session,
+    Target,
+    compare_groups,
+    selection_key,
+    session_medians,
+)
+from pytest_tokperf.cli.main import main
+from pytest_tokperf.errors import ConfigError
+from tests.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+
+DECODE_T = Target("s1", "test_decode", "decode")
+TTFT_T = Target("s1", "test_decode", "ttft")
+
+
+def test_each_session_counts_once_by_its_median() -> None:
+    assert session_medians([[1.0, 2.0, 9.0], [4.0], []]) == [2.0, 4.0]
+
+
+def test_verdict_beside_the_ratio_of_means() -> None:
+    a = {DECODE_T: [[30.0, 30.3, 29.8], [30.5, 30.1, 30.2], [29.9, 30.0, 30.4]],
+         TTFT_T: [[0.30, 0.31, 0.301], [0.29, 0.299, 0.31], [0.30, 0.302, 0.29]]}
+    b = {DECODE_T: [[24.0, 24.2, 23.9], [24.4, 24.1, 24.0], [23.8, 24.1, 24.3]],
+         TTFT_T: [[0.30, 0.302, 0.31], [0.31, 0.29, 0.298], [0.30, 0.31, 0.301]]}
+    # (session medians that differ a little: identical ones carry no spread, and a judge
+    # that cannot see the noise says inconclusive)
+    found = {f.target: f for f in compare_groups(a, b)}
+    decode, ttft = found[DECODE_T], found[TTFT_T]
+    assert decode.comparison.verdict == "regression"
+    assert decode.ratio == pytest.approx(24.089 / 30.133, rel=1e-3)
+    assert (decode.sessions_a, decode.n_a, decode.comparison.n_baseline) == (3, 9, 3)
+    assert ttft.comparison.verdict == "unchanged" and ttft.ratio == pytest.approx(1.0, abs=0.02)
+
+
+def test_two_sessions_a_side_are_too_few_to_judge() -> None:
+    found = compare_groups({DECODE_T: [[30.0], [30.1]]}, {DECODE_T: [[20.0], [20.1]]})
+    assert found[0].comparison.verdict == "inconclusive"
+
+
+def test_no_common_test_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no test has results on both builds"):
+        compare_groups({DECODE_T: [[1.0]]}, {TTFT_T: [[1.0]]})
+
+
+def test_runner_chooses_build_db_and_engine_itself(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'--tokperf-db=x.db' in the pytest arguments: the "
+                       r"build, the results DB and the engine are chosen per session here"):
+        BuildRunner(tmp_path / "r.db", ["tests", "--tokperf-db=x.db"])
+    with pytest.raises(ConfigError, match="--tokperf-server-bin"):
+        BuildRunner(tmp_path / "r.db", ["--tokperf-server-bin", "x"])
+    runner = BuildRunner(tmp_path / "r.db", ["t.py"], python="py")
+    cmd = runner.command(Build("b1", Path("/x/llama-server")))
+    assert cmd[:4] == ["py", "-m", "pytest", "t.py"]
+    assert "--tokperf-server-bin=/x/llama-server" in cmd and f"--tokperf-db={tmp_path / 'r.db'}" in cmd
+
+
+def test_journal_matches_build_binary_and_selection(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "r.db")
+    build = Build("b1", Path("/x/a"))
+    key = selection_key(["t.py"], ["decode"])
+    assert key != selection_key(["t.py", "-k", "x"], ["decode"])
+    journal.add(Session("b1", key, ("run-1",), "/x/a", 0, 1.0, "t"))
+    journal.add(Session("b1", key, ("run-2",), "/x/other", 0, 1.0, "t"))
+    with open(journal.path, "a") as out:
+        out.write('{"build": "b1", "selec')  # cut short by an interruption
+    assert [s.run_ids for s in journal.sessions(build, key)] == [("run-1",)]
+    assert journal.sessions(build, selection_key(["t.py"], ["ttft"])) == []
+
+
+@pytest.mark.engine
+def test_compare_two_builds_interleaved(server_binary: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_selection.py").write_text(SELECTION)
+    folder = fake_releases(tmp_path / "builds", server_binary, 2, slow_from=2)
+    a, b = str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
+    args = ["compare-builds", a, b, "--db", str(tmp_path / "c.db"), "--",
+            "test_selection.py", *SESSION_ARGS]
+    assert main([*args[:5], "--json", *args[5:]]) == 0
+    found = {(f["target"]["metric"]): f for f in json.loads(capsys.readouterr().out)}
+    assert found["ttft"]["comparison"]["verdict"] == "regression"
+    assert found["ttft"]["ratio"] > 1.3  # a micro-batch of 1 reads the prompt token by token
+    assert (found["ttft"]["sessions_a"], found["ttft"]["sessions_b"]) == (5, 5)
+    journal = (tmp_path / "c.db.builds.jsonl").read_text().splitlines()
+    assert [json.loads(line)["build"] for line in journal] == [a, b] * 5
+    # again: the journalled sessions are reused, the table printed
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "B/A" in out and "regression" in out
+    assert (tmp_path / "c.db.builds.jsonl").read_text().splitlines() == journal
