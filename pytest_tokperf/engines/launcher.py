@@ -99,13 +99,11 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
 
 def binary_version(binary: Path) -> str | None:
     """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None."""
-    try:
-        proc = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    from pytest_tokperf.engines.cmake_build import version_text
+
+    text = version_text(binary)
+    if text is None:
         return None
-    text = proc.stdout + proc.stderr
     # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; older: "version: 4567 (abc1234)"
     match = re.search(r"build (\d+), commit ([^)\s]+)", text) or re.search(
         r"version:\s*(\d+)\s*\(([^)]*)\)", text
