@@ -146,7 +146,7 @@ def test_bad_bandwidth_rejected() -> None:
         ("Apple M4 Max", "Q4_0", "q4", "apple", 0.74),
         ("RX 7900 XTX", "Q4_K_M", "q4", "amd-gpu", 0.62),
         ("H100 SXM", "F16", "f16", "datacenter-gpu", 0.40),
-        ("DDR5-5600 x2", "Q8_0", "q8", "cpu", 0.70),
+        ("DDR5-5600 x2", "Q8_0", "q8", "cpu", 0.60),
     ],
 )
 def test_band_per_quant_family_and_device_class(
