@@ -1,21 +1,20 @@
 """The results store: every measurement with its environment, in one SQLite file.
 
-``store`` (``ResultStore``: open, migrate, record, read back), ``schema`` (tables,
-views, migrations), ``rows`` (value types <-> rows, the series key), ``exchange``
-(export, import, merge, reference runs as text). sqlite-utils only; no pytest.
+``store`` (``ResultStore``: open, migrate, record, read back), ``records`` (the values
+it returns), ``schema`` (tables, views, migrations), ``rows`` (value types <-> rows, the
+series key), ``history`` (the one store -> points function), ``exchange`` (export,
+import, merge, reference runs as text). sqlite-utils only; no pytest.
 """
 
-from pytest_tokperf.storage.store import (
-    BUSY_TIMEOUT_S,
-    DB_ENV_VAR,
+from pytest_tokperf.storage.records import (
     Acceptance,
     GateVerdict,
     HistoryRow,
-    ResultStore,
     Stored,
     StoredResult,
     StoredRun,
 )
+from pytest_tokperf.storage.store import BUSY_TIMEOUT_S, DB_ENV_VAR, ResultStore
 
 __all__ = ["BUSY_TIMEOUT_S", "DB_ENV_VAR", "Acceptance", "GateVerdict", "HistoryRow",
            "ResultStore", "Stored", "StoredResult", "StoredRun"]

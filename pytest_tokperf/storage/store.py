@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -31,6 +31,15 @@ from pytest_tokperf.results import (
     RunInfo,
     Sample,
     Verdict,
+)
+from pytest_tokperf.storage.records import (  # re-exported: they were defined here
+    Acceptance as Acceptance,
+    GateVerdict as GateVerdict,
+    HistoryRow as HistoryRow,
+    SampleFigures as SampleFigures,
+    Stored as Stored,
+    StoredResult as StoredResult,
+    StoredRun as StoredRun,
 )
 from pytest_tokperf.storage.rows import (
     Row,
@@ -54,55 +63,6 @@ BULK_CACHE_KIB = 64 * 1024
 """Page cache while ``insert_rows`` runs: a results row touches four indexes."""
 DB_ENV_VAR = "PYTEST_TOKPERF_DB"
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """One result of a series with what a comparison varies (``series_history`` view).
-
-    Figures are medians over the repetitions; ``repetitions`` is the workload's count.
-    """
-
-    result_id: int
-    run_id: str
-    created_at: str
-    test_id: str
-    series_key: str
-    engine_name: str
-    engine_version: str | None
-    engine_build: str | None
-    engine_backend: str | None
-    hardware_name: str | None
-    hardware_kind: str | None
-    hardware_driver: str | None
-    model_file_name: str | None
-    model_content_hash: str | None
-    project_commit: str | None
-    host: str
-    ttft_s: float
-    decode_tokens_per_s: float | None
-    decode_tokens_per_s_stdev: float | None
-    prefill_tokens_per_s: float | None
-    engine_decode_tokens_per_s: float | None
-    engine_prefill_tokens_per_s: float | None
-    repetitions: int
-    ceiling_decode_tokens_per_s: float | None
-    efficiency: float | None
-    verdict: Verdict
-
-
-@dataclass(frozen=True, slots=True)
-class SampleFigures:
-    """The figures of one stored repetition that a history judges (no inter-token times:
-    parsing those was three quarters of the gate's cost)."""
-
-    ttft_s: float
-    prefill_tokens_per_s: float | None
-    decode_tokens_per_s: float | None
-    engine_decode_tokens_per_s: float | None
-    generated_tokens: int
-    round_index: int | None
-    round_wall_s: float | None
 
 
 _HISTORY_FIGURES = """
@@ -129,70 +89,6 @@ ORDER BY chosen.created_at, chosen.result_id, s.repetition
 """
 _SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_engine",
                    "sample_generated", "sample_round", "sample_round_wall")
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """Where ``record`` put a result: its id and the series it belongs to."""
-
-    result_id: int
-    series_key: str
-
-
-@dataclass(frozen=True, slots=True)
-class GateVerdict:
-    """The regression gate's final verdict on one metric of one stored result."""
-
-    result_id: int
-    metric: str
-    verdict: str
-    relative_change: float | None
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None
-    n_baseline: int
-    n_current: int
-    baseline: str
-    """What was compared against, e.g. ``b11400..b11434 (6 runs)``."""
-    correction: str
-    """How significance was controlled across the session, e.g. ``Holm over 24``."""
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Acceptance:
-    """A series' new level, accepted on purpose: the gate's baseline starts at ``result_id``."""
-
-    id: int
-    series_key: str
-    result_id: int
-    accepted_at: str
-    accepted_by: str | None
-    reason: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRun:
-    run: RunInfo
-    finished_at: str | None
-    results: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResult:
-    """One result read back in full: what ``record`` was given, plus its keys."""
-
-    result_id: int
-    run: RunInfo
-    test_id: str
-    series_key: str
-    created_at: str
-    result: BenchResult
-    model: ModelInfo | None
-    hardware: HardwareInfo | None
-    ceiling: Ceiling | None
-    efficiency: float | None
-    verdict: Verdict
 
 
 def _unwritable(path: Path, exc: BaseException) -> StorageError:
