@@ -50,7 +50,8 @@ class Build:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One figure of one test: a series of the results DB and a metric."""
+    """One figure of one test: its workload (the series without the engine's settings,
+    ``rows.Series.workload_key``, so builds with other defaults still compare) and a metric."""
 
     series_key: str
     test_id: str
@@ -116,11 +117,14 @@ def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dic
     """Each target's samples in these runs, with the regression gate's figures (engine
     decode where every repetition has it, else the client's; client TTFT)."""
     from pytest_tokperf.storage.history import metric_values  # the gate's rule, one owner
+    from pytest_tokperf.storage.rows import Series
     from pytest_tokperf.storage.store import ResultStore
 
     wanted = set(run_ids)
     out: dict[Target, list[float]] = {}
     with ResultStore.open(db) as store:
+        workloads = {key: Series.from_text(text).workload_key for key, text in
+                     store.db.execute("SELECT series_key, series_text FROM series").fetchall()}
         for latest in store.latest_per_series():
             for row in store.history(latest.series_key):
                 if row.run_id not in wanted:
@@ -129,7 +133,7 @@ def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dic
                 for name in metrics:
                     values = metric_values(samples, name)
                     if values:
-                        target = Target(row.series_key, row.test_id, name)
+                        target = Target(workloads[row.series_key], row.test_id, name)
                         out.setdefault(target, []).extend(values)
     return out
 

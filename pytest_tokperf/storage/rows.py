@@ -78,6 +78,12 @@ def series_settings(engine: EngineInfo) -> Row:
     }
 
 
+ENGINE_SETTING_FIELDS = frozenset({
+    "threads", "batch_size", "ubatch_size", "gpu_layers", "flash_attn", "kv_type",
+    "context_size", "kv_type_v", "threads_batch", "split_mode", "backend",
+})
+"""Series fields the engine's configuration sets (the rest describe the workload)."""
+
 _LATER_FIELDS: dict[str, object] = {
     "cached_prefix_tokens": 0, "draft_model": None, "chat": False,
     "kv_type_v": None, "threads_batch": None, "split_mode": None, "backend": None,
@@ -143,6 +149,14 @@ class Series:
     @classmethod
     def from_text(cls, text: str) -> Series:
         return cls(**json.loads(text))
+
+    @property
+    def workload_key(self) -> str:
+        """The series without the engine's speed settings: what one test measures, so two
+        builds whose defaults differ (a release turning flash attention on) still compare."""
+        fields = {name: value for name, value in asdict(self).items()
+                  if name not in ENGINE_SETTING_FIELDS}
+        return hashlib.sha256(dumps(fields).encode()).hexdigest()[:16]
 
 
 def model_identity(engine: EngineInfo, model: ModelInfo | None) -> str:
