@@ -6,7 +6,8 @@
 
 First, bulk insert before and after: the same ``--compare`` results (default 50,000)
 into fresh stores through sqlite-utils ``insert_all`` (before) and
-``ResultStore.insert_rows`` (after: one prepared statement, no per-value conversion),
+``ResultStore.insert_rows`` (after: prepared statements without the empty columns, no
+per-value conversion),
 interleaved, ``--rounds`` times each (the rows are built first: only the insert is
 timed); medians and the ratio are printed (target:
 >= 50,000 results/s after).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-TRIALS = 30
+TRIALS = 50
 BUDGET_S = 150.0
 """Stop early (after at least 10 trials) on a slow machine."""
 
