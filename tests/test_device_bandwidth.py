@@ -51,7 +51,7 @@ def test_cuda_engine_with_nvml_uses_the_gpu_figure(monkeypatch: pytest.MonkeyPat
     result = bandwidth_for(placement, gpu=gpu, cpu=CPU)
     assert result.bandwidth is not None and result.bandwidth.source == "nvml"
     assert result.bandwidth.bytes_per_s == pytest.approx(2619e6 * 2 * 6144 / 8)
-    assert result.explanation.startswith("cuda:0 (NVIDIA H200): NVIDIA H200, ")
+    assert result.explanation.startswith("cuda:0 (NVIDIA H200): 4023 GB/s nvml")
     assert result.hardware is gpu
 
 
@@ -103,8 +103,8 @@ def test_partial_offload_adds_the_time_of_each_part(monkeypatch: pytest.MonkeyPa
     assert [(p.where, round(p.share, 3)) for p in result.parts] == [
         ("cuda:0 (NVIDIA GeForce RTX 4060)", round(share, 3)), ("cpu", round(1 - share, 3))]
     assert result.explanation.startswith(
-        "split: 61% of the bytes on cuda:0 (NVIDIA GeForce RTX 4060) (NVIDIA GeForce RTX 4060, "
-        "272 GB/s catalog) + 39% in system RAM (AMD EPYC, 60.0 GB/s measured): 1 / (0.61 / "
+        "split: 61% of the bytes on cuda:0 (NVIDIA GeForce RTX 4060) at "
+        "272 GB/s catalog + 39% in system RAM (AMD EPYC, 60.0 GB/s measured): 1 / (0.61 / "
         "272 GB/s + 0.39 / 60.0 GB/s) = ")
     assert "llama-server log: offloaded 20/33 layers" in result.explanation
     # 61% of the layers on the GPU gives well under half the GPU's speed

@@ -47,8 +47,14 @@ class DeviceBandwidth:
     """The device the figure belongs to (the GPU for a split), for storage and FLOPs."""
 
 
-def _describe(info: HardwareInfo, bw: Bandwidth) -> str:
-    return f"{info.name}, {format_bandwidth(bw.bytes_per_s)} {bw.source}"
+def _describe(info: HardwareInfo, bw: Bandwidth, label: str = "") -> str:
+    """Name (unless ``label`` already says it), bandwidth and where it came from."""
+    figure = f"{format_bandwidth(bw.bytes_per_s)} {bw.source}"
+    return figure if _named(info, label) else f"{info.name}, {figure}"
+
+
+def _named(info: HardwareInfo, label: str) -> bool:
+    return bool(info.name) and info.name in label
 
 
 def bandwidth_for(
@@ -91,7 +97,7 @@ def bandwidth_for(
         notes.append(f"layers split over {placement.gpu_count} GPUs: a pipeline, one GPU's "
                      "bandwidth")
     if share >= 1.0:
-        text = f"{label}: {_describe(gpu, gpu_bw)}" + "".join(f"; {n}" for n in notes)
+        text = f"{label}: {_describe(gpu, gpu_bw, label)}" + "".join(f"; {n}" for n in notes)
         return DeviceBandwidth(gpu_bw, (BandwidthPart(label, 1.0, gpu_bw),), text, gpu)
     cpu_bw = cpu.bandwidth if cpu is not None else None
     if cpu is None or cpu_bw is None:
@@ -114,9 +120,11 @@ def _split(
     cpu: HardwareInfo, cpu_bw: Bandwidth, notes: Sequence[str],
 ) -> DeviceBandwidth:
     seconds_per_byte = share / gpu_bw.bytes_per_s + (1 - share) / cpu_bw.bytes_per_s
+    on_gpu = _describe(gpu, gpu_bw, label)
+    on_gpu = f" at {on_gpu}" if _named(gpu, label) else f" ({on_gpu})"
     effective = 1 / seconds_per_byte
     text = (
-        f"split: {share:.0%} of the bytes on {label} ({_describe(gpu, gpu_bw)}) + "
+        f"split: {share:.0%} of the bytes on {label}{on_gpu} + "
         f"{1 - share:.0%} in system RAM ({_describe(cpu, cpu_bw)}): 1 / ({share:.2f} / "
         f"{format_bandwidth(gpu_bw.bytes_per_s)} + {1 - share:.2f} / "
         f"{format_bandwidth(cpu_bw.bytes_per_s)}) = {format_bandwidth(effective)} effective"
