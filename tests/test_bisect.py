@@ -151,18 +151,27 @@ def test_bisect_over_32_fake_releases_finds_the_slowdown(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "test_selection.py").write_text(SELECTION)
     folder = fake_releases(tmp_path / "releases", server_binary, 32, slow_from=21)
+    db, journal_path = tmp_path / "bisect.db", tmp_path / "bisect.db.builds.jsonl"
+    # how a user gets here: compare-builds showed the regression between two releases
+    endpoints = [str(folder / "llama-server-b1"), str(folder / "llama-server-b32")]
+    assert main(["compare-builds", *endpoints, "--rounds", "3", "--metric", "ttft", "--db",
+                 str(db), "--", "test_selection.py", *SESSION_ARGS]) == 0
+    assert "regression" in capsys.readouterr().out
+    compared = journal_path.read_text().splitlines()
     args = ["bisect", "--good", "1", "--bad", "32", "--binaries", str(folder), "--metric",
-            "ttft", "--db", str(tmp_path / "bisect.db"), "--json", "--",
-            "test_selection.py", *SESSION_ARGS]
+            "ttft", "--db", str(db), "--json", "--", "test_selection.py", *SESSION_ARGS]
     assert main(args) == 0
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert (result["status"], result["last_good"], result["first_bad"]) == ("found", 20, 21)
-    assert result["midpoints"] <= 5
+    journal = journal_path.read_text().splitlines()
+    # the endpoints' sessions came from compare-builds: the bisect built its midpoints only
+    measured = {json.loads(line)["binary"] for line in journal[len(compared):]}
+    assert not measured & {str(Path(e).resolve()) for e in endpoints}
+    assert len(measured) == result["midpoints"] <= 5
     assert "step: b16" in err  # progress on the terminal throughout
-    journal = (tmp_path / "bisect.db.builds.jsonl").read_text().splitlines()
     # the same command again replays from the DB and the journal: nothing new to measure
     assert main(args) == 0
     again = json.loads(capsys.readouterr().out)
     assert again == result
-    assert (tmp_path / "bisect.db.builds.jsonl").read_text().splitlines() == journal
+    assert journal_path.read_text().splitlines() == journal

@@ -80,6 +80,22 @@ def test_journal_matches_build_binary_and_selection(tmp_path: Path) -> None:
     assert journal.sessions(build, selection_key(["t.py"], ["ttft"])) == []
 
 
+def test_journal_knows_a_binary_by_its_content(tmp_path: Path) -> None:
+    """compare-builds (label: the path given) and bisect (label: b<N>) share the sessions
+    of one file; the same path rebuilt is a new binary with no sessions yet."""
+    binary = tmp_path / "llama-server-b7"
+    binary.write_bytes(b"build one")
+    journal = Journal(tmp_path / "r.db")
+    key = selection_key(["t.py"], ["decode"])
+    journal.add(Session(str(binary), key, ("run-1",), str(binary), 0, 1.0, "t",
+                        journal.digest(binary)))
+    assert [s.run_ids for s in journal.sessions(Build("b7", binary, 7), key)] == [("run-1",)]
+    binary.write_bytes(b"build two, rebuilt in place")
+    assert Journal(tmp_path / "r.db").sessions(Build("b7", binary, 7), key) == []
+    with pytest.raises(ConfigError, match="cannot be read"):
+        journal.digest(tmp_path / "gone")
+
+
 @pytest.mark.engine
 def test_compare_two_builds_interleaved(server_binary: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch,

@@ -5,7 +5,10 @@ sessions (``python -m pytest ARGS --tokperf-server-bin BUILD --tokperf-db DB``),
 build per session, alternating builds (A B A B ...) so that the machine's drift lands
 on both sides. Every result goes to the DB like any other run; a journal beside it
 (``<db>.builds.jsonl``) records which build and which selection each run measured,
-so an interrupted comparison or bisect picks up the sessions it already has.
+so an interrupted comparison or bisect picks up the sessions it already has. A session
+belongs to a binary by its path and its SHA-256: a bisect reuses the endpoint sessions
+that ``compare-builds`` measured on the same files, and a binary rebuilt in place is
+measured afresh, never credited with its predecessor's figures.
 
 Per test and metric the samples are grouped by session (one group per run) and each
 session counts once, by its median (``session_medians``): the statistics then weigh
@@ -73,6 +76,9 @@ class Session:
     exit_code: int
     seconds: float
     finished_at: str
+    binary_sha256: str = ""
+    """The binary's content when measured ("" in journals written before it was kept:
+    those lines match by label and path)."""
 
 
 Groups = dict[Target, list[list[float]]]
@@ -89,12 +95,31 @@ class Journal:
 
     def __init__(self, db: Path) -> None:
         self.path = db.with_name(db.name + ".builds.jsonl")
+        self._digests: dict[tuple[str, int, int], str] = {}
+
+    def digest(self, binary: Path) -> str:
+        """SHA-256 of the binary, hashed once per path, size and mtime."""
+        try:
+            stat = binary.stat()
+        except OSError as exc:
+            raise ConfigError(f"llama-server binary {str(binary)!r} cannot be read: "
+                              f"{exc.strerror}; build or install it again") from exc
+        key = (str(binary), stat.st_size, stat.st_mtime_ns)
+        if key not in self._digests:
+            sha = hashlib.sha256()
+            with open(binary, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(block)
+            self._digests[key] = sha.hexdigest()
+        return self._digests[key]
 
     def sessions(self, build: Build, selection: str) -> list[Session]:
+        """The journalled sessions of this binary (path and content) and selection."""
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
+        digest = None
         found = []
         for line in lines:
             try:
@@ -102,8 +127,13 @@ class Journal:
                 session = Session(**{**data, "run_ids": tuple(data["run_ids"])})
             except (ValueError, TypeError, KeyError):
                 continue  # a line cut short by an interruption
-            if (session.build, session.binary, session.selection) == (
-                    build.label, str(build.binary), selection):
+            if (session.binary, session.selection) != (str(build.binary), selection):
+                continue
+            if session.binary_sha256:
+                digest = digest or self.digest(build.binary)
+                if session.binary_sha256 == digest:
+                    found.append(session)
+            elif session.build == build.label:
                 found.append(session)
         return found
 
@@ -208,7 +238,7 @@ class BuildRunner:
                 f"in {self.db}: {tail[0]}; full output: {log}"
             )
         session = Session(build.label, self.selection, new, str(build.binary), proc.returncode,
-                          round(seconds, 1), utc_now())
+                          round(seconds, 1), utc_now(), self.journal.digest(build.binary))
         self.journal.add(session)
         self.progress(f"{build.label}: session {number} done in {seconds:.0f} s ({tail[0]})")
         return session
