@@ -119,7 +119,6 @@ class Journal:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
-        digest = None
         found = []
         for line in lines:
             try:
@@ -129,11 +128,8 @@ class Journal:
                 continue  # a line cut short by an interruption
             if (session.binary, session.selection) != (str(build.binary), selection):
                 continue
-            if session.binary_sha256:
-                digest = digest or self.digest(build.binary)
-                if session.binary_sha256 == digest:
-                    found.append(session)
-            elif session.build == build.label:
+            if (session.binary_sha256 == self.digest(build.binary) if session.binary_sha256
+                    else session.build == build.label):
                 found.append(session)
         return found
 

@@ -47,13 +47,16 @@ class DeviceBandwidth:
     """The device the figure belongs to (the GPU for a split), for storage and FLOPs."""
 
 
-def _describe(info: HardwareInfo, bw: Bandwidth, label: str = "") -> str:
-    """Name (unless ``label`` already says it), bandwidth and where it came from."""
-    figure = f"{format_bandwidth(bw.bytes_per_s)} {bw.source}"
-    return figure if _named(info, label) else f"{info.name}, {figure}"
+def _figure(bw: Bandwidth) -> str:
+    return f"{format_bandwidth(bw.bytes_per_s)} {bw.source}"
+
+
+def _describe(info: HardwareInfo, bw: Bandwidth) -> str:
+    return f"{info.name}, {_figure(bw)}"
 
 
 def _named(info: HardwareInfo, label: str) -> bool:
+    """``label`` (e.g. ``cuda:0 (NVIDIA H200)``) already names the device."""
     return bool(info.name) and info.name in label
 
 
@@ -97,7 +100,8 @@ def bandwidth_for(
         notes.append(f"layers split over {placement.gpu_count} GPUs: a pipeline, one GPU's "
                      "bandwidth")
     if share >= 1.0:
-        text = f"{label}: {_describe(gpu, gpu_bw, label)}" + "".join(f"; {n}" for n in notes)
+        said = _figure(gpu_bw) if _named(gpu, label) else _describe(gpu, gpu_bw)
+        text = f"{label}: {said}" + "".join(f"; {n}" for n in notes)
         return DeviceBandwidth(gpu_bw, (BandwidthPart(label, 1.0, gpu_bw),), text, gpu)
     cpu_bw = cpu.bandwidth if cpu is not None else None
     if cpu is None or cpu_bw is None:
@@ -120,9 +124,8 @@ def _split(
     cpu: HardwareInfo, cpu_bw: Bandwidth, notes: Sequence[str],
 ) -> DeviceBandwidth:
     seconds_per_byte = share / gpu_bw.bytes_per_s + (1 - share) / cpu_bw.bytes_per_s
-    on_gpu = _describe(gpu, gpu_bw, label)
-    on_gpu = f" at {on_gpu}" if _named(gpu, label) else f" ({on_gpu})"
     effective = 1 / seconds_per_byte
+    on_gpu = f" at {_figure(gpu_bw)}" if _named(gpu, label) else f" ({_describe(gpu, gpu_bw)})"
     text = (
         f"split: {share:.0%} of the bytes on {label}{on_gpu} + "
         f"{1 - share:.0%} in system RAM ({_describe(cpu, cpu_bw)}): 1 / ({share:.2f} / "

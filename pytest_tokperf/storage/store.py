@@ -310,7 +310,8 @@ class ResultStore:
             runs = itertools.groupby(every, fills) if empty else ((False, every),)
             for full, run in runs:
                 sql, pick = statements[full]
-                # itemgetter in C, no Python frame per row: map, not a generator
+                # values by itemgetter in C through map, no generator frame; the groupby
+                # key (only when columns were left out) is the one Python call per row
                 count += self.db.conn.executemany(sql, map(pick, run)).rowcount
         except KeyError as exc:
             raise StorageError(f"a row for {table!r} lacks column {exc}: every row needs the "
