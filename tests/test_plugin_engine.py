@@ -27,9 +27,10 @@ def test_decode(tok_bench):
     assert res.engine.name == "llama-server"
     assert res.engine.version == "b11434"
     assert r.decode_tokens_per_s > 0 and r.ttft_s > 0
-    # The client clock must track the engine's; the margin is wide because this
-    # test model decodes 48 tokens in ~0.1 s, where one scheduler hiccup shows.
-    assert res.decode_agreement is not None and res.decode_agreement < 0.25, res.notes
+    # The client clock must track the engine's (a wrong token count or clock would be off
+    # by 2x or more); the margin is wide because this test model decodes 48 tokens in
+    # ~0.1 s, where a starved client reads in bursts (30% apart with both cores busy).
+    assert res.decode_agreement is not None and res.decode_agreement < 0.5, res.notes
     assert all(s.cached_prompt_tokens == 0 for s in res.samples)
     assert [n for n in res.notes if not n.startswith("client and engine")] == []
 """
