@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 import statistics
 
@@ -366,6 +367,28 @@ def test_adaptive_runs_on_until_the_interval_is_reached() -> None:
     assert 3 < n < 10
     values = [s.engine_decode_tokens_per_s for s in result.samples]
     assert decode_interval(values) <= 0.02 < decode_interval(values[:-1])  # type: ignore[arg-type, operator]
+
+
+class _BurstEngine(_RateEngine):
+    """The engine timed its decode, but the client read every token in one burst."""
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        generation = super().generate(request)
+        return replace(generation, chunk_times_s=(0.2,) * len(generation.chunk_times_s))
+
+
+def test_progress_shows_the_judged_decode_when_the_client_read_one_burst() -> None:
+    lines: list[str] = []
+    engine = _BurstEngine([30.0, 40.0])
+    result = run_workload(engine, Workload(8, 16, repetitions=1),  # type: ignore[arg-type]
+                          progress=lines.append)
+    assert result.samples[0].decode_tokens_per_s is None  # no client rate from one burst
+    assert [line.split(", TTFT")[0] for line in lines] == [
+        "warm-up 1/1: decode 30.0 tok/s", "rep 1/1: decode 40.0 tok/s"]
+    lines.clear()
+    run_workload(_BurstEngine([30.0], engine_timings=False), Workload(8, 16, repetitions=1),  # type: ignore[arg-type]
+                 progress=lines.append)
+    assert lines[-1].startswith("rep 1/1: decode -, TTFT")  # nothing timed it: said so
 
 
 def test_a_noisy_series_stops_at_the_most_and_says_unstable() -> None:

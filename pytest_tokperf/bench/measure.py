@@ -432,7 +432,9 @@ def run_workload(
             done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
             of = workload.repetitions if index >= workload.warmup else workload.warmup
             of_text = f"{of}" if phase == "warm-up" or not options.adaptive else f"<={of}"
-            rates = [s.decode_tokens_per_s for s in round_samples if s.decode_tokens_per_s]
+            # The figure that is judged: a client starved of CPU may read every token in
+            # one burst (no client rate), while the engine still timed its decode.
+            rates = judged_decode_values(round_samples)
             rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
             streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
             known = f", decode +/-{interval:.1%}" if interval is not None else ""
