@@ -277,6 +277,10 @@ def test_insert_rows_keeps_every_value_when_rows_fill_different_columns(
     assert got == [(i + 1, r["a"], r["b"], r["c"], r["d"]) for i, r in enumerate(rows)]
     with pytest.raises(StorageError, match="a row for 't' lacks column 'd'"):
         store.insert_rows("t", [rows[0], {k: v for k, v in rows[1].items() if k != "d"}])
+    store.db.execute("CREATE TABLE u (id INTEGER PRIMARY KEY, a INTEGER)")
+    with store.db.atomic():  # nothing to leave out of a first row that is all NULL
+        assert store.insert_rows("u", [{"id": None, "a": None}, {"id": None, "a": 2}]) == 2
+    assert store.db.execute("SELECT id, a FROM u ORDER BY id").fetchall() == [(1, None), (2, 2)]
 
 
 def test_latest_per_series_picks_the_newest_of_each(store: ResultStore) -> None:

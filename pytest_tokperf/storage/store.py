@@ -294,6 +294,8 @@ class ResultStore:
                       self.db.execute(f"PRAGMA table_info([{table}])").fetchall()
                       if default is None}
         empty = [c for c in columns if first[c] is None and c in no_default]
+        if len(empty) == len(columns):
+            empty = []  # a statement needs a column: a first row of NULLs goes in whole
         kept = [c for c in columns if c not in empty]
         statements = {False: self._insert_statement(table, kept)}
         if empty:
