@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pytest_tokperf.engines.sdist import file_sha256
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.comparing import compare_many
@@ -106,11 +107,7 @@ class Journal:
                               f"{exc.strerror}; build or install it again") from exc
         key = (str(binary), stat.st_size, stat.st_mtime_ns)
         if key not in self._digests:
-            sha = hashlib.sha256()
-            with open(binary, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    sha.update(block)
-            self._digests[key] = sha.hexdigest()
+            self._digests[key] = file_sha256(binary)
         return self._digests[key]
 
     def sessions(self, build: Build, selection: str) -> list[Session]:

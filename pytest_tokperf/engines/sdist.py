@@ -121,12 +121,18 @@ def _member(tar: tarfile.TarFile, root: str, name: str) -> str | None:
     return handle.read().decode("utf-8", "replace") if handle is not None else None
 
 
-def read_identity(archive: Path) -> SdistIdentity:
-    """Read the identity fields (see the module doc) without unpacking the archive."""
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a whole file, read 1 MiB at a time (an archive, a built binary)."""
     digest = hashlib.sha256()
-    with open(archive, "rb") as raw:
+    with open(path, "rb") as raw:
         for block in iter(lambda: raw.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def read_identity(archive: Path) -> SdistIdentity:
+    """Read the identity fields (see the module doc) without unpacking the archive."""
+    sha256 = file_sha256(archive)
     try:
         with tarfile.open(archive) as tar:
             names = tar.getnames()
@@ -154,7 +160,7 @@ def read_identity(archive: Path) -> SdistIdentity:
         ggml_sync_commit=sync if re.fullmatch(r"[0-9a-f]{7,40}", sync) else None,
         layout="full-tree" if any(n.endswith("/llama.cpp/LICENSE") for n in names)
         else "manifest-sources",
-        sha256=digest.hexdigest(),
+        sha256=sha256,
     )
 
 
