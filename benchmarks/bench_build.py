@@ -23,8 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_tokperf.engines.install import cache_root, install_llama_server
-from pytest_tokperf.engines.releases import release_index
+from pytest_tokperf.builds.install import install_llama_server
+from pytest_tokperf.paths import cache_root
+from pytest_tokperf.builds.releases import release_index
 
 
 def main() -> int:

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from pytest_tokperf.engines.llama_server import LlamaServer
+from pytest_tokperf.engines.llama_server.adapter import LlamaServer
 from pytest_tokperf.results import GenerationRequest
 
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")

@@ -351,7 +351,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get(CLOCK_ENV):
         return
     from pytest_tokperf.bench.ceilings import CeilingSource
-    from pytest_tokperf.engines.llama_server import LlamaServer
+    from pytest_tokperf.engines.llama_server.adapter import LlamaServer
 
     LlamaServer.generate = _clocked(LlamaServer.generate, "generate_s")  # type: ignore[method-assign]
     CeilingSource.probe = _clocked(CeilingSource.probe, "probe_s")  # type: ignore[method-assign]

@@ -113,54 +113,81 @@ _PUBLIC: dict[str, str] = {
     "change_points": "pytest_tokperf.stats.changepoints",
 }
 
-__all__ = [
-    "Bandwidth", "BenchResult", "BenchRun", "Ceiling", "Comparison", "ConfigError",
-    "DECODE", "Engine", "EngineError", "EngineInfo", "EngineProtocolError",
-    "EngineRegistry", "EngineUnavailable", "Footprint", "HardwareInfo", "MeasurementError",
-    "Metric", "ModelFileError", "ModelInfo", "PREFILL", "Recorded", "ResultStore",
-    "Sample", "Settings", "SpeculativeOutcome", "StorageError", "Summary", "TTFT",
-    "TokBench", "TokBenchResult", "TokperfError", "TokperfWarning", "Workload",
-    "change_points", "check_efficiency", "compare", "compute_ceiling", "create_engine",
-    "decode_efficiency", "predict", "resolve", "series_history",
-]
+__all__ = sorted(_PUBLIC)
 
-if TYPE_CHECKING:
-    from pytest_tokperf.bench.fixture import SpeculativeOutcome, TokBench, TokBenchResult
-    from pytest_tokperf.bench.run import BenchRun, Recorded
-    from pytest_tokperf.ceiling import check_efficiency, compute_ceiling, decode_efficiency
-    from pytest_tokperf.engines.base import Engine
-    from pytest_tokperf.engines.registry import EngineRegistry, create_engine
+if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py checks)
+    from pytest_tokperf.bench.fixture import (
+        SpeculativeOutcome as SpeculativeOutcome,
+        TokBench as TokBench,
+        TokBenchResult as TokBenchResult,
+    )
+    from pytest_tokperf.bench.run import (
+        BenchRun as BenchRun,
+        Recorded as Recorded,
+    )
+    from pytest_tokperf.ceiling import (
+        check_efficiency as check_efficiency,
+        compute_ceiling as compute_ceiling,
+        decode_efficiency as decode_efficiency,
+    )
+    from pytest_tokperf.engines.base import (
+        Engine as Engine,
+    )
+    from pytest_tokperf.engines.registry import (
+        EngineRegistry as EngineRegistry,
+        create_engine as create_engine,
+    )
     from pytest_tokperf.errors import (
-        ConfigError,
-        EngineError,
-        EngineProtocolError,
-        EngineUnavailable,
-        MeasurementError,
-        ModelFileError,
-        StorageError,
-        TokperfError,
-        TokperfWarning,
+        ConfigError as ConfigError,
+        EngineError as EngineError,
+        EngineProtocolError as EngineProtocolError,
+        EngineUnavailable as EngineUnavailable,
+        MeasurementError as MeasurementError,
+        ModelFileError as ModelFileError,
+        StorageError as StorageError,
+        TokperfError as TokperfError,
+        TokperfWarning as TokperfWarning,
     )
-    from pytest_tokperf.predict import predict
+    from pytest_tokperf.predict import (
+        predict as predict,
+    )
     from pytest_tokperf.results import (
-        Bandwidth,
-        BenchResult,
-        Ceiling,
-        EngineInfo,
-        Footprint,
-        HardwareInfo,
-        ModelInfo,
-        Sample,
-        Summary,
-        Workload,
+        Bandwidth as Bandwidth,
+        BenchResult as BenchResult,
+        Ceiling as Ceiling,
+        EngineInfo as EngineInfo,
+        Footprint as Footprint,
+        HardwareInfo as HardwareInfo,
+        ModelInfo as ModelInfo,
+        Sample as Sample,
+        Summary as Summary,
+        Workload as Workload,
     )
-    from pytest_tokperf.settings import Settings, resolve
-    from pytest_tokperf.stats.changepoints import change_points
-    from pytest_tokperf.stats.comparing import compare
-    from pytest_tokperf.stats.metric import DECODE, PREFILL, TTFT, Metric
-    from pytest_tokperf.stats.verdict import Comparison
-    from pytest_tokperf.storage.history import series_history
-    from pytest_tokperf.storage.store import ResultStore
+    from pytest_tokperf.settings import (
+        Settings as Settings,
+        resolve as resolve,
+    )
+    from pytest_tokperf.stats.changepoints import (
+        change_points as change_points,
+    )
+    from pytest_tokperf.stats.comparing import (
+        compare as compare,
+    )
+    from pytest_tokperf.stats.metric import (
+        DECODE as DECODE,
+        PREFILL as PREFILL,
+        TTFT as TTFT,
+        Metric as Metric,
+    )
+    from pytest_tokperf.stats.verdict import (
+        Comparison as Comparison,
+    )
+    from pytest_tokperf.storage.history import (
+        series_history as series_history,
+    )
+    from pytest_tokperf.storage.store import (
+        ResultStore as ResultStore,
+    )
 
 
 def __getattr__(name: str) -> Any:

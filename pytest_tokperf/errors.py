@@ -3,11 +3,13 @@
 Messages name the offending value with ``!r``, say where it came from and what to
 do about it. The plugin turns ``ConfigError`` into a pytest usage error and the
 others into test failures; the CLI prints them without a traceback.
+
+The ground floor of the library: it imports nothing, so the CLI and scripts never load
+pytest. ``TokperfWarning`` is a ``UserWarning``; pytest lists it in its warnings summary
+like any other, and ``-W error::pytest_tokperf.TokperfWarning`` makes it fatal.
 """
 
 from __future__ import annotations
-
-import pytest
 
 
 class TokperfError(Exception):
@@ -42,7 +44,7 @@ class StorageError(TokperfError):
     """The results database cannot be opened, migrated or written."""
 
 
-class TokperfWarning(pytest.PytestWarning):
+class TokperfWarning(UserWarning):
     """Something a user should know that does not stop the run."""
 
 

@@ -155,7 +155,7 @@ def _device_line(run: BenchRun) -> str:
         return f"{s.device.describe()} (--tokperf-device)"
     if s.url is None:
         return "as the started engine reports it (its devices and offloaded layers), per result"
-    from pytest_tokperf.engines.server_settings import placement_of
+    from pytest_tokperf.engines.llama_server.settings import placement_of
 
     try:
         placement = placement_of(run.session.engine().info())
@@ -170,7 +170,7 @@ def _device_line(run: BenchRun) -> str:
 
 def _engine_line(run: BenchRun) -> str:
     """What will be measured: the attached server's build, or the binary and model to start."""
-    from pytest_tokperf.engines.credentials import redact_url
+    from pytest_tokperf.transport.credentials import redact_url
 
     s = run.settings
     if s.url is not None:
@@ -182,7 +182,7 @@ def _engine_line(run: BenchRun) -> str:
         return f"attach {url}, build {info.build or info.version or '?'}, model {info.model_name}"
     if s.engine != "llama-server":
         return f"start from PATH, model {s.model}, threads {s.threads}"
-    from pytest_tokperf.engines.launcher import binary_version, resolve_server_binary
+    from pytest_tokperf.launch.process import binary_version, resolve_server_binary
 
     binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS

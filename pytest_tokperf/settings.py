@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.engines.credentials import (
+from pytest_tokperf.transport.credentials import (
     DEFAULT_API_KEY_ENV,
     ApiKey,
     api_key_from_env,
@@ -114,7 +114,7 @@ def _text(value: str, where: str, name: str) -> str:
 
 
 def _release(value: str, where: str, name: str) -> str:
-    from pytest_tokperf.engines.releases import release_number
+    from pytest_tokperf.builds.releases import release_number
 
     try:
         return f"b{release_number(value)}"

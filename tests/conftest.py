@@ -27,8 +27,8 @@ for _info in pkgutil.walk_packages(pytest_tokperf.__path__, "pytest_tokperf."):
     if not _info.name.endswith(".plots"):  # matplotlib is optional
         importlib.import_module(_info.name)
 
-from pytest_tokperf.engines.install import installed_llama_server
-from pytest_tokperf.engines.launcher import LaunchSpec, ServerProcess, start_llama_server
+from pytest_tokperf.builds.install import installed_llama_server
+from pytest_tokperf.launch.process import LaunchSpec, ServerProcess, start_llama_server
 
 ENGINE_FIXTURES = frozenset({"server_binary", "llama_server", "llama_url"})
 """A test that uses one of these needs the built llama-server: it is marked ``engine``."""

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.bench.bisect import bisect_releases, format_result
-from pytest_tokperf.bench.builds import Groups, Target
+from pytest_tokperf.builds.bisect import bisect_releases, format_result
+from pytest_tokperf.builds.compare import Groups, Target
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.bench.builds import (
+from pytest_tokperf.builds.compare import (
     Build,
     BuildRunner,
     Journal,

@@ -8,7 +8,7 @@ import pytest
 from fake_faults import FakeFaultyLlama
 
 from pytest_tokperf.bench.measure import client_cost_note, run_workload
-from pytest_tokperf.engines.llama_server import LlamaServer
+from pytest_tokperf.engines.llama_server.adapter import LlamaServer
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, Workload
 
 REQUEST = GenerationRequest(prompt_tokens=4, generate_tokens=100)

@@ -23,11 +23,11 @@ from fake_engines import FakeOllama
 from fake_faults import PREFIX_TOKENS, FakeFaultyLlama
 from fake_http import Handler
 
-from pytest_tokperf.engines.credentials import ApiKey, Endpoint, redact_url
-from pytest_tokperf.engines.events import EventParser, StreamStats
-from pytest_tokperf.engines.llama_server import LlamaServer
+from pytest_tokperf.transport.credentials import ApiKey, Endpoint, redact_url
+from pytest_tokperf.transport.events import EventParser, StreamStats
+from pytest_tokperf.engines.llama_server.adapter import LlamaServer
 from pytest_tokperf.engines.registry import create_engine
-from pytest_tokperf.engines.stream import StreamLimits
+from pytest_tokperf.transport.stream import StreamLimits
 from pytest_tokperf.engines.wire import not_ready_error
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import GenerationRequest

@@ -13,7 +13,7 @@ import pytest
 from fake_engines import FakeOllama
 from fake_faults import FakeFaultyLlama
 
-from pytest_tokperf.engines.launcher import free_port
+from pytest_tokperf.launch.process import free_port
 
 SECRET = "sk-tokperf-SECRET-4f1c9a"
 

@@ -28,7 +28,7 @@ CHILD = """
 import sys, threading, time
 from pathlib import Path
 import httpx
-from pytest_tokperf.engines.launcher import LaunchSpec, start_llama_server
+from pytest_tokperf.launch.process import LaunchSpec, start_llama_server
 
 spec = LaunchSpec(binary=Path(sys.argv[1]), model=Path(sys.argv[2]), log_path=Path(sys.argv[3]),
                   threads=1, context_size=512, startup_timeout_s=60)

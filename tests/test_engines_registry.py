@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.engines.launcher import free_port
-from pytest_tokperf.engines.launchers import (
+from pytest_tokperf.launch.process import free_port
+from pytest_tokperf.launch.plans import (
     LaunchPlan,
     find_binary,
     launch_plan,

@@ -15,7 +15,7 @@ import pytest
 from fake_engines import FakeVLLM
 
 from pytest_tokperf.bench.measure import run_workload
-from pytest_tokperf.engines.launcher import LaunchSpec, ServerProcess, start_llama_server
+from pytest_tokperf.launch.process import LaunchSpec, ServerProcess, start_llama_server
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.engines.speculation import OBSERVED, with_observed_speculation
 from pytest_tokperf.results import EngineInfo, Sample, Workload

@@ -142,8 +142,8 @@ def test_whole_check_on_the_cpu_engine(
 ) -> None:
     """The script end to end, the CUDA build swapped for this machine's llama-server and
     the 8B models for small ones: plan, models in parallel, main job, summary."""
-    import pytest_tokperf.engines.install as install
-    from pytest_tokperf.engines.install import InstalledEngine
+    import pytest_tokperf.builds.install as install
+    from pytest_tokperf.builds.install import InstalledEngine
 
     tools = _fake_tools(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin")

@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.cli.main import main
-from pytest_tokperf.engines import cmake_build, install
-from pytest_tokperf.engines.install import (
+from pytest_tokperf.builds import cmake as cmake_build, install
+from pytest_tokperf.builds.install import (
     cmake_flags,
     install_llama_server,
     installed_builds,
     installed_llama_server,
 )
-from pytest_tokperf.engines.launcher import resolve_server_binary
-from pytest_tokperf.engines.releases import (
+from pytest_tokperf.launch.process import resolve_server_binary
+from pytest_tokperf.builds.releases import (
     ReleaseIndex,
     parse_versions,
     release_index,
     release_number,
 )
-from pytest_tokperf.engines.sdist import layout_flags, read_identity
+from pytest_tokperf.builds.sdist import layout_flags, read_identity
 from pytest_tokperf.errors import ConfigError, InstallError
 
 VERSIONS = ["9093.0.0", "9094.0.0", "11269.0.0", "11292.0.0", "11311.0.0", "11321.0.0",

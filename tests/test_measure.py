@@ -10,7 +10,7 @@ import statistics
 import httpx
 import pytest
 
-from pytest_tokperf.engines.llama_server import LlamaServer, parse_build, prompt_token_ids
+from pytest_tokperf.engines.llama_server.adapter import LlamaServer, parse_build, prompt_token_ids
 from pytest_tokperf.errors import ConfigError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.bench.measure import (
     MeasureOptions,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.engines.launcher import free_port
+from pytest_tokperf.launch.process import free_port
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.settings import resolve
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_tokperf.engines.server_log import parse_list_devices, parse_llama_server_log
-from pytest_tokperf.engines.server_settings import (
+from pytest_tokperf.engines.llama_server import llama_server_settings
+from pytest_tokperf.engines.llama_server.log import parse_list_devices, parse_llama_server_log
+from pytest_tokperf.engines.llama_server.settings import (
     BackendDevice,
     ServerSettings,
-    llama_server_settings,
     parse_llama_server_args,
     parse_props,
     placement_of,

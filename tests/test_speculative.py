@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.engines.launcher import LaunchSpec, llama_server_command
+from pytest_tokperf.launch.process import LaunchSpec, llama_server_command
 from pytest_tokperf.errors import EngineUnavailable, MeasurementError
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload

@@ -139,7 +139,7 @@ def test_cli_verbs_from_the_installed_wheel(installed: Installed) -> None:
 
 
 def test_plugin_session_from_the_installed_wheel(installed: Installed) -> None:
-    from pytest_tokperf.engines.install import installed_llama_server
+    from pytest_tokperf.builds.install import installed_llama_server
 
     if installed_llama_server() is None and shutil.which("llama-server") is None:
         pytest.skip("no llama-server: run `tokperf install-engine llama-server` first")

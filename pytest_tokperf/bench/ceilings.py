@@ -225,7 +225,7 @@ class CeilingSource:
 
     def bandwidth_for(self, result: BenchResult) -> DeviceBandwidth:
         """Where ``result``'s engine runs and the bandwidth that gives (probes included)."""
-        from pytest_tokperf.engines.server_settings import placement_of
+        from pytest_tokperf.engines.llama_server.settings import placement_of
         from pytest_tokperf.hardware.bandwidth import bandwidth_for
 
         self._placement = placement_of(result.engine, self.device)
@@ -276,7 +276,7 @@ class CeilingSource:
         if model is None or bandwidth is None:
             return None
         # K and V cache types as the engine ran them (its log, its arguments), else -ctk/-ctv
-        from pytest_tokperf.engines.server_settings import ServerSettings
+        from pytest_tokperf.engines.llama_server.settings import ServerSettings
 
         server = ServerSettings.from_engine(result.engine)
         fp = footprint(model, depth_tokens=mean_decode_depth(result.workload),

@@ -108,7 +108,7 @@ class BenchRun:
         gate = Gate(settings.baseline, min_effect=settings.min_effect)
         models = ModelFiles()
         if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
-            from pytest_tokperf.engines.launcher import resolve_server_binary
+            from pytest_tokperf.launch.process import resolve_server_binary
 
             resolve_server_binary(settings.server_bin, settings.engine_version)
             if settings.model not in BUILTIN_MODELS:

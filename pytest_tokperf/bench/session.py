@@ -12,16 +12,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.engines.launcher import (
+from pytest_tokperf.launch.process import (
     LaunchSpec,
     ServerProcess,
     binary_version,
     resolve_server_binary,
     start_llama_server,
 )
-from pytest_tokperf.engines.launchers import DetachedServer
+from pytest_tokperf.launch.plans import DetachedServer
 from pytest_tokperf.engines.registry import EngineRegistry, create_engine
-from pytest_tokperf.engines.credentials import redact_url
+from pytest_tokperf.transport.credentials import redact_url
 from pytest_tokperf.engines.wire import not_ready_error
 from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.results import Progress
@@ -123,7 +123,7 @@ class EngineSession:
         binary = resolve_server_binary(s.server_bin, s.engine_version)
         self._model_path = resolve_model_path(s.model, self.progress)
         # The build's devices, and a log that says where the model went (server_settings)
-        from pytest_tokperf.engines.server_log import llama_binary_facts, wants_own_verbosity
+        from pytest_tokperf.engines.llama_server.log import llama_binary_facts, wants_own_verbosity
 
         facts = llama_binary_facts(binary)
         self._server_facts = tuple(facts.devices.to_pairs().items())
@@ -235,8 +235,8 @@ class EngineSession:
         """Start ollama / vllm / sglang / mlx_lm / lms from PATH with the same clean
         lifecycle, and the flags a clean measurement needs that its help lists
         (``launchers``); what tokperf added is recorded as the ``clean_flags`` setting."""
-        from pytest_tokperf.engines.launcher import free_port
-        from pytest_tokperf.engines.launchers import (
+        from pytest_tokperf.launch.process import free_port
+        from pytest_tokperf.launch.plans import (
             HELP_ARGS,
             find_binary,
             launch_plan,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from pytest_tokperf.bench.builds import (
+from pytest_tokperf.builds.compare import (
     Build,
     BuildRunner,
     Groups,

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_tokperf.engines.releases import Release
-from pytest_tokperf.engines.sdist import (
+from pytest_tokperf.builds.releases import Release
+from pytest_tokperf.builds.sdist import (
     SdistIdentity,
     disk_full,
     fetch_sdist,

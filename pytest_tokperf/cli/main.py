@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from pytest_tokperf.cli.bench import add_parser as add_bench
     from pytest_tokperf.cli.data import add_parsers
-    from pytest_tokperf.cli.engines import add_parsers as add_engine_verbs
+    from pytest_tokperf.cli.builds import add_parsers as add_engine_verbs
 
     add_engine_verbs(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pytest_tokperf.cli.engines import attach_pytest_args, split_pytest_args
+    from pytest_tokperf.cli.builds import attach_pytest_args, split_pytest_args
 
     parser = build_parser()
     own, rest = split_pytest_args(sys.argv[1:] if argv is None else argv)

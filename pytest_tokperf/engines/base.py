@@ -15,10 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from pytest_tokperf.engines.answers import auth_hint, decode_json, error_text
-from pytest_tokperf.engines.credentials import MASK, ApiKey, Endpoint
-from pytest_tokperf.engines.rawhttp import refused_hint
+from pytest_tokperf.transport.credentials import MASK, ApiKey, Endpoint
+from pytest_tokperf.transport.rawhttp import refused_hint
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.engines.stream import (
+from pytest_tokperf.transport.stream import (
     MAX_WAIT_S,
     StreamClient,
     StreamLimits,

@@ -18,7 +18,7 @@ from types import MappingProxyType
 import httpx
 
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.engines.credentials import ApiKey
+from pytest_tokperf.transport.credentials import ApiKey
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
 from pytest_tokperf.errors import ConfigError
 
@@ -62,7 +62,7 @@ def _lazy(module: str, class_name: str, *, takes_model: bool = True) -> EngineFa
 
 
 BUILTIN_ENGINES: Mapping[str, EngineFactory] = MappingProxyType({
-    "llama-server": _lazy("llama_server", "LlamaServer", takes_model=False),
+    "llama-server": _lazy("llama_server.adapter", "LlamaServer", takes_model=False),
     "ollama": _lazy("ollama", "Ollama"),
     "vllm": _lazy("vllm", "VLLM"),
     "lmstudio": _lazy("lmstudio", "LMStudio"),

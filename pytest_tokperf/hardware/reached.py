@@ -22,10 +22,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pytest_tokperf.hardware.units import format_bandwidth
+from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Bandwidth
 
 CALIBRATION_FILE = "bandwidth.json"
-"""In ``engines.install.cache_root()``, beside the engines and generated models."""
+"""In ``paths.cache_root()``, beside the engines and generated models."""
 KEEP = 64
 MAX_AGE_DAYS = 30
 FORMAT = 1
@@ -37,8 +38,6 @@ def calibration_key(cpu_name: str, threads: int) -> str:
 
 
 def default_calibration_path() -> Path:
-    from pytest_tokperf.engines.install import cache_root
-
     return cache_root() / CALIBRATION_FILE
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_tokperf.engines.launcher import LOOPBACK, ServerProcess, log_tail, start_server
+from pytest_tokperf.launch.process import LOOPBACK, ServerProcess, log_tail, start_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
 BINARIES = {"ollama": "ollama", "vllm": "vllm", "mlx": "mlx_lm.server", "lmstudio": "lms",

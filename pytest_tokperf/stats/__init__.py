@@ -49,49 +49,54 @@ _PUBLIC: dict[str, str] = {
     "judge": "pytest_tokperf.stats.verdict",
 }
 
-__all__ = [
-    "AGGREGATE", "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "ChangePoint", "Comparison",
-    "Correction", "FamilyVerdict", "Metric", "NoiseEstimate", "Outcome", "Point", "SetAside",
-    "Shift", "benjamini_hochberg", "change_points", "compare", "compare_many",
-    "compare_to_history", "detectable_change", "detectable_shift", "format_noise", "judge",
-    "judge_family", "log_samples", "measure_shift", "noise", "repetitions_needed",
-    "settled_baseline",
-]
+__all__ = sorted(_PUBLIC)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py checks)
     from pytest_tokperf.stats.calibration import (
-        NoiseEstimate,
-        detectable_change,
-        detectable_shift,
-        format_noise,
-        noise,
-        repetitions_needed,
+        NoiseEstimate as NoiseEstimate,
+        detectable_change as detectable_change,
+        detectable_shift as detectable_shift,
+        format_noise as format_noise,
+        noise as noise,
+        repetitions_needed as repetitions_needed,
     )
     from pytest_tokperf.stats.changepoints import (
-        ChangePoint,
-        Point,
-        change_points,
-        compare_to_history,
-        settled_baseline,
+        ChangePoint as ChangePoint,
+        Point as Point,
+        change_points as change_points,
+        compare_to_history as compare_to_history,
+        settled_baseline as settled_baseline,
     )
-    from pytest_tokperf.stats.comparing import compare, compare_many, measure_shift
+    from pytest_tokperf.stats.comparing import (
+        compare as compare,
+        compare_many as compare_many,
+        measure_shift as measure_shift,
+    )
     from pytest_tokperf.stats.family import (
-        Correction,
-        FamilyVerdict,
-        benjamini_hochberg,
-        judge_family,
+        Correction as Correction,
+        FamilyVerdict as FamilyVerdict,
+        benjamini_hochberg as benjamini_hochberg,
+        judge_family as judge_family,
     )
     from pytest_tokperf.stats.metric import (
-        AGGREGATE,
-        DECODE,
-        DEFAULT_ALPHA,
-        EFFICIENCY,
-        PREFILL,
-        TTFT,
-        Metric,
+        AGGREGATE as AGGREGATE,
+        DECODE as DECODE,
+        DEFAULT_ALPHA as DEFAULT_ALPHA,
+        EFFICIENCY as EFFICIENCY,
+        PREFILL as PREFILL,
+        TTFT as TTFT,
+        Metric as Metric,
     )
-    from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples
-    from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
+    from pytest_tokperf.stats.shifts import (
+        SetAside as SetAside,
+        Shift as Shift,
+        log_samples as log_samples,
+    )
+    from pytest_tokperf.stats.verdict import (
+        Comparison as Comparison,
+        Outcome as Outcome,
+        judge as judge,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
-from pytest_tokperf.engines.server_settings import ServerSettings
-from pytest_tokperf.engines.credentials import redact_url
+from pytest_tokperf.engines.llama_server.settings import ServerSettings
+from pytest_tokperf.transport.credentials import redact_url
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import (
     Bandwidth,

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.engines.server_settings import llama_server_settings
+from pytest_tokperf.engines.llama_server import llama_server_settings
 from pytest_tokperf.engines.wire import ChunkLog, count, json_field, probe_ready, text_prompt
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import (

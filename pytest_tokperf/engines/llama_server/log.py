@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_tokperf.engines.server_settings import (
+from pytest_tokperf.engines.llama_server.settings import (
     BackendDevice,
     ServerSettings,
     parse_backend,

@@ -2,7 +2,7 @@
 
 llama-server is told its settings on the command line (or by ``LLAMA_ARG_*``
 variables), reports a few of them in ``/props`` (context per slot, slots), and prints
-the rest while it loads (``server_log``): backend devices, offloaded layers, resolved
+the rest while it loads (``log``): backend devices, offloaded layers, resolved
 flash attention, KV types, batch sizes. ``ServerSettings`` holds both sides:
 
 - *requested* fields (``flash_attn``, ``gpu_layers``, ``cache_type_k``/``_v``,
@@ -392,25 +392,6 @@ def parse_props(props: Mapping[str, Any]) -> ServerSettings:
         parallel=slots if isinstance(slots, int) else None,
         sources=("/props",),
     )
-
-
-def llama_server_settings(pairs: Mapping[str, str], props: Mapping[str, Any]) -> ServerSettings:
-    """Everything known about a llama-server's speed settings, later sources winning:
-    the pairs the session passed (``server_args``, ``threads``, ``parallel``, facts from
-    ``--list-devices``), then ``/props``, then the start-up log at ``log_path`` when the
-    session started the server (observed beats requested)."""
-    from pytest_tokperf.engines.server_log import parse_llama_server_log, read_log
-
-    settings = ServerSettings.from_pairs(pairs)
-    if pairs.get("server_args"):
-        settings = settings.merged(parse_llama_server_args(pairs["server_args"].split()))
-    settings = settings.merged(parse_props(props))
-    log_path = pairs.get("log_path")
-    if log_path:
-        from pathlib import Path
-
-        settings = settings.merged(parse_llama_server_log(read_log(Path(log_path))))
-    return settings
 
 
 def _device_text(device: BackendDevice) -> str:

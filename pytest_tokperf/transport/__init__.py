@@ -1,0 +1,9 @@
+"""How an engine's bytes arrive: HTTP streaming under every adapter.
+
+``stream`` (one streamed generation, timed per event), ``rawhttp`` (the stdlib reader that
+times bytes as they land), ``events`` (SSE and NDJSON framing), ``credentials`` (API keys
+and the secret scrubber). Nothing here knows an engine's JSON: that is ``engines/``.
+"""
+
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+"""How long a stream may go without a token once tokens flow (``--tokperf-idle-timeout``)."""
