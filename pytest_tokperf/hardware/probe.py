@@ -20,7 +20,7 @@ best sustained pass is the honest upper figure; all passes are kept to show the 
 
 The buffer is set up once (``ReadProbe.prepare``: allocation and first touch, which on a
 loaded VM took most of a 2 s budget) and reused, so a probe's budget is all reading and
-can be short: ``benchmarks/bench_cost.py`` prints short probes against a long reference
+can be short: ``benchmarks/perf/bench_cost.py`` prints short probes against a long reference
 one, interleaved, which is where ``DEFAULT_DURATION_S`` comes from.
 """
 
@@ -42,7 +42,7 @@ MIB = 2**20
 DEFAULT_MIN_BYTES = 512 * MIB
 DEFAULT_MAX_BYTES = 2048 * MIB
 DEFAULT_DURATION_S = 0.25
-"""A probe's time budget around a measurement (``benchmarks/bench_cost.py``)."""
+"""A probe's time budget around a measurement (``benchmarks/perf/bench_cost.py``)."""
 DEFAULT_PASSES = 5
 
 

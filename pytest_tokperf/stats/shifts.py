@@ -25,7 +25,7 @@ current version against one earlier run or several earlier versions:
    the current version is one more draw of that spread: its variance gains the
    between-version component (method of moments, Satterthwaite's df). With 5 earlier
    versions this test misses drift as small as the repetition noise of a version mean;
-   such drift then raises false alarms (``benchmarks/bench_stats.py --generator check``).
+   such drift then raises false alarms (``benchmarks/perf/bench_stats.py --generator check``).
 
 The estimate, its standard error and df give the p-value and the interval at any level
 from one t distribution, so an interval excludes no change exactly when p < alpha, and

@@ -14,7 +14,7 @@ Every stream obeys three limits, whatever the server does:
 Two readers share one event parser. The stdlib reader (``http.client``-free: a socket,
 a chunked decoder and ``bytes.split``) is the hot path for plain-http engines without a
 proxy: httpx/h11 spend several microseconds on each HTTP chunk, and llama-server sends
-one chunk per token (``benchmarks/bench_client.py`` measures both). httpx reads the
+one chunk per token (``benchmarks/perf/bench_client.py`` measures both). httpx reads the
 rest (https, proxies from the environment, a test's ``transport``). Both map every
 transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
 each event with the arrival time of the read that completed it, and add the time the

@@ -9,8 +9,8 @@ import pytest
 from pytest_tokperf.bench.fixture import TokBench
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.results import BenchResult, Ceiling, Verdict
-from storage_factory import make_ceiling
-from test_measure import _RateEngine
+from tests.support.storage_factory import make_ceiling
+from tests.bench.test_measure import _RateEngine
 
 QUIET = [30.0, 30.1, 29.9, 30.0, 30.05, 30.0, 29.95]
 NOISY = [30.0, 20.0, 30.0, 40.0] * 5

@@ -16,7 +16,7 @@ from pytest_tokperf.hardware.reached import ReachedBandwidth, calibration_key
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.results import Bandwidth, BenchResult, HardwareInfo, Workload
-from storage_factory import make_engine, make_result
+from tests.support.storage_factory import make_engine, make_result
 
 
 def test_mean_decode_depth() -> None:

@@ -12,8 +12,8 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.bench.gate import Gate, GateFinding
 from pytest_tokperf.settings import Baseline, parse_baseline
 from pytest_tokperf.storage.store import ResultStore
-from storage_factory import fill_history as _fill
-from storage_factory import result_at as _result
+from tests.support.storage_factory import fill_history as _fill
+from tests.support.storage_factory import result_at as _result
 
 
 def _judge(store: ResultStore, key: str, samples, baseline: Baseline = Baseline("history"),

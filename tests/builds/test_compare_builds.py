@@ -20,7 +20,7 @@ from pytest_tokperf.builds.compare import (
 )
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError
-from tests.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+from tests.builds.test_bisect import SESSION_ARGS, SELECTION, fake_releases
 
 DECODE_T = Target("s1", "test_decode", "decode")
 TTFT_T = Target("s1", "test_decode", "ttft")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from storage_factory import fill_history
+from tests.support.storage_factory import fill_history
 
 from pytest_tokperf.cli.main import main
 

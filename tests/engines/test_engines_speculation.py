@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_engines import FakeVLLM
+from tests.support.fake_engines import FakeVLLM
 
 from pytest_tokperf.bench.measure import run_workload
 from pytest_tokperf.launch.process import LaunchSpec, ServerProcess, start_llama_server
@@ -21,7 +21,7 @@ from pytest_tokperf.engines.speculation import OBSERVED, with_observed_speculati
 from pytest_tokperf.results import EngineInfo, Sample, Workload
 from pytest_tokperf.storage.rows import series_of
 
-from conftest import THREADS
+from tests.conftest import THREADS
 
 BASE = EngineInfo(name="vllm", version="0.11.0", build=None, base_url="http://x")
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
-from fake_http import FakeHtml, Handler
+from tests.support.fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
+from tests.support.fake_http import FakeHtml, Handler
 
 from pytest_tokperf.engines.base import Engine, model_identity
 from pytest_tokperf.engines.registry import create_engine

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 
 import pytest
-from test_hardware import RTX_4090, fake_pynvml
-from test_server_settings import CPU_LOG, CUDA_FULL_LOG, CUDA_PARTIAL_LOG, TWO_GPU_LOG
+from tests.hardware.test_hardware import RTX_4090, fake_pynvml
+from tests.engines.test_server_settings import CPU_LOG, CUDA_FULL_LOG, CUDA_PARTIAL_LOG, TWO_GPU_LOG
 
 from pytest_tokperf.engines.llama_server.log import parse_llama_server_log
 from pytest_tokperf.engines.llama_server.settings import placement_of

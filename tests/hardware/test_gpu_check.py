@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from storage_factory import make_engine, make_hardware, make_model, make_result, make_run
-from test_hardware import fake_pynvml
+from tests.support.storage_factory import make_engine, make_hardware, make_model, make_result, make_run
+from tests.hardware.test_hardware import fake_pynvml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load() -> ModuleType:

@@ -56,7 +56,7 @@ def test_catalog_ships_in_the_package_and_db_links_to_it() -> None:
 
     packaged = resources.files("pytest_tokperf.hardware").joinpath(CATALOG_FILE)
     assert packaged.is_file()
-    repo_copy = Path(__file__).resolve().parents[1] / "db" / "hardware.csv"
+    repo_copy = Path(__file__).resolve().parents[2] / "db" / "hardware.csv"
     if repo_copy.exists():  # a source checkout: one file, two names
         assert repo_copy.resolve() == Path(str(packaged)).resolve()
     assert packaged_catalog_name().endswith("hardware.csv")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_engine_bins import calls, install, stop
+from tests.support.fake_engine_bins import calls, install, stop
 
 from pytest_tokperf.bench.measure import run_workload
 from pytest_tokperf.bench.session import EngineSession

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_bytes import VT, kv_array, kv_u32
-from gguf_shapes import write_gemma3_4b, write_gpt_oss_20b
+from tests.support.gguf_bytes import VT, kv_array, kv_u32
+from tests.support.gguf_shapes import write_gemma3_4b, write_gpt_oss_20b
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.model.estimate import estimate_footprint

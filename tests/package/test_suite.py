@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ENGINE_FIXTURES
+from tests.conftest import ENGINE_FIXTURES
 
 
 def test_every_test_that_needs_the_engine_is_marked(request: pytest.FixtureRequest) -> None:

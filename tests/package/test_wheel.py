@@ -33,7 +33,7 @@ import pytest
 
 pytestmark = pytest.mark.wheel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

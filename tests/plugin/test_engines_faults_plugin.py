@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_engines import FakeOllama
-from fake_faults import FakeFaultyLlama
+from tests.support.fake_engines import FakeOllama
+from tests.support.fake_faults import FakeFaultyLlama
 
 from pytest_tokperf.launch.process import free_port
 

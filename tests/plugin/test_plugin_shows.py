@@ -7,7 +7,7 @@ import json
 import sqlite3
 
 import pytest
-from fake_faults import FakeFaultyLlama
+from tests.support.fake_faults import FakeFaultyLlama
 
 
 def _run(pytester: pytest.Pytester, body: str, *args: str) -> pytest.RunResult:
@@ -97,7 +97,7 @@ def test_gate_verdicts_are_a_column_and_stored(pytester: pytest.Pytester) -> Non
 def test_an_attached_ollama_model_is_identified_and_its_warnings_kept(
     pytester: pytest.Pytester
 ) -> None:
-    from fake_engines import FakeOllama
+    from tests.support.fake_engines import FakeOllama
 
     pytester.makepyfile(TWO)
     loaded = {"llama3.2:3b": (4_000_000_000, 3_000_000_000)}  # a quarter left in RAM
@@ -116,7 +116,7 @@ def test_an_attached_ollama_model_is_identified_and_its_warnings_kept(
 
 
 def test_the_header_names_the_engines_device(pytester: pytest.Pytester) -> None:
-    from fake_engines import FakeOllama
+    from tests.support.fake_engines import FakeOllama
 
     pytester.makepyfile("def test_nothing():\n    pass\n")
     loaded = {"llama3.2:3b": (4_000_000_000, 3_000_000_000)}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_fixture import build_db
+from tests.support.report_fixture import build_db
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.html import build_html_report, render_html, write_html

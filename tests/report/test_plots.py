@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_fixture import build_db
+from tests.support.report_fixture import build_db
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.plots import (

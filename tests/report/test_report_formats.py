@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from report_fixture import BUILDS, build_db, commit
-from storage_factory import make_ceiling, make_result
+from tests.support.report_fixture import BUILDS, build_db, commit
+from tests.support.storage_factory import make_ceiling, make_result
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.table import Row

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from storage_factory import fill_history, result_at
+from tests.support.storage_factory import fill_history, result_at
 
 from pytest_tokperf.bench.gate import Gate, GateFinding
 from pytest_tokperf.errors import StorageError

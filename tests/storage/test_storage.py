@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sqlite_utils import Database
-from storage_factory import (
+from tests.support.storage_factory import (
     make_engine,
     make_hardware,
     make_model,

@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from storage_factory import make_engine, make_result, make_run, record_kwargs
+from tests.support.storage_factory import make_engine, make_result, make_run, record_kwargs
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.store import ResultStore
@@ -28,8 +28,8 @@ from pytest_tokperf.storage.exchange import (
     write_reference_run,
 )
 
-TESTS = Path(__file__).parent
-PYTHONPATH = os.pathsep.join([str(TESTS.parent), str(TESTS)])
+ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = str(ROOT)
 
 
 def _counts(path: Path) -> tuple[int, ...]:
@@ -62,7 +62,7 @@ def test_xdist_workers_share_one_db_without_loss(
         import os
         from pathlib import Path
         import pytest
-        from storage_factory import make_result, make_run, record_kwargs
+        from tests.support.storage_factory import make_result, make_run, record_kwargs
         from pytest_tokperf.storage.store import ResultStore
 
         @pytest.fixture(scope="session")
@@ -90,7 +90,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from storage_factory import make_result, make_run, record_kwargs
+    from tests.support.storage_factory import make_result, make_run, record_kwargs
     from pytest_tokperf.storage.store import ResultStore
 
     store = ResultStore.open(Path(sys.argv[1]))

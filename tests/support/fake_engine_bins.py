@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROGRAMS = {"vllm": "vllm", "sglang": "sglang", "mlx": "mlx_lm.server", "ollama": "ollama",
             "lmstudio": "lms"}
@@ -120,8 +120,8 @@ def install(bin_dir: Path, record: Path, help_variant: dict[str, str] | None = N
         script = bin_dir / program
         script.write_text(
             f"#!{sys.executable}\n"
-            f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-            f"from fake_engine_bins import main\n"
+            f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+            f"from tests.support.fake_engine_bins import main\n"
             f"sys.exit(main({engine!r}, {helps!r}, {str(record)!r}))\n")
         script.chmod(0o755)
 
@@ -153,8 +153,8 @@ def _option(argv: list[str], name: str) -> str:
 
 
 def _serve(engine: str, argv: list[str], env: dict[str, str]) -> None:
-    from fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
-    from fake_http import FakeServer, Handler, _Server
+    from tests.support.fake_engines import FakeLMStudio, FakeMLX, FakeOllama, FakeSGLang, FakeVLLM
+    from tests.support.fake_http import FakeServer, Handler, _Server
 
     fake: FakeServer
     if engine == "vllm":
@@ -181,8 +181,8 @@ def _serve(engine: str, argv: list[str], env: dict[str, str]) -> None:
 def _lms(argv: list[str], pid_file: Path) -> int:
     if argv[:2] == ["server", "start"]:
         daemon = subprocess.Popen(
-            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r}); "
-             f"import fake_engine_bins as f; f._serve('lmstudio', {argv!r}, {{}})"],
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+             f"import tests.support.fake_engine_bins as f; f._serve('lmstudio', {argv!r}, {{}})"],
             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         pid_file.write_text(str(daemon.pid))

@@ -23,7 +23,7 @@ import json
 import time
 from typing import Any
 
-from fake_http import FakeServer, Handler, common_prefix, generated_count, iso_now, tokens_of
+from tests.support.fake_http import FakeServer, Handler, common_prefix, generated_count, iso_now, tokens_of
 
 NS = 1_000_000_000
 

@@ -26,7 +26,7 @@ import json
 import threading
 from typing import Any
 
-from fake_http import FakeServer, Handler
+from tests.support.fake_http import FakeServer, Handler
 
 PREFIX_TOKENS = 3
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gguf_bytes import QT, VT, kv_array, kv_str, kv_u32, strings, write_tensors
+from tests.support.gguf_bytes import QT, VT, kv_array, kv_str, kv_u32, strings, write_tensors
 
 Tensor = tuple[str, Sequence[int], int]
 

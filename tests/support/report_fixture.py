@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from storage_factory import (
+from tests.support.storage_factory import (
     make_ceiling,
     make_engine,
     make_hardware,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_faults import FakeFaultyLlama
+from tests.support.fake_faults import FakeFaultyLlama
 
 from pytest_tokperf.bench.measure import client_cost_note, run_workload
 from pytest_tokperf.engines.llama_server.adapter import LlamaServer

@@ -19,9 +19,9 @@ from typing import TypeVar
 
 import httpx
 import pytest
-from fake_engines import FakeOllama
-from fake_faults import PREFIX_TOKENS, FakeFaultyLlama
-from fake_http import Handler
+from tests.support.fake_engines import FakeOllama
+from tests.support.fake_faults import PREFIX_TOKENS, FakeFaultyLlama
+from tests.support.fake_http import Handler
 
 from pytest_tokperf.transport.credentials import ApiKey, Endpoint, redact_url
 from pytest_tokperf.transport.events import EventParser, StreamStats

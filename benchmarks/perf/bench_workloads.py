@@ -1,6 +1,6 @@
 """Warm vs cold prefix TTFT, and speculative decoding A/B, on one started llama-server.
 
-    .venv/bin/python benchmarks/bench_workloads.py [--model main] [--prompt 1024]
+    .venv/bin/python benchmarks/perf/bench_workloads.py [--model main] [--prompt 1024]
         [--cached 960] [--drafts self,small] [--generate 64] [--reps 3]
 
 Prefix: the same prompt length measured cold (salted, ``cache_prompt: false``) and

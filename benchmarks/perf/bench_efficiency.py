@@ -1,6 +1,6 @@
 """Decode efficiency against the measured bandwidth ceiling, at several KV depths.
 
-    .venv/bin/python benchmarks/bench_efficiency.py [--model main] [--depths 64,1024,3072]
+    .venv/bin/python benchmarks/perf/bench_efficiency.py [--model main] [--depths 64,1024,3072]
 
 Starts llama-server with the default generated model (~1.1 GB F16, memory-bound on
 this CPU) and, for each depth (the prompt length; decode then reads the KV cache of

@@ -1,6 +1,6 @@
 """How the results store scales: 1,000,000 synthetic results, then the queries people run.
 
-    nice .venv/bin/python benchmarks/bench_storage.py [DIR] [--series 2000] [--versions 500]
+    nice .venv/bin/python benchmarks/perf/bench_storage.py [DIR] [--series 2000] [--versions 500]
 
 (``PYTHONPATH=.`` from the repository root while the package is not installed.)
 

@@ -6,7 +6,7 @@ interleaved run by run so drift hits both sides alike, and prints the medians an
 ratio. Target: within 5% (the plugin imports no scipy, numpy or sqlite-utils until a
 run needs them).
 
-    .venv/bin/python benchmarks/bench_startup.py [--runs 21] [--files 30] [--tests 10]
+    .venv/bin/python benchmarks/perf/bench_startup.py [--runs 21] [--files 30] [--tests 10]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ arguments, model files and databases (no engine is needed: every case must be re
 before one would start) and prints, per case, the exit status and the error line; the
 last line counts the cases that ended with a one-line error naming the bad value.
 
-    .venv/bin/python benchmarks/bench_bad_inputs.py
+    .venv/bin/python benchmarks/perf/bench_bad_inputs.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the bottleneck moves: per-stream and aggregate speed at 1, 2, 4 concurrent streams.
 
-    .venv/bin/python benchmarks/bench_concurrency.py [--model main] [--levels 1,2,4]
+    .venv/bin/python benchmarks/perf/bench_concurrency.py [--model main] [--levels 1,2,4]
 
 One decode step reads the weights once for every stream, so aggregate tokens/s should
 grow with the number of streams while memory is the wall; per stream the ceiling is

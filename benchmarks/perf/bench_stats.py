@@ -1,6 +1,6 @@
 """Do the regression statistics catch real steps and stay quiet on noise?
 
-    .venv/bin/python benchmarks/bench_stats.py [--seed N] [--trials 1000] [--jobs 2]
+    .venv/bin/python benchmarks/perf/bench_stats.py [--seed N] [--trials 1000] [--jobs 2]
         [--generator issue|check] [--history 5]
 
 Synthetic version histories: ``--history`` earlier versions (default 5) at one level,

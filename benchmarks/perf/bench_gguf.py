@@ -1,6 +1,6 @@
 """Is every GGUF file of up to 100 MB accepted or refused within 2 s and 200 MB?
 
-    .venv/bin/python benchmarks/bench_gguf.py [--keep DIR] [--only NAME] [--reader-too]
+    .venv/bin/python benchmarks/perf/bench_gguf.py [--keep DIR] [--only NAME] [--reader-too]
 
 Generates a corpus of crafted files (lying array, string, key and tensor counts,
 nested arrays, truncations, overflowing dims, offsets past the end, the string and
@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
-from gguf_bytes import (  # noqa: E402
+from tests.support.gguf_bytes import (  # noqa: E402
     QT,
     VT,
     array,
@@ -42,7 +42,7 @@ from gguf_bytes import (  # noqa: E402
     write_file,
     write_tensors,
 )
-from gguf_shapes import write_gemma3_4b, write_gpt_oss_20b  # noqa: E402
+from tests.support.gguf_shapes import write_gemma3_4b, write_gpt_oss_20b  # noqa: E402
 
 from pytest_tokperf.model.gguf_header import (  # noqa: E402
     MAX_METADATA_STRINGS,

@@ -1,6 +1,6 @@
 """How much ccache saves: a cold llama-server build vs a neighbouring release's rebuild.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_build.py [--cold 11292] [--neighbour 11311]
+    nice -n 10 .venv/bin/python benchmarks/perf/bench_build.py [--cold 11292] [--neighbour 11311]
         [--ccache-dir DIR] [--jobs 2]
 
 Builds release ``--cold`` with an empty compiler cache (a fresh temporary ccache

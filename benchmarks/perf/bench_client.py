@@ -1,6 +1,6 @@
 """Does the client ever limit the engine? Our streaming path against bare loops.
 
-    .venv/bin/python benchmarks/bench_client.py [--tokens 128,2048] [--streams 1,16] [--rounds 7]
+    .venv/bin/python benchmarks/perf/bench_client.py [--tokens 128,2048] [--streams 1,16] [--rounds 7]
 
 (``PYTHONPATH=<another checkout>`` measures that checkout's path as "ours".)
 

@@ -1,6 +1,6 @@
 """What the tool itself costs, side by side in one run (issue 17).
 
-    .venv/bin/python benchmarks/bench_cost.py [--only probe,client,overhead,adaptive,main]
+    .venv/bin/python benchmarks/perf/bench_cost.py [--only probe,client,overhead,adaptive,main]
                                               [--main-runs 1] [--rounds 5]
 
 Sections, each printed as it finishes:
@@ -9,7 +9,7 @@ Sections, each printed as it finishes:
    buffer set up once (its set-up time printed apart), interleaved round by round:
    per budget the wall time, and the short probe's figure over the reference's of the
    same round (median and spread); the old probe (a fresh buffer, 2 s) beside it.
-2. **client**: ``benchmarks/bench_client.py``'s table (our streaming path against bare
+2. **client**: ``benchmarks/perf/bench_client.py``'s table (our streaming path against bare
    loops over the same bytes, 128 and 2048 tokens, 1 and 16 streams, fake server CPU).
 3. **overhead**: the plugin's own time per ``tok_bench`` call (call time minus time inside
    ``generate``) against an in-process engine that answers at once, 5 repetitions:
@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 CLOCK_ENV = "TOKPERF_COST_CLOCK"
 """Where the plugin half of this file writes what it clocked (a JSON file)."""
 
@@ -104,7 +105,7 @@ def probe_section(rounds: int, budgets: tuple[float, ...], reference_s: float) -
 def client_section(rounds: int) -> None:
     import bench_client
 
-    print("\n== 2. client capacity vs bare loops (benchmarks/bench_client.py) ==", flush=True)
+    print("\n== 2. client capacity vs bare loops (benchmarks/perf/bench_client.py) ==", flush=True)
     server = subprocess.Popen([sys.executable, bench_client.__file__, "--serve"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -248,7 +249,7 @@ def adaptive_section(rounds: int, model: str) -> None:
     run = BenchRun.open(settings, log_dir=Path(tempfile.mkdtemp()))
     rows: dict[str, list[tuple[float, int, float, float]]] = {"adaptive": [], "fixed 5": []}
     try:
-        bench = run.tok_bench("benchmarks/bench_cost.py::adaptive")
+        bench = run.tok_bench("benchmarks/perf/bench_cost.py::adaptive")
         bench(64, 16, repetitions=1, warmup=0)  # start the server outside the clock
         for index in range(rounds):
             order = ("adaptive", "fixed 5") if index % 2 == 0 else ("fixed 5", "adaptive")
@@ -312,7 +313,7 @@ def main_section(runs: int, extra: list[str]) -> None:
         command = [sys.executable, "-m", "pytest", "benchmarks", "--tokperf-engine",
                    "llama-server", "-p", "bench_cost", "-q", *extra]
         start = time.perf_counter()
-        proc = subprocess.run(command, cwd=HERE.parent, env=env, capture_output=True, text=True)
+        proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         if not out.is_file():
             print(proc.stdout[-3000:], proc.stderr[-3000:])

@@ -1,6 +1,6 @@
 """Is the client the noisy part? Client vs engine figures on the default model.
 
-    .venv/bin/python benchmarks/bench_agreement.py [--model main|test|PATH] [--reps 8]
+    .venv/bin/python benchmarks/perf/bench_agreement.py [--model main|test|PATH] [--reps 8]
 
 Starts llama-server with the default (generated, ~1.1 GB F16) model, runs the same
 workload several times, and prints per repetition the client's decode tok/s
