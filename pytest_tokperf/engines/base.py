@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from pytest_tokperf.engines.answers import auth_hint, decode_json, error_text
+from pytest_tokperf.transport.answers import auth_hint, decode_json, error_text
 from pytest_tokperf.transport.credentials import MASK, ApiKey, Endpoint
 from pytest_tokperf.transport.rawhttp import refused_hint
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S

@@ -37,7 +37,7 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.answers import error_text
+from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.answers import error_text
+from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.engines.wire import json_field, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.engines.answers import decode_json, error_text
+from pytest_tokperf.transport.answers import decode_json, error_text
 from pytest_tokperf.engines.wire import (
     ChunkLog,
     count,

@@ -30,7 +30,7 @@ from pytest_tokperf.engines.wire import (
     probe_ready,
     text_prompt,
 )
-from pytest_tokperf.engines.answers import error_text
+from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.errors import EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from pytest_tokperf.engines.answers import auth_hint, error_text, html_title, looks_like_html
+from pytest_tokperf.transport.answers import auth_hint, error_text, html_title, looks_like_html
 from pytest_tokperf.transport.events import StreamStats
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_tokperf.engines.answers import decode_json, error_text
+from pytest_tokperf.transport.answers import decode_json, error_text
 from pytest_tokperf.errors import EngineProtocolError
 
 

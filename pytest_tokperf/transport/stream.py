@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.engines.answers import auth_hint, error_text
+from pytest_tokperf.transport.answers import auth_hint, error_text
 from pytest_tokperf.transport.events import EventParser, StreamStats, decode_event
 from pytest_tokperf.transport.rawhttp import MalformedResponse, RawResponse, open_raw, refused_hint
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
