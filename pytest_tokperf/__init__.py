@@ -6,50 +6,59 @@ costs nothing.
 
 The map
 =======
-Imports point one way: glue -> domain -> value types.
+Imports point one way, top to bottom (``tests/package/test_layers.py`` holds the floors;
+``docs/layout.md`` explains them).
 
 Glue (thin; nothing else imports it)
   ``plugin``        pytest options/ini, the ``tok_bench`` fixture, header, summary, exit status
   ``hookspecs``     ``pytest_tokperf_*`` hooks (a conftest registers engines)
-  ``cli/``          the ``tokperf`` command: ``main`` (install-engine, make-model, predict),
-                    ``bench`` (llama-bench over HTTP), ``data`` (history, compare, changes,
-                    accept, export/import/merge, plot, report), ``output`` (text or JSON)
-
-The run (composition root)
-  ``bench/run``     ``BenchRun``: engine session + ceilings + store + gate, for the plugin and
-                    ``tokperf bench`` alike; ``Recorded``: what one result became
-  ``bench/``        ``session`` (start or attach an engine), ``measure`` (generations ->
-                    figures), ``speculative`` (A/B), ``ceilings`` (ceiling per workload),
-                    ``recorder`` (results -> store), ``gate`` (a result against its history),
-                    ``fixture`` (``TokBench``, what a test calls)
-
-Domain (each usable alone)
-  ``engines/``      one adapter per engine behind the ``Engine`` protocol, the registry,
-                    launchers, the llama-server installer, the streaming wire code,
-                    ``server_settings``/``server_log`` (typed speed settings, placement)
-  ``model/``        GGUF reading, bytes read per token (``footprint``), the model writer
-  ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
-                    bandwidth probe (one buffer per session), ``reached`` (the highest
-                    bandwidth a host has shown: what CPU decode is judged against),
-                    ``placement``/``bandwidth`` (the engine's device -> its bandwidth,
-                    splits), ``bands`` (expected efficiency with sources)
-  ``ceiling``       pure arithmetic: bandwidth / bytes per token, efficiency, checks
-  ``predict``       the ceiling for hardware you do not own
-  ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``
-                    (series key), ``history`` (the one store -> points function),
-                    ``exchange`` (export/import/merge/reference runs)
-  ``stats/``        scipy only: ``compare`` (verdicts), ``shifts``, ``changepoints``,
-                    ``calibration`` (noise, detectable change)
+  ``cli/``          the ``tokperf`` command: ``main`` (parser; make-model, predict), ``bench``
+                    (llama-bench's job over HTTP), ``data`` (results verbs), ``builds``
+                    (install-engine, compare-builds, bisect)
   ``report/``       ``table`` (terminal), ``data`` (DB -> figures), ``formats`` (markdown,
                     JSON, JUnit), ``plots``, ``html``, ``files`` (a session's report files)
 
-Value types (no behaviour beyond derived properties)
-  ``results``       frozen dataclasses that cross modules; ``errors``; ``settings``
+One run (composition root)
+  ``bench/``        ``run`` (``BenchRun``: engine session + ceilings + store + gate, for the
+                    plugin and ``tokperf bench`` alike), ``session`` (start or attach an
+                    engine), ``measure`` (generations -> figures), ``speculative`` (A/B),
+                    ``ceilings`` (ceiling per workload), ``recorder`` (results -> store),
+                    ``gate`` (a result against its history), ``fixture`` (``TokBench``)
+  ``settings``      options -> one frozen ``Settings``
+  ``launch/``       local server processes: ``process`` (start, health, stop), ``plans``
+                    (how each engine is started)
+  ``builds/``       llama.cpp releases: ``releases``, ``sdist``, ``cmake``, ``install``
+                    (cached binaries), ``compare`` (compare-builds), ``bisect``
+
+Domain (each usable alone)
+  ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``
+                    (series key), ``history`` (the one store -> points function),
+                    ``exchange`` (export/import/merge/reference runs)
+  ``prediction``    the ceiling for hardware you do not own (``predict``)
+  ``engines/``      one adapter per engine behind the ``Engine`` protocol (``base``), the
+                    ``registry``, ``wire`` shapes, ``llama_server/`` (adapter, typed speed
+                    settings, start-up log)
+  ``model/``        GGUF reading, bytes read per token (``footprint``), the model writer
+  ``stats/``        scipy only: ``compare`` (verdicts), ``shifts``, ``changepoints``,
+                    ``calibration`` (noise, detectable change), ``family`` (a session)
+  ``ceiling``       pure arithmetic: bandwidth / bytes per token, efficiency, checks
+  ``environment``   the run's host, OS, Python and CI identity
+  ``transport/``    how bytes arrive: ``stream``, ``rawhttp``, ``events``, ``answers``
+                    (error bodies), ``credentials`` (API keys, the secret scrubber)
+  ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
+                    bandwidth probe, ``reached`` (the highest bandwidth a host has shown),
+                    ``placement``/``bandwidth`` (the engine's device -> its bandwidth),
+                    ``bands`` (expected efficiency with sources)
+
+Ground floor (imports nothing of ours)
+  ``results``       frozen dataclasses that cross modules
+  ``errors``        the error tree and ``TokperfWarning`` (no pytest import)
+  ``paths``         where the tool keeps engines, models and probes (platformdirs)
 
 Where a new thing goes
   an engine         ``engines/<name>.py`` (an ``HttpAdapter`` or ``OpenAICompatible``
                     subclass), its name in ``engines/__init__`` and ``registry``; a
-                    launcher plan in ``engines/launchers.py`` if tokperf may start it
+                    launch plan in ``launch/plans.py`` if tokperf may start it
   a workload        a field of ``results.Workload`` (and ``fixture.WORKLOAD_DEFAULTS``),
                     its requests in ``bench/measure.py``, its series field in
                     ``storage/rows.Series`` with a schema migration
@@ -57,6 +66,7 @@ Where a new thing goes
                     ``storage/history.metric_values``, a ``stats.Metric`` (direction)
   a report          ``report/formats.py`` (text) or ``report/plots.py`` (figures), fed by
                     ``report/data.py``; a CLI verb in ``cli/data.py``
+  a build feature   ``builds/``; its verb in ``cli/builds.py``
 """
 
 from __future__ import annotations
@@ -101,7 +111,7 @@ _PUBLIC: dict[str, str] = {
     "compute_ceiling": "pytest_tokperf.ceiling",
     "check_efficiency": "pytest_tokperf.ceiling",
     "decode_efficiency": "pytest_tokperf.ceiling",
-    "predict": "pytest_tokperf.predict",
+    "predict": "pytest_tokperf.prediction",
     "ResultStore": "pytest_tokperf.storage.store",
     "series_history": "pytest_tokperf.storage.history",
     "Metric": "pytest_tokperf.stats.metric",
@@ -148,7 +158,7 @@ if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py
         TokperfError as TokperfError,
         TokperfWarning as TokperfWarning,
     )
-    from pytest_tokperf.predict import (
+    from pytest_tokperf.prediction import (
         predict as predict,
     )
     from pytest_tokperf.results import (

@@ -14,7 +14,7 @@ from pytest_tokperf.hardware.bands import (
     band_for,
     quant_family,
 )
-from pytest_tokperf.predict import (
+from pytest_tokperf.prediction import (
     footprint_from_file_size,
     format_prediction,
     predict,

@@ -2,7 +2,7 @@
 
 Bytes per token come from the GGUF's tensors at the workload's mean KV depth during
 decode (prompt + half the generated tokens). Bandwidth is the figure of the device the
-engine runs on (``engines.server_settings.placement_of``: llama-server's devices and
+engine runs on (``engines.llama_server.settings.placement_of``: llama-server's devices and
 offloaded layers, Ollama's share in VRAM, vLLM/SGLang on CUDA, MLX on Metal, or
 ``--tokperf-device``), chosen by ``hardware.bandwidth.bandwidth_for``: an explicit
 ``--tokperf-bandwidth``; a GPU's spec (NVML for that device, else the catalog by the

@@ -4,7 +4,7 @@ The endpoints are measured first, interleaved (good, bad, good, bad, ...): the f
 the search follows (the *target*) is the test and metric whose change from good to
 bad is the largest regression the judge calls (``stats.compare``); no regression
 means nothing to bisect. Every release counts by its session medians (the session is
-the unit of replication: ``bench.builds.session_medians``). Each midpoint is judged
+the unit of replication: ``builds.compare.session_medians``). Each midpoint is judged
 against the releases known good and those known bad so far (one step between the
 endpoints is what a bisect assumes, so they pool):
 
@@ -18,7 +18,7 @@ endpoints is what a bisect assumes, so they pool):
 
 A release is built and measured once however often it is consulted, so with ``n``
 releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints.
-Everything measured is in the results DB and the journal (``bench.builds``), and the
+Everything measured is in the results DB and the journal (``builds.compare``), and the
 search is a deterministic function of those samples, so running the same command
 again after an interruption replays the decisions and measures only what is missing.
 """

@@ -11,7 +11,7 @@ install is instant. The default engine is the pinned release b11434.
 Neighbouring releases share most of their sources, so the compiler runs through
 ccache (``CMAKE_<LANG>_COMPILER_LAUNCHER``; cache in ``<cache>/ccache`` unless
 ``CCACHE_DIR`` is set) in one fixed work folder, ``<cache>/engines/.work``, so every
-release compiles with the same paths (``cmake_build``); builds take turns on its lock.
+release compiles with the same paths (``cmake``); builds take turns on its lock.
 The launcher changes how fast a build is made, not what is built, so it is not part
 of the key.
 

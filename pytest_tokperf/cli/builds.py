@@ -1,8 +1,8 @@
 """``tokperf`` verbs over engine builds: install-engine, compare-builds, bisect.
 
-install-engine builds any registry release (``engines.install``); compare-builds and
+install-engine builds any registry release (``builds.install``); compare-builds and
 bisect run the same pytest selection on several builds, interleaved, into one
-results DB, and judge with ``stats`` (``bench.builds``, ``bench.bisect``).
+results DB, and judge with ``stats`` (``builds.compare``, ``builds.bisect``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.footprint import estimate_footprint, footprint
     from pytest_tokperf.model.gguf_file import load_gguf
     from pytest_tokperf.model.spec import parse_size
-    from pytest_tokperf.predict import (
+    from pytest_tokperf.prediction import (
         footprint_from_file_size,
         format_prediction,
         predict,

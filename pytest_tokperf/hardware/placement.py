@@ -2,7 +2,7 @@
 
 A ``Placement`` says which device holds the model and what share of the bytes read per
 token sits there (the rest is read from system RAM by the CPU). The engine adapters
-fill it from what the engine says (``engines.server_settings.placement_of``);
+fill it from what the engine says (``engines.llama_server.settings.placement_of``);
 ``--tokperf-device`` overrides it; ``hardware.bandwidth.bandwidth_for`` turns it into
 the bandwidth a ceiling divides by.
 """

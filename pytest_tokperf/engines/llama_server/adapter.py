@@ -97,7 +97,7 @@ class LlamaServer(HttpAdapter):
         defaults = props.get("default_generation_settings") or {}
         settings = dict(self._settings)
         settings["total_slots"] = str(props.get("total_slots"))
-        # typed speed settings (args, /props, start-up log): server_settings owns them
+        # typed speed settings (args, /props, start-up log): llama_server.settings owns them
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
         settings.pop("log_path", None)  # read above; a per-process path is not identity
