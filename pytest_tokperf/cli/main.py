@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_verbs(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_parsers(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
+    from pytest_tokperf.cli import llama_bench
+    llama_bench.add_parsers(verbs)  # import-llama-bench, outliers: set_defaults(func=...)
     return parser
 
 
@@ -164,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(own)
     attach_pytest_args(parser, args, rest)
     try:
-        return _HANDLERS[args.verb](args)
+        return (getattr(args, "func", None) or _HANDLERS[args.verb])(args)
     except TokperfError as exc:
         print(f"tokperf {args.verb}: {exc}", file=sys.stderr)
         return 2
