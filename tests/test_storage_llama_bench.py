@@ -168,3 +168,40 @@ def test_history_and_compare_work_on_imported_builds(
     tg = next(r for r in imported if r.record.test_name == "tg128")
     assert verdicts[tg.series_key]["verdict"] == "regression"
     assert verdicts[tg.series_key]["relative_change"] == pytest.approx(-0.2)
+
+
+def test_md_log_gives_device_and_the_build_printed_above_the_table() -> None:
+    text = (
+        "ggml_vulkan: Found 1 Vulkan devices:\n"
+        "ggml_vulkan: 0 = AMD Radeon RX 580 Series (RADV POLARIS10) (radv) | uma: 0 | fp16: 0\n"
+        "build: e598697d (4696)\n\n"
+        "| model                  |       size |     params | backend | ngl |  test |           t/s |\n"
+        "| ---------------------- | ---------: | ---------: | ------- | --: | ----: | ------------: |\n"
+        "| llama 3B Q4_K - Medium |   1.87 GiB |     3.21 B | Vulkan  |  99 | tg128 | 36.23 ± 17.62 |\n"
+        "\n  Device 0: NVIDIA GeForce RTX 3060, compute capability 8.6, VMM: yes\n"
+        "| model          |       size |     params | backend | ngl |  test |          t/s |\n"
+        "| -------------- | ---------: | ---------: | ------- | --: | ----: | -----------: |\n"
+        "| llama 8B Q5_K - Medium |   5.33 GiB |     8.03 B | CUDA  |  99 | tg512 | 53.01 ± 0.06 |\n"
+        "\nbuild: 0000000 (9999)\n"
+    )
+    first, second = (r.fields for r in parse_llama_bench(text, "log.md"))
+    assert first["gpu_info"] == "AMD Radeon RX 580 Series"
+    assert (first["build_commit"], first["build_number"]) == ("e598697d", 4696)
+    assert second["gpu_info"] == "NVIDIA GeForce RTX 3060"
+    assert second["build_number"] == 9999  # the footer under the second table
+
+
+def test_public_dataset_rows_carry_source_and_build_and_stay_under_the_ceiling(
+        tmp_path: Path) -> None:
+    public = Path(__file__).parent.parent / "db" / "public"
+    files = sorted(p for p in public.iterdir() if p.name != "README.md")
+    records = [r for p in files for r in read_llama_bench(p)]
+    assert records
+    for record in records:
+        assert str(record.get("source_url", "")).startswith("https://"), record.source
+        assert record.get("build_number") or record.get("build_ref"), record.source
+        assert record.get("device") or record.get("gpu_info"), record.source
+    added, rows = import_llama_bench(tmp_path / "p.db", [public])
+    assert added.results == len(records) == len(rows)
+    judged = [r for r in rows if r.efficiency is not None]
+    assert judged and all(r.efficiency <= 1.0 for r in judged)

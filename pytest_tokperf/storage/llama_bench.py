@@ -10,7 +10,8 @@ published record in ``db/public``) are kept as they came.
 The markdown table has fewer fields than the other forms: no cpu_info, gpu_info,
 model_filename, test_time, avg_ns/stddev_ns or repetitions; the model size and
 parameter count are rounded (``3.56 GiB``, ``6.74 B``); only the settings that differ
-from llama-bench's defaults have a column; the build comes from the ``build:`` footer.
+from llama-bench's defaults have a column; the build comes from the ``build:`` footer, the device from the lines llama-bench prints before the table
+when they were pasted with it.
 """
 
 from __future__ import annotations
@@ -129,11 +130,11 @@ def detect_form(text: str, path: Path | None = None) -> LlamaBenchForm:
         return "jsonl"
     if re.match(r"(?i)(CREATE TABLE|INSERT INTO)", head):
         return "sql"
-    if head.startswith("|"):
-        return "md"
     first = head.splitlines()[0] if head else ""
-    if "," in first and ("avg_ts" in first or "build_commit" in first):
+    if "," in first and ("avg_ts" in first or "build_commit" in first) and first[:1].isalpha():
         return "csv"
+    if re.search(r"^\s*\|.*\|\s*$", head, re.MULTILINE):
+        return "md"  # a table, maybe inside a pasted log
     suffix = path.suffix.lstrip(".").lower() if path else ""
     if suffix in ("json", "jsonl", "csv", "sql", "md"):
         return suffix  # type: ignore[return-value]
@@ -232,18 +233,55 @@ def _sql(text: str, source: str) -> list[LlamaBenchRecord]:
         conn.close()
 
 
+_META = re.compile(r"^<!--\s*tokperf:\s*(?P<json>\{.*\})\s*-->$")
+_DEVICE_LINES = (
+    re.compile(r"^Device \d+: (?P<name>[^,]+), (?:compute capability|gfx)"),  # CUDA, ROCm
+    re.compile(r"^ggml_vulkan: \d+ = (?P<name>.+?) \((?:[^)]*)\)(?: \(\w+\))? \|"),
+    re.compile(r"^ggml_metal_init: found device: (?P<name>.+)$"),
+)
+_FOUND = re.compile(r"(?:found|Found) (?P<n>\d+) (?:CUDA|ROCm|Vulkan) devices")
+
+
 def _md(text: str, source: str) -> list[LlamaBenchRecord]:
     """Every table row; a ``build: <commit> (<number>)`` footer applies to the rows above
-    it that have no build yet."""
+    it that have no build yet. The device lines llama-bench prints before its table
+    (``Device 0: NVIDIA ...``, ``ggml_vulkan: 0 = ...``) set ``gpu_info`` for the rows
+    below; a ``<!-- tokperf: {"source_url": ...} -->`` line adds its fields to them."""
     rows: list[tuple[dict[str, Any], int]] = []
     header: list[str] | None = None
+    meta: dict[str, Any] = {}
+    devices: list[str] = []
+    ahead: dict[str, Any] = {}  # a build line printed above its table (stderr first)
+    after_table = devices_used = False
+    guessed: set[int] = set()  # rows whose build came from a line above their table
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         build = _BUILD.match(stripped)
         if build:
-            for raw, _ in rows:
-                raw.setdefault("build_commit", build["commit"])
-                raw.setdefault("build_number", int(build["number"]))
+            found = {"build_commit": build["commit"], "build_number": int(build["number"])}
+            if after_table:  # the footer of the table just above: it wins over `ahead`
+                for raw, number_ in rows:
+                    if "build_commit" not in raw or number_ in guessed:
+                        raw.update(found)
+                        guessed.discard(number_)
+            else:
+                ahead = found
+        if stripped and not stripped.startswith("|"):
+            after_table = False
+        found_meta = _META.match(stripped)
+        if found_meta:
+            meta = json.loads(found_meta["json"])
+            devices, ahead = [], {}
+            guessed.clear()
+        if _FOUND.search(stripped):
+            devices = []
+        for pattern in _DEVICE_LINES:
+            device = pattern.match(stripped)
+            if device:
+                if devices_used:  # a new log: its own device list and build
+                    devices, devices_used, ahead = [], False, {}
+                    guessed.clear()
+                devices.append(device["name"].strip())
         if not stripped.startswith("|"):
             header = None
             continue
@@ -255,7 +293,13 @@ def _md(text: str, source: str) -> list[LlamaBenchRecord]:
             continue
         if len(cells) != len(header):
             raise ValueError(f"line {number} has {len(cells)} cells for {len(header)} columns")
-        rows.append((_md_row(header, cells, number), number))
+        raw = _md_row(header, cells, number)
+        if devices:
+            raw.setdefault("gpu_info", ", ".join(devices))
+        if ahead and "build_commit" not in meta and "build_commit" not in raw:
+            guessed.add(number)
+        rows.append(({**ahead, **meta, **raw}, number))
+        after_table = devices_used = True
     return [LlamaBenchRecord(raw, "md", f"{source}:{number}") for raw, number in rows]
 
 

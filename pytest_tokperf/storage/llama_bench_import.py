@@ -245,6 +245,8 @@ def ceiling_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Ceiling | No
         return None
     params = f.get("model_n_params") or None
     active = active_parameters_of(f.get("model_type"))
+    if is_moe(f) and active is None:
+        return None  # the whole file is not read per token; the active share is unknown
     quant = quant_of(f.get("model_type"))
     try:
         fp = footprint_from_file_size(
@@ -259,8 +261,16 @@ def ceiling_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Ceiling | No
     return compute_ceiling(fp, hardware.spec_bandwidth, hardware.peak_flops)
 
 
+def is_moe(f: dict[str, Any]) -> bool:
+    """A mixture of experts, by llama-bench's model_type ("qwen3moe 30B.A3B", "... MoE")."""
+    text = str(f.get("model_type") or "").lower()
+    return "moe" in text or active_parameters_of(text.upper()) is not None
+
+
 def band_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Band | None:
-    if hardware is None:
+    """The dense band of the row's quant family and device class; None for a MoE (no band
+    covers scattered expert reads) or an unknown device."""
+    if hardware is None or is_moe(f):
         return None
     return band_for(quant_family(quant_of(f.get("model_type"))),
                     device_class(hardware.kind, hardware.name))
