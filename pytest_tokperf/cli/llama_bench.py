@@ -32,6 +32,25 @@ def add_parsers(verbs: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_import)
 
+    p = verbs.add_parser(
+        "outliers", help="results far below the band of their chip class, and build regressions",
+        description="Every stored decode result (pytest runs and imported llama-bench rows) "
+        "whose efficiency is under the low end of the band of its quant family and device "
+        "class, with the figure it should reach and the reasons the data offers (small "
+        "model, KV depth, the same chip faster on another backend or build, the host); then "
+        "each build whose efficiency fell against the best earlier build of its series. "
+        "This is how a chip the engine does not yet support well, or a driver regression, "
+        "shows up. Exit 0 either way.")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB (default {DEFAULT_DB})")
+    p.add_argument("--factor", type=float, default=1.0,
+                   help="flag below FACTOR x the band's low end (default 1.0; 0.8: only "
+                   "rows 20%% under it)")
+    p.add_argument("--drop", type=float, default=0.10,
+                   help="build regression: efficiency this fraction under the best earlier "
+                   "build of the series (default 0.10)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_outliers)
+
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
@@ -67,5 +86,40 @@ def _import(args: argparse.Namespace) -> int:
              r.verdict, r.series_key) for r in rows]
     lines += table(("test", "device", "t/s", "ceiling", "eff", "band", "verdict", "series"),
                    body)
+    emit(args, data, lines)
+    return 0
+
+
+def _outliers(args: argparse.Namespace) -> int:
+    from pytest_tokperf.errors import ConfigError
+    from pytest_tokperf.outliers import find_outliers
+
+    if not Path(args.db).is_file():
+        raise ConfigError(f"results DB {args.db!r} does not exist; fill one with "
+                          "`tokperf import-llama-bench FILE --db PATH` or a pytest run")
+    if not 0 < args.factor <= 2 or not 0 < args.drop < 1:
+        raise ConfigError(f"--factor {args.factor!r} must be in (0, 2] and --drop "
+                          f"{args.drop!r} in (0, 1)")
+    found = find_outliers(Path(args.db), factor=args.factor, drop=args.drop)
+    data = [{
+        "kind": o.kind, "result_id": o.result_id, "test_id": o.test_id,
+        "hardware": o.hardware, "build": o.build, "tokens_per_s": o.tokens_per_s,
+        "efficiency": o.efficiency, "should_reach_tokens_per_s": o.should_reach_tokens_per_s,
+        "typical_tokens_per_s": o.typical_tokens_per_s,
+        "band": None if o.band is None else {"low": o.band.low, "typical": o.band.typical,
+                                              "high": o.band.high},
+        "reasons": list(o.reasons), "source": o.source,
+    } for o in found]
+    lines = [f"{len(found)} outlier(s) in {args.db}" if found
+             else f"no outliers in {args.db}: every judged result is inside its band"]
+    for o in found:
+        target = (f"should reach >= {o.should_reach_tokens_per_s:.1f} tok/s"
+                  + (f" (typical {o.typical_tokens_per_s:.1f})" if o.typical_tokens_per_s
+                     else ""))
+        lines.append(f"- {o.test_id}  {o.build}: {o.tokens_per_s:.2f} tok/s = "
+                     f"{o.efficiency:.0%} of the ceiling; {target}")
+        lines.extend(f"    why: {reason}" for reason in o.reasons)
+        if o.source:
+            lines.append(f"    source: {o.source}")
     emit(args, data, lines)
     return 0
