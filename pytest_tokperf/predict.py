@@ -258,6 +258,8 @@ def footprint_from_file_size(
     head_dim: int = 0,
     depth_tokens: int = 0,
     kv_type: str = "f16",
+    sliding_window: int = 0,
+    sliding_layers: int = 0,
 ) -> Footprint:
     """A footprint from a model file's size, when only the download page is at hand.
 
@@ -279,5 +281,6 @@ def footprint_from_file_size(
     return estimate_footprint(
         parameters, size_bytes * 8 / parameters, n_layer=n_layer, n_head_kv=n_head_kv,
         head_dim=head_dim, depth_tokens=depth_tokens, kv_type=kv_type,
-        active_parameters=active_parameters,
+        active_parameters=active_parameters, sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
     )

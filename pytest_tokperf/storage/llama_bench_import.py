@@ -20,9 +20,11 @@ Where each llama-bench field goes:
 * the device: ``device`` (a published record naming the chip), else ``gpu_info`` on a
   GPU backend with layers offloaded, else ``cpu_info``; resolved in the hardware catalog
   (``gpu_cores`` picks a binned Apple chip). Several GPUs: no single-device ceiling.
-* the ceiling: bandwidth / (file size x active share): llama-bench names no layer
-  shape, so the KV read at ``n_depth`` is not counted (the ceiling is then above the
-  true one: still an upper bound). The verdict is the efficiency against the band of the
+* the ceiling: bandwidth / (file size x active share + KV at ``n_depth``). llama-bench
+  names no layer shape: a record that carries ``n_layer``, ``n_head_kv``, ``head_dim``
+  (and ``sliding_window``/``sliding_layers``) from the model's config gets its KV read
+  counted, sliding-window layers by their window; without them it is not (the ceiling
+  is then above the true one: still an upper bound). The verdict is the efficiency against the band of the
   row's quant family and device class (``hardware.bands``).
 * the series: test ``llama-bench <test> [<device>]`` with the model, quant and settings.
 """
@@ -248,14 +250,19 @@ def ceiling_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Ceiling | No
     if is_moe(f) and active is None:
         return None  # the whole file is not read per token; the active share is unknown
     quant = quant_of(f.get("model_type"))
+    depth = int(f.get("n_depth") or 0)
+    shape = {k: int(f.get(k) or 0) for k in ("n_layer", "n_head_kv", "head_dim",
+                                            "sliding_window", "sliding_layers")}
+    known = bool(shape["n_layer"] and shape["n_head_kv"] and shape["head_dim"])
+    kv_type = str(f.get("type_k") or "f16")  # K's type for both: V rarely differs
     try:
         fp = footprint_from_file_size(
             float(f["model_size"]), quant, parameters=params,
-            active_parameters=active if params and active and active < params else None)
+            active_parameters=active if params and active and active < params else None,
+            **(shape if known else {}), depth_tokens=depth if known else 0, kv_type=kv_type)
     except ConfigError:
         return None
-    depth = int(f.get("n_depth") or 0)
-    if depth:
+    if depth and not known:
         fp = replace(fp, warnings=(*fp.warnings, f"KV at depth {depth} not counted: "
                                    "llama-bench names no layer shape"))
     return compute_ceiling(fp, hardware.spec_bandwidth, hardware.peak_flops)
