@@ -81,6 +81,13 @@ def _resolve(
     )
 
 
+DEPTH_NOTE = (
+    "the ceiling counts the KV read at this depth, so the band is the depth-0 one: "
+    "published rows keep their efficiency when the KV is counted (db/public, llama.cpp "
+    "benches/dgx-spark.md: Qwen2.5-Coder-7B Q8_0 87% at depth 0, 83% at 32768)"
+)
+"""Why the band does not shrink with depth once the KV bytes are in the ceiling."""
+
 OVERHEAD_BOUND_BYTES = 1e9
 """Below ~1 GB of weights per token a GPU's decode is set by its fixed per-token cost
 (kernel launches, synchronisation), not by its memory: the band does not apply."""
@@ -179,7 +186,10 @@ def format_prediction(pred: Prediction) -> str:
         expected,
     ]
     if pred.band is not None:
-        lines.append(f"efficiency band: {pred.band.describe()}")
+        at_depth = f" at depth {fp.depth_tokens}" if fp.depth_tokens else ""
+        lines.append(f"efficiency band: {pred.band.describe()}{at_depth}")
+        if fp.depth_tokens:
+            lines.append(f"  at depth: {DEPTH_NOTE}")
         if pred.band.derived:
             lines.append(f"  derived: {pred.band.derived}")
         lines.extend(f"  source: {source}" for source in pred.band.sources)
@@ -234,6 +244,8 @@ def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
             "high": pred.band.high,
             "sources": list(pred.band.sources),
             "derived": pred.band.derived or None,
+            "depth_tokens": fp.depth_tokens,
+            "depth_note": DEPTH_NOTE if fp.depth_tokens else None,
         },
         "warnings": [*pred.warnings, *fp.warnings],
     }

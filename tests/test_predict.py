@@ -283,3 +283,20 @@ def test_cli_moe_bad_experts(capsys: pytest.CaptureFixture[str], argv: list[str]
     base = ["predict", "--hardware", "RTX 4090", "--params", "21e9"]
     assert main([*base, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_band_at_depth_is_named_and_the_kv_is_in_the_ceiling() -> None:
+    from pytest_tokperf.model.estimate import estimate_footprint
+
+    shallow = estimate_footprint(8e9, "Q4_K_M", n_layer=32, n_head_kv=8, head_dim=128)
+    deep = estimate_footprint(8e9, "Q4_K_M", n_layer=32, n_head_kv=8, head_dim=128,
+                              depth_tokens=32768)
+    a = predict("RTX 4090", shallow, quant="Q4_K_M")
+    b = predict("RTX 4090", deep, quant="Q4_K_M")
+    assert b.ceiling.decode_tokens_per_s < a.ceiling.decode_tokens_per_s
+    assert b.expected_high == pytest.approx(b.ceiling.decode_tokens_per_s * b.efficiencies[-1])
+    text = format_prediction(b)
+    assert "efficiency band: 68% (55%-80%) for q4 on a consumer" in text
+    assert "at depth 32768" in text and "  at depth: the ceiling counts the KV" in text
+    assert prediction_to_dict(b)["efficiency_band"]["depth_tokens"] == 32768
+    assert "  at depth: " not in format_prediction(a)
