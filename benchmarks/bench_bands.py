@@ -3,7 +3,8 @@
     PYTHONPATH=. .venv/bin/python benchmarks/bench_bands.py [--public db/public]
 
 Imports db/public (published llama-bench rows, each with its source) into a scratch
-DB, keeps the dense decode rows that have a ceiling, and prints per device class and
+DB, keeps the dense decode rows that have a ceiling (not those with -nkvo 1 or a host
+the source names), and prints per device class and
 quant family: rows, sources, the static band of ``hardware.bands`` and how many rows it
 contains, then the fitted model of ``hardware.band_fit`` (fixed per-token overhead,
 big-model efficiency per family, band) and its leave-one-source-out check: the share of
@@ -26,6 +27,11 @@ from pytest_tokperf.storage.llama_bench_import import import_llama_bench
 from pytest_tokperf.storage.store import ResultStore
 
 
+NOT_HEALTHY = ("no_kv_offload", "host")
+"""Configurations no band is for: the KV cache in system RAM, a GPU behind a host the
+source names as the bottleneck (a Raspberry Pi, a RISC-V board)."""
+
+
 def observations(db: Path) -> list[Observation]:
     out = []
     with ResultStore.open(db) as store:
@@ -35,6 +41,8 @@ def observations(db: Path) -> list[Observation]:
             if "moe" in str(row.get("engine_model_name") or "").lower():
                 continue
             settings = json.loads(row["engine_settings"])
+            if any(json.loads(settings.get(f"lb.{k}", "null")) for k in NOT_HEALTHY):
+                continue
             family = quant_family(row.get("model_file_type"))
             decode = row.get("engine_decode_tokens_per_s_median")
             if family is None or decode is None:

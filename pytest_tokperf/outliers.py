@@ -115,6 +115,8 @@ def _reasons(row: dict[str, Any], settings: dict[str, Any], peers: list[dict[str
     if row.get("hardware_kind") != "cpu" and weights and weights < OVERHEAD_BOUND_BYTES:
         out.append(f"{weights / 1e9:.2f} GB of weights per token: overhead-bound (kernel "
                    "launches and synchronisation per token), the band is for multi-GB models")
+    if _lb(settings, "no_kv_offload"):
+        out.append("the KV cache is in system RAM (-nkvo 1): every token reads it over PCIe")
     depth = row.get("depth_tokens") or 0
     if depth and not row.get("footprint_kv_bytes_per_position"):
         out.append(f"KV read at depth {depth} not in the ceiling (no layer shape): part of "

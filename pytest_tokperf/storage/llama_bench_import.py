@@ -26,7 +26,9 @@ Where each llama-bench field goes:
   counted, sliding-window layers by their window; without them it is not (the ceiling
   is then above the true one: still an upper bound). The verdict is the efficiency against the band of the
   row's quant family and device class (``hardware.bands``).
-* the series: test ``llama-bench <test> [<device>]`` with the model, quant and settings.
+* the series: test ``llama-bench <test> [<device>]`` with the model, quant and settings;
+  speed settings the series key has no field for (``no_kv_offload``, ``n_cpu_moe``,
+  ``tensor_buft_overrides``, ``poll``, ``cpu_strict``) join the test id when set.
 """
 
 from __future__ import annotations
@@ -302,7 +304,7 @@ def imported_row(record: LlamaBenchRecord) -> tuple[ImportedRow, ResultBundle]:
     eff, verdict = judge(result, ceiling, band)
     model = model_info(f)
     device = device_of(f)[0] or "unknown device"
-    test_id = f"{ENGINE_NAME} {record.test_name} [{device}]"
+    test_id = f"{ENGINE_NAME} {record.test_name}{_unkeyed_settings(f)} [{device}]"
     series = series_of(test_id, result, model)
     row: Row = {"series_key": series.key, "test_id": test_id,
                 "created_at": _created_at(f, record), **result_row(result, ceiling, eff, verdict)}
@@ -310,6 +312,23 @@ def imported_row(record: LlamaBenchRecord) -> tuple[ImportedRow, ResultBundle]:
                           sample_rows(result.samples))
     return (ImportedRow(record, test_id, series.key, hardware, ceiling, band, eff, verdict),
             bundle)
+
+
+_UNKEYED = (("no_kv_offload", "nkvo", (False, 0, None)), ("n_cpu_moe", "ncmoe", (0, None)),
+            ("tensor_buft_overrides", "ot", ("none", "", None)), ("poll", "poll", (50, None)),
+            ("cpu_strict", "cpu-strict", (False, 0, None)))
+
+
+def _unkeyed_settings(f: dict[str, Any]) -> str:
+    """Settings that change speed but have no field in the series key, off their default:
+    they go into the test id so such rows get their own series (``tg128 nkvo=1``)."""
+    parts = [f"{short}={_text(f[name])}" for name, short, defaults in _UNKEYED
+             if name in f and f[name] not in defaults]
+    return "".join(f" {p}" for p in parts)
+
+
+def _text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 def _created_at(f: dict[str, Any], record: LlamaBenchRecord) -> str:
