@@ -205,3 +205,18 @@ def test_public_dataset_rows_carry_source_and_build_and_stay_under_the_ceiling(
     assert added.results == len(records) == len(rows)
     judged = [r for r in rows if r.efficiency is not None]
     assert judged and all(r.efficiency <= 1.0 for r in judged)
+
+
+def test_a_file_without_times_imported_from_another_path_adds_nothing(tmp_path: Path) -> None:
+    """Rows without test_time are timed by their position in the file, not by its path."""
+    rows = json.loads((FIXTURES / "readme.json").read_text(encoding="utf-8"))
+    for row in rows:
+        del row["test_time"]
+    paths = [tmp_path / "a1" / "run.json", tmp_path / "b22" / "run.json"]
+    for path in paths:
+        path.parent.mkdir()
+        path.write_text(json.dumps(rows), encoding="utf-8")
+    db = tmp_path / "r.db"
+    added, _ = import_llama_bench(db, [paths[0]])
+    again, _ = import_llama_bench(db, [paths[1]])
+    assert added.results == 2 and (again.runs, again.results) == (0, 0)

@@ -337,7 +337,8 @@ def _created_at(f: dict[str, Any], record: LlamaBenchRecord) -> str:
     if f.get("test_time"):
         return str(f["test_time"])
     day = str(f.get("published") or "1970-01-01")[:10]
-    position = int(re.sub(r"\D", "", record.source.rsplit(":", 1)[-1]) or 0)
+    found = re.search(r"[:\[#](\d+)\]?$", record.source)  # file:12, file[3], file:table#2
+    position = int(found[1]) if found else 0
     return f"{day}T00:00:00.{position % 1_000_000:06d}Z"
 
 
