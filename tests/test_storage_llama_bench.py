@@ -191,6 +191,19 @@ def test_md_log_gives_device_and_the_build_printed_above_the_table() -> None:
     assert second["build_number"] == 9999  # the footer under the second table
 
 
+@pytest.mark.parametrize("line, device", [
+    ("ggml_metal_device_init: GPU name:   MTL0 (Apple M5 Max)", "Apple M5 Max"),
+    ("ggml_metal_init: found device: Apple M2 Max", "Apple M2 Max"),
+    ("  Device 0: AMD Radeon RX 7600 XT, gfx1102 (0x1102), VMM: no, Wave Size: 32",
+     "AMD Radeon RX 7600 XT"),
+])
+def test_md_device_lines_of_each_backend(line: str, device: str) -> None:
+    text = (f"{line}\n| model | size | params | backend | test | t/s |\n"
+            "| --- | --- | --- | --- | --- | --- |\n"
+            "| llama 7B Q4_0 | 3.83 GiB | 7.24 B | Metal | tg 128 | 26.59 ± 0.88 |\n")
+    assert parse_llama_bench(text, "log.md")[0].get("gpu_info") == device
+
+
 def test_public_dataset_rows_carry_source_and_build_and_stay_under_the_ceiling(
         tmp_path: Path) -> None:
     public = Path(__file__).parent.parent / "db" / "public"

@@ -238,6 +238,7 @@ _DEVICE_LINES = (
     re.compile(r"^Device \d+: (?P<name>[^,]+), (?:compute capability|gfx)"),  # CUDA, ROCm
     re.compile(r"^ggml_vulkan: \d+ = (?P<name>.+?) \((?:[^)]*)\)(?: \(\w+\))? \|"),
     re.compile(r"^ggml_metal_init: found device: (?P<name>.+)$"),
+    re.compile(r"^ggml_metal_device_init: GPU name:\s+\S+ \((?P<name>.+)\)$"),
 )
 _FOUND = re.compile(r"(?:found|Found) (?P<n>\d+) (?:CUDA|ROCm|Vulkan) devices")
 
