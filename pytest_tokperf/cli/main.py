@@ -66,6 +66,9 @@ def _predict(args: argparse.Namespace) -> int:
     given = _quant(args.quant or "Q4_K_M")
     quant: str | float | None = given  # what picks the efficiency band
     active = _active_params(args)
+    if args.expert_params and not args.params:
+        raise ConfigError("--expert-params prices the experts of a --params estimate; a GGUF "
+                          "(--model) has them already, a --size cannot tell them apart")
     if args.model:
         model = load_gguf(Path(args.model))
         fp = footprint(model, depth_tokens=args.depth, kv_type=args.kv_type)
@@ -87,16 +90,13 @@ def _predict(args: argparse.Namespace) -> int:
             active_parameters=active, expert_parameters=args.expert_params,
             expert_quant=None if args.expert_quant is None else _quant(args.expert_quant),
         )
-        if args.expert_quant and args.expert_params and args.quant is not None:
-            experts_read = (fp.active_parameters - (args.params - args.expert_params))
-            if experts_read > args.params - args.expert_params:  # most bytes: the experts'
+        if args.expert_quant and args.expert_params:
+            experts_read = fp.active_parameters - (args.params - args.expert_params)
+            if experts_read > args.params - args.expert_params:  # experts outweigh the rest
                 quant = _quant(args.expert_quant)
     else:
         raise ConfigError("predict needs a model: --model FILE.gguf, --params 8e9 --quant Q4_K_M, "
                           "or --size 4.9GB (the file size) with --quant or --params")
-    if args.expert_params and not args.params:
-        raise ConfigError("--expert-params prices the experts of a --params estimate; a GGUF "
-                          "(--model) has them already, a --size cannot tell them apart")
     pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores, quant=quant,
                    expert_sizes=args.expert_params is not None)
     emit(args, prediction_to_dict(pred), format_prediction(pred))
