@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
 from pytest_tokperf.errors import ConfigError
@@ -37,6 +37,9 @@ class Prediction:
     memory_available_bytes: int | None
     band: Band | None = None
     """The published efficiency band the range comes from (None: fractions were given)."""
+    warnings: tuple[str, ...] = ()
+    """Where the band does not apply (overhead-bound small model, MoE priced as one quant,
+    does not fit), one sentence each."""
 
     @property
     def expected_low(self) -> float:
@@ -78,6 +81,18 @@ def _resolve(
     )
 
 
+DEPTH_NOTE = (
+    "the ceiling counts the KV read at this depth, so the band is the depth-0 one: "
+    "published rows keep their efficiency when the KV is counted (db/public, llama.cpp "
+    "benches/dgx-spark.md: Qwen2.5-Coder-7B Q8_0 87% at depth 0, 83% at 32768)"
+)
+"""Why the band does not shrink with depth once the KV bytes are in the ceiling."""
+
+OVERHEAD_BOUND_BYTES = 1e9
+"""Below ~1 GB of weights per token a GPU's decode is set by its fixed per-token cost
+(kernel launches, synchronisation), not by its memory: the band does not apply."""
+
+
 def predict(
     hardware: str | float,
     footprint: Footprint,
@@ -85,6 +100,7 @@ def predict(
     *,
     gpu_cores: int | None = None,
     quant: str | float | None = None,
+    expert_sizes: bool = False,
 ) -> Prediction:
     """Ceiling and expected decode range for ``footprint`` on ``hardware``.
 
@@ -92,6 +108,8 @@ def predict(
     bandwidth string ("1008GB/s") or a bandwidth in bytes/s. Without ``efficiencies``
     the range is the published band (low, typical, high) for ``quant``'s family
     ("Q4_K_M", "F16" or bits per weight) on the hardware's device class.
+    ``expert_sizes``: a MoE footprint was priced with its expert weights apart
+    (``estimate_footprint(expert_parameters=...)``); a GGUF footprint always is.
     """
     label, bandwidth, entry = _resolve(hardware, gpu_cores)
     band: Band | None = None
@@ -105,16 +123,40 @@ def predict(
         if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1.5:
             raise ConfigError(f"efficiency {fraction!r} must be a fraction in (0, 1.5]")
     ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
+    needed = footprint.resident_bytes + footprint.kv_bytes
+    warnings = _warnings(footprint, entry, needed, expert_sizes)
     return Prediction(
         hardware=label,
         entry=entry,
         ceiling=ceiling,
         efficiencies=tuple(float(f) for f in efficiencies),
         expected_tokens_per_s=tuple(ceiling.decode_tokens_per_s * f for f in efficiencies),
-        memory_needed_bytes=footprint.resident_bytes + footprint.kv_bytes,
+        memory_needed_bytes=needed,
         memory_available_bytes=entry.memory_bytes if entry else None,
         band=band,
+        warnings=warnings,
     )
+
+
+def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
+              expert_sizes: bool) -> tuple[str, ...]:
+    out = []
+    if entry is not None and entry.kind != "cpu" and fp.weights_bytes < OVERHEAD_BOUND_BYTES:
+        out.append(
+            f"{format_gb(fp.weights_bytes)} of weights per token is under "
+            f"{OVERHEAD_BOUND_BYTES / 1e9:g} GB: on a GPU decode is then bound by the fixed "
+            "per-token cost (kernel launches, synchronisation), not by memory, so the band "
+            "(from multi-GB models) overstates it; measure it, do not read it from here")
+    if fp.active_parameters < fp.total_parameters and not (fp.expert_count or expert_sizes):
+        out.append(
+            "MoE without expert sizes: every weight is priced at one quant and the active "
+            "share is read per token; give --expert-params and --expert-quant (or the GGUF) "
+            "for the expert weights' own type; the band is from dense models")
+    if entry is not None and entry.memory_bytes is not None and needed > entry.memory_bytes:
+        out.append(
+            f"does not fit: {format_gb(needed)} needed of {format_gb(entry.memory_bytes)}; "
+            "layers left in system RAM run at its speed, far below this range")
+    return tuple(out)
 
 
 def format_prediction(pred: Prediction) -> str:
@@ -126,19 +168,28 @@ def format_prediction(pred: Prediction) -> str:
         if pred.entry
         else (f"given bandwidth: {bandwidth}")
     )
-    lines = [
-        head,
-        f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
-        f"({describe_ceiling(pred.ceiling)})",
+    expected = (
         f"expected decode: {pred.expected_low:.1f}-{pred.expected_high:.1f} tok/s ("
         + ", ".join(
             f"{f:.0%}: {t:.1f}"
             for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
         )
-        + ")",
+        + ")"
+    )
+    if pred.fits is False:
+        expected = (f"expected decode: does not fit ({format_gb(pred.memory_needed_bytes)} "
+                    f"needed of {format_gb(cast(int, pred.memory_available_bytes))})")
+    lines = [
+        head,
+        f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
+        f"({describe_ceiling(pred.ceiling)})",
+        expected,
     ]
     if pred.band is not None:
-        lines.append(f"efficiency band: {pred.band.describe()}")
+        at_depth = f" at depth {fp.depth_tokens}" if fp.depth_tokens else ""
+        lines.append(f"efficiency band: {pred.band.describe()}{at_depth}")
+        if fp.depth_tokens:
+            lines.append(f"  at depth: {DEPTH_NOTE}")
         if pred.band.derived:
             lines.append(f"  derived: {pred.band.derived}")
         lines.extend(f"  source: {source}" for source in pred.band.sources)
@@ -156,6 +207,7 @@ def format_prediction(pred: Prediction) -> str:
             f"prefill bound: {prefill:.0f} tok/s ({pred.entry.fp16_flops / 1e12:g} TFLOPS FP16 "
             f"dense / 2 x {fp.active_parameters / 1e9:.2f} B active parameters)"
         )
+    lines.extend(f"warning: {w}" for w in pred.warnings if not w.startswith("does not fit"))
     lines.extend(f"note: {w}" for w in fp.warnings)
     return "\n".join(lines)
 
@@ -176,9 +228,11 @@ def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
         "depth_tokens": fp.depth_tokens,
         "decode_ceiling_tokens_per_s": pred.ceiling.decode_tokens_per_s,
         "prefill_bound_tokens_per_s": pred.ceiling.prefill_tokens_per_s,
-        "expected_decode_tokens_per_s": {
-            f"{f:g}": t for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
-        },
+        "expected_decode_tokens_per_s": None if pred.fits is False else _named(pred),
+        "expected_decode": [
+            {"efficiency": f, "tokens_per_s": t}
+            for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
+        ],
         "memory_needed_bytes": pred.memory_needed_bytes,
         "memory_available_bytes": pred.memory_available_bytes,
         "fits": pred.fits,
@@ -190,9 +244,19 @@ def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
             "high": pred.band.high,
             "sources": list(pred.band.sources),
             "derived": pred.band.derived or None,
+            "depth_tokens": fp.depth_tokens,
+            "depth_note": DEPTH_NOTE if fp.depth_tokens else None,
         },
-        "warnings": list(fp.warnings),
+        "warnings": [*pred.warnings, *fp.warnings],
     }
+
+
+def _named(pred: Prediction) -> dict[str, float]:
+    """``low``/``typical``/``high`` of a band's range; ``low``/``high`` of given fractions."""
+    if pred.band is not None:
+        low, typical, high = pred.expected_tokens_per_s
+        return {"low": low, "typical": typical, "high": high}
+    return {"low": pred.expected_low, "high": pred.expected_high}
 
 
 def footprint_from_file_size(
@@ -206,6 +270,8 @@ def footprint_from_file_size(
     head_dim: int = 0,
     depth_tokens: int = 0,
     kv_type: str = "f16",
+    sliding_window: int = 0,
+    sliding_layers: int = 0,
 ) -> Footprint:
     """A footprint from a model file's size, when only the download page is at hand.
 
@@ -227,5 +293,6 @@ def footprint_from_file_size(
     return estimate_footprint(
         parameters, size_bytes * 8 / parameters, n_layer=n_layer, n_head_kv=n_head_kv,
         head_dim=head_dim, depth_tokens=depth_tokens, kv_type=kv_type,
-        active_parameters=active_parameters,
+        active_parameters=active_parameters, sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
     )

@@ -204,3 +204,99 @@ def test_footprint_from_file_size() -> None:
         footprint_from_file_size(4.9e9, None)
     with pytest.raises(ConfigError, match="file size -1.0 bytes must be positive"):
         footprint_from_file_size(-1.0, "Q4_K_M")
+
+
+def test_json_expected_decode_has_named_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_tokperf.cli.main import main
+
+    assert main(["predict", "--hardware", "RTX 4090", "--params", "8e9", "--quant", "Q4_K_M",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    band = data["efficiency_band"]
+    expected = data["expected_decode_tokens_per_s"]
+    assert set(expected) == {"low", "typical", "high"}
+    ceiling = data["decode_ceiling_tokens_per_s"]
+    for key in ("low", "typical", "high"):
+        assert expected[key] == pytest.approx(ceiling * band[key])
+    assert [e["efficiency"] for e in data["expected_decode"]] == [
+        band["low"], band["typical"], band["high"]]
+
+
+def test_does_not_fit_replaces_the_expected_line() -> None:
+    big = Footprint(architecture="llama", weights_bytes=40_000_000_000,
+                    kv_bytes_per_position=0, depth_tokens=0, kv_type="f16",
+                    resident_bytes=40_000_000_000, active_parameters=70_000_000_000,
+                    total_parameters=70_000_000_000)
+    pred = predict("RTX 4090", big, quant="Q4_K_M")
+    lines = format_prediction(pred).splitlines()
+    assert lines[2] == "expected decode: does not fit (40.00 GB needed of 24.00 GB)"
+    assert not any(line.startswith("expected decode: ") and "tok/s" in line for line in lines)
+    data = prediction_to_dict(pred)
+    assert data["expected_decode_tokens_per_s"] is None and data["fits"] is False
+    assert any(w.startswith("does not fit: 40.00 GB needed of 24.00 GB") for w in data["warnings"])
+
+
+def test_small_model_on_a_gpu_warns_overhead_bound() -> None:
+    """67 MB of weights on an RTX 4090: the band's 80-98% would promise ~7,000 tok/s."""
+    tiny = footprint_from_file_size(67e6, "F16")
+    text = format_prediction(predict("RTX 4090", tiny, quant="F16"))
+    assert "warning: 0.07 GB of weights per token is under 1 GB" in text
+    assert "overhead" not in format_prediction(predict("RTX 4090", LLAMA_8B_Q4_K_M))
+    cpu = format_prediction(predict("DDR5-5600 x2", tiny, quant="F16"))
+    assert "under 1 GB" not in cpu  # a CPU has no launch overhead to speak of
+
+
+def test_moe_without_expert_sizes_warns_and_with_them_does_not() -> None:
+    from pytest_tokperf.model.estimate import estimate_footprint
+
+    blurred = estimate_footprint(30e9, "Q4_K_M", active_parameters=3e9)
+    assert any(w.startswith("MoE without expert sizes") for w in
+               predict("RTX 4090", blurred, quant="Q4_K_M").warnings)
+    priced = estimate_footprint(21e9, "Q8_0", active_parameters=4.3e9,
+                                expert_parameters=19e9, expert_quant="MXFP4")
+    assert not predict("RTX 4090", priced, quant="MXFP4", expert_sizes=True).warnings
+
+
+def test_cli_moe_experts_set_the_active_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_tokperf.cli.main import main
+    from pytest_tokperf.model.estimate import bits_per_weight
+
+    assert main(["predict", "--hardware", "RTX 4090", "--params", "21e9", "--quant", "Q8_0",
+                 "--expert-params", "19e9", "--expert-quant", "MXFP4", "--experts", "4/32",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    dense, experts_read = 2e9, 19e9 * 4 / 32
+    bytes_read = dense * bits_per_weight("Q8_0") / 8 + experts_read * bits_per_weight("MXFP4") / 8
+    assert data["weights_bytes_per_token"] == pytest.approx(bytes_read, rel=1e-6)
+    assert data["efficiency_band"]["quant_family"] == "q4"  # the experts' MXFP4 dominates
+    assert not data["warnings"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--experts", "40/32"], "--experts '40/32' must be USED/TOTAL"),
+    (["--experts", "4/32"], "--experts needs --params and --expert-params"),
+])
+def test_cli_moe_bad_experts(capsys: pytest.CaptureFixture[str], argv: list[str],
+                             message: str) -> None:
+    from pytest_tokperf.cli.main import main
+
+    base = ["predict", "--hardware", "RTX 4090", "--params", "21e9"]
+    assert main([*base, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_band_at_depth_is_named_and_the_kv_is_in_the_ceiling() -> None:
+    from pytest_tokperf.model.estimate import estimate_footprint
+
+    shallow = estimate_footprint(8e9, "Q4_K_M", n_layer=32, n_head_kv=8, head_dim=128)
+    deep = estimate_footprint(8e9, "Q4_K_M", n_layer=32, n_head_kv=8, head_dim=128,
+                              depth_tokens=32768)
+    a = predict("RTX 4090", shallow, quant="Q4_K_M")
+    b = predict("RTX 4090", deep, quant="Q4_K_M")
+    assert b.ceiling.decode_tokens_per_s < a.ceiling.decode_tokens_per_s
+    assert b.expected_high == pytest.approx(b.ceiling.decode_tokens_per_s * b.efficiencies[-1])
+    text = format_prediction(b)
+    assert "efficiency band: 68% (55%-80%) for q4 on a consumer" in text
+    assert "at depth 32768" in text and "  at depth: the ceiling counts the KV" in text
+    assert prediction_to_dict(b)["efficiency_band"]["depth_tokens"] == 32768
+    assert "  at depth: " not in format_prediction(a)

@@ -65,6 +65,10 @@ def _predict(args: argparse.Namespace) -> int:
 
     given = _quant(args.quant or "Q4_K_M")
     quant: str | float | None = given  # what picks the efficiency band
+    active = _active_params(args)
+    if args.expert_params and not args.params:
+        raise ConfigError("--expert-params prices the experts of a --params estimate; a GGUF "
+                          "(--model) has them already, a --size cannot tell them apart")
     if args.model:
         model = load_gguf(Path(args.model))
         fp = footprint(model, depth_tokens=args.depth, kv_type=args.kv_type)
@@ -73,7 +77,7 @@ def _predict(args: argparse.Namespace) -> int:
     elif args.size:
         fp = footprint_from_file_size(
             parse_size(args.size), given, parameters=args.params,
-            active_parameters=args.active_params, n_layer=args.layers,
+            active_parameters=active, n_layer=args.layers,
             n_head_kv=args.kv_heads, head_dim=args.head_dim, depth_tokens=args.depth,
             kv_type=args.kv_type,
         )
@@ -83,14 +87,35 @@ def _predict(args: argparse.Namespace) -> int:
         fp = estimate_footprint(
             args.params, given, n_layer=args.layers, n_head_kv=args.kv_heads,
             head_dim=args.head_dim, depth_tokens=args.depth, kv_type=args.kv_type,
-            active_parameters=args.active_params,
+            active_parameters=active, expert_parameters=args.expert_params,
+            expert_quant=None if args.expert_quant is None else _quant(args.expert_quant),
         )
+        if args.expert_quant and args.expert_params:
+            experts_read = fp.active_parameters - (args.params - args.expert_params)
+            if experts_read > args.params - args.expert_params:  # experts outweigh the rest
+                quant = _quant(args.expert_quant)
     else:
         raise ConfigError("predict needs a model: --model FILE.gguf, --params 8e9 --quant Q4_K_M, "
                           "or --size 4.9GB (the file size) with --quant or --params")
-    pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores, quant=quant)
+    pred = predict(args.hardware, fp, gpu_cores=args.gpu_cores, quant=quant,
+                   expert_sizes=args.expert_params is not None)
     emit(args, prediction_to_dict(pred), format_prediction(pred))
     return 0
+
+
+def _active_params(args: argparse.Namespace) -> float | None:
+    """``--active-params``, else non-expert + ``--experts USED/TOTAL`` of ``--expert-params``."""
+    if args.experts is None:
+        return args.active_params  # type: ignore[no-any-return]
+    used, _, total = args.experts.partition("/")
+    if not (used.isdigit() and total.isdigit() and 0 < int(used) <= int(total)):
+        raise ConfigError(f"--experts {args.experts!r} must be USED/TOTAL experts per token, "
+                          "e.g. 8/128")
+    if args.active_params is not None or not (args.expert_params and args.params):
+        raise ConfigError("--experts needs --params and --expert-params (and no "
+                          "--active-params): it sets the active count from them")
+    dense = args.params - args.expert_params
+    return dense + args.expert_params * int(used) / int(total)  # type: ignore[no-any-return]
 
 
 def _quant(text: str) -> str | float:
@@ -134,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="GGUF file: bytes per token from its tensors")
     p.add_argument("--params", type=float, help="total parameters, e.g. 8e9 (no file)")
     p.add_argument("--active-params", type=float, help="MoE: parameters active per token")
+    p.add_argument("--expert-params", type=float, help="MoE: all routed expert weights, priced "
+                   "at --expert-quant (with --params)")
+    p.add_argument("--expert-quant", help="MoE: the experts' quant or bits (e.g. MXFP4)")
+    p.add_argument("--experts", help="MoE: experts used per token / expert count, e.g. 4/32: "
+                   "sets the active parameters from --params and --expert-params")
     p.add_argument("--quant", default=None,
                    help="quant type (Q4_K_M, Q8_0, F16, ...) or bits per weight (4.5); sets "
                    "the efficiency band too (default: Q4_K_M, or the GGUF's own type)")
@@ -142,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=0, help="layers (for the KV cache)")
     p.add_argument("--kv-heads", type=int, default=0, help="KV heads (for the KV cache)")
     p.add_argument("--head-dim", type=int, default=0, help="head size (for the KV cache)")
-    p.add_argument("--depth", type=int, default=0, help="context depth in tokens (KV read)")
+    p.add_argument("--depth", type=int, default=0, help="context depth in tokens (KV read; "
+                   "the band is the one at this depth)")
     p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, ...")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -153,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_verbs(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
     add_parsers(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
+    from pytest_tokperf.cli import llama_bench
+    llama_bench.add_parsers(verbs)  # import-llama-bench, outliers: set_defaults(func=...)
     return parser
 
 
@@ -164,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(own)
     attach_pytest_args(parser, args, rest)
     try:
-        return _HANDLERS[args.verb](args)
+        return (getattr(args, "func", None) or _HANDLERS[args.verb])(args)
     except TokperfError as exc:
         print(f"tokperf {args.verb}: {exc}", file=sys.stderr)
         return 2

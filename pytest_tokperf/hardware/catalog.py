@@ -254,11 +254,26 @@ def _choose(candidates: list[CatalogEntry], gpu_cores: int | None) -> CatalogEnt
     return max(candidates, key=lambda e: e.bandwidth_bytes_per_s)
 
 
+_CPU_WORDS = re.compile(r"\b(ryzen|threadripper|epyc|xeon|core i\d|core ultra|i[3579] \d{4,5})")
+_IGPU_WORDS = ("radeon", "ai max", "strix")
+
+
+def _looks_like_cpu(name: str) -> bool:
+    query = normalize(name)
+    return bool(_CPU_WORDS.search(query)) and not any(w in query for w in _IGPU_WORDS)
+
+
 def close_names(
     name: str, limit: int = 6, catalog: tuple[CatalogEntry, ...] | None = None
 ) -> list[str]:
-    """Catalog names that look like ``name``, for "did you mean" messages."""
+    """Catalog names that look like ``name``, for "did you mean" messages.
+
+    A CPU model name ("Ryzen 9 7700X", "Xeon", "EPYC") is offered CPU rows only: the
+    letters of "Ryzen" are close to "Radeon", the part is not.
+    """
     entries = catalog or load_catalog()
+    if _looks_like_cpu(name):
+        entries = tuple(e for e in entries if e.kind == "cpu") or entries
     by_key: dict[str, str] = {}
     for entry in entries:
         by_key.setdefault(normalize(entry.name), entry.name)

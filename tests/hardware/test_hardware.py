@@ -695,3 +695,29 @@ def test_detect_hardware_prefer_order(monkeypatch: pytest.MonkeyPatch) -> None:
         detect_hardware(prefer="tpu")
     with pytest.raises(ConfigError, match="explicit bandwidth -1.0 bytes/s must be positive"):
         detect_hardware(explicit_bandwidth=-1.0)
+
+
+def test_a_cpu_is_found_by_its_model_name() -> None:
+    """llama-bench's cpu_info spells the model, not the DIMMs."""
+    entry = lookup("AMD Ryzen 9 7950X 16-Core Processor", kind="cpu")
+    assert entry is not None and entry.name == "AMD Ryzen 9 7950X"
+    assert entry.bandwidth_bytes_per_s == pytest.approx(2 * 8 * 5200e6)
+    assert "DDR5-5200" in entry.source
+
+
+def test_a_cpu_name_is_not_offered_radeon_gpus() -> None:
+    kinds = {e.name: e.kind for e in load_catalog()}
+    assert close_names("Ryzen 9 7950")[0] == "AMD Ryzen 9 7950X"
+    for name in ("Ryzen 9 7950", "Ryzen 5 7600X", "Xeon Gold 6430"):
+        offered = close_names(name)
+        assert all(kinds[n] == "cpu" for n in offered), (name, offered)
+
+
+def test_apple_bandwidth_agrees_with_its_cited_source() -> None:
+    """Apple rounds down (M2 Max: '400 GB/s'); the catalog keeps the physical peak and its
+    source says how it is reached, so the two figures never stand side by side unexplained."""
+    for entry in load_catalog():
+        if entry.kind != "apple":
+            continue
+        figure = f"{entry.bandwidth_bytes_per_s / 1e9:g}"
+        assert figure in entry.source, (entry.name, figure, entry.source)
