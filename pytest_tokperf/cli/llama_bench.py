@@ -92,7 +92,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _outliers(args: argparse.Namespace) -> int:
     from pytest_tokperf.errors import ConfigError
-    from pytest_tokperf.outliers import find_outliers
+    from pytest_tokperf.report.outliers import find_outliers
 
     if not Path(args.db).is_file():
         raise ConfigError(f"results DB {args.db!r} does not exist; fill one with "

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
-from pytest_tokperf.predict import OVERHEAD_BOUND_BYTES
+from pytest_tokperf.prediction import OVERHEAD_BOUND_BYTES
 from pytest_tokperf.storage.exchange import export_rows
 from pytest_tokperf.storage.store import ResultStore
 

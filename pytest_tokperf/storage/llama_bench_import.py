@@ -243,7 +243,7 @@ def model_info(f: dict[str, Any]) -> ModelInfo:
 
 def ceiling_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Ceiling | None:
     """Bandwidth over the file's bytes (active share for MoE); None without either."""
-    from pytest_tokperf.predict import footprint_from_file_size
+    from pytest_tokperf.prediction import footprint_from_file_size
 
     if hardware is None or hardware.spec_bandwidth is None or not f.get("model_size"):
         return None

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.cli.main import main
-from pytest_tokperf.outliers import find_outliers
+from pytest_tokperf.report.outliers import find_outliers
 from pytest_tokperf.storage.llama_bench_import import import_llama_bench
 
-FIXTURES = Path(__file__).parent / "llama_bench"
+FIXTURES = Path(__file__).resolve().parents[1] / "storage" / "llama_bench"
 
 
 def _slower_build(tmp_path: Path, scale: float, build: int) -> Path:
@@ -67,7 +67,7 @@ def test_a_small_drop_is_not_a_regression(tmp_path: Path) -> None:
 def test_cli_outliers_on_the_public_dataset_names_rows_and_why(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "p.db"
-    public = Path(__file__).parent.parent / "db" / "public"
+    public = Path(__file__).resolve().parents[2] / "db" / "public"
     assert main(["import-llama-bench", str(public), "--db", str(db), "--json"]) == 0
     capsys.readouterr()
     assert main(["outliers", "--db", str(db), "--json"]) == 0

@@ -206,7 +206,7 @@ def test_md_device_lines_of_each_backend(line: str, device: str) -> None:
 
 def test_public_dataset_rows_carry_source_and_build_and_stay_under_the_ceiling(
         tmp_path: Path) -> None:
-    public = Path(__file__).parent.parent / "db" / "public"
+    public = Path(__file__).resolve().parents[2] / "db" / "public"
     files = sorted(p for p in public.iterdir() if p.name != "README.md")
     records = [r for p in files for r in read_llama_bench(p)]
     assert records

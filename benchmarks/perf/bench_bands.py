@@ -1,6 +1,6 @@
 """How well do the efficiency bands hold on the public record? The per-group table.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_bands.py [--public db/public]
+    PYTHONPATH=. .venv/bin/python benchmarks/perf/bench_bands.py [--public db/public]
 
 Imports db/public (published llama-bench rows, each with its source) into a scratch
 DB, keeps the dense decode rows that have a ceiling (not those with -nkvo 1 or a host
