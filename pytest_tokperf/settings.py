@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.credentials import (
     DEFAULT_API_KEY_ENV,
     ApiKey,
@@ -107,6 +108,21 @@ def _url(value: str, where: str, name: str) -> str:
             f"use e.g. --tokperf-url http://127.0.0.1:8080"
         )
     return value.rstrip("/")
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10,
+               "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _byte_size(value: str, where: str, name: str) -> int:
+    """A size such as ``8MiB``, ``16MB`` or ``1048576`` (bytes), from 64 KiB to 4 GiB."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]i?b|b)?\s*", str(value), re.I)
+    size = int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").lower()]) \
+        if match else 0
+    if not (64 << 10) <= size <= (4 << 30):
+        raise ConfigError(f"{name} {value!r} from {where} is not a size from 64KiB to 4GiB; "
+                          f"e.g. 8MiB, 64MB or 16777216 (bytes)")
+    return size
 
 
 def _text(value: str, where: str, name: str) -> str:
@@ -251,6 +267,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("idle_timeout", "seconds without a new token, once tokens flow, before a "
                "generation counts as stalled (keep-alive comments do not count)", _SECONDS,
                DEFAULT_IDLE_TIMEOUT_S, "S"),
+    OptionSpec("max_body", "largest non-streamed answer read from an engine (/props, "
+               "/v1/models, /metrics ...), e.g. 8MiB; a longer one is refused, never buffered",
+               _byte_size, MAX_BODY_BYTES, "SIZE", True),
     OptionSpec("api_key_env", "environment variable holding the API key sent as "
                "'Authorization: Bearer' (llama-server --api-key, vLLM, LM Studio, OpenAI-"
                f"compatible servers); never pass the key itself (default {DEFAULT_API_KEY_ENV})",
@@ -360,6 +379,8 @@ class Settings:
     max_cv: float = 0.05
     bandwidth_file: Path | None = None
     """Where probes are kept per host (None: nowhere, this session's only)."""
+    max_body: int = MAX_BODY_BYTES
+    """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
 
     @property
     def active(self) -> bool:

@@ -276,7 +276,7 @@ class EngineSession:
         model = None if s.model in BUILTIN_MODELS or name == "llama-server" else s.model
         return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
                              registry=self.registry, idle_timeout_s=s.idle_timeout,
-                             api_key=s.api_key)
+                             api_key=s.api_key, max_body_bytes=s.max_body)
 
     def close(self) -> None:
         for server, engine in self._drafts.values():

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import httpx
 
+from pytest_tokperf.transport.bounded import bounded_get
+
 from pytest_tokperf.launch.process import LOOPBACK, ServerProcess, log_tail, start_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
@@ -269,7 +271,7 @@ def launch_plan(
 def ready_check(plan: LaunchPlan) -> Callable[[], bool]:
     def ready() -> bool:
         try:
-            return httpx.get(plan.url + plan.ready_path, timeout=2.0).status_code == 200
+            return bounded_get(plan.url + plan.ready_path, 2.0).status_code == 200
         except httpx.HTTPError:
             return False
 

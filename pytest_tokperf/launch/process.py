@@ -35,6 +35,8 @@ from pathlib import Path
 
 import httpx
 
+from pytest_tokperf.transport.bounded import bounded_get
+
 from pytest_tokperf.builds.install import installed_llama_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
@@ -271,7 +273,7 @@ def start_llama_server(spec: LaunchSpec) -> ServerProcess:
 
     def ready() -> bool:
         try:
-            return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+            return bounded_get(f"{url}/health", 2.0).status_code == 200
         except httpx.HTTPError:
             return False
 
