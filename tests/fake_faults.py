@@ -37,6 +37,7 @@ import json
 import threading
 from typing import Any
 
+from fake_engines import FakeMLX
 from fake_http import FakeServer, Handler
 
 PREFIX_TOKENS = 3
@@ -192,3 +193,25 @@ class FakeFaultyLlama(FakeServer):
         elif mode == "echo_error":
             h.sse({"error": {"message": f"upstream refused {h.headers.get('Authorization')}"}})
             h.end_stream()
+
+
+class FakeKilledMLX(FakeMLX):
+    """mlx_lm.server killed mid-generation: completion requests after the first
+    ``healthy`` stream 7 tokens, then the connection ends with neither a
+    ``finish_reason`` nor ``data: [DONE]``."""
+
+    def __init__(self, healthy: int = 2) -> None:
+        super().__init__()
+        self.healthy = healthy
+        self.completions = 0
+
+    def post_v1_completions(self, h: Handler, body: Any) -> None:
+        self.completions += 1
+        if self.completions <= self.healthy or not body.get("stream"):
+            super().post_v1_completions(h, body)
+            return
+        h.start_stream("text/event-stream")
+        model = str(body.get("model") or "default_model")
+        for _ in range(SHORT_TOKENS):
+            h.sse(self.chunk(model, " tok", None))
+        h.end_stream()

@@ -202,6 +202,16 @@ class ChunkLog:
     reasoning: list[bool] = field(default_factory=list)
     stats: StreamStats = field(default_factory=StreamStats)
 
+    def cut_short(self, engine: str, marker: str, last: object) -> EngineProtocolError:
+        """The error for a stream that ended without ``marker``, the engine's documented
+        end (``finish_reason``, ``[DONE]``, ``done: true``): a killed engine or a cut
+        connection, which fails the repetition instead of counting as a short answer."""
+        asked = self.request.generate_tokens if self.request is not None else "?"
+        return EngineProtocolError(
+            f"{engine} at {self.url}: the stream ended after {sum(self.tokens)} of {asked} "
+            f"tokens without {marker} (the last event: {last!r:.200}): the engine died or the "
+            f"connection was cut, so this repetition failed; see the engine's log")
+
     def add(self, now_s: float, n_tokens: int, text: str, reasoning: bool = False) -> None:
         """Record one event (the stream has already held it to the request's limits)."""
         if text:

@@ -243,12 +243,14 @@ class StreamClient:
                     for payload in payloads:
                         event = decode_event(payload, url, ndjson)
                         if event is None:
+                            clock.stats.done = True
                             return
                         yield arrived, event
             for payload in parser.end():
                 stats.events += 1
                 event = decode_event(payload, url, ndjson)
                 if event is None:
+                    clock.stats.done = True
                     return
                 yield arrived, event
         except TimeoutError as exc:
@@ -298,6 +300,7 @@ class StreamClient:
                         for payload in payloads:
                             event = decode_event(payload, url, parser.ndjson)
                             if event is None:
+                                clock.stats.done = True
                                 return
                             yield arrived, event
                     stats.busy_s += perf() - arrived
@@ -305,6 +308,7 @@ class StreamClient:
                     stats.events += 1
                     event = decode_event(payload, url, parser.ndjson)
                     if event is None:
+                        clock.stats.done = True
                         return
                     yield arrived, event
         except httpx.ConnectTimeout as exc:
