@@ -257,7 +257,7 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
 
     marker = request.node.get_closest_marker("tokperf")
     kwargs = _or_fail(settings_mod.parse_marker, marker.kwargs if marker else {},
-                      "@pytest.mark.tokperf")
+                      "@pytest.mark.tokperf", tuple(marker.args) if marker else ())
 
     run = state.run
     test_id = request.node.nodeid

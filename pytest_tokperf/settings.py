@@ -101,12 +101,25 @@ def _env_name(value: str, where: str, name: str) -> str:
 
 
 def _url(value: str, where: str, name: str) -> str:
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    fix = f"use e.g. {name} http://127.0.0.1:8080"
+    bad = "".join(sorted({c for c in value if ord(c) < 33 or ord(c) == 127}))
+    if bad:
         raise ConfigError(
-            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; "
-            f"use e.g. --tokperf-url http://127.0.0.1:8080"
+            f"{name} {redact_url(value)!r} from {where} contains {bad!r} (whitespace or a "
+            f"control character: a pasted line break?); {fix}")
+    try:
+        parsed = urlparse(value)
+        hostname, port = parsed.hostname, parsed.port
+    except ValueError as exc:
+        raise ConfigError(f"{name} {redact_url(value)!r} from {where} is not a valid URL "
+                          f"({exc}); {fix}") from exc
+    if parsed.scheme not in ("http", "https") or not hostname:
+        raise ConfigError(
+            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; {fix}"
         )
+    if port == 0:
+        raise ConfigError(f"{name} {redact_url(value)!r} from {where} has port 0, which no "
+                          f"server listens on; {fix}")
     return value.rstrip("/")
 
 
@@ -328,8 +341,15 @@ MARKER_ARGUMENTS: dict[str, Parser] = {
 """What ``@pytest.mark.tokperf(...)`` takes, each checked like the options."""
 
 
-def parse_marker(arguments: Mapping[str, object], where: str) -> dict[str, Any]:
-    """The marker's arguments, typed and range-checked; ``ConfigError`` names the bad one."""
+def parse_marker(arguments: Mapping[str, object], where: str,
+                 positional: tuple[object, ...] = ()) -> dict[str, Any]:
+    """The marker's arguments, typed and range-checked; ``ConfigError`` names the bad one.
+    Positional arguments are refused: which setting would ``tokperf(3)`` be?"""
+    if positional:
+        raise ConfigError(
+            f"{where} got positional argument(s) {list(positional)!r}, which it does not "
+            f"read; name each one, e.g. @pytest.mark.tokperf(repetitions=3); known: "
+            f"{', '.join(MARKER_ARGUMENTS)}")
     unknown = sorted(set(arguments) - set(MARKER_ARGUMENTS))
     if unknown:
         raise ConfigError(f"{where} got unknown argument(s) {unknown!r}; known: "
@@ -417,6 +437,7 @@ def resolve(
         check_engine_name(engine, engine_names)
     if values["url"] is not None and engine is None:
         values["engine"] = "llama-server"
+    _check_attached_model(values)
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
     if values["bandwidth_file"] is not None or values["engine"] is not None:
@@ -429,6 +450,24 @@ def resolve(
         )
     api_key = _api_key(env, values["api_key_env"])
     return Settings(server_args=server_args, api_key=api_key, **values)
+
+
+def _check_attached_model(values: Mapping[str, Any]) -> None:
+    """With ``--tokperf-url``, a ``--tokperf-model`` that names a GGUF file (llama-server,
+    or any ``*.gguf``) is read for the ceiling: one that is not there is refused, not
+    ignored. Other engines take a model name (``llama3.2:1b``), which is not a path."""
+    model, engine = values["model"], values["engine"]
+    if values["url"] is None or model in BUILTIN_MODELS:
+        return
+    if engine not in (None, "llama-server") and not str(model).lower().endswith(".gguf"):
+        return
+    path = Path(str(model)).expanduser()
+    if not path.is_file():
+        why = "is a directory" if path.is_dir() else "does not exist"
+        raise ConfigError(
+            f"--tokperf-model {model!r} {why}; with --tokperf-url it names the attached "
+            f"engine's GGUF file, read for the bandwidth ceiling: fix the path, or drop "
+            f"--tokperf-model to use what the engine reports")
 
 
 def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:
