@@ -8,6 +8,7 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,9 @@ def _xdist_workers(config: pytest.Config) -> str | None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and state.run is not None:
-        state.run.close()
+        lost = state.run.close()
+        if lost:
+            sys.stderr.write(lost + "\n")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -395,8 +398,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
     where = run.recorder.location
-    terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
+    stored = len(rows) - len(run.recorder.unstored)
+    terminalreporter.write_line(f"results: {stored} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")
+    lost = run.recorder.announce()
+    if lost:
+        terminalreporter.write_line(lost, red=True)
     _write_reports(state, run, rows, findings, terminalreporter)
     server = run.session.server
     if server is not None:
