@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -41,6 +42,8 @@ TOKPERF = [sys.executable, "-m", "pytest_tokperf.cli.main"]
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
 TEST = "def test_x(tok_bench):\n    tok_bench(prompt_tokens=8, generate_tokens=4)\n"
 URL = ["--tokperf-url", "http://127.0.0.1:9", "--tokperf-db", "off"]
+STARTED = ["--tokperf-engine", "llama-server", "--tokperf-server-bin", "/bin/true"]
+"""A started llama-server whose binary exists, so the model file is what is checked."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,11 @@ def cases(tmp: Path) -> list[Case]:
     fifo = tmp / "fifo.gguf"
     os.mkfifo(fifo)
     layers = tmp / "layers.gguf"
-    layers.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little")
-                       + (1).to_bytes(8, "little") + len(b"llama.block_count").to_bytes(8, "little")
-                       + b"llama.block_count" + (4).to_bytes(4, "little")
-                       + (2**32 - 1).to_bytes(4, "little"))
+    from gguf_bytes import QT, kv_str, kv_u32, write_tensors
+
+    write_tensors(layers, [kv_str("general.architecture", "llama"),
+                           kv_u32("llama.block_count", 2**32 - 1)],
+                  [("output_norm.weight", [8], QT.F32)])
     nested = tmp / "nested.json"
     nested.write_text("[" * 100_000 + "]" * 100_000)
     nested_lines = tmp / "nested.jsonl"
@@ -99,7 +103,7 @@ def cases(tmp: Path) -> list[Case]:
         ("--tokperf-repetitions", "1.5"), ("--tokperf-target-interval", "2"),
         ("--tokperf-min-repetitions", "1"), ("--tokperf-max-cv", "-0.1"),
         ("--tokperf-agreement", "-1"), ("--tokperf-device", "cuda:-1"),
-        ("--tokperf-device", "gpu"), ("--tokperf-engine-version", "latest"),
+        ("--tokperf-device", "tpu"), ("--tokperf-engine-version", "latest"),
         ("--tokperf-engine", "LLAMA-SERVER"), ("--tokperf-baseline", "engine"),
         ("--tokperf-fail-on-regression", "maybe"),
     ]:
@@ -124,14 +128,13 @@ def cases(tmp: Path) -> list[Case]:
              "--tokperf-model", "missing.gguf"], "missing.gguf"),
         Case("pytest --tokperf-model <folder> --tokperf-url", [*PYTEST, *URL,
              "--tokperf-model", str(tmp)], str(tmp)),
-        Case("pytest --tokperf-model fifo.gguf", [*PYTEST, "--tokperf-engine", "llama-server",
+        Case("pytest --tokperf-model fifo.gguf", [*PYTEST, *STARTED,
              "--tokperf-model", str(fifo)], "fifo.gguf"),
-        Case("pytest --tokperf-model block_count 2^32", [*PYTEST, "--tokperf-engine",
-             "llama-server", "--tokperf-model", str(layers)], "4294967295"),
+        Case("pytest --tokperf-model block_count 2^32", [*PYTEST, *STARTED, "--tokperf-model", str(layers)], "4294967295"),
+
         Case("pytest --tokperf-server-bin ./missing.sh", [*PYTEST, "--tokperf-engine",
              "llama-server", "--tokperf-server-bin", "./missing.sh"], "./missing.sh"),
-        Case("pytest --tokperf-server-bin <folder>", [*PYTEST, "--tokperf-engine",
-             "llama-server", "--tokperf-server-bin", str(tmp)], str(tmp)),
+        Case("pytest --tokperf-server-bin <folder>", [*PYTEST, *STARTED, "--tokperf-server-bin", str(tmp)], str(tmp)),
         Case("pytest --tokperf-report-json /etc/hostname/r.json", [*PYTEST, *URL,
              "--tokperf-report-json", "/etc/hostname/r.json"], "/etc/hostname/r.json"),
         Case("pytest --tokperf-report-md <folder>", [*PYTEST, *URL, "--tokperf-report-md",
@@ -177,12 +180,10 @@ def cases(tmp: Path) -> list[Case]:
              "[::1"),
         Case("tokperf bench --url http://127.0.0.1:99999", [*TOKPERF, "bench", "--url",
              "http://127.0.0.1:99999"], "99999"),
-        Case("pytest --tokperf-model junk.gguf", [*PYTEST, "--tokperf-engine", "llama-server",
+        Case("pytest --tokperf-model junk.gguf", [*PYTEST, *STARTED,
              "--tokperf-model", str(junk)], "junk.gguf"),
-        Case("pytest --tokperf-model missing.gguf", [*PYTEST, "--tokperf-engine",
-             "llama-server", "--tokperf-model", "missing.gguf"], "missing.gguf"),
-        Case("pytest --tokperf-model 2^40 tensors", [*PYTEST, "--tokperf-engine",
-             "llama-server", "--tokperf-model", str(huge)], "1099511627776"),
+        Case("pytest --tokperf-model missing.gguf", [*PYTEST, *STARTED, "--tokperf-model", "missing.gguf"], "missing.gguf"),
+        Case("pytest --tokperf-model 2^40 tensors", [*PYTEST, *STARTED, "--tokperf-model", str(huge)], "1099511627776"),
         Case("pytest --tokperf-db not-a-db", [*PYTEST, "--tokperf-url", "http://127.0.0.1:9",
              "--tokperf-db", str(notdb)], "notdb.db"),
         Case("ini tokperf_fail_on_regression = maybe", [*PYTEST, *URL], "maybe",
@@ -415,7 +416,8 @@ def storage() -> tuple[int, int, int]:
                                   capture_output=True, text=True, timeout=300)
             text = done.stdout + done.stderr
             tracebacks += "Traceback" in text or "INTERNALERROR" in text
-            ran = text.count(" reps, decode ")
+            passed = re.search(r"(\d+) passed", text)
+            ran = int(passed.group(1)) if passed else 0  # each test measures one result
             with ResultStore.open(work / "r.db") as store:
                 in_db = len(store.db.execute("SELECT id FROM results").fetchall())
             recovered = sum(import_dataset(work / "recovered.db", j).results
@@ -450,21 +452,22 @@ def processes() -> int:
         tmp = Path(folder)
         pids = tmp / "pids"
         wrapper = tmp / "wrapper.sh"
-        wrapper.write_text(f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\nwait\n")
+        wrapper.write_text('#!/bin/sh\nsleep 300 &\necho $! >> "$1"\nwait\n')
         never = tmp / "never.sh"
         never.write_text(f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\nsleep 300\n")
         for script in (wrapper, never):
             script.chmod(0o755)
-        for _ in range(5):
-            server = start_server([str(wrapper)], "http://127.0.0.1:9", tmp / "log",
-                                  lambda: pids.exists(), 10.0)
+        for index in range(5):
+            mine = tmp / f"pids{index}"
+            server = start_server([str(wrapper), str(mine)], "http://127.0.0.1:9", tmp / "log",
+                                  mine.exists, 10.0)
             server.stop(grace_s=5.0)
         started = time.perf_counter()
         for flag in ("--help", "--version", "--list-devices"):
             helpers.run_helper([str(never), flag], 3.0)
         took = time.perf_counter() - started
         time.sleep(1.0)
-        children = [int(x) for x in pids.read_text().split()]
+        children = [int(x) for f in tmp.glob("pids*") for x in f.read_text().split()]
         left = sum(_alive(p) for p in children)
         for p in children:
             if _alive(p):

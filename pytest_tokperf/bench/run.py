@@ -60,9 +60,15 @@ def check_report_paths(settings: Settings) -> None:
         except OSError as exc:
             raise ConfigError(f"{flag} {value!r}: its folder cannot be made ({exc}); pass a "
                               f"path in a writable folder") from exc
-        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-            raise ConfigError(f"{flag} {value!r} cannot be written (no permission); pass a "
-                              f"path in a writable folder")
+        existed = path.exists()
+        try:  # os.access says yes to root everywhere, /proc included: try it
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{flag} {value!r} cannot be written ({exc.strerror or exc}); "
+                              f"pass a path in a writable folder") from exc
+        if not existed:
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
