@@ -14,7 +14,6 @@ assembles an engine session, ceilings, a results store and a regression gate. A 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path

@@ -31,7 +31,7 @@ _silent: set[str] = set()
 class HelperOutput:
     returncode: int
     text: str
-    """stdout and stderr together, decoded (invalid UTF-8 replaced)."""
+    """stdout (and stderr, unless dropped), decoded (invalid UTF-8 replaced)."""
 
 
 def kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:
@@ -42,14 +42,17 @@ def kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:
         pass
 
 
-def run_helper(argv: Sequence[str], timeout_s: float) -> HelperOutput | None:
+def run_helper(argv: Sequence[str], timeout_s: float, *,
+               stderr: bool = True) -> HelperOutput | None:
     """Run ``argv`` for at most ``timeout_s`` seconds; None when it cannot start, did not
-    finish in time (or an earlier helper run of the same binary did not)."""
+    finish in time (or an earlier helper run of the same binary did not). ``stderr``:
+    keep it with stdout in ``text`` (else it is dropped)."""
     binary = str(argv[0])
     if timeout_s <= 0 or binary in _silent:
         return None
     try:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
