@@ -22,6 +22,7 @@ from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.model.attention import SlidingWindow, resolve
 from pytest_tokperf.model.gguf_header import (
     HEADER_BYTES,
+    MAX_TENSORS,
     MIN_KV_BYTES,
     MIN_TENSOR_INFO_BYTES,
     SUPPORTED_VERSIONS,
@@ -195,13 +196,14 @@ def _per_layer(value: int | list[int] | None, n_layer: int, default: int) -> tup
     return tuple(value[:n_layer]) + (value[-1] if value else default,) * (n_layer - len(value))
 
 
-MAX_LAYERS = 1 << 12
-"""More blocks than any model has (the largest have a few hundred)."""
+MAX_LAYERS = MAX_TENSORS
+"""What a file can hold: every block has a tensor, and no more than ``MAX_TENSORS``
+tensors are read (models have a few hundred blocks)."""
 
 
 def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTensor]) -> int:
     """The block count (stated, else the highest ``blk.N`` + 1), refused above
-    ``MAX_LAYERS`` before any per-layer tuple is built.
+    ``MAX_LAYERS`` (the tensors a file can hold) before any per-layer tuple is built.
 
     Not tied to the tensor count: files that list only some blocks' tensors (a header
     read for its attention layout, a test's minimal file) are read as they are.
@@ -213,8 +215,9 @@ def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTenso
                   else "its tensor names (blk.N.*)")
         raise ModelFileError(
             f"model file {str(header.path)!r} claims {n_layer} layers by {source}, more "
-            f"than any model has (at most {MAX_LAYERS} are read; it has {len(tensors)} "
-            f"tensors): the header is corrupt or crafted; download or convert the model again")
+            f"than a file can hold (each layer has a tensor, and at most {MAX_LAYERS} "
+            f"tensors are read; it has {len(tensors)}): the header is corrupt or crafted; "
+            f"download or convert the model again")
     return n_layer
 
 
