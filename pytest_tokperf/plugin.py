@@ -190,7 +190,7 @@ def _engine_line(run: BenchRun) -> str:
     binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS
              else f"model {s.model} ({Path(s.model).expanduser().stat().st_size / 1e9:.2f} GB)")
-    version = binary_version(binary, min(2.0, s.startup_timeout))  # a header: never long
+    version = binary_version(binary, min(1.0, s.startup_timeout))  # a header: never long
     return (f"start {binary.name} {version or '(unknown build)'}, {model}, "
             f"threads {s.threads}")
 

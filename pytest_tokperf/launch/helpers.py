@@ -7,7 +7,8 @@ forever, and is left running. Here each helper runs in its own session; at its
 timeout, and after it exits, its whole process group is killed, output beyond
 ``MAX_OUTPUT_BYTES`` is dropped, and a binary that did not answer in time is not asked
 again in this process (its later checks return None at once), so a binary that never
-answers costs one timeout, not one per check.
+answers costs one timeout, not one per check (a timeout of ``SILENT_AFTER_S`` or more:
+a short one proves nothing about a cold start).
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from dataclasses import dataclass
 MAX_OUTPUT_BYTES = 1 << 20
 """The most a helper's output is kept (a help text is tens of KiB)."""
 
+SILENT_AFTER_S = 5.0
+"""A binary that does not answer within this long is not asked again (a shorter
+timeout, such as the report header's, proves nothing about a cold start)."""
+
 _silent: set[str] = set()
-"""Binaries that did not answer a helper run in time (this process only)."""
+"""Binaries that did not answer a helper run of ``SILENT_AFTER_S`` or more (this process)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,8 @@ def run_helper(argv: Sequence[str], timeout_s: float, *,
         code: int | None = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         code = None
-        _silent.add(binary)
+        if timeout_s >= SILENT_AFTER_S:
+            _silent.add(binary)
     kill_group(proc.pid)  # stragglers: a wrapper's children, or the whole group at timeout
     if code is None:
         proc.wait()
