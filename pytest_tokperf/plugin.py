@@ -8,6 +8,7 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,9 @@ def _xdist_workers(config: pytest.Config) -> str | None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and state.run is not None:
-        state.run.close()
+        lost = state.run.close()
+        if lost:
+            sys.stderr.write(lost + "\n")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -187,7 +190,8 @@ def _engine_line(run: BenchRun) -> str:
     binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS
              else f"model {s.model} ({Path(s.model).expanduser().stat().st_size / 1e9:.2f} GB)")
-    return (f"start {binary.name} {binary_version(binary) or '(unknown build)'}, {model}, "
+    version = binary_version(binary, min(1.0, s.startup_timeout))  # a header: never long
+    return (f"start {binary.name} {version or '(unknown build)'}, {model}, "
             f"threads {s.threads}")
 
 
@@ -256,7 +260,7 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
 
     marker = request.node.get_closest_marker("tokperf")
     kwargs = _or_fail(settings_mod.parse_marker, marker.kwargs if marker else {},
-                      "@pytest.mark.tokperf")
+                      "@pytest.mark.tokperf", tuple(marker.args) if marker else ())
 
     run = state.run
     test_id = request.node.nodeid
@@ -394,8 +398,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
     where = run.recorder.location
-    terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
+    stored = len(rows) - len(run.recorder.unstored)
+    terminalreporter.write_line(f"results: {stored} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")
+    lost = run.recorder.announce()
+    if lost:
+        terminalreporter.write_line(lost, red=True)
     _write_reports(state, run, rows, findings, terminalreporter)
     server = run.session.server
     if server is not None:

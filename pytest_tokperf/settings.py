@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.credentials import (
     DEFAULT_API_KEY_ENV,
     ApiKey,
@@ -100,13 +101,41 @@ def _env_name(value: str, where: str, name: str) -> str:
 
 
 def _url(value: str, where: str, name: str) -> str:
-    parsed = urlparse(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+    fix = f"use e.g. {name} http://127.0.0.1:8080"
+    bad = "".join(sorted({c for c in value if ord(c) < 33 or ord(c) == 127}))
+    if bad:
         raise ConfigError(
-            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; "
-            f"use e.g. --tokperf-url http://127.0.0.1:8080"
+            f"{name} {redact_url(value)!r} from {where} contains {bad!r} (whitespace or a "
+            f"control character: a pasted line break?); {fix}")
+    try:
+        parsed = urlparse(value)
+        hostname, port = parsed.hostname, parsed.port
+    except ValueError as exc:
+        raise ConfigError(f"{name} {redact_url(value)!r} from {where} is not a valid URL "
+                          f"({exc}); {fix}") from exc
+    if parsed.scheme not in ("http", "https") or not hostname:
+        raise ConfigError(
+            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; {fix}"
         )
+    if port == 0:
+        raise ConfigError(f"{name} {redact_url(value)!r} from {where} has port 0, which no "
+                          f"server listens on; {fix}")
     return value.rstrip("/")
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10,
+               "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _byte_size(value: str, where: str, name: str) -> int:
+    """A size such as ``8MiB``, ``16MB`` or ``1048576`` (bytes), from 64 KiB to 4 GiB."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]i?b|b)?\s*", str(value), re.I)
+    size = int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").lower()]) \
+        if match else 0
+    if not (64 << 10) <= size <= (4 << 30):
+        raise ConfigError(f"{name} {value!r} from {where} is not a size from 64KiB to 4GiB; "
+                          f"e.g. 8MiB, 64MB or 16777216 (bytes)")
+    return size
 
 
 def _text(value: str, where: str, name: str) -> str:
@@ -251,6 +280,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("idle_timeout", "seconds without a new token, once tokens flow, before a "
                "generation counts as stalled (keep-alive comments do not count)", _SECONDS,
                DEFAULT_IDLE_TIMEOUT_S, "S"),
+    OptionSpec("max_body", "largest non-streamed answer read from an engine (/props, "
+               "/v1/models, /metrics ...), e.g. 8MiB; a longer one is refused, never buffered",
+               _byte_size, MAX_BODY_BYTES, "SIZE", True),
     OptionSpec("api_key_env", "environment variable holding the API key sent as "
                "'Authorization: Bearer' (llama-server --api-key, vLLM, LM Studio, OpenAI-"
                f"compatible servers); never pass the key itself (default {DEFAULT_API_KEY_ENV})",
@@ -309,8 +341,15 @@ MARKER_ARGUMENTS: dict[str, Parser] = {
 """What ``@pytest.mark.tokperf(...)`` takes, each checked like the options."""
 
 
-def parse_marker(arguments: Mapping[str, object], where: str) -> dict[str, Any]:
-    """The marker's arguments, typed and range-checked; ``ConfigError`` names the bad one."""
+def parse_marker(arguments: Mapping[str, object], where: str,
+                 positional: tuple[object, ...] = ()) -> dict[str, Any]:
+    """The marker's arguments, typed and range-checked; ``ConfigError`` names the bad one.
+    Positional arguments are refused: which setting would ``tokperf(3)`` be?"""
+    if positional:
+        raise ConfigError(
+            f"{where} got positional argument(s) {list(positional)!r}, which it does not "
+            f"read; name each one, e.g. @pytest.mark.tokperf(repetitions=3); known: "
+            f"{', '.join(MARKER_ARGUMENTS)}")
     unknown = sorted(set(arguments) - set(MARKER_ARGUMENTS))
     if unknown:
         raise ConfigError(f"{where} got unknown argument(s) {unknown!r}; known: "
@@ -360,6 +399,8 @@ class Settings:
     max_cv: float = 0.05
     bandwidth_file: Path | None = None
     """Where probes are kept per host (None: nowhere, this session's only)."""
+    max_body: int = MAX_BODY_BYTES
+    """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
 
     @property
     def active(self) -> bool:
@@ -396,6 +437,7 @@ def resolve(
         check_engine_name(engine, engine_names)
     if values["url"] is not None and engine is None:
         values["engine"] = "llama-server"
+    _check_attached_model(values)
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
     values["db"] = _db_path(values["db"], rootdir)
     if values["bandwidth_file"] is not None or values["engine"] is not None:
@@ -408,6 +450,24 @@ def resolve(
         )
     api_key = _api_key(env, values["api_key_env"])
     return Settings(server_args=server_args, api_key=api_key, **values)
+
+
+def _check_attached_model(values: Mapping[str, Any]) -> None:
+    """With ``--tokperf-url``, a ``--tokperf-model`` that names a GGUF file (llama-server,
+    or any ``*.gguf``) is read for the ceiling: one that is not there is refused, not
+    ignored. Other engines take a model name (``llama3.2:1b``), which is not a path."""
+    model, engine = values["model"], values["engine"]
+    if values["url"] is None or model in BUILTIN_MODELS:
+        return
+    if engine not in (None, "llama-server") and not str(model).lower().endswith(".gguf"):
+        return
+    path = Path(str(model)).expanduser()
+    if not path.is_file():
+        why = "is a directory" if path.is_dir() else "does not exist"
+        raise ConfigError(
+            f"--tokperf-model {model!r} {why}; with --tokperf-url it names the attached "
+            f"engine's GGUF file, read for the bandwidth ceiling: fix the path, or drop "
+            f"--tokperf-model to use what the engine reports")
 
 
 def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -192,6 +194,14 @@ def _tensor_lie(path: Path) -> Path:
                   tensors=(tensor_info("output_norm.weight", [8], QT.F32, 0),))(path)
 
 
+BLOCKS = "llama.block_count"
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
 def corpus() -> list[Case]:
     big = 95 * MiB  # 99.6 MB
     return [
@@ -231,6 +241,18 @@ def corpus() -> list[Case]:
         Case("test model cut in its metadata", "refused", _cut(_test_model, 0.001)),
         Case("gpt-oss tokenizer cut mid-merges", "refused",
              _cut(lambda p: write_gpt_oss_20b(p, tokens=201_088, merges=446_189), 8e6)),
+        Case("block_count 2^32-1 (20 KB)", "refused",
+             lambda p: write_tensors(p, [ARCH, kv(BLOCKS, VT.UINT32, struct.pack("<I", 2**32 - 1))],
+                                     [NORM])),
+        Case("block_count 2^60 (u64)", "refused",
+             lambda p: write_tensors(p, [ARCH, kv(BLOCKS, VT.UINT64, struct.pack("<Q", 2**60))],
+                                     [NORM])),
+        Case("block_count 1e30 (f32)", "refused",
+             lambda p: write_tensors(p, [ARCH, kv(BLOCKS, VT.FLOAT32, struct.pack("<f", 1e30))],
+                                     [NORM])),
+        Case("tensor blk.999999999.w", "refused",
+             lambda p: write_tensors(p, [ARCH], [NORM, ("blk.999999999.w", [8], QT.F32)])),
+        Case("FIFO named model.gguf", "refused", _fifo),
         Case("OK: test model (67 MB)", "accepted", _test_model),
         Case("OK: gemma-3-4b shape + 262k tokens", "accepted",
              lambda p: write_gemma3_4b(p, tokens=262_144)),
@@ -248,8 +270,12 @@ def corpus() -> list[Case]:
 
 
 def measure(path: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                         text=True, timeout=300, cwd=ROOT)
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"result": "hung", "note": "still running after 60 s", "parse_s": 60.0,
+                "total_s": 60.0, "peak_mb": float("nan"), "import_mb": float("nan")}
     if out.returncode != 0:
         return {"result": "crashed", "note": out.stderr.strip().splitlines()[-1:],
                 "parse_s": float("nan"), "total_s": float("nan"), "peak_mb": float("nan"),
@@ -281,7 +307,7 @@ def main() -> int:
         if args.only and args.only not in case.name:
             continue
         path = case.build(folder / f"case{index:02d}.gguf")
-        size_mb = path.stat().st_size / 1e6
+        size_mb = path.stat().st_size / 1e6 if path.is_file() else 0.0
         row = measure(path)
         rows.append((case, size_mb, row))
         flag = "" if row["result"] == case.expect else "  <-- expected " + case.expect
@@ -289,7 +315,7 @@ def main() -> int:
         print(f"{case.name[:52]:52} {size_mb:7.1f} {row['result']:>8} {row['parse_s']:8.3f} "
               f"{row['total_s']:8.3f} {row['peak_mb']:8.1f}{flag}")
         print(f"    {str(row['note'])[:150]}")
-        if args.reader_too and path.stat().st_size < 8 * MiB:
+        if args.reader_too and path.is_file() and path.stat().st_size < 8 * MiB:
             print(f"    gguf.GGUFReader: {reader(path)}")
         if args.keep is None and path.parent == folder:
             path.unlink(missing_ok=True)

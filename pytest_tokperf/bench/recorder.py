@@ -1,7 +1,11 @@
 """Bridge between a run and the results store: one run row, many recorded results.
 
 The run row is created on the first result (a session that measures nothing writes
-nothing); every ``record`` call commits before it returns.
+nothing); every ``record`` call commits before it returns. Each result is first written
+to the run's journal (``storage.journal``); one the database cannot take (a full disk,
+a lock held past the busy timeout) stays there, ``unstored`` counts it and
+``lost_line`` says how to import it. Nothing here raises ``StorageError`` after the
+database was opened: a measured result is never traded for a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from pathlib import Path
 
 from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import decode_efficiency
+from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
+from pytest_tokperf.storage.journal import Journal, journal_line
 from pytest_tokperf.storage.store import ResultStore, Stored
 
 
@@ -23,6 +29,12 @@ class Recorder:
     pytest_version: str | None = None
     models: ModelFiles = field(default_factory=ModelFiles)
     _run: RunInfo | None = field(default=None, init=False)
+    journal: Journal | None = field(default=None, init=False)
+    unstored: list[str] = field(default_factory=list, init=False)
+    """Test ids of results the database did not take (they are in the journal)."""
+    store_error: str | None = field(default=None, init=False)
+    """The database's last refusal, for ``lost_line``."""
+    _announced: int = field(default=0, init=False)
 
     @classmethod
     def open(cls, path: Path | None, pytest_version: str | None = None,
@@ -72,29 +84,79 @@ class Recorder:
     ) -> Stored | None:
         """Store one result; None when not storing. ``identity`` asks the engine about its
         model when no file can be read here."""
-        if self.store is None:
+        if self.store is None or self.location is None:
             return None
-        from pytest_tokperf.environment import collect_run_info
+        from pytest_tokperf.environment import collect_run_info, utc_now
 
         store = self.store
         if self._run is None:
-            run = collect_run_info(pytest_version=self.pytest_version)
-            store.begin_run(run)
-            self._run = run
-        return store.record(
-            self._run.run_id,
-            test_id,
-            result,
-            model=self.model(model_path, result, identity),
-            hardware=hardware,
-            ceiling=ceiling,
-            efficiency=decode_efficiency(result, ceiling),
-            verdict=verdict,
-        )
+            self._run = collect_run_info(pytest_version=self.pytest_version)
+            self.journal = Journal.beside(self.location, self._run)
+            self._try(lambda: store.begin_run(self._run) if self._run else None)
+        model = self.model(model_path, result, identity)
+        efficiency = decode_efficiency(result, ceiling)
+        created_at = utc_now()
+        journal = self.journal
+        assert journal is not None
+        try:
+            journal.append(journal_line(test_id, result, model=model, hardware=hardware,
+                                        ceiling=ceiling, efficiency=efficiency,
+                                        verdict=verdict, created_at=created_at))
+        except OSError as exc:
+            self.store_error = f"{self.store_error or ''} journal: {exc}".strip()
+        run_id = self._run.run_id
+        stored = self._try(lambda: store.record(
+            run_id, test_id, result, model=model, hardware=hardware, ceiling=ceiling,
+            efficiency=efficiency, verdict=verdict, created_at=created_at))
+        if stored is None:
+            self.unstored.append(test_id)
+        return stored
 
-    def close(self) -> None:
+    def _try(self, write: Callable[[], Stored | None]) -> Stored | None:
+        """``write()``, or None with the refusal kept when the database will not take it."""
+        try:
+            return write()
+        except (StorageError, OSError) as exc:
+            self.store_error = str(exc)
+            return None
+
+    def lost_line(self) -> str | None:
+        """One line for results that are in the journal only, with the import command;
+        None when every result is in the database."""
+        if not self.unstored or self.location is None:
+            return None
+        journal = self.journal
+        where = " and ".join(repr(str(p)) for p in journal.paths) if journal and journal.paths \
+            else None
+        head = (f"tokperf: {len(self.unstored)} result(s) could not be stored in "
+                f"{str(self.location)!r} ({self.store_error})")
+        if where is None:
+            return head + "; the journal could not be written either: see the report files"
+        first = journal.paths[0] if journal else ""
+        return (f"{head}; they are kept in the journal {where}: import them with "
+                f"`tokperf import {self.location} {first}` once the database is writable "
+                f"(or into another database)")
+
+    def close(self) -> str | None:
+        """Finish the run and close the store; the journal is deleted when every result
+        is in the database. Returns ``lost_line()`` (also when finishing the run failed)."""
         if self.store is None:
-            return
+            return None
+        store = self.store
         if self._run is not None:
-            self.store.finish_run(self._run.run_id)
-        self.store.close()
+            run_id = self._run.run_id
+            self._try(lambda: store.finish_run(run_id))  # a missing end time loses nothing
+        try:
+            store.close()
+        except (StorageError, OSError) as exc:
+            self.store_error = str(exc)
+        if self.journal is not None and not self.unstored:
+            self.journal.discard()
+        return self.announce()
+
+    def announce(self) -> str | None:
+        """``lost_line()`` if results were lost since it was last announced, else None."""
+        if len(self.unstored) <= self._announced:
+            return None
+        self._announced = len(self.unstored)
+        return self.lost_line()

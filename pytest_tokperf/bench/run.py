@@ -27,7 +27,7 @@ from pytest_tokperf.bench.recorder import Recorder
 from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.engines.registry import EngineRegistry
-from pytest_tokperf.errors import ConfigError, ModelFileError
+from pytest_tokperf.errors import ConfigError, ModelFileError, StorageError
 from pytest_tokperf.results import BenchResult, Ceiling, ModelInfo, Progress, Verdict
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
@@ -39,6 +39,35 @@ VERDICT_RANK: dict[Verdict, int] = {"unchecked": 0, "pass": 1, "unstable": 2, "s
                                     "fail": 4, "error": 5}
 """Which verdict wins when a test's own assertion revises the recorded one (a passing
 assertion leaves an ``unstable`` result unstable)."""
+
+
+def check_report_paths(settings: Settings) -> None:
+    """Refuse a report path that cannot be written, before anything is measured: its
+    folder is a file or cannot be made, the path is a folder, or nothing may be written
+    there. Only folders are created; the reports themselves are written at the end."""
+    for flag, value in (("--tokperf-report-md", settings.report_md),
+                        ("--tokperf-report-json", settings.report_json),
+                        ("--tokperf-report-html", settings.report_html)):
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if path.is_dir():
+            raise ConfigError(f"{flag} {value!r} is a folder; name the file to write, e.g. "
+                              f"{str(path / 'tokperf-report')!r} plus its extension")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{flag} {value!r}: its folder cannot be made ({exc}); pass a "
+                              f"path in a writable folder") from exc
+        existed = path.exists()
+        try:  # os.access says yes to root everywhere, /proc included: try it
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{flag} {value!r} cannot be written ({exc.strerror or exc}); "
+                              f"pass a path in a writable folder") from exc
+        if not existed:
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +148,8 @@ class BenchRun:
                     models.load(path)
                 except ModelFileError as exc:
                     raise ConfigError(f"{source}: {exc}") from exc
+        if settings.active:
+            check_report_paths(settings)
         recorder = Recorder.open(settings.db, pytest_version, models) if settings.active \
             else Recorder.disabled()
         return cls(
@@ -236,7 +267,10 @@ class BenchRun:
         revised = replace(current, verdict=verdict)
         self.recorded = [revised if r is current else r for r in self.recorded]
         if revised.stored is not None and self.recorder.store is not None:
-            self.recorder.store.set_verdict(revised.stored.result_id, verdict)
+            try:
+                self.recorder.store.set_verdict(revised.stored.result_id, verdict)
+            except StorageError as exc:
+                self.recorder.store_error = str(exc)
         return revised
 
     def finish(self) -> list[GateFinding]:
@@ -248,13 +282,18 @@ class BenchRun:
             [f for r in self.recorded for f in r.findings])
         store = self.recorder.store
         if store is not None:
-            store.save_gate_verdicts(v for f in self.findings if (v := f.stored()) is not None)
+            try:
+                store.save_gate_verdicts(v for f in self.findings if (v := f.stored()) is not None)
+            except StorageError as exc:  # the results are stored (or journaled) already
+                self.recorder.store_error = str(exc)
         return self.findings
 
-    def close(self) -> None:
-        """Stop the engine (and any drafting engine) and close the store."""
+    def close(self) -> str | None:
+        """Stop the engine (and any drafting engine) and close the store; returns the
+        recorder's line about results kept only in the journal, if not yet announced."""
         try:
             self.session.close()
         finally:
             self.ceilings.close()
-            self.recorder.close()
+            lost = self.recorder.close()
+        return lost

@@ -8,6 +8,7 @@ it; results are written to the store as each measurement finishes.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -125,7 +126,9 @@ class EngineSession:
         # The build's devices, and a log that says where the model went (llama_server.settings)
         from pytest_tokperf.engines.llama_server.log import llama_binary_facts, wants_own_verbosity
 
-        facts = llama_binary_facts(binary)
+        # --tokperf-startup-timeout is total: the checks below spend from it too
+        end = time.monotonic() + s.startup_timeout
+        facts = llama_binary_facts(binary, end - time.monotonic())
         self._server_facts = tuple(facts.devices.to_pairs().items())
         trace = () if wants_own_verbosity(s.server_args) else facts.trace_args
         spec = LaunchSpec(
@@ -138,9 +141,11 @@ class EngineSession:
             port=s.port,
             extra_args=(*trace, *s.server_args),
             startup_timeout_s=s.startup_timeout,
+            startup_deadline_s=end,
         )
         if self.progress is not None:
-            self.progress(f"starting {binary} ({binary_version(binary) or 'unknown build'})")
+            version = binary_version(binary, end - time.monotonic())
+            self.progress(f"starting {binary} ({version or 'unknown build'})")
         self._launch = spec
         self._server = start_llama_server(spec)
         pairs = (*self._settings_pairs(), ("log_path", str(spec.log_path)))
@@ -238,6 +243,7 @@ class EngineSession:
         from pytest_tokperf.launch.process import free_port
         from pytest_tokperf.launch.plans import (
             HELP_ARGS,
+            HELP_TIMEOUT_S,
             find_binary,
             launch_plan,
             read_help,
@@ -245,13 +251,14 @@ class EngineSession:
         )
 
         s = self.settings
+        end = time.monotonic() + s.startup_timeout
         binary = find_binary(name, s.server_bin)
         model = None if s.model in BUILTIN_MODELS else s.model
         help_text = ""
         if name in HELP_ARGS:
             if self.progress is not None:
                 self.progress(f"reading {binary.name}'s help for the flags it knows")
-            help_text = read_help(name, binary)
+            help_text = read_help(name, binary, min(HELP_TIMEOUT_S, s.startup_timeout))
         plan = launch_plan(name, model=model, port=s.port or free_port(), binary=binary,
                            extra_args=s.server_args, help_text=help_text,
                            parallel=s.parallel, context_size=s.ctx_size)
@@ -264,7 +271,7 @@ class EngineSession:
         if self.progress is not None:
             self.progress(f"starting {plan.shown}")
         self._server = start_planned(
-            plan, self.log_dir / f"{name}-{os.getpid()}.log", s.startup_timeout
+            plan, self.log_dir / f"{name}-{os.getpid()}.log", end - time.monotonic()
         )
         pairs = self._settings_pairs()
         if clean:
@@ -276,7 +283,7 @@ class EngineSession:
         model = None if s.model in BUILTIN_MODELS or name == "llama-server" else s.model
         return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
                              registry=self.registry, idle_timeout_s=s.idle_timeout,
-                             api_key=s.api_key)
+                             api_key=s.api_key, max_body_bytes=s.max_body)
 
     def close(self) -> None:
         for server, engine in self._drafts.values():

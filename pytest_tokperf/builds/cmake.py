@@ -50,17 +50,17 @@ class Compiled:
     ccache_misses: int | None
 
 
-def version_text(binary: Path) -> str | None:
-    """``binary --version``'s output when it runs and names a version, else None."""
+def version_text(binary: Path, timeout_s: float = 30.0) -> str | None:
+    """``binary --version``'s output when it runs within ``timeout_s`` and names a
+    version, else None."""
+    from pytest_tokperf.launch.helpers import run_helper
+
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         return None
-    try:
-        proc = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    proc = run_helper([str(binary), "--version"], timeout_s)
+    if proc is None:
         return None
-    text = proc.stdout + proc.stderr
+    text = proc.text
     # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; up to b9737 "version: 9093 (pypi-sdist)"
     return text if proc.returncode == 0 and re.search(r"\bversion:|\bbuild\b", text) else None
 

@@ -128,7 +128,10 @@ def bench(args: argparse.Namespace) -> int:
             run.finish()
             _print(args, run, failures)
         finally:
-            run.close()
+            lost = run.close()
+            if lost:
+                print(lost, file=sys.stderr)
+                failures.append(lost)
     return 1 if failures else 0
 
 

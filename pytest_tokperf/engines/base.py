@@ -18,6 +18,8 @@ from pytest_tokperf.transport.answers import auth_hint, decode_json, error_text
 from pytest_tokperf.transport.credentials import MASK, ApiKey, Endpoint
 from pytest_tokperf.transport.rawhttp import refused_hint
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.transport import MAX_BODY_BYTES
+from pytest_tokperf.transport.bounded import BodyTooLarge, BoundedTransport, DeadlineExceeded
 from pytest_tokperf.transport.stream import (
     MAX_WAIT_S,
     StreamClient,
@@ -96,10 +98,11 @@ class HttpAdapter:
         settings: tuple[tuple[str, str], ...] = (),
         transport: httpx.BaseTransport | None = None,
         api_key: ApiKey | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         endpoint = Endpoint.of(base_url, api_key)
         self.base_url = endpoint.base_url
-        self._client = make_client(timeout_s, transport, endpoint)
+        self._client = make_client(timeout_s, transport, endpoint, max_body_bytes)
         self._streams = StreamClient(
             self._client, StreamLimits(idle_s=idle_timeout_s), headers=endpoint.headers,
             query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None)
@@ -116,8 +119,11 @@ class HttpAdapter:
 
 
 def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
-                endpoint: Endpoint | None = None) -> httpx.Client:
-    """An httpx client for one engine, without keep-alive.
+                endpoint: Endpoint | None = None,
+                max_body_bytes: int = MAX_BODY_BYTES) -> httpx.Client:
+    """An httpx client for one engine, without keep-alive, under ``bounded``'s policy:
+    each request's timeout is a total deadline and a non-streamed answer is capped at
+    ``max_body_bytes``.
 
     Engines' embedded HTTP servers close idle or much-used connections on their own
     (llama-server's after a few requests or seconds); reusing such a stale connection
@@ -133,7 +139,8 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
         hooks["response"] = [_scrubber(endpoint)]
     return httpx.Client(
         timeout=httpx.Timeout(min(timeout_s, MAX_WAIT_S), connect=10.0),
-        transport=transport,
+        transport=BoundedTransport(transport, max_body_bytes=max_body_bytes,
+                                   stdlib=transport is None),
         limits=httpx.Limits(max_keepalive_connections=0),
         headers=dict(endpoint.headers),
         params=endpoint.params,
@@ -142,19 +149,46 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
 
 
 class _ScrubbedStream(httpx.SyncByteStream):
+    """Secrets masked across chunk boundaries: a chunk's tail that could begin a secret
+    is held back until the next chunk shows whether it does (a token event ends with a
+    blank line, which begins no secret, so a stream is not delayed)."""
+
     def __init__(self, inner: httpx.SyncByteStream, secrets: tuple[bytes, ...]) -> None:
         self._inner = inner
         self._secrets = secrets
 
     def __iter__(self) -> Iterator[bytes]:
+        held = b""
         for chunk in self._inner:
-            for secret in self._secrets:
-                if secret in chunk:
-                    chunk = chunk.replace(secret, MASK.encode())
-            yield chunk
+            chunk = scrub_bytes(held + chunk, self._secrets)
+            keep = _secret_prefix(chunk, self._secrets)
+            held = chunk[len(chunk) - keep:] if keep else b""
+            chunk = chunk[:len(chunk) - keep]
+            if chunk:
+                yield chunk
+        if held:
+            yield held
 
     def close(self) -> None:
         self._inner.close()
+
+
+def scrub_bytes(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    for secret in secrets:
+        if secret in data:
+            data = data.replace(secret, MASK.encode())
+    return data
+
+
+def _secret_prefix(data: bytes, secrets: tuple[bytes, ...]) -> int:
+    """The length of the longest tail of ``data`` that is a proper prefix of a secret."""
+    best = 0
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(data)), best, -1):
+            if data.endswith(secret[:size]):
+                best = size
+                break
+    return best
 
 
 def _scrubber(endpoint: Endpoint) -> Callable[[httpx.Response], None]:
@@ -171,6 +205,10 @@ def get_json(client: httpx.Client, url: str, what: str) -> Any:
     """GET a JSON document, mapping transport errors and HTML answers to ours."""
     try:
         response = client.get(url)
+    except BodyTooLarge as exc:
+        raise EngineProtocolError(f"{what}: {exc}") from exc
+    except DeadlineExceeded as exc:
+        raise EngineUnavailable(f"{what}: {exc}") from exc
     except httpx.HTTPError as exc:
         raise EngineUnavailable(f"cannot reach {url} ({what}): {transport_error(exc, url)}") \
             from exc

@@ -170,6 +170,8 @@ class OpenAICompatible(HttpAdapter):
             else:
                 n = 1 if text or thought else 0
             log.add(now, n, thought + text, reasoning=bool(thought) and not text)
+        if finish is None and not log.stats.done:
+            raise log.cut_short(self.name, "a finish_reason or data: [DONE]", last)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (finish_reason {finish!r}, last event "

@@ -20,6 +20,7 @@ import httpx
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.transport.credentials import ApiKey
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.errors import ConfigError
 
 
@@ -40,6 +41,8 @@ class EngineConfig:
     """Longest gap between streamed events once they flow (``--tokperf-idle-timeout``)."""
     api_key: ApiKey | None = None
     """Sent as ``Authorization: Bearer``; its ``repr`` is masked."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
 
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -55,7 +58,8 @@ def _lazy(module: str, class_name: str, *, takes_model: bool = True) -> EngineFa
         extra = {"model": config.model} if takes_model else {}
         engine: Engine = adapter(config.base_url, timeout_s=config.timeout_s,
                                  idle_timeout_s=config.idle_timeout_s, api_key=config.api_key,
-                                 settings=config.settings, transport=config.transport, **extra)
+                                 settings=config.settings, transport=config.transport,
+                                 max_body_bytes=config.max_body_bytes, **extra)
         return engine
 
     return factory
@@ -109,6 +113,7 @@ class EngineRegistry:
         transport: httpx.BaseTransport | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         api_key: ApiKey | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> Engine:
         factory = self._factories.get(name)
         if factory is None:
@@ -119,7 +124,8 @@ class EngineRegistry:
             )
         config = EngineConfig(base_url=base_url.rstrip("/"), timeout_s=timeout_s,
                               settings=settings, model=model, transport=transport,
-                              idle_timeout_s=idle_timeout_s, api_key=api_key)
+                              idle_timeout_s=idle_timeout_s, api_key=api_key,
+                              max_body_bytes=max_body_bytes)
         engine = factory(config)
         if not isinstance(engine, Engine):
             raise ConfigError(
@@ -143,9 +149,11 @@ def create_engine(
     registry: EngineRegistry | None = None,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     api_key: ApiKey | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Engine:
     """An adapter for engine ``name`` at ``base_url`` (from ``registry``, default: the
     built-ins only); ``ConfigError`` for an unknown name."""
     chosen = registry if registry is not None else EngineRegistry()
     return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
-                         transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key)
+                         transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key,
+                         max_body_bytes=max_body_bytes)

@@ -154,10 +154,12 @@ class SGLang(HttpAdapter):
         url = f"{self.base_url}/generate"
         log = ChunkLog(request, url)
         meta: dict[str, Any] = {}
+        last: dict[str, Any] = {}
         seen_text = ""
         seen_tokens = 0
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 stats=log.stats):
+            last = event
             meta_info = event.get("meta_info")
             meta = meta_info if isinstance(meta_info, dict) else {}
             text = str(event.get("text") or "")
@@ -171,6 +173,8 @@ class SGLang(HttpAdapter):
             else:
                 n = 1 if new_text else 0
             log.add(now, n, new_text)
+        if meta.get("finish_reason") is None and not log.stats.done:
+            raise log.cut_short(self.name, "a meta_info.finish_reason or data: [DONE]", last)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (last meta_info {meta!r:.200})"

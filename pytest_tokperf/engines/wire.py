@@ -108,6 +108,24 @@ def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
     return f"HTTP {response.status_code} {response.text[:80]!r} on GET /", None
 
 
+def _tls_problem(host: str, port: int) -> str | None:
+    """Why a TLS handshake with ``host:port`` fails, in words; None when it succeeds."""
+    import ssl
+
+    context = ssl.create_default_context()
+    try:
+        with socket.create_connection((host, port), timeout=5.0) as raw, \
+                context.wrap_socket(raw, server_hostname=host):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        return (f"it speaks TLS, but its certificate is not trusted here "
+                f"({exc.verify_message}); install its CA or use the engine's plain-http URL")
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        return (f"it answers, but not with TLS ({reason}): this is a plain-http port; use "
+                f"http://{host}:{port} instead of https://")
+
+
 def not_ready_error(engine: str, base_url: str, option: str = "--tokperf-url",
                     fix: str = "start the server or fix the URL") -> EngineUnavailable:
     """Why an attached engine is not ready, in words: refused, silent, or still loading."""
@@ -124,6 +142,8 @@ def not_ready_error(engine: str, base_url: str, option: str = "--tokperf-url",
         why = f"cannot connect to {host}:{port}: {exc}"
     else:
         why = "it answers, but its health endpoint does not say ready yet (loading a model?)"
+        if parts.scheme == "https":
+            why = _tls_problem(host, port) or why
     return EngineUnavailable(
         f"{option} {base_url!r} does not answer as a ready {engine}: {why}; {fix}"
     )
@@ -201,6 +221,16 @@ class ChunkLog:
     text: list[str] = field(default_factory=list)
     reasoning: list[bool] = field(default_factory=list)
     stats: StreamStats = field(default_factory=StreamStats)
+
+    def cut_short(self, engine: str, marker: str, last: object) -> EngineProtocolError:
+        """The error for a stream that ended without ``marker``, the engine's documented
+        end (``finish_reason``, ``[DONE]``, ``done: true``): a killed engine or a cut
+        connection, which fails the repetition instead of counting as a short answer."""
+        asked = self.request.generate_tokens if self.request is not None else "?"
+        return EngineProtocolError(
+            f"{engine} at {self.url}: the stream ended after {sum(self.tokens)} of {asked} "
+            f"tokens without {marker} (the last event: {last!r:.200}): the engine died or the "
+            f"connection was cut, so this repetition failed; see the engine's log")
 
     def add(self, now_s: float, n_tokens: int, text: str, reasoning: bool = False) -> None:
         """Record one event (the stream has already held it to the request's limits)."""

@@ -6,7 +6,6 @@ Providers take a ``Runner`` so tests can hand them canned output instead of a ma
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,17 +17,16 @@ TextReader = Callable[[str], "str | None"]
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> str | None:
+    """stdout and stderr of ``argv`` (killed with its process group at ``timeout_s``:
+    ``launch.helpers``), or None."""
+    from pytest_tokperf.launch.helpers import run_helper
+
     if shutil.which(argv[0]) is None:
         return None
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
+    done = run_helper(argv, timeout_s, stderr=False)
+    if done is None or done.returncode != 0:
         return None
-    if done.returncode != 0:
-        return None
-    return done.stdout
+    return done.text
 
 
 def read_text(path: str) -> str | None:

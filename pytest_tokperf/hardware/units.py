@@ -1,7 +1,10 @@
 """Bandwidth strings in, bytes per second out; and back again for messages.
 
 Decimal units throughout (1 GB = 1e9 bytes), as vendors publish them; ``GiB/s`` and
-``TiB/s`` are accepted for figures copied from tools that print binary units.
+``TiB/s`` are accepted for figures copied from tools that print binary units. Figures in
+bits (``Gb/s``, ``Tbit/s``, ``Gbps``: network units, 1/8 of the byte figure) are refused
+with the byte figure to pass instead, and anything outside 0.1 GB/s .. 100 TB/s is a typo
+or a wrong unit, refused as one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ _UNITS: dict[str, float] = {
     "gib/s": 2.0**30,
     "tib/s": 2.0**40,
 }
+_BIT_PREFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+MIN_BYTES_PER_S = 1e8
+"""0.1 GB/s: slower than any memory a model could decode from."""
+MAX_BYTES_PER_S = 1e14
+"""100 TB/s: faster than any memory made (an H200 has 4.8 TB/s)."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z/]*)\s*$", re.IGNORECASE)
 _EXAMPLES = (
     "'1008GB/s', '1008 GB/s', '1.0TB/s', '800GiB/s' or a bare number of GB/s such as '68.25'"
@@ -42,6 +50,14 @@ def parse_bandwidth(value: str | float) -> float:
         if match is None:
             raise ConfigError(f"cannot read memory bandwidth {value!r}; use {_EXAMPLES}")
         number, unit = float(match.group(1)), (match.group(2).lower() or "gb/s")
+        bits = _bits(value, match.group(2))
+        if bits is not None:
+            gb = number * _BIT_PREFIX.get(bits[:1].lower(), 1.0) / 8 / 1e9
+            raise ConfigError(
+                f"memory bandwidth {value!r} is in bits per second ({bits!r}, lowercase b); "
+                f"tokperf reads bytes: {value.strip()} is {gb:g} GB/s, so pass '{gb:g}GB/s' "
+                f"(or, if you meant bytes, write the unit with a capital B: "
+                f"'{number:g}{bits[:1].upper()}B/s')")
         if unit not in _UNITS:
             raise ConfigError(
                 f"unknown unit {match.group(2)!r} in memory bandwidth {value!r}; use {_EXAMPLES}"
@@ -49,7 +65,20 @@ def parse_bandwidth(value: str | float) -> float:
     bytes_per_s = number * _UNITS[unit]
     if not math.isfinite(bytes_per_s) or bytes_per_s <= 0:
         raise ConfigError(f"memory bandwidth {value!r} must be a positive figure; use {_EXAMPLES}")
+    if not MIN_BYTES_PER_S <= bytes_per_s <= MAX_BYTES_PER_S:
+        raise ConfigError(
+            f"memory bandwidth {value!r} ({bytes_per_s / 1e9:.3g} GB/s) is outside what "
+            f"memory can do (0.1 GB/s to 100 TB/s): a typo or a wrong unit? use {_EXAMPLES}")
     return bytes_per_s
+
+
+def _bits(value: str, unit: str) -> str | None:
+    """The unit of a figure in bits per second (``Gb/s``, ``Tbit/s``, ``Gbps``), or None."""
+    if re.fullmatch(r"[kmgt]?(bit/s|bits/s|bps)", unit.lower()):
+        return unit
+    if "b" in unit and any(c.isupper() for c in unit):
+        return unit
+    return None
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

@@ -48,6 +48,9 @@ from pathlib import Path
 
 import httpx
 
+from pytest_tokperf.launch.helpers import run_helper
+from pytest_tokperf.transport.bounded import bounded_get
+
 from pytest_tokperf.launch.process import LOOPBACK, ServerProcess, log_tail, start_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
@@ -108,7 +111,7 @@ def find_binary(engine: str, explicit: str | None = None) -> Path:
         path = Path(explicit).expanduser()
         if not path.exists():
             raise ConfigError(f"--tokperf-server-bin {explicit!r} does not exist")
-        return path
+        return path.absolute()  # "./x.sh" is that file, never a PATH lookup
     found = shutil.which(BINARIES[engine])
     if not found:
         raise ConfigError(
@@ -122,12 +125,10 @@ def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> s
     """What ``binary`` prints for its help (see ``HELP_ARGS``); "" when it prints none."""
     text = ""
     for args in HELP_ARGS.get(engine, ()):
-        try:
-            proc = subprocess.run([str(binary), *args], capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
-        except (OSError, subprocess.TimeoutExpired):
+        proc = run_helper([str(binary), *args], timeout_s)
+        if proc is None:
             continue
-        text = proc.stdout + proc.stderr
+        text = proc.text
         if listed(text, "--port") or "OLLAMA_HOST" in text:
             return text
     return text if text.strip() else ""
@@ -269,7 +270,7 @@ def launch_plan(
 def ready_check(plan: LaunchPlan) -> Callable[[], bool]:
     def ready() -> bool:
         try:
-            return httpx.get(plan.url + plan.ready_path, timeout=2.0).status_code == 200
+            return bounded_get(plan.url + plan.ready_path, 2.0).status_code == 200
         except httpx.HTTPError:
             return False
 

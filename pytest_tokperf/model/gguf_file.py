@@ -22,6 +22,7 @@ from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.model.attention import SlidingWindow, resolve
 from pytest_tokperf.model.gguf_header import (
     HEADER_BYTES,
+    MAX_TENSORS,
     MIN_KV_BYTES,
     MIN_TENSOR_INFO_BYTES,
     SUPPORTED_VERSIONS,
@@ -195,9 +196,35 @@ def _per_layer(value: int | list[int] | None, n_layer: int, default: int) -> tup
     return tuple(value[:n_layer]) + (value[-1] if value else default,) * (n_layer - len(value))
 
 
+MAX_LAYERS = MAX_TENSORS
+"""What a file can hold: every block has a tensor, and no more than ``MAX_TENSORS``
+tensors are read (models have a few hundred blocks)."""
+
+
+def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTensor]) -> int:
+    """The block count (stated, else the highest ``blk.N`` + 1), refused above
+    ``MAX_LAYERS`` (the tensors a file can hold) before any per-layer tuple is built.
+
+    Not tied to the tensor count: files that list only some blocks' tensors (a header
+    read for its attention layout, a test's minimal file) are read as they are.
+    """
+    stated = keys.number(gguf.Keys.LLM.BLOCK_COUNT)
+    n_layer = stated or _layer_count(tensors)
+    if n_layer > MAX_LAYERS:
+        source = (f"its key {keys.name(gguf.Keys.LLM.BLOCK_COUNT)!r}" if stated
+                  else "its tensor names (blk.N.*)")
+        raise ModelFileError(
+            f"model file {str(header.path)!r} claims {n_layer} layers by {source}, more "
+            f"than a file can hold (each layer has a tensor, and at most {MAX_LAYERS} "
+            f"tensors are read; it has {len(tensors)}): the header is corrupt or crafted; "
+            f"download or convert the model again")
+    return n_layer
+
+
 def _layer_count(tensors: Sequence[GGUFTensor]) -> int:
-    indices = [int(t.name.split(".")[1]) for t in tensors
-               if t.name.startswith("blk.") and t.name.split(".")[1].isdigit()]
+    digits = [t.name.split(".")[1] for t in tensors
+              if t.name.startswith("blk.") and t.name.split(".")[1].isdecimal()]
+    indices = [int(d) if len(d) <= 9 else 10**9 for d in digits]  # int() of 5000 digits raises
     return max(indices) + 1 if indices else 0
 
 
@@ -242,7 +269,7 @@ def model_from_header(header: GGUFHeader, hashed: bool = True) -> GGUFModel:
         else "unknown"
     keys = _Keys(fields, arch)
     embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
-    n_layer = keys.number(gguf.Keys.LLM.BLOCK_COUNT) or _layer_count(tensors)
+    n_layer = _checked_layers(header, keys, tensors)
     n_embd = keys.number(gguf.Keys.LLM.EMBEDDING_LENGTH) or (embd.shape[0] if embd else 0)
     head_counts = _per_layer(keys.numbers(gguf.Keys.Attention.HEAD_COUNT), n_layer, 0)
     n_head = max(head_counts, default=0)

@@ -122,6 +122,11 @@ def _stat(path: Path) -> int:
         raise ModelFileError(
             f"model path {str(path)!r} is a directory; pass the .gguf file inside it"
         )
+    if not path.is_file():
+        raise ModelFileError(
+            f"model path {str(path)!r} is not a regular file (a FIFO, socket or device: "
+            f"reading it could block forever); pass the .gguf file itself"
+        )
     try:
         return path.stat().st_size
     except OSError as exc:

@@ -189,7 +189,11 @@ def parse_runs(text: str, source: str) -> list[RunBundle]:
                         samples=[_encode(s) for s in obj["samples"]],
                     )
                 )
-        except (ValueError, KeyError, TypeError) as exc:
+        except RecursionError as exc:
+            raise StorageError(f"{source}:{number}: not a tokperf run line: JSON nested too "
+                               f"deeply to read; import a file `tokperf save-reference` or the "
+                               f"journal wrote") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StorageError(f"{source}:{number}: not a tokperf run line: {exc}") from exc
     return runs
 
@@ -269,7 +273,12 @@ def import_dataset(db: Path, path: Path) -> Added:
                 if not isinstance(rows, list):
                     raise ValueError("expected a JSON list of result rows")
                 bundles = _runs_from_export(store, rows)
-            except (ValueError, KeyError, TypeError) as exc:
+            except RecursionError as exc:
+                raise StorageError(
+                    f"{str(path)!r} is not a `tokperf export --format json` file: its JSON "
+                    f"is nested too deeply to read; export it again with `tokperf export`"
+                ) from exc
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise StorageError(
                     f"{str(path)!r} is not a `tokperf export --format json` file: {exc}"
                 ) from exc

@@ -99,6 +99,14 @@ def _unwritable(path: Path, exc: BaseException) -> StorageError:
     )
 
 
+def _locked(path: Path, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"the results database {str(path)!r} is locked by another process ({exc}) and "
+        f"stayed locked for {BUSY_TIMEOUT_S:g} s: the file is fine, do not move it. Wait "
+        f"for the other run (or `tokperf` command) to finish and retry, or use another "
+        f"--tokperf-db for this run.")
+
+
 def _not_a_database(path: Path, exc: BaseException) -> StorageError:
     return StorageError(
         f"{str(path)!r} is not a readable SQLite results database ({exc}). Move it aside "
@@ -141,6 +149,8 @@ class ResultStore:
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _locked(path, exc) from exc
             if "readonly" in str(exc) or "unable to open" in str(exc):
                 raise _unwritable(path, exc) from exc
             raise _not_a_database(path, exc) from exc
@@ -215,6 +225,8 @@ class ResultStore:
                 if locked and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
+                if locked:
+                    raise _locked(self.path, exc) from exc
                 raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
             except sqlite3.DatabaseError as exc:
                 raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
@@ -225,6 +237,8 @@ class ResultStore:
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
         except sqlite3.DatabaseError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _locked(self.path, exc) from exc
             raise _not_a_database(self.path, exc) from exc
 
     def begin_run(self, run: RunInfo) -> None:
@@ -242,15 +256,18 @@ class ResultStore:
         ceiling: Ceiling | None,
         efficiency: float | None,
         verdict: Verdict,
+        created_at: str | None = None,
     ) -> Stored:
-        """Store one result with its environment and samples; committed on return."""
+        """Store one result with its environment and samples; committed on return.
+        ``created_at`` (default: now) is the journal's, so an import of the journal
+        after this succeeded adds nothing twice."""
         series = series_of(test_id, result, model)
         env = environment_row(result.engine, model, hardware)
         row = {
             "run_id": run_id,
             "series_key": series.key,
             "test_id": test_id,
-            "created_at": utc_now(),
+            "created_at": created_at or utc_now(),
             **result_row(result, ceiling, efficiency, verdict),
         }
 

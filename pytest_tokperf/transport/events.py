@@ -26,6 +26,8 @@ class StreamStats:
     busy_s: float = 0.0
     events: int = 0
     comments: int = 0
+    done: bool = False
+    """True once SSE's ``data: [DONE]`` arrived: the engine said the stream is whole."""
 
     @property
     def busy_s_per_event(self) -> float | None:

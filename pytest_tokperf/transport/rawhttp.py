@@ -4,7 +4,8 @@ One POST per connection (``Connection: close``, as the adapters' httpx clients k
 no connection alive either), the answer framed by chunked transfer encoding, a
 ``Content-Length`` or the end of the connection. Every blocking step (connect, send,
 each read) is given a timeout by the caller's ``wait_s(now)``, which raises once a
-limit has passed, so no read outlives the stream's deadline or idle limit. The status
+limit has passed, so no read outlives the stream's deadline or idle limit. A trickled
+status line or body cannot stretch this: every read is bounded by the time left. The status
 line and headers are capped at 64 KiB and a chunk-size line at 4 KiB; body data is
 handed on as it arrives, never buffered whole.
 """
@@ -154,15 +155,16 @@ class RawResponse:
             pass
 
 
-def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS
-             ) -> RawResponse:
-    """POST ``body`` as JSON to ``url`` and read the answer's status line and headers."""
+def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS,
+             method: str = "POST") -> RawResponse:
+    """Send ``body`` as JSON to ``url`` (``method``, POST unless told) and read the
+    answer's status line and headers."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or 80
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     authority = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-    lines = [f"POST {target} HTTP/1.1", f"Host: {authority}", f"User-Agent: {USER_AGENT}",
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}", f"User-Agent: {USER_AGENT}",
              "Accept: text/event-stream, application/x-ndjson, application/json",
              "Accept-Encoding: identity", "Content-Type: application/json",
              f"Content-Length: {len(body)}", "Connection: close"]

@@ -9,7 +9,10 @@ Every stream obeys three limits, whatever the server does:
   gap between events: comments and partial lines do not count, so a server that stops
   generating but pings every second ends with "no token for N s";
 - a line or an event may not exceed ``max_event_bytes``: an endless line is refused,
-  it never grows memory without bound.
+  it never grows memory without bound;
+- a stream may send at most ``event_cap(generate_tokens)`` events (the tokens asked plus
+  a margin): a server that streams past its token limit is cut off with a message that
+  says how many events came, not at the request deadline.
 
 Two readers share one event parser. The stdlib reader (``http.client``-free: a socket,
 a chunked decoder and ``bytes.split``) is the hot path for plain-http engines without a
@@ -28,7 +31,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,6 +56,12 @@ MAX_ERROR_BYTES = 64 << 10
 
 MAX_WAIT_S = 86400.0
 """The longest one read may block (a socket timeout must be finite, a limit need not)."""
+
+def event_cap(generate_tokens: int) -> int:
+    """The most events one stream may send for ``generate_tokens`` tokens: one per token,
+    plus a margin for role, usage, reasoning-boundary and final events."""
+    return generate_tokens + max(32, generate_tokens // 8)
+
 
 OnError = Callable[[int, str], EngineError | None]
 
@@ -176,13 +185,24 @@ class StreamClient:
         clock = _Clock(url, request, self.limits, stats)
         parser = EventParser(ndjson, url, self.limits.max_event_bytes, stats)
         reader = self._stdlib if self._stdlib_for(url) else self._httpx
+        cap = event_cap(request.generate_tokens)
+        events = reader(url, body, clock, parser, on_error)
         try:
-            yield from reader(url, body, clock, parser, on_error)
+            for item in events:
+                if stats.events > cap:
+                    raise EngineProtocolError(
+                        f"{url} streamed {stats.events} events for {request.generate_tokens} "
+                        f"tokens asked (the cap is {cap}: the tokens asked plus a margin for "
+                        f"role, usage and final events): cut off. The engine ignores the "
+                        f"token limit it was sent (n_predict / max_tokens / num_predict)")
+                yield item
         except EngineError as exc:
             message = self.scrub(str(exc))
             if message != str(exc):
                 raise type(exc)(message) from exc.__cause__
             raise
+        finally:
+            events.close()
 
     def _stdlib_for(self, url: str) -> bool:
         """Plain http without a proxy from the environment: the stdlib reader's case."""
@@ -196,7 +216,7 @@ class StreamClient:
     # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
 
     def _stdlib(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
-                on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
+                on_error: OnError | None) -> Generator[tuple[float, dict[str, Any]]]:
         target = url + (("&" if "?" in url else "?") + self.query if self.query else "")
         data = json.dumps(body).encode()
         response: RawResponse | None = None
@@ -223,12 +243,14 @@ class StreamClient:
                     for payload in payloads:
                         event = decode_event(payload, url, ndjson)
                         if event is None:
+                            clock.stats.done = True
                             return
                         yield arrived, event
             for payload in parser.end():
                 stats.events += 1
                 event = decode_event(payload, url, ndjson)
                 if event is None:
+                    clock.stats.done = True
                     return
                 yield arrived, event
         except TimeoutError as exc:
@@ -256,7 +278,7 @@ class StreamClient:
     # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
 
     def _httpx(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
-               on_error: OnError | None) -> Iterator[tuple[float, dict[str, Any]]]:
+               on_error: OnError | None) -> Generator[tuple[float, dict[str, Any]]]:
         watchdog = _Watchdog(clock)
         try:
             timeout = httpx.Timeout(min(clock.request.timeout_s, MAX_WAIT_S), connect=10.0)
@@ -278,6 +300,7 @@ class StreamClient:
                         for payload in payloads:
                             event = decode_event(payload, url, parser.ndjson)
                             if event is None:
+                                clock.stats.done = True
                                 return
                             yield arrived, event
                     stats.busy_s += perf() - arrived
@@ -285,6 +308,7 @@ class StreamClient:
                     stats.events += 1
                     event = decode_event(payload, url, parser.ndjson)
                     if event is None:
+                        clock.stats.done = True
                         return
                     yield arrived, event
         except httpx.ConnectTimeout as exc:

@@ -13,7 +13,18 @@ llama-server and streams ``/completion`` in one of these ways:
 - ``stall_first``: the response head, then silence;
 - ``silent``: the request is read, no response head ever comes;
 - ``echo_error``: a few tokens, then an error event quoting the request's
-  ``Authorization`` header (as a careless proxy might).
+  ``Authorization`` header (as a careless proxy might);
+- ``overrun``: a hundred times ``n_predict`` tokens (an engine that ignores the limit);
+- ``short``: 7 tokens, then the connection closes without a final event (a killed server).
+
+and answers ``GET /props`` in one of these ways (else like llama-server):
+
+- ``props_drip``: a Content-Length of 4 KiB, then one byte every 0.2 s;
+- ``props_head_drip``: the status line and headers themselves, one byte every 0.2 s;
+- ``props_endless``: a chunked body of 64 KiB chunks, forever;
+- ``props_huge``: a Content-Length of 100 MB, then zeros;
+- ``props_split_secret``: HTTP 500 whose JSON error quotes the URL's password, split
+  across two chunks sent 50 ms apart.
 
 With ``api_key`` set, a request without ``Authorization: Bearer <key>`` gets
 llama-server's 401, whose message here quotes the header it got. Every endless mode
@@ -26,9 +37,11 @@ import json
 import threading
 from typing import Any
 
+from tests.support.fake_engines import FakeMLX
 from tests.support.fake_http import FakeServer, Handler
 
 PREFIX_TOKENS = 3
+SHORT_TOKENS = 7
 
 
 def token_event(i: int) -> dict[str, Any]:
@@ -72,10 +85,57 @@ class FakeFaultyLlama(FakeServer):
                                                           "meta": {"n_vocab": 1000}}]})
 
     def get_props(self, h: Handler, body: Any) -> None:
+        if self.mode.startswith("props_"):
+            try:
+                self._bad_props(h)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
         if self._authorized(h):
             h.send_json(200, {"build_info": "b11434-fake", "model_path": "/m/fake.gguf",
                               "total_slots": 1,
                               "default_generation_settings": {"n_ctx": 2048}})
+
+    def _bad_props(self, h: Handler) -> None:
+        mode, out = self.mode, h.wfile
+        if mode == "props_head_drip":
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}"
+            for i in range(len(head)):
+                if self.closing.wait(0.2):
+                    return
+                out.write(head[i:i + 1])
+                out.flush()
+            return
+        if mode == "props_split_secret":
+            h.send_response(500)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            h.chunk('{"error": {"message": "access denied for tokperf:hunter2')
+            self.closing.wait(0.05)
+            h.chunk('secret at the upstream proxy"}}')
+            h.end_stream()
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        if mode == "props_drip":
+            h.send_header("Content-Length", "4096")
+            h.end_headers()
+            while not self.closing.wait(0.2):
+                out.write(b" ")
+                out.flush()
+        elif mode == "props_huge":
+            h.send_header("Content-Length", str(100 << 20))
+            h.end_headers()
+            block = bytes(1 << 20)
+            for _ in range(100):
+                out.write(block)
+        elif mode == "props_endless":
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            block = "[" * (64 << 10)
+            while not self.closing.is_set():
+                h.chunk(block)
 
     def post_completion(self, h: Handler, body: Any) -> None:
         if not self._authorized(h):
@@ -97,6 +157,17 @@ class FakeFaultyLlama(FakeServer):
         if mode == "pings_only":
             while not wait(0.1):
                 h.chunk(": ping\n\n")
+            return
+        if mode == "overrun":
+            for i in range(n * 100):
+                h.sse(token_event(i))
+            h.sse(final_event(n * 100))
+            h.end_stream()
+            return
+        if mode == "short":
+            for i in range(SHORT_TOKENS):
+                h.sse(token_event(i))
+            h.end_stream()
             return
         for i in range(n if mode == "ok" else PREFIX_TOKENS):
             h.sse(token_event(i))
@@ -122,3 +193,25 @@ class FakeFaultyLlama(FakeServer):
         elif mode == "echo_error":
             h.sse({"error": {"message": f"upstream refused {h.headers.get('Authorization')}"}})
             h.end_stream()
+
+
+class FakeKilledMLX(FakeMLX):
+    """mlx_lm.server killed mid-generation: completion requests after the first
+    ``healthy`` stream 7 tokens, then the connection ends with neither a
+    ``finish_reason`` nor ``data: [DONE]``."""
+
+    def __init__(self, healthy: int = 2) -> None:
+        super().__init__()
+        self.healthy = healthy
+        self.completions = 0
+
+    def post_v1_completions(self, h: Handler, body: Any) -> None:
+        self.completions += 1
+        if self.completions <= self.healthy or not body.get("stream"):
+            super().post_v1_completions(h, body)
+            return
+        h.start_stream("text/event-stream")
+        model = str(body.get("model") or "default_model")
+        for _ in range(SHORT_TOKENS):
+            h.sse(self.chunk(model, " tok", None))
+        h.end_stream()

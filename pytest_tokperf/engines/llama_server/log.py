@@ -135,16 +135,17 @@ TRACE_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--lo
 
 
 def llama_binary_facts(binary: Path, timeout_s: float = 60.0) -> BinaryFacts:
-    """Run ``--help`` and ``--list-devices`` once; nothing raises (unknowns stay None)."""
-    import subprocess
+    """Run ``--help`` and ``--list-devices`` once, both within ``timeout_s``; nothing
+    raises (unknowns stay None)."""
+    import time
+
+    from pytest_tokperf.launch.helpers import run_helper
+
+    end = time.monotonic() + timeout_s
 
     def output(flag: str) -> str:
-        try:
-            done = subprocess.run([str(binary), flag], capture_output=True, text=True,
-                                  timeout=timeout_s, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout + done.stderr
+        done = run_helper([str(binary), flag], end - time.monotonic())
+        return done.text if done is not None else ""
 
     help_text = output("--help")
     trace = ("-lv", "4") if re.search(r"^-lv,", help_text, re.MULTILINE) else ()

@@ -1,0 +1,120 @@
+"""Nothing measured is lost: each result goes to an append-only journal the moment it is
+measured, before the results database is asked to take it.
+
+The journal is a text file beside the database, one per run and process
+(``results.db.<run id>.<pid>.journal.jsonl``), in the reference-run text form that
+``tokperf import DB FILE.jsonl`` reads (see ``exchange``): a ``tokperf-run/1`` line,
+then one line per result with its environment, series and samples. Each line is
+flushed and fsynced as it is written.
+
+When every result of the run went into the database, the journal is deleted at the
+end. When one did not (a full disk, a database locked by another process past the
+busy timeout), the journal stays, and ``Recorder`` says in one line how to import it.
+A journal that cannot be written beside the database (that disk is full too) is
+written to the temporary folder instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_tokperf.results import (
+    BenchResult,
+    Ceiling,
+    HardwareInfo,
+    ModelInfo,
+    RunInfo,
+    Verdict,
+)
+from pytest_tokperf.storage.rows import (
+    JSON_COLUMNS,
+    Row,
+    environment_row,
+    result_row,
+    run_row,
+    sample_rows,
+    series_of,
+)
+
+RUN_FORMAT = "tokperf-run/1"
+"""The first line of each run (``exchange.RUN_FORMAT``; repeated here so the journal
+imports nothing of the exchange code)."""
+
+
+def _values(row: Row) -> Row:
+    """A row with its JSON text columns as JSON values (the text form's convention)."""
+    return {k: json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v
+            for k, v in row.items()}
+
+
+def journal_line(test_id: str, result: BenchResult, *, model: ModelInfo | None,
+                 hardware: HardwareInfo | None, ceiling: Ceiling | None,
+                 efficiency: float | None, verdict: Verdict, created_at: str) -> Row:
+    """One result as a line of the text form, built from the rows the database gets."""
+    series = series_of(test_id, result, model)
+    return {
+        "environment": _values(environment_row(result.engine, model, hardware)),
+        "result": _values({"series_key": series.key, "test_id": test_id,
+                           "created_at": created_at,
+                           **result_row(result, ceiling, efficiency, verdict)}),
+        "samples": [_values(s) for s in sample_rows(result.samples)],
+        "series": series.text,
+    }
+
+
+@dataclass
+class Journal:
+    """The journal of one run in this process; created on the first ``append``."""
+
+    path: Path
+    run: RunInfo
+    results: int = 0
+    paths: list[Path] = field(default_factory=list)
+    """Every file written (a second one in the temporary folder once the first failed)."""
+    _started: bool = field(default=False, repr=False)
+
+    @classmethod
+    def beside(cls, db: Path, run: RunInfo) -> Journal:
+        return cls(db.parent / f"{db.name}.{run.run_id}.{os.getpid()}.journal.jsonl", run)
+
+    def append(self, line: Row) -> None:
+        """Write ``line`` (and the run line first), flushed to disk on return; raises
+        ``OSError`` only when neither this folder nor the temporary one can take it."""
+        try:
+            self._write(line)
+        except OSError:
+            fallback = Path(tempfile.gettempdir()) / self.path.name
+            if self.path == fallback:
+                raise
+            self.path, self._started = fallback, False
+            self._write(line)
+        self.results += 1
+
+    def _write(self, line: Row) -> None:
+        text = json.dumps(line, sort_keys=True) + "\n"
+        if not self._started:
+            text = json.dumps({"format": RUN_FORMAT, "run": run_row(self.run)},
+                              sort_keys=True) + "\n" + text
+        self._append(text)
+        self._started = True
+        if self.path not in self.paths:
+            self.paths.append(self.path)
+
+    def _append(self, text: str) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def discard(self) -> None:
+        """Delete the journal: every result it holds is in the database."""
+        for path in self.paths:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        self.paths, self._started = [], False

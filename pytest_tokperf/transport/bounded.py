@@ -1,0 +1,234 @@
+"""One policy for every plain request the tool makes: a total deadline and a byte cap.
+
+Every adapter's httpx client sends through ``BoundedTransport``, so a ``GET /health``,
+``/props`` or ``/v1/models``, a ``POST /tokenize`` or a model load obeys the same two
+limits as a stream:
+
+- the request's read timeout (``--tokperf-request-timeout``, or the shorter one a probe
+  asks for) is a TOTAL deadline from sending to the body's last byte. httpx restarts its
+  read timeout on every byte, so a server that trickles one byte every 2 s would never
+  time out; here a plain-http request is read by the stdlib reader (``rawhttp``), whose
+  every read blocks only until the deadline, and any other (https, a test's transport)
+  is checked on every chunk and its socket shut down by a watchdog at the deadline;
+- a body that is not a stream may not exceed ``max_body_bytes`` (8 MiB unless
+  ``--tokperf-max-body`` says otherwise): the answer is refused, never buffered whole.
+
+Streams (``text/event-stream``, NDJSON) are not capped here: ``stream.StreamClient``
+bounds each event and the number of events.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from pytest_tokperf.transport import MAX_BODY_BYTES
+from pytest_tokperf.transport.rawhttp import MalformedResponse, RawResponse, open_raw
+
+DEFAULT_DEADLINE_S = 600.0
+"""The total deadline of a request that names no read timeout."""
+
+_STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
+_OWN_HEADERS = frozenset({"host", "user-agent", "accept", "accept-encoding", "content-type",
+                          "content-length", "connection", "transfer-encoding"})
+
+
+class BodyTooLarge(httpx.RemoteProtocolError):
+    """An answer longer than the byte cap; its message says which cap and how to raise it."""
+
+
+class DeadlineExceeded(httpx.ReadTimeout):
+    """The total deadline of one request passed before its answer was whole."""
+
+
+def _deadline_s(request: httpx.Request) -> float:
+    timeouts = request.extensions.get("timeout") or {}
+    read = timeouts.get("read") if isinstance(timeouts, dict) else None
+    return float(read) if read else DEFAULT_DEADLINE_S
+
+
+def _streamed(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() in _STREAM_TYPES
+
+
+def _too_large(url: str, cap: int) -> str:
+    return (f"{url} sent an answer of more than {cap} bytes ({cap / (1 << 20):g} MiB): "
+            f"refused, so memory stays bounded. Is this URL the engine? Raise "
+            f"--tokperf-max-body if its answers are legitimately that large")
+
+
+def _expired(url: str, total_s: float) -> str:
+    return (f"{url} did not answer in full within {total_s:g} s (a total deadline: bytes "
+            f"trickling in do not extend it); the engine is stuck or far too slow, or raise "
+            f"--tokperf-request-timeout")
+
+
+class _Deadline:
+    __slots__ = ("url", "total_s", "end_s")
+
+    def __init__(self, url: str, total_s: float) -> None:
+        self.url = url
+        self.total_s = total_s
+        self.end_s = time.perf_counter() + total_s
+
+    def wait_s(self, now: float) -> float:
+        left = self.end_s - now
+        if left <= 0:
+            raise TimeoutError(_expired(self.url, self.total_s))
+        return left
+
+
+class _RawBody(httpx.SyncByteStream):
+    """A stdlib response's body, read within the deadline and up to the cap."""
+
+    def __init__(self, response: RawResponse, deadline: _Deadline, cap: int | None,
+                 request: httpx.Request) -> None:
+        self._response = response
+        self._deadline = deadline
+        self._cap = cap
+        self._request = request
+
+    def __iter__(self) -> Iterator[bytes]:
+        size = 0
+        deadline, request = self._deadline, self._request
+        try:
+            while True:
+                block = self._response.read(deadline.wait_s(time.perf_counter()))
+                if block is None:
+                    return
+                size += len(block)
+                if self._cap is not None and size > self._cap:
+                    raise BodyTooLarge(_too_large(deadline.url, self._cap), request=request)
+                if block:
+                    yield block
+        except TimeoutError as exc:
+            raise DeadlineExceeded(_expired(deadline.url, deadline.total_s),
+                                   request=request) from exc
+        except MalformedResponse as exc:
+            raise httpx.RemoteProtocolError(f"{deadline.url} sent a malformed HTTP answer: "
+                                            f"{exc}", request=request) from exc
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class _CheckedBody(httpx.SyncByteStream):
+    """Another transport's body, checked against the deadline and the cap per chunk; a
+    watchdog shuts its socket down at the deadline so a blocked read wakes up."""
+
+    def __init__(self, inner: httpx.SyncByteStream, deadline: _Deadline, cap: int | None,
+                 request: httpx.Request, sock: socket.socket | None) -> None:
+        self._inner = inner
+        self._deadline = deadline
+        self._cap = cap
+        self._request = request
+        self._done = threading.Event()
+        self._fired = False
+        if sock is not None:
+            threading.Thread(target=self._watch, args=(sock,), daemon=True,
+                             name="tokperf-request-watchdog").start()
+
+    def _watch(self, sock: socket.socket) -> None:
+        if self._done.wait(max(self._deadline.end_s - time.perf_counter(), 0.0)):
+            return
+        self._fired = True
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def __iter__(self) -> Iterator[bytes]:
+        size = 0
+        deadline, request = self._deadline, self._request
+        try:
+            for block in self._inner:
+                if time.perf_counter() > deadline.end_s:
+                    raise DeadlineExceeded(_expired(deadline.url, deadline.total_s),
+                                           request=request)
+                size += len(block)
+                if self._cap is not None and size > self._cap:
+                    raise BodyTooLarge(_too_large(deadline.url, self._cap), request=request)
+                yield block
+        except httpx.TransportError as exc:
+            if self._fired and not isinstance(exc, DeadlineExceeded):
+                raise DeadlineExceeded(_expired(deadline.url, deadline.total_s),
+                                       request=request) from exc
+            raise
+        finally:
+            self._done.set()
+
+    def close(self) -> None:
+        self._done.set()
+        self._inner.close()
+
+
+class BoundedTransport(httpx.BaseTransport):
+    """``inner`` (httpx's own transport unless a test gives one) under the policy above;
+    plain-http requests without a proxy go through the stdlib reader when ``stdlib``."""
+
+    def __init__(self, inner: httpx.BaseTransport | None = None, *,
+                 max_body_bytes: int = MAX_BODY_BYTES, stdlib: bool = True) -> None:
+        self._stdlib = stdlib and inner is None
+        self._inner = inner if inner is not None else httpx.HTTPTransport()
+        self.max_body_bytes = max_body_bytes
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = str(request.url.copy_with(query=None))
+        deadline = _Deadline(url, _deadline_s(request))
+        if self._stdlib and request.url.scheme == "http":
+            return self._raw(request, url, deadline)
+        response = self._inner.handle_request(request)
+        stream = response.stream
+        if not isinstance(stream, httpx.SyncByteStream):
+            return response
+        cap = None if _streamed(response.headers.get("content-type", "")) \
+            else self.max_body_bytes
+        network = response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        response.stream = _CheckedBody(stream, deadline, cap, request, sock)
+        return response
+
+    def _raw(self, request: httpx.Request, url: str, deadline: _Deadline) -> httpx.Response:
+        headers = tuple((k, v) for k, v in request.headers.items()
+                        if k.lower() not in _OWN_HEADERS)
+        try:
+            raw = open_raw(str(request.url), request.read(), headers, deadline.wait_s,
+                           method=request.method)
+        except TimeoutError as exc:
+            if time.perf_counter() >= deadline.end_s - 0.05:
+                raise DeadlineExceeded(_expired(url, deadline.total_s), request=request) \
+                    from exc
+            raise httpx.ConnectTimeout(f"the connection to {url} timed out",
+                                       request=request) from exc
+        except MalformedResponse as exc:
+            raise httpx.RemoteProtocolError(f"{url} sent a malformed HTTP answer: {exc}",
+                                            request=request) from exc
+        except ConnectionRefusedError as exc:
+            raise httpx.ConnectError(f"[Errno 111] Connection refused ({exc})",
+                                     request=request) from exc
+        except (socket.gaierror, OSError) as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        cap = None if _streamed(raw.content_type) else self.max_body_bytes
+        length = raw.headers.get("content-length", "")
+        if cap is not None and length.isdigit() and int(length) > cap:
+            raw.close()
+            raise BodyTooLarge(_too_large(url, cap), request=request)
+        return httpx.Response(raw.status, headers=list(raw.headers.items()),
+                              stream=_RawBody(raw, deadline, cap, request),
+                              extensions={"http_version": b"HTTP/1.1"}, request=request)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def bounded_get(url: str, timeout_s: float) -> httpx.Response:
+    """One GET under the policy (``timeout_s`` total, the default byte cap), for probes
+    outside an adapter such as a started server's ``/health``."""
+    with httpx.Client(transport=BoundedTransport(), timeout=timeout_s, trust_env=False) as client:
+        return client.get(url)
