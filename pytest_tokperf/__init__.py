@@ -54,6 +54,7 @@ Ground floor (imports nothing of ours)
   ``results``       frozen dataclasses that cross modules
   ``errors``        the error tree and ``TokperfWarning`` (no pytest import)
   ``paths``         where the tool keeps engines, models and probes (platformdirs)
+  ``helper_runs``   short runs of an engine binary (``--help``, ``--version``), bounded
 
 Where a new thing goes
   an engine         ``engines/<name>.py`` (an ``HttpAdapter`` or ``OpenAICompatible``

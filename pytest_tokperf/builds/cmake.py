@@ -53,7 +53,7 @@ class Compiled:
 def version_text(binary: Path, timeout_s: float = 30.0) -> str | None:
     """``binary --version``'s output when it runs within ``timeout_s`` and names a
     version, else None."""
-    from pytest_tokperf.launch.helpers import run_helper
+    from pytest_tokperf.helper_runs import run_helper
 
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         return None

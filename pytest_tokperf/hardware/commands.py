@@ -18,8 +18,8 @@ TextReader = Callable[[str], "str | None"]
 
 def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> str | None:
     """stdout and stderr of ``argv`` (killed with its process group at ``timeout_s``:
-    ``launch.helpers``), or None."""
-    from pytest_tokperf.launch.helpers import run_helper
+    ``helper_runs``), or None."""
+    from pytest_tokperf.helper_runs import run_helper
 
     if shutil.which(argv[0]) is None:
         return None

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_tokperf.launch.helpers import run_helper
+from pytest_tokperf.helper_runs import run_helper
 from pytest_tokperf.transport.bounded import bounded_get
 
 from pytest_tokperf.launch.process import LOOPBACK, ServerProcess, log_tail, start_server

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_tokperf.launch.helpers import kill_group, run_helper
+from pytest_tokperf.helper_runs import kill_group, run_helper
 from pytest_tokperf.transport.bounded import bounded_get
 
 from pytest_tokperf.builds.install import installed_llama_server

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_tokperf.errors import EngineUnavailable
 from pytest_tokperf.launch import helpers
-from pytest_tokperf.launch.helpers import run_helper
+from pytest_tokperf.helper_runs import run_helper
 from pytest_tokperf.launch.process import (
     LaunchSpec,
     resolve_server_binary,

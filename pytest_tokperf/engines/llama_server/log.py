@@ -139,7 +139,7 @@ def llama_binary_facts(binary: Path, timeout_s: float = 60.0) -> BinaryFacts:
     raises (unknowns stay None)."""
     import time
 
-    from pytest_tokperf.launch.helpers import run_helper
+    from pytest_tokperf.helper_runs import run_helper
 
     end = time.monotonic() + timeout_s
 
