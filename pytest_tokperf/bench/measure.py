@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.engines.speculation import with_observed_speculation
+from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import (
     BenchResult,
@@ -274,9 +275,13 @@ def summarize(
             )
     else:
         # One cached token is the shared start-of-text token some prefix caches match
-        # (mlx_lm, SGLang); more than that means the prompt was not cold.
+        # (mlx_lm, SGLang); more than that means the prompt was not cold. Through the
+        # chat template every prompt starts with the same role header before the salted
+        # line (``<|im_start|>user\n``: 3 tokens), which a prompt cache may serve.
+        allowed = SALT_LINE_TOKENS if workload.chat else 1
         cached = [s.cached_prompt_tokens for s in samples
-                  if s.cached_prompt_tokens and s.cached_prompt_tokens > max(1, s.prompt_tokens // 100)]
+                  if s.cached_prompt_tokens
+                  and s.cached_prompt_tokens > max(allowed, s.prompt_tokens // 100)]
         if cached:
             notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
     thought = [s.reasoning_tokens for s in samples if s.reasoning_tokens is not None]

@@ -52,7 +52,7 @@ class Recorder:
         """The identity of the model ``result`` was measured on: from its file (parsed once
         per run), else what the engine says about it (``identity``), else its bare name."""
         key = str(path) if path is not None else (result.engine.model_path or "")
-        if key and Path(key).is_file():
+        if key and Path(key).exists():  # a GGUF file or a Hugging Face folder
             return self.models.info(Path(key))
         said = identity() if identity is not None else None
         if said is not None:

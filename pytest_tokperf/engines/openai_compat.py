@@ -3,9 +3,10 @@
 What it tolerates (shared/reference/engines.md, sections 1, 3-5):
 - usage only in one extra final chunk with ``choices: []`` (``stream_options.include_usage``),
   or usage on every chunk (vLLM ``continuous_usage_stats``), or no usage at all;
-- several tokens in one chunk: a chunk's token count comes from the growth of
-  ``usage.completion_tokens`` when the server sends it per chunk, else from
-  ``choices[0].token_ids``, else one per chunk that carries text;
+- several tokens in one chunk: a chunk's token count comes from ``choices[0].token_ids``
+  (vLLM ``return_token_ids``; a chunk whose text is "" still carries its token), else
+  from the growth of ``usage.completion_tokens`` when the server sends it per chunk,
+  else one per chunk that carries text;
 - ``data: [DONE]`` or a stream that just ends; ``:`` comment lines (keep-alives);
 - llama.cpp's ``timings`` on the final chunk and vLLM's per-request ``metrics``
   (``--enable-per-request-metrics``) as the engine's own timings.
@@ -31,7 +32,7 @@ from pytest_tokperf.engines.wire import (
     text_prompt,
 )
 from pytest_tokperf.engines.answers import error_text
-from pytest_tokperf.errors import EngineError, EngineProtocolError
+from pytest_tokperf.errors import ConfigError, EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
 
@@ -134,6 +135,20 @@ class OpenAICompatible(HttpAdapter):
             body["stream_options"]["continuous_usage_stats"] = True
         return body
 
+    def prompt_cache_off(self) -> str | None:
+        """Why the engine's prompt (prefix) cache is known to be off, or None (on, or not
+        known): the flag tokperf started it with, or what it reports."""
+        return None
+
+    def _refuse_warm(self, request: GenerationRequest) -> None:
+        reason = self.prompt_cache_off() if request.reuse_prefix else None
+        if reason is not None:
+            raise ConfigError(
+                f"a warm workload (cached_prefix_tokens > 0) needs {self.display}'s prompt "
+                f"cache, which is off at {self.base_url} ({reason}); drop cached_prefix_tokens, "
+                f"or start the engine with its cache on (--tokperf-server-arg)"
+            )
+
     def _on_error(self, status: int, body: str) -> EngineError | None:
         detail = error_text(body)
         if status == 404 or (status in (400, 500) and "model" in detail.lower()):
@@ -142,6 +157,7 @@ class OpenAICompatible(HttpAdapter):
         return None
 
     def generate(self, request: GenerationRequest) -> Generation:
+        self._refuse_warm(request)
         body = self.completion_body(request)
         url = f"{self.base_url}/v1/{'chat/completions' if request.chat else 'completions'}"
         log = ChunkLog(request, url)
@@ -163,10 +179,11 @@ class OpenAICompatible(HttpAdapter):
             text, thought = _choice_text(choice)
             finish = choice.get("finish_reason") or finish
             cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
-            if cumulative is not None:
-                n, seen_tokens = cumulative - seen_tokens, cumulative
-            elif isinstance(choice.get("token_ids"), list):
+            if isinstance(choice.get("token_ids"), list):  # vLLM return_token_ids: exact
                 n = len(choice["token_ids"])
+                seen_tokens += n
+            elif cumulative is not None:
+                n, seen_tokens = cumulative - seen_tokens, cumulative
             else:
                 n = 1 if text or thought else 0
             log.add(now, n, thought + text, reasoning=bool(thought) and not text)

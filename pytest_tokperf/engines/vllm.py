@@ -25,6 +25,7 @@ from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.wire import count, json_field, probe_ready, text_prompt, wrong_engine
 from pytest_tokperf.errors import EngineError
+from pytest_tokperf.hardware.placement import DEVICE_KINDS
 from pytest_tokperf.results import EngineInfo, GenerationRequest, ModelInfo
 
 
@@ -37,6 +38,7 @@ class VLLM(OpenAICompatible):
     def __init__(self, base_url: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
         self._tokenize = True
+        self._prefix_caching: str | None = None
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/version",
@@ -64,7 +66,19 @@ class VLLM(OpenAICompatible):
         body = super().completion_body(request)
         body["min_tokens"] = request.generate_tokens
         body["cache_salt"] = f"tokperf-{request.salt}"
+        body["return_token_ids"] = True  # each chunk's token ids: "text": "" still counts
         return body
+
+    def prompt_cache_off(self) -> str | None:
+        flags = dict(self._settings).get("clean_flags", "") + " " + dict(self._settings).get(
+            "server_args", "")
+        if "--no-enable-prefix-caching" in flags.split():
+            return "started with --no-enable-prefix-caching"
+        if self._prefix_caching is None:
+            self._prefix_caching = _prefix_caching(self._metrics_text())
+        if self._prefix_caching == "false":
+            return 'GET /metrics: enable_prefix_caching="False"'
+        return None
 
     def info(self) -> EngineInfo:
         version = get_json(self._client, f"{self.base_url}/version", "vLLM version")
@@ -79,9 +93,12 @@ class VLLM(OpenAICompatible):
                 settings["model_root"] = str(card["root"])
         metrics = self._metrics_text()
         speculative = "vllm:spec_decode" in metrics
-        prefix = re.search(r'enable_prefix_caching="(\w+)"', metrics)
-        if prefix:
-            settings["prefix_caching"] = prefix.group(1).lower()
+        self._prefix_caching = _prefix_caching(metrics)
+        if self._prefix_caching:
+            settings["prefix_caching"] = self._prefix_caching
+        device = _device(metrics, settings)
+        if device is not None:
+            settings["device"], settings["device_source"] = device
         warnings = ("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
                     "decode speed is not the base speed",) if speculative else ()
         return EngineInfo(
@@ -125,3 +142,23 @@ class VLLM(OpenAICompatible):
         except httpx.HTTPError:
             return ""
         return response.text if response.status_code == 200 else ""
+
+
+def _prefix_caching(metrics: str) -> str | None:
+    found = re.search(r'enable_prefix_caching="(\w+)"', metrics)
+    return found.group(1).lower() if found else None
+
+
+def _device(metrics: str, settings: dict[str, str]) -> tuple[str, str] | None:
+    """Where vLLM runs: the platform tokperf started it on (``VLLM_TARGET_DEVICE``), else
+    the device its ``/metrics`` config labels name; None when neither says."""
+    target = settings.get("vllm_target_device")
+    if target:
+        return target, f"vLLM started with VLLM_TARGET_DEVICE={target}"
+    found = re.search(r'\bdevice(?:_type)?="(\w+)"', metrics)
+    if found:
+        kind = found.group(1).lower()
+        if kind not in DEVICE_KINDS:
+            return None
+        return kind, f'vLLM GET /metrics: device="{found.group(1)}"'
+    return None
