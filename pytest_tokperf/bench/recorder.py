@@ -7,7 +7,7 @@ nothing); every ``record`` call commits before it returns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_tokperf.bench.models import ModelFiles
@@ -22,6 +22,9 @@ class Recorder:
     location: Path | None
     pytest_version: str | None = None
     models: ModelFiles = field(default_factory=ModelFiles)
+    run_id_preset: str | None = None
+    """The run id to store (chosen before the first result: the run's prompt salts derive
+    from it); None: a new one at the first result."""
     _run: RunInfo | None = field(default=None, init=False)
 
     @classmethod
@@ -79,6 +82,8 @@ class Recorder:
         store = self.store
         if self._run is None:
             run = collect_run_info(pytest_version=self.pytest_version)
+            if self.run_id_preset is not None:
+                run = replace(run, run_id=self.run_id_preset)
             store.begin_run(run)
             self._run = run
         return store.record(

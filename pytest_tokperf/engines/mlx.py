@@ -5,8 +5,11 @@ and the real count is recorded. With ``stream_options.include_usage`` one extra 
 (``object: "chat.completion"`` even for text completions) carries ``usage`` with
 ``prompt_tokens_details.cached_tokens`` from its LRU prompt cache, then ``[DONE]``.
 A chunk can hold several tokens (text held back while it may still match a stop
-sequence); ``: keepalive`` comments arrive during long prompts. The server reports no
-timings of its own.
+sequence or finish a UTF-8 character); ``: keepalive`` comments arrive during long
+prompts. The server sends no timings, but at ``--log-level DEBUG`` (tokperf starts it
+so) it logs each generated token's text on its own timestamped line (``logging.debug(
+gen.text)`` in the generation loop): ``log_decode`` reads the last request's lines from
+the log tokperf keeps, the engine's own decode clock, to the millisecond.
 
 Identity: ``system_fingerprint`` is ``<mlx_lm>-<mlx>-<platform>-<arch>``, read from
 one tiny non-streamed request; ``<arch>`` is ``mx.device_info()["architecture"]`` of the
@@ -21,8 +24,10 @@ the prompt count of a fixed prompt, so two models behind one URL get two series.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -31,7 +36,7 @@ from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.answers import error_text
 from pytest_tokperf.engines.wire import json_field, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import EngineInfo, ModelInfo
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 _VERSION = re.compile(r"^\d+(\.\d+)+\w*$")
 
@@ -52,6 +57,30 @@ def parse_fingerprint(text: str | None) -> Fingerprint | None:
     if len(parts) < 4 or not _VERSION.match(parts[0]) or not _VERSION.match(parts[1]):
         return None
     return Fingerprint(parts[0], parts[1], "-".join(parts[2:-1]), parts[-1])
+
+
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - (\w+) - (.*)$")
+_STARTS = ("Starting stream:", "Starting completion:")
+_NOT_TOKENS = ("Incoming Request Body", "Outgoing Response")
+
+
+def log_decode(text: str) -> tuple[int, float] | None:
+    """(tokens, seconds from the first to the last) of the last generation in an
+    ``mlx_lm.server --log-level DEBUG`` log; None without two token lines."""
+    times: list[float] | None = None
+    for line in text.splitlines():
+        match = _LOG_LINE.match(line)
+        if match is None or match.group(3) != "DEBUG":
+            continue
+        message = match.group(4)
+        if message.startswith(_STARTS):
+            times = []
+        elif times is not None and not message.startswith(_NOT_TOKENS):
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+            times.append(stamp.timestamp() + int(match.group(2)) / 1000)
+    if not times or len(times) < 2:
+        return None
+    return len(times), times[-1] - times[0]
 
 
 IDENTITY_PROMPT = "tokperf model identity: time year people way day"
@@ -81,6 +110,25 @@ class MLX(OpenAICompatible):
         if self._requested_model is not None and status in (404, 500):
             return self.unknown_model(f"HTTP {status}: {error_text(body)}")
         return None
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        """The stream's generation, with the decode time mlx_lm logged for it when
+        tokperf keeps its log (and the log counted the same tokens as ``usage``)."""
+        log_path = dict(self._settings).get("log_path")
+        offset = _size(log_path)
+        generation = super().generate(request)
+        if log_path is None or generation.engine is None:
+            return generation
+        try:
+            with open(log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return generation
+        found = log_decode(text)
+        if found is None or found[0] != generation.generated_tokens:
+            return generation
+        return replace(generation, engine=replace(generation.engine, decode_s=found[1]))
 
     def prompt_cache_off(self) -> str | None:
         args = (dict(self._settings).get("clean_flags", "") + " "
@@ -136,6 +184,7 @@ class MLX(OpenAICompatible):
                 self._client,
             )
         settings = dict(self._settings)
+        settings.pop("log_path", None)  # read per request; a per-process path is not identity
         settings["mlx_version"] = fingerprint.mlx
         settings["platform"] = fingerprint.platform
         on_gpu = fingerprint.gpu_arch.startswith("applegpu")
@@ -153,3 +202,10 @@ class MLX(OpenAICompatible):
             model_name=self.model() or "default_model",
             settings=tuple(sorted(settings.items())),
         )
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0

@@ -20,7 +20,9 @@ the same thing (theirs come last, and win):
 - SGLang (``sglang serve --model-path M``, the console script that replaced
   ``python -m sglang.launch_server``; srt/server_args.py): ``--disable-radix-cache``.
 - mlx_lm (``mlx_lm.server --model M``; mlx_lm/server.py): ``--prompt-cache-size 0``
-  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0).
+  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0),
+  ``--log-level DEBUG`` (one timestamped log line per generated token: the engine's own
+  decode clock, ``engines.mlx.log_decode``).
 - Ollama (``ollama serve``, configured only by environment; the names are the ones
   ``ollama serve --help`` lists, envconfig/config.go): ``OLLAMA_HOST`` (loopback, the
   port), ``OLLAMA_NUM_PARALLEL`` (tokperf's ``--tokperf-parallel``, 1 by default: one
@@ -115,7 +117,8 @@ class LaunchPlan:
 
 
 def find_binary(engine: str, explicit: str | None = None) -> Path:
-    """The engine's program: ``explicit`` if given, else from PATH, else a ConfigError."""
+    """The engine's program: ``explicit`` if given, else from PATH, else from the venv
+    ``.ci/install-engines`` made (``venv_program``), else a ConfigError."""
     if engine not in BINARIES:
         raise ConfigError(
             f"--tokperf-engine {engine!r} cannot be started by this plugin (startable: "
@@ -126,25 +129,32 @@ def find_binary(engine: str, explicit: str | None = None) -> Path:
         if not path.exists():
             raise ConfigError(f"--tokperf-server-bin {explicit!r} does not exist")
         return path
+    found = shutil.which(BINARIES[engine])
+    if found:
+        return Path(found)
     venv = venv_program(engine)
     if venv is not None:
         return venv
-    found = shutil.which(BINARIES[engine])
-    if not found:
-        raise ConfigError(
-            f"--tokperf-engine {engine!r}: {BINARIES[engine]!r} is not on PATH; install it, "
-            f"or start the server yourself and pass --tokperf-url"
-        )
-    return Path(found)
+    where = (f" nor in {venv_dir(engine)} (.ci/install-engines {engine} puts it there)"
+             if engine in VENV_PROGRAMS else "")
+    raise ConfigError(
+        f"--tokperf-engine {engine!r}: {BINARIES[engine]!r} is not on PATH{where}; install "
+        f"it, or start the server yourself and pass --tokperf-url"
+    )
+
+
+def venv_dir(engine: str) -> Path:
+    """Where ``.ci/install-engines`` puts ``engine``'s venv."""
+    from pytest_tokperf.paths import engine_venvs_dir
+
+    return engine_venvs_dir() / engine
 
 
 def venv_program(engine: str) -> Path | None:
     """The engine's program in the venv ``.ci/install-engines`` made, if it is there."""
-    from pytest_tokperf.paths import engine_venvs_dir
-
     if engine not in VENV_PROGRAMS:
         return None
-    path = engine_venvs_dir() / engine / "bin" / VENV_PROGRAMS[engine]
+    path = venv_dir(engine) / "bin" / VENV_PROGRAMS[engine]
     return path if path.exists() else None
 
 
@@ -293,6 +303,7 @@ def mlx_plan(binary: Path, model: str, port: int, help_text: str = "",
     """``mlx_lm.server --model M``; ``/health`` answers as soon as it listens."""
     clean = _clean_flags(help_text, extra_args, [
         (("--prompt-cache-size", "0"), ("--prompt-cache-size",)),
+        (("--log-level", "DEBUG"), ("--log-level",)),
     ])
     cmd = [str(binary), "--model", model, "--host", LOOPBACK, "--port", str(port), *clean,
            *extra_args]
