@@ -37,7 +37,7 @@ from pytest_tokperf.model.spec import CHAT_TEMPLATE, ModelSpec
 from pytest_tokperf.paths import models_dir
 from pytest_tokperf.results import Progress
 
-HF_WRITER_VERSION = 1
+HF_WRITER_VERSION = 2
 """Bump when the files written for a spec change, so cached folders are rewritten."""
 
 HF_DTYPES = {"F16": ("F16", np.float16, "float16"), "F32": ("F32", np.float32, "float32")}
@@ -181,8 +181,8 @@ def corpus(n_words: int = _CORPUS_WORDS, seed: int = 0) -> Iterator[str]:
     rng = np.random.default_rng(seed)
     letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
     hexdigits = np.array(list("0123456789abcdef"))
-    for _ in range(40):
-        yield " ".join(FILLER_WORDS) + "\n"
+    for _ in range(400):  # frequent enough that each prompt word's merges come first
+        yield " " + " ".join(FILLER_WORDS) + "\n"
     line: list[str] = []
     for i in range(n_words):
         if i % 5 == 0:
