@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.base import Engine, prompt_cache_off
 from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
@@ -387,6 +387,14 @@ def run_workload(
         raise ConfigError(
             f"chat workloads (chat=True) are not built for {info.name} yet (its adapter has "
             f"no chat route); drop chat=True to measure the raw prompt"
+        )
+    off = prompt_cache_off(engine) if workload.cached_prefix_tokens else None
+    if off is not None:
+        raise ConfigError(
+            f"a warm workload (cached_prefix_tokens={workload.cached_prefix_tokens}) needs "
+            f"{info.name}'s prompt cache, which is off at {info.base_url} ({off}); drop "
+            f"cached_prefix_tokens, or start the engine with its cache on "
+            f"(--tokperf-server-arg)"
         )
     samples: list[Sample] = []
     aggregates: list[float] = []

@@ -32,7 +32,7 @@ from pytest_tokperf.engines.wire import (
     text_prompt,
 )
 from pytest_tokperf.engines.answers import error_text
-from pytest_tokperf.errors import ConfigError, EngineError, EngineProtocolError
+from pytest_tokperf.errors import EngineError, EngineProtocolError
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 
 
@@ -140,15 +140,6 @@ class OpenAICompatible(HttpAdapter):
         known): the flag tokperf started it with, or what it reports."""
         return None
 
-    def _refuse_warm(self, request: GenerationRequest) -> None:
-        reason = self.prompt_cache_off() if request.reuse_prefix else None
-        if reason is not None:
-            raise ConfigError(
-                f"a warm workload (cached_prefix_tokens > 0) needs {self.display}'s prompt "
-                f"cache, which is off at {self.base_url} ({reason}); drop cached_prefix_tokens, "
-                f"or start the engine with its cache on (--tokperf-server-arg)"
-            )
-
     def _on_error(self, status: int, body: str) -> EngineError | None:
         detail = error_text(body)
         if status == 404 or (status in (400, 500) and "model" in detail.lower()):
@@ -157,7 +148,6 @@ class OpenAICompatible(HttpAdapter):
         return None
 
     def generate(self, request: GenerationRequest) -> Generation:
-        self._refuse_warm(request)
         body = self.completion_body(request)
         url = f"{self.base_url}/v1/{'chat/completions' if request.chat else 'completions'}"
         log = ChunkLog(request, url)
