@@ -263,6 +263,15 @@ def summarize(
             f"asked for {workload.generate_tokens} tokens, got {sorted(set(short))} in "
             f"{len(short)} of {len(samples)} repetitions"
         )
+    asked = workload.depth_tokens + workload.prompt_tokens
+    counted = sorted({s.prompt_tokens for s in samples})
+    if counted and not workload.cached_prefix_tokens and any(
+            abs(s.prompt_tokens - asked) > (s.cached_prompt_tokens or 0) for s in samples):
+        # Text engines tokenize tokperf's prompt themselves (and the chat template adds its
+        # own tokens): the figures are per the engine's count, shown beside the one asked
+        span = f"{counted[0]}" if len(counted) == 1 else f"{counted[0]}-{counted[-1]}"
+        notes.append(f"the engine counted {span} prompt tokens for the {asked} asked"
+                     + (" (the chat template's included)" if workload.chat else ""))
     offered = workload.cached_prefix_tokens
     if offered:
         # A warm workload: the engine should serve (nearly) all of the primed prefix.
