@@ -297,6 +297,15 @@ class EngineSession:
         if self.progress is not None:
             self.progress(f"starting {plan.shown}")
         log_path = self.log_dir / f"{name}-{os.getpid()}.log"
+        if name == "vllm":
+            # vLLM leaves a vllm_dist_* file in the temp folder at every start and writes
+            # its compile cache under ~/.cache/vllm: both go where tokperf keeps its own
+            from pytest_tokperf.paths import cache_root
+
+            scratch = self.log_dir / f"vllm-tmp-{os.getpid()}"
+            scratch.mkdir(parents=True, exist_ok=True)
+            plan = replace(plan, env=(*plan.env, ("TMPDIR", str(scratch)),
+                                      ("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))))
         self._server = start_planned(plan, log_path, s.startup_timeout)
         # Only what the engine received: mlx_lm.server has no threads, context or
         # parallel flag, so none of tokperf's values for them is stored as its setting.
