@@ -187,3 +187,9 @@ def test_make_model_writes_a_folder(tmp_path: Path, capsys: pytest.CaptureFixtur
                  "--vocab", "400", "-o", str(out)]) == 0
     assert str(out) in capsys.readouterr().out
     assert load_hf(out).n_layer == 1 and load_hf(out).get("vocab_size") == 400
+
+
+def test_predict_reads_a_folder(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardware", "10GB/s", "--model", str(folder), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["weights_bytes_per_token"] == hf_footprint(load_hf(folder)).weights_bytes

@@ -68,6 +68,7 @@ def _make_model(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.footprint import estimate_footprint, footprint
     from pytest_tokperf.model.gguf_file import load_gguf
+    from pytest_tokperf.model.hf_file import hf_footprint, is_hf_folder, load_hf
     from pytest_tokperf.model.spec import parse_size
     from pytest_tokperf.predict import (
         footprint_from_file_size,
@@ -78,7 +79,12 @@ def _predict(args: argparse.Namespace) -> int:
 
     given = _quant(args.quant or "Q4_K_M")
     quant: str | float | None = given  # what picks the efficiency band
-    if args.model:
+    if args.model and is_hf_folder(Path(args.model)):
+        hf = load_hf(Path(args.model))
+        fp = hf_footprint(hf, depth_tokens=args.depth)
+        if args.quant is None:  # the folder's own dtype sets the band
+            quant = hf.config_dtype or "F16"
+    elif args.model:
         model = load_gguf(Path(args.model))
         fp = footprint(model, depth_tokens=args.depth, kv_type=args.kv_type)
         if args.quant is None:  # the file's own type sets the band
@@ -151,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="catalog name (e.g. 'RTX 4090', 'Apple M4 Max') or a bandwidth "
                    "('1008GB/s')")
     p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
-    p.add_argument("--model", help="GGUF file: bytes per token from its tensors")
+    p.add_argument("--model", help="GGUF file, or Hugging Face folder (safetensors): bytes "
+                   "per token from its tensors")
     p.add_argument("--params", type=float, help="total parameters, e.g. 8e9 (no file)")
     p.add_argument("--active-params", type=float, help="MoE: parameters active per token")
     p.add_argument("--quant", default=None,
