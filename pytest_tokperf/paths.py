@@ -33,3 +33,9 @@ def engines_dir() -> Path:
 def models_dir() -> Path:
     """Generated model files, keyed by a hash of their spec."""
     return cache_root() / "models"
+
+
+def engine_venvs_dir() -> Path:
+    """Virtual environments of Python engines (``mlx``, ``vllm``) that ``.ci/install-engines``
+    installs and the plugin starts from."""
+    return cache_root() / "venvs"

@@ -184,7 +184,13 @@ def _engine_line(run: BenchRun) -> str:
             return f"attach {url} (not answering yet: {exc})"
         return f"attach {url}, build {info.build or info.version or '?'}, model {info.model_name}"
     if s.engine != "llama-server":
-        return f"start from PATH, model {s.model}, threads {s.threads}"
+        from pytest_tokperf.launch.plans import find_binary
+
+        try:
+            where = str(find_binary(s.engine or "", s.server_bin))
+        except TokperfError:
+            where = "from PATH"
+        return f"start {where}, model {s.model}"
     from pytest_tokperf.launch.process import binary_version, resolve_server_binary
 
     binary = resolve_server_binary(s.server_bin, s.engine_version)

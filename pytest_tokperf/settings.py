@@ -245,8 +245,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("engine", f"engine to measure: {', '.join(ENGINE_NAMES)}", _text, None, "NAME", True),
     OptionSpec("url", "attach to an engine already running at URL instead of starting one",
                _url, None, "URL", True),
-    OptionSpec("model", "GGUF model for a started server, or a generated one: 'main' "
-               "(~1.1 GB F16, default) or 'test' (tens of MB)", _text, "main", "PATH", True),
+    OptionSpec("model", "the model: a GGUF file (llama-server), a Hugging Face folder "
+               "(mlx, vllm), a name the engine serves, or a generated one: 'main' (~1.1 GB "
+               "F16, default) or 'test' (tens of MB), written as GGUF or as a folder",
+               _text, "main", "PATH", True),
     OptionSpec("server_bin", "llama-server binary to run (default: the one built by "
                "`tokperf install-engine llama-server`, then PATH)", _text, None, "PATH", True),
     OptionSpec("engine_version", "llama.cpp release to run, from the builds `tokperf "

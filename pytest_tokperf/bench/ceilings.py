@@ -29,13 +29,21 @@ from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.hardware.placement import Device, Placement
 from pytest_tokperf.hardware.probe import DEFAULT_DURATION_S
-from pytest_tokperf.results import Bandwidth, BenchResult, Ceiling, HardwareInfo, Workload
+from pytest_tokperf.results import (
+    Bandwidth,
+    BenchResult,
+    Ceiling,
+    Footprint,
+    HardwareInfo,
+    Workload,
+)
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.bandwidth import DeviceBandwidth
     from pytest_tokperf.hardware.probe import ReadProbe
     from pytest_tokperf.hardware.reached import ReachedBandwidth
     from pytest_tokperf.model.gguf_file import GGUFModel
+    from pytest_tokperf.model.hf_file import HFModel
 
 DEFAULT_KV_TYPE = "f16"
 
@@ -245,7 +253,7 @@ class CeilingSource:
         machine = self.detect()
         return machine if machine.kind == "cpu" else self._cpu
 
-    def _model(self, path: Path) -> GGUFModel | None:
+    def _model(self, path: Path) -> GGUFModel | HFModel | None:
         try:
             return self.models.load(path)
         except ModelFileError as exc:
@@ -254,18 +262,16 @@ class CeilingSource:
 
     def ceiling_for(self, result: BenchResult, model_path: Path | None) -> Ceiling | None:
         """The decode ceiling for ``result``'s workload, or None with a reason kept."""
-        from pytest_tokperf.model.footprint import footprint
-
         path = model_path or (Path(result.engine.model_path) if result.engine.model_path else None)
         if path is None:
             self.problems.append(
-                f"no ceiling: {result.engine.name} did not say where its model file is; for "
-                f"an attached llama-server pass --tokperf-model PATH (the GGUF it serves)"
+                f"no ceiling: {result.engine.name} did not say where its model is; pass "
+                f"--tokperf-model PATH (the GGUF file, or the Hugging Face folder, it serves)"
             )
             return None
-        if not path.is_file():
+        if not path.exists():
             self.problems.append(
-                f"no ceiling: the model file {str(path)!r} is not readable on this machine"
+                f"no ceiling: the model {str(path)!r} is not readable on this machine"
             )
             return None
         model = self._model(path)
@@ -275,13 +281,7 @@ class CeilingSource:
             self.problems.append(f"no ceiling: {chosen.explanation}")
         if model is None or bandwidth is None:
             return None
-        # K and V cache types as the engine ran them (its log, its arguments), else -ctk/-ctv
-        from pytest_tokperf.engines.llama_server.settings import ServerSettings
-
-        server = ServerSettings.from_engine(result.engine)
-        fp = footprint(model, depth_tokens=mean_decode_depth(result.workload),
-                       kv_type_k=server.cache_type_k or self.kv_type,
-                       kv_type_v=server.cache_type_v or self.kv_type_v)
+        fp = self._footprint(model, result)
         streams = result.workload.concurrency
         if streams > 1:
             # One decode step reads the weights once for all streams and every stream's own
@@ -290,3 +290,28 @@ class CeilingSource:
             fp = replace(fp, kv_bytes_per_position=fp.kv_bytes_per_position * streams)
         hardware = chosen.hardware
         return compute_ceiling(fp, bandwidth, hardware.peak_flops if hardware else None)
+
+    def _footprint(self, model: GGUFModel | HFModel, result: BenchResult) -> Footprint:
+        """Bytes per token at the workload's mean decode depth, at the types the engine
+        ran: llama-server's K/V cache types (its log, its arguments, else -ctk/-ctv); for
+        a Hugging Face folder the dtype the engine computes in (vLLM ``--dtype``, stored
+        as the ``dtype`` setting), else the file's."""
+        depth = mean_decode_depth(result.workload)
+        from pytest_tokperf.model.hf_file import HFModel, hf_footprint, served_dtype
+
+        if isinstance(model, HFModel):
+            dtype = served_dtype(dict(result.engine.settings).get("dtype"))
+            if dtype is None and result.engine.name == "vllm":
+                self.problems.append(
+                    f"vLLM does not report the dtype it computes in: bytes per token are "
+                    f"counted at the file's ({model.config_dtype or '/'.join(model.dtypes)}); "
+                    f"a server started with --dtype float32 reads twice as many per weight"
+                )
+            return hf_footprint(model, depth, weight_dtype=dtype)
+        from pytest_tokperf.engines.llama_server.settings import ServerSettings
+        from pytest_tokperf.model.footprint import footprint
+
+        server = ServerSettings.from_engine(result.engine)
+        return footprint(model, depth_tokens=depth,
+                         kv_type_k=server.cache_type_k or self.kv_type,
+                         kv_type_v=server.cache_type_v or self.kv_type_v)

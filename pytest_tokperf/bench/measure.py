@@ -33,8 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.engines.base import Engine, prompt_cache_off
 from pytest_tokperf.engines.speculation import with_observed_speculation
+from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import (
     BenchResult,
@@ -262,6 +263,15 @@ def summarize(
             f"asked for {workload.generate_tokens} tokens, got {sorted(set(short))} in "
             f"{len(short)} of {len(samples)} repetitions"
         )
+    asked = workload.depth_tokens + workload.prompt_tokens
+    counted = sorted({s.prompt_tokens for s in samples})
+    if counted and not workload.cached_prefix_tokens and any(
+            abs(s.prompt_tokens - asked) > (s.cached_prompt_tokens or 0) for s in samples):
+        # Text engines tokenize tokperf's prompt themselves (and the chat template adds its
+        # own tokens): the figures are per the engine's count, shown beside the one asked
+        span = f"{counted[0]}" if len(counted) == 1 else f"{counted[0]}-{counted[-1]}"
+        notes.append(f"the engine counted {span} prompt tokens for the {asked} asked"
+                     + (" (the chat template's included)" if workload.chat else ""))
     offered = workload.cached_prefix_tokens
     if offered:
         # A warm workload: the engine should serve (nearly) all of the primed prefix.
@@ -274,9 +284,13 @@ def summarize(
             )
     else:
         # One cached token is the shared start-of-text token some prefix caches match
-        # (mlx_lm, SGLang); more than that means the prompt was not cold.
+        # (mlx_lm, SGLang); more than that means the prompt was not cold. Through the
+        # chat template every prompt starts with the same role header before the salted
+        # line (``<|im_start|>user\n``: 3 tokens), which a prompt cache may serve.
+        allowed = SALT_LINE_TOKENS if workload.chat else 1
         cached = [s.cached_prompt_tokens for s in samples
-                  if s.cached_prompt_tokens and s.cached_prompt_tokens > max(1, s.prompt_tokens // 100)]
+                  if s.cached_prompt_tokens
+                  and s.cached_prompt_tokens > max(allowed, s.prompt_tokens // 100)]
         if cached:
             notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
     thought = [s.reasoning_tokens for s in samples if s.reasoning_tokens is not None]
@@ -382,6 +396,14 @@ def run_workload(
         raise ConfigError(
             f"chat workloads (chat=True) are not built for {info.name} yet (its adapter has "
             f"no chat route); drop chat=True to measure the raw prompt"
+        )
+    off = prompt_cache_off(engine) if workload.cached_prefix_tokens else None
+    if off is not None:
+        raise ConfigError(
+            f"a warm workload (cached_prefix_tokens={workload.cached_prefix_tokens}) needs "
+            f"{info.name}'s prompt cache, which is off at {info.base_url} ({off}); drop "
+            f"cached_prefix_tokens, or start the engine with its cache on "
+            f"(--tokperf-server-arg)"
         )
     samples: list[Sample] = []
     aggregates: list[float] = []

@@ -11,7 +11,7 @@ database was opened: a measured result is never traded for a traceback.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_tokperf.bench.models import ModelFiles
@@ -28,6 +28,9 @@ class Recorder:
     location: Path | None
     pytest_version: str | None = None
     models: ModelFiles = field(default_factory=ModelFiles)
+    run_id_preset: str | None = None
+    """The run id to store (chosen before the first result: the run's prompt salts derive
+    from it); None: a new one at the first result."""
     _run: RunInfo | None = field(default=None, init=False)
     journal: Journal | None = field(default=None, init=False)
     unstored: list[str] = field(default_factory=list, init=False)
@@ -64,7 +67,7 @@ class Recorder:
         """The identity of the model ``result`` was measured on: from its file (parsed once
         per run), else what the engine says about it (``identity``), else its bare name."""
         key = str(path) if path is not None else (result.engine.model_path or "")
-        if key and Path(key).is_file():
+        if key and Path(key).exists():  # a GGUF file or a Hugging Face folder
             return self.models.info(Path(key))
         said = identity() if identity is not None else None
         if said is not None:
@@ -90,9 +93,12 @@ class Recorder:
 
         store = self.store
         if self._run is None:
-            self._run = collect_run_info(pytest_version=self.pytest_version)
-            self.journal = Journal.beside(self.location, self._run)
-            self._try(lambda: store.begin_run(self._run) if self._run else None)
+            run = collect_run_info(pytest_version=self.pytest_version)
+            if self.run_id_preset is not None:
+                run = replace(run, run_id=self.run_id_preset)
+            self._run = run
+            self.journal = Journal.beside(self.location, run)
+            self._try(lambda: store.begin_run(run))
         model = self.model(model_path, result, identity)
         efficiency = decode_efficiency(result, ceiling)
         created_at = utc_now()

@@ -14,6 +14,8 @@ assembles an engine session, ceilings, a results store and a regression gate. A 
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +72,17 @@ def check_report_paths(settings: Settings) -> None:
             path.unlink(missing_ok=True)
 
 
+SALTS_PER_BENCH = 10**6
+"""Salts one ``TokBench`` may use (1000 per call, ``TokBench._next_options``)."""
+
+
+def salt_seed(run_id: str) -> int:
+    """The first prompt salt of the run whose stored id is ``run_id``: one of 2**24 starts,
+    each with room for 1000 ``TokBench`` values; the same run id gives the same prompts."""
+    digest = hashlib.sha256(run_id.encode()).digest()
+    return int.from_bytes(digest[:3], "big") * SALTS_PER_BENCH * 1000
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """One result as the run recorded it: where it was stored and how the gate saw it.
@@ -116,6 +129,11 @@ class BenchRun:
     _problems_seen: int = field(default=0, init=False)
     _identity_asked: bool = field(default=False, init=False)
     _identity: ModelInfo | None = field(default=None, init=False)
+    salt_seed: int = 0
+    """Where this run's prompt salts start (``salt_seed``: from the stored run id), so no
+    prompt of this run is a prefix of another run's and an engine's prompt cache serves
+    no "cold" prompt from an earlier session."""
+    _benches: int = field(default=0, init=False)
 
     @classmethod
     def open(
@@ -152,6 +170,8 @@ class BenchRun:
             check_report_paths(settings)
         recorder = Recorder.open(settings.db, pytest_version, models) if settings.active \
             else Recorder.disabled()
+        run_id = str(uuid.uuid4())
+        recorder.run_id_preset = run_id
         return cls(
             settings=settings,
             session=EngineSession(settings=settings, log_dir=log_dir, progress=progress,
@@ -164,6 +184,7 @@ class BenchRun:
                                    calibration=settings.bandwidth_file),
             recorder=recorder,
             gate=gate,
+            salt_seed=salt_seed(run_id),
         )
 
     def tok_bench(
@@ -200,12 +221,15 @@ class BenchRun:
 
             return revise
 
+        # Each TokBench its own salts: a later test's prompts never start like an earlier's
+        salt_base = self.salt_seed + SALTS_PER_BENCH * self._benches
+        self._benches += 1
         return cls(
             engine=self.session.engine,
             record=record,
             repetitions=s.repetitions if repetitions is None else repetitions,
             warmup=s.warmup if warmup is None else warmup,
-            options=MeasureOptions.of(s),
+            options=replace(MeasureOptions.of(s), salt_base=salt_base),
             max_repetitions=s.max_repetitions,
             ceiling_for=lambda result: self.ceilings.ceiling_for(result, self.session.model_path),
             before_measure=self.ceilings.probe,

@@ -59,6 +59,25 @@ def check_model_file(path: Path, source: str) -> None:
         raise ConfigError(f"{source}: {exc}") from exc
 
 
+HF_ENGINES = ("mlx", "vllm")
+"""Engines that load a Hugging Face folder: the built-in models are written as one."""
+
+
+def local_model(path: Path) -> Path:
+    """The model a local ``--tokperf-model`` names: a GGUF file, or the Hugging Face folder
+    of a path inside one (``DIR/model.safetensors`` -> ``DIR``)."""
+    from pytest_tokperf.model.hf_file import hf_folder, is_hf_folder
+
+    return hf_folder(path) if is_hf_folder(path) else path
+
+
+def no_gpu() -> bool:
+    """No NVIDIA driver here: vLLM is started on its CPU platform."""
+    import shutil
+
+    return shutil.which("nvidia-smi") is None
+
+
 @dataclass
 class EngineSession:
     """Owns one engine for a session: attach by URL or start llama-server."""
@@ -112,8 +131,10 @@ class EngineSession:
         name = s.engine or "llama-server"
         if s.url is not None:
             candidate = Path(s.model).expanduser()
-            if s.model not in BUILTIN_MODELS and candidate.is_file():
-                self._model_path = candidate  # the attached engine's model, for the ceiling
+            if s.model not in BUILTIN_MODELS and candidate.exists():
+                # the attached engine's model (a GGUF, or a Hugging Face folder or a file
+                # in one), for the ceiling and the model's identity
+                self._model_path = local_model(candidate)
             engine = self._make(name, s.url, ())
             if not engine.ready():
                 engine.close()
@@ -254,6 +275,18 @@ class EngineSession:
         end = time.monotonic() + s.startup_timeout
         binary = find_binary(name, s.server_bin)
         model = None if s.model in BUILTIN_MODELS else s.model
+        if name in HF_ENGINES and s.model in BUILTIN_MODELS:
+            from pytest_tokperf.model.hf_writer import cached_hf_model
+            from pytest_tokperf.model.writer import MAIN_MODEL, TEST_MODEL
+
+            if self.progress is not None:
+                self.progress(f"model: generating or reusing the '{s.model}' model as a "
+                              "Hugging Face folder")
+            self._model_path = cached_hf_model(MAIN_MODEL if s.model == "main" else TEST_MODEL)
+            model = str(self._model_path)
+        elif model is not None and Path(model).expanduser().exists():
+            self._model_path = local_model(Path(model).expanduser())
+            model = str(self._model_path)
         help_text = ""
         if name in HELP_ARGS:
             if self.progress is not None:
@@ -261,7 +294,7 @@ class EngineSession:
             help_text = read_help(name, binary, min(HELP_TIMEOUT_S, s.startup_timeout))
         plan = launch_plan(name, model=model, port=s.port or free_port(), binary=binary,
                            extra_args=s.server_args, help_text=help_text,
-                           parallel=s.parallel, context_size=s.ctx_size)
+                           parallel=s.parallel, context_size=s.ctx_size, cpu=no_gpu())
         clean = " ".join(plan.clean)
         if name in HELP_ARGS and not help_text:
             clean = f"none: {binary.name} printed no help"
@@ -270,17 +303,35 @@ class EngineSession:
                               "a clean measurement needs")
         if self.progress is not None:
             self.progress(f"starting {plan.shown}")
-        self._server = start_planned(
-            plan, self.log_dir / f"{name}-{os.getpid()}.log", end - time.monotonic()
-        )
-        pairs = self._settings_pairs()
+        log_path = self.log_dir / f"{name}-{os.getpid()}.log"
+        if name == "vllm":
+            # vLLM leaves a vllm_dist_* file in the temp folder at every start and writes
+            # its compile cache under ~/.cache/vllm: both go where tokperf keeps its own
+            from pytest_tokperf.paths import cache_root
+
+            scratch = self.log_dir / f"vllm-tmp-{os.getpid()}"
+            scratch.mkdir(parents=True, exist_ok=True)
+            plan = replace(plan, env=(*plan.env, ("TMPDIR", str(scratch)),
+                                      ("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))))
+        self._server = start_planned(plan, log_path, end - time.monotonic())
+        # Only what the engine received: mlx_lm.server has no threads, context or
+        # parallel flag, so none of tokperf's values for them is stored as its setting.
+        pairs = dict(plan.applied)
+        if s.server_args:
+            pairs["server_args"] = " ".join(s.server_args)
         if clean:
-            pairs = tuple(sorted((*pairs, ("clean_flags", clean))))
-        return self._make(name, plan.url, pairs)
+            pairs["clean_flags"] = clean
+        if not plan.detaches:
+            pairs["log_path"] = str(log_path)
+        return self._make(name, plan.url, tuple(sorted(pairs.items())))
 
     def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
         s = self.settings
-        model = None if s.model in BUILTIN_MODELS or name == "llama-server" else s.model
+        # A local path is never sent as a model name: mlx_lm would try to load it as a new
+        # model, vLLM knows its model by the --model string it was given; with none asked
+        # for, each serves (and names) the one it loaded.
+        model = None if (s.model in BUILTIN_MODELS or name == "llama-server"
+                         or Path(s.model).expanduser().exists()) else s.model
         return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
                              registry=self.registry, idle_timeout_s=s.idle_timeout,
                              api_key=s.api_key, max_body_bytes=s.max_body)

@@ -33,21 +33,34 @@ def _verb(name: str) -> Callable[[Handler], Handler]:
 def _make_model(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from pytest_tokperf.model.spec import MAIN_MODEL, TEST_MODEL, parse_size, spec_for_size
+    from pytest_tokperf.model.spec import (
+        ENGINES_MODEL,
+        MAIN_MODEL,
+        TEST_MODEL,
+        parse_size,
+        spec_for_size,
+    )
     from pytest_tokperf.model.writer import cached_model, write_model
 
+    presets = {"main": MAIN_MODEL, "test": TEST_MODEL, "engines": ENGINES_MODEL}
     if args.size:
         spec = spec_for_size(parse_size(args.size), tensor_type=args.type)
     else:
-        spec = replace(TEST_MODEL if args.preset == "test" else MAIN_MODEL, tensor_type=args.type)
+        spec = replace(presets[args.preset], tensor_type=args.type)
     overrides = {k: v for k, v in (("n_layer", args.layers), ("n_embd", args.width),
                                    ("n_vocab", args.vocab)) if v is not None}
     if overrides:
         spec = replace(spec, **overrides)
-    path = write_model(spec, Path(args.output)) if args.output else cached_model(spec)
-    size = path.stat().st_size
-    emit(args, {"path": str(path), "bytes": size, "spec": asdict(spec)},
-          f"{path} ({size / 1e6:.1f} MB)")
+    if args.format == "hf":
+        from pytest_tokperf.model.hf_writer import cached_hf_model, write_hf_model
+
+        path = write_hf_model(spec, Path(args.output)) if args.output else cached_hf_model(spec)
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    else:
+        path = write_model(spec, Path(args.output)) if args.output else cached_model(spec)
+        size = path.stat().st_size
+    emit(args, {"path": str(path), "bytes": size, "format": args.format, "spec": asdict(spec)},
+         f"{path} ({size / 1e6:.1f} MB)")
     return 0
 
 
@@ -55,6 +68,7 @@ def _make_model(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.footprint import estimate_footprint, footprint
     from pytest_tokperf.model.gguf_file import load_gguf
+    from pytest_tokperf.model.hf_file import hf_footprint, is_hf_folder, load_hf
     from pytest_tokperf.model.spec import parse_size
     from pytest_tokperf.prediction import (
         footprint_from_file_size,
@@ -69,7 +83,12 @@ def _predict(args: argparse.Namespace) -> int:
     if args.expert_params and not args.params:
         raise ConfigError("--expert-params prices the experts of a --params estimate; a GGUF "
                           "(--model) has them already, a --size cannot tell them apart")
-    if args.model:
+    if args.model and is_hf_folder(Path(args.model)):
+        hf = load_hf(Path(args.model))
+        fp = hf_footprint(hf, depth_tokens=args.depth)
+        if args.quant is None:  # the folder's own dtype sets the band
+            quant = hf.config_dtype or "F16"
+    elif args.model:
         model = load_gguf(Path(args.model))
         fp = footprint(model, depth_tokens=args.depth, kv_type=args.kv_type)
         if args.quant is None:  # the file's own type sets the band
@@ -134,12 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    p = verbs.add_parser("make-model", help="write a random-weight GGUF model",
-                         description="Write a llama-architecture GGUF with random weights and a "
-                         "synthetic vocabulary that llama-server loads: no downloads. Without "
+    p = verbs.add_parser("make-model", help="write a random-weight model (GGUF or HF folder)",
+                         description="Write a llama-architecture model with random weights, "
+                         "no downloads: a GGUF with a synthetic vocabulary that llama-server "
+                         "loads, or (--format hf) the same shape as a Hugging Face folder "
+                         "(model.safetensors, config.json, a tokenizer trained here with "
+                         "`tokenizers`, a chat template) that mlx_lm and vLLM load. Without "
                          "--output it goes to the model cache, keyed by shape.")
-    p.add_argument("--preset", choices=["main", "test"], default="main",
-                   help="main: ~1.1 GB, memory-bound; test: tens of MB (default: main)")
+    p.add_argument("--format", choices=["gguf", "hf"], default="gguf",
+                   help="gguf: one .gguf file (llama-server); hf: a Hugging Face folder "
+                   "(mlx_lm, vLLM; F16 or F32 only) (default: gguf)")
+    p.add_argument("--preset", choices=["main", "test", "engines"], default="main",
+                   help="main: ~1.1 GB, memory-bound; test: tens of MB; engines: ~10 MB, 4 "
+                   "layers x 256 wide, what the real-engine tests serve (default: main)")
     p.add_argument("--size", help="target file size instead of a preset, e.g. 1GB, 500MB")
     p.add_argument("--type", default="F16", choices=["F16", "F32", "Q8_0"], help="tensor type")
     p.add_argument("--layers", type=int, help="number of layers")
@@ -156,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="catalog name (e.g. 'RTX 4090', 'Apple M4 Max') or a bandwidth "
                    "('1008GB/s')")
     p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
-    p.add_argument("--model", help="GGUF file: bytes per token from its tensors")
+    p.add_argument("--model", help="GGUF file, or Hugging Face folder (safetensors): bytes "
+                   "per token from its tensors")
     p.add_argument("--params", type=float, help="total parameters, e.g. 8e9 (no file)")
     p.add_argument("--active-params", type=float, help="MoE: parameters active per token")
     p.add_argument("--expert-params", type=float, help="MoE: all routed expert weights, priced "

@@ -77,6 +77,15 @@ def model_identity(engine: Engine) -> ModelInfo | None:
         return None
 
 
+def prompt_cache_off(engine: Engine) -> str | None:
+    """Why ``engine``'s prompt (prefix) cache is known to be off (the flag tokperf started
+    it with, what it reports), or None: on, or not known. Optional, like ``model_identity``:
+    a warm workload is refused up front where it cannot be warm."""
+    says = getattr(engine, "prompt_cache_off", None)
+    found = says() if callable(says) else None
+    return found if isinstance(found, str) else None
+
+
 class HttpAdapter:
     """What every built-in adapter holds: its URL, a client without keep-alive, the
     settings tokperf started the engine with, and the model asked for (None: the one

@@ -5,19 +5,29 @@ and the real count is recorded. With ``stream_options.include_usage`` one extra 
 (``object: "chat.completion"`` even for text completions) carries ``usage`` with
 ``prompt_tokens_details.cached_tokens`` from its LRU prompt cache, then ``[DONE]``.
 A chunk can hold several tokens (text held back while it may still match a stop
-sequence); ``: keepalive`` comments arrive during long prompts. The server reports no
-timings of its own.
+sequence or finish a UTF-8 character); ``: keepalive`` comments arrive during long
+prompts. The server sends no timings, but at ``--log-level DEBUG`` (tokperf starts it
+so) it logs each generated token's text on its own timestamped line (``logging.debug(
+gen.text)`` in the generation loop): ``log_decode`` reads the last request's lines from
+the log tokperf keeps, the engine's own decode clock, to the millisecond.
 
-Identity: ``system_fingerprint`` is ``<mlx_lm>-<mlx>-<platform>-<gpu arch>``, read from
-one tiny non-streamed request. Without ``--tokperf-model`` no ``model`` is sent and the
-server uses its ``--model`` (``/v1/models`` lists the whole HF cache, so its first entry
-says nothing about what is loaded).
+Identity: ``system_fingerprint`` is ``<mlx_lm>-<mlx>-<platform>-<arch>``, read from
+one tiny non-streamed request; ``<arch>`` is ``mx.device_info()["architecture"]`` of the
+default device: ``applegpu_*`` on Metal, the CPU's (``x86_64``, ``arm64``) on mlx's CPU
+backend, stored as the ``device`` setting. Without a model name no ``model`` is sent and
+the server uses its ``--model`` (``/v1/models`` lists the whole HF cache, so its first
+entry says nothing about what is loaded, and raises without one). The served model is
+told apart by what it generates: ``model_identity`` hashes the greedy continuation and
+the prompt count of a fixed prompt, so two models behind one URL get two series.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -26,7 +36,7 @@ from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.engines.wire import json_field, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import EngineInfo
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 _VERSION = re.compile(r"^\d+(\.\d+)+\w*$")
 
@@ -49,9 +59,41 @@ def parse_fingerprint(text: str | None) -> Fingerprint | None:
     return Fingerprint(parts[0], parts[1], "-".join(parts[2:-1]), parts[-1])
 
 
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) - (\w+) - (.*)$")
+_STARTS = ("Starting stream:", "Starting completion:")
+_NOT_TOKENS = ("Incoming Request Body", "Outgoing Response")
+
+
+def log_decode(text: str) -> tuple[int, float] | None:
+    """(tokens, seconds from the first to the last) of the last generation in an
+    ``mlx_lm.server --log-level DEBUG`` log; None without two token lines."""
+    times: list[float] | None = None
+    for line in text.splitlines():
+        match = _LOG_LINE.match(line)
+        if match is None or match.group(3) != "DEBUG":
+            continue
+        message = match.group(4)
+        if message.startswith(_STARTS):
+            times = []
+        elif times is not None and not message.startswith(_NOT_TOKENS):
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+            times.append(stamp.timestamp() + int(match.group(2)) / 1000)
+    if not times or len(times) < 2:
+        return None
+    return len(times), times[-1] - times[0]
+
+
+IDENTITY_PROMPT = "tokperf model identity: time year people way day"
+"""What ``model_identity`` asks every mlx_lm model to continue (greedy, 8 tokens)."""
+
+
 class MLX(OpenAICompatible):
     name = "mlx"
     display = "mlx_lm.server"
+
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self._probe: str | None = None
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/health",
@@ -69,10 +111,47 @@ class MLX(OpenAICompatible):
             return self.unknown_model(f"HTTP {status}: {error_text(body)}")
         return None
 
+    def generate(self, request: GenerationRequest) -> Generation:
+        """The stream's generation, with the decode time mlx_lm logged for it when
+        tokperf keeps its log (and the log counted the same tokens as ``usage``)."""
+        log_path = dict(self._settings).get("log_path")
+        offset = _size(log_path)
+        generation = super().generate(request)
+        if log_path is None or generation.engine is None:
+            return generation
+        try:
+            with open(log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return generation
+        found = log_decode(text)
+        if found is None or found[0] != generation.generated_tokens:
+            return generation
+        return replace(generation, engine=replace(generation.engine, decode_s=found[1]))
+
+    def prompt_cache_off(self) -> str | None:
+        args = (dict(self._settings).get("clean_flags", "") + " "
+                + dict(self._settings).get("server_args", "")).split()
+        for flag, value in zip(args, args[1:]):
+            if flag == "--prompt-cache-size" and value == "0":
+                return "started with --prompt-cache-size 0"
+        return None
+
+    def model_identity(self) -> ModelInfo | None:
+        """The served model as its output tells it (mlx_lm names it only ``default_model``):
+        the greedy continuation of a fixed prompt and its prompt token count, hashed."""
+        self._fingerprint_now()
+        if self._probe is None:
+            return None
+        digest = hashlib.sha256(self._probe.encode()).hexdigest()[:16]
+        return ModelInfo(file_name=f"{self.model() or 'default_model'} (output {digest})")
+
     def _fingerprint_now(self) -> str | None:
         if self._fingerprint is None:
             url = f"{self.base_url}/v1/completions"
-            body: dict[str, Any] = {"prompt": "Hello", "max_tokens": 1, "stream": False}
+            body: dict[str, Any] = {"prompt": IDENTITY_PROMPT, "max_tokens": 8,
+                                    "temperature": 0.0, "stream": False}
             if self.model() is not None:
                 body["model"] = self.model()
             try:
@@ -89,6 +168,11 @@ class MLX(OpenAICompatible):
                 data = None
             if isinstance(data, dict) and isinstance(data.get("system_fingerprint"), str):
                 self._fingerprint = data["system_fingerprint"]
+                choices = data.get("choices") or [{}]
+                text = choices[0].get("text") if isinstance(choices[0], dict) else None
+                usage = data.get("usage")
+                prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+                self._probe = f"{text!r} {prompt!r}"
         return self._fingerprint
 
     def info(self) -> EngineInfo:
@@ -100,8 +184,14 @@ class MLX(OpenAICompatible):
                 self._client,
             )
         settings = dict(self._settings)
+        settings.pop("log_path", None)  # read per request; a per-process path is not identity
         settings["mlx_version"] = fingerprint.mlx
         settings["platform"] = fingerprint.platform
+        on_gpu = fingerprint.gpu_arch.startswith("applegpu")
+        settings["device"] = "metal" if on_gpu else "cpu"
+        settings["device_source"] = (
+            f"mlx_lm system_fingerprint: default device architecture {fingerprint.gpu_arch!r}"
+            f" ({'Metal GPU' if on_gpu else 'mlx CPU backend'})")
         settings["speculative"] = "unknown: mlx_lm.server does not report --draft-model"
         return EngineInfo(
             name=self.name,
@@ -112,3 +202,10 @@ class MLX(OpenAICompatible):
             model_name=self.model() or "default_model",
             settings=tuple(sorted(settings.items())),
         )
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0

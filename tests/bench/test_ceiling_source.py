@@ -151,7 +151,7 @@ def test_missing_model_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     assert source.ceiling_for(make_result(engine=make_engine(model_path=None)), None) is None
     missing = make_result(engine=make_engine(model_path=str(tmp_path / "gone.gguf")))
     assert source.ceiling_for(missing, None) is None
-    assert any("did not say where its model file is" in p for p in source.problems)
+    assert any("did not say where its model is" in p for p in source.problems)
     assert any("gone.gguf' is not readable" in p for p in source.problems)
 
 

