@@ -443,7 +443,7 @@ def _alive(pid: int) -> bool:
 
 
 def processes() -> int:
-    from pytest_tokperf.launch import helpers
+    from pytest_tokperf import helper_runs as helpers
     from pytest_tokperf.launch.process import start_server
 
     left = 0

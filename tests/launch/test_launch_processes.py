@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.errors import EngineUnavailable
-from pytest_tokperf.launch import helpers
+from pytest_tokperf import helper_runs as helpers
 from pytest_tokperf.helper_runs import run_helper
 from pytest_tokperf.launch.process import (
     LaunchSpec,
