@@ -125,6 +125,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    __version__: str
     from pytest_tokperf.bench.fixture import SpeculativeOutcome, TokBench, TokBenchResult
     from pytest_tokperf.bench.run import BenchRun, Recorded
     from pytest_tokperf.ceiling import check_efficiency, compute_ceiling, decode_efficiency
@@ -163,7 +164,21 @@ if TYPE_CHECKING:
     from pytest_tokperf.storage.store import ResultStore
 
 
+def _installed_version() -> str:
+    """The version pip installed (the package metadata), ``0+unknown`` when run from a
+    source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-tokperf")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()["__version__"] = _installed_version()
+        return value
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_tokperf' has no attribute {name!r}")

@@ -181,8 +181,11 @@ def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -
                                samples=samples)
 
 
-def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tuple[ResultStore, str]:
-    """A DB with one run per (build, decode level), 5 samples each at CV 1%."""
+def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
+                 test_id: str = "t::decode", speculative: bool = False,
+                 ) -> tuple[ResultStore, str]:
+    """A DB with one run per (build, decode level), 5 samples each at CV 1%;
+    ``speculative``: with a draft model (another series of the same test)."""
     rng = random.Random(seed)
     store = ResultStore.open(db)
     key = ""
@@ -190,7 +193,11 @@ def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tu
         run = make_run(run_id=f"run-{i}", started_at=f"2026-01-{i + 1:02d}T00:00:00+00:00")
         store.begin_run(run)
         result = result_at(build, level, rng)
-        store.record(run.run_id, "t::decode", result, model=make_model(), hardware=make_hardware(),
+        if speculative:
+            engine = dataclasses.replace(result.engine, speculative=True, settings=(
+                *result.engine.settings, ("draft_model", "draft.gguf")))
+            result = dataclasses.replace(result, engine=engine)
+        store.record(run.run_id, test_id, result, model=make_model(), hardware=make_hardware(),
                      ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
-        key = series_key("t::decode", result, make_model())
+        key = series_key(test_id, result, make_model())
     return store, key

@@ -14,10 +14,11 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_tokperf.cli.common import DEFAULT_DB, JSON
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 if TYPE_CHECKING:
@@ -31,9 +32,9 @@ _LISTS = (("prompt", "prompt tokens", "64"), ("generate", "generated tokens", "1
           ("warm", "cached prefix tokens primed before each request (0 = cold)", "0"))
 
 
-def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
+def add_parser(verbs: Any) -> None:
     p = verbs.add_parser(
-        "bench", help="measure workloads on an engine without pytest (like llama-bench)",
+        "bench", parents=[JSON], help="measure workloads on an engine without pytest (like llama-bench)",
         description="Measure every combination of the comma-separated lists on one engine "
         "(started llama-server by default, or --url), with the decode ceiling; results go to "
         "the results DB as they finish. Exit 1 when a workload fails or misses --min-efficiency.")
@@ -63,9 +64,9 @@ def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace
     p.add_argument("--device", metavar="DEVICE", help="where the engine runs, for the ceiling: "
                    "cpu, cuda:N, metal, rocm:N, vulkan:N (default: what the engine reports)")
     p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
-    p.add_argument("--db", help="results DB (default .tokperf/results.db; 'off' writes nothing)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("bench", bench)
+    p.add_argument("--db", metavar="PATH",
+                   help=f"results DB (default {DEFAULT_DB}; 'off' writes nothing)")
+    p.set_defaults(func=bench)
 
 
 def _numbers(text: str, flag: str, minimum: int) -> list[int]:

@@ -138,7 +138,7 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
 
 def dump_run(db: Path, run_id: str) -> str:
     """The text form of one stored run (see the module docstring)."""
-    with ResultStore.open(db) as store:
+    with ResultStore.open_read_only(db) as store:
         found = list(read_runs(store, [run_id]))
     if not found:
         raise StorageError(f"no run {run_id!r} in {str(db)!r}; `tokperf runs` lists them")
@@ -220,7 +220,7 @@ def export_results(db: Path, fmt: Literal["csv", "json"], out: Path) -> int:
     JSON columns are JSON values in the JSON export and JSON text in the CSV. Samples
     are not exported (``dump_run`` keeps them).
     """
-    with ResultStore.open(db) as store:
+    with ResultStore.open_read_only(db) as store:
         rows = list(export_rows(store))
         header = [c.split(".", 1)[1] for c in _export_columns(store)]
     header[header.index("id")] = "result_id"
@@ -288,10 +288,12 @@ def merge(a: Path, b: Path, out: Path) -> Added:
             raise StorageError(f"merge input {str(source)!r} does not exist")
         if source.resolve() == out.resolve():
             raise StorageError(f"merge output {str(out)!r} is also an input; name a new file")
+    for source in (a, b):  # both are tokperf DBs before the output is created
+        ResultStore.open_read_only(source).close()
     added = Added()
     with ResultStore.open(out) as target:
         for source in (a, b):
-            with ResultStore.open(source) as store:
+            with ResultStore.open_read_only(source) as store:
                 for bundle in read_runs(store):
                     added += add_run(target, bundle)
     return added
