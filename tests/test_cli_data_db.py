@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
-from storage_factory import fill_history
+from storage_factory import fill_history, v6_db
 
 from pytest_tokperf.cli.main import main
 
@@ -73,18 +74,19 @@ def test_no_verb_writes_to_a_foreign_sqlite_file(
 
 
 def test_reading_verbs_leave_an_old_schema_db_as_it_is(
-    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An older tokperf DB is read through a migrated copy in memory, not upgraded."""
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA user_version = 6")  # what a v6 file says (the columns are newer)
-    conn.commit()
-    conn.close()
+    db = tmp_path / "v6.db"
+    v6_db(db)
     before = _digest(db)
     assert main(["history", "--db", str(db)]) == 0
     assert "t::decode" in capsys.readouterr().out
     assert main(["export", "--db", str(db), "-o", str(tmp_path / "e.json"), "--format", "json"]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())[1]["measured_bandwidth_bytes_per_s"] == 64e9
     assert _digest(db) == before
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
 
 
 def test_every_data_verb_takes_db_and_defaults_to_the_bench_db(

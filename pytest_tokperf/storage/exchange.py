@@ -26,6 +26,7 @@ from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
+    PER_RESULT_COLUMNS,
     Row,
     Series,
     dumps,
@@ -198,7 +199,8 @@ def _export_columns(store: ResultStore) -> list[str]:
     db = store.db
     columns = [f"results.{c}" for c in db.table("results").columns_dict if c != "environment_id"]
     columns += [f"runs.{c}" for c in db.table("runs").columns_dict if c != "run_id"]
-    columns += [f"environments.{c}" for c in db.table("environments").columns_dict if c != "id"]
+    columns += [f"environments.{c}" for c in db.table("environments").columns_dict
+                if c != "id" and c not in PER_RESULT_COLUMNS]  # those are on the result
     return [*columns, "series.series_text"]
 
 

@@ -55,6 +55,8 @@ from pytest_tokperf.storage.rows import (
     sample_rows,
     series_of,
     series_row,
+    split_environment,
+    with_result_columns,
 )
 from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -323,9 +325,16 @@ class ResultStore:
         return Stored(self.write("record a result", body), series.key)
 
     def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
-        """Insert one result with its environment, series and samples; call inside ``write``."""
+        """Insert one result with its environment, series and samples; call inside ``write``.
+
+        ``env`` may carry the per-result columns (``rows.PER_RESULT_COLUMNS``, as an
+        ``environment_row`` or an older reference run does): they go on the result row,
+        where the result has none of its own, and the environment is stored once.
+        """
         self.db.table("series").insert(series, ignore=True)
-        result = {**result, "environment_id": self._environment_id(env)}
+        identity, per_result = split_environment(env)
+        result = {**result, **{k: v for k, v in per_result.items() if result.get(k) is None},
+                  "environment_id": self._environment_id(identity)}
         result_id = cast(int, self.db.table("results").insert(result).last_rowid)
         self.db.table("samples").insert_all({**s, "result_id": result_id} for s in samples)
         return result_id
@@ -551,7 +560,9 @@ class ResultStore:
         if not found:
             raise StorageError(f"no result {result_id!r} in {str(self.path)!r}")
         row = found[0]
-        env = self._read("SELECT * FROM environments WHERE id = ?", (row["environment_id"],))[0]
+        env = with_result_columns(
+            self._read("SELECT * FROM environments WHERE id = ?", (row["environment_id"],))[0],
+            row)
         run = self._read("SELECT * FROM runs WHERE run_id = ?", (row["run_id"],))[0]
         samples = self._read(
             "SELECT * FROM samples WHERE result_id = ? ORDER BY repetition", (result_id,)
