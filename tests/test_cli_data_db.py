@@ -3,6 +3,7 @@ untouched, build labels in every form, rows told apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -10,9 +11,19 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from storage_factory import fill_history, v6_db
+from storage_factory import (
+    fill_history,
+    make_ceiling,
+    make_model,
+    make_result,
+    make_run,
+    probed_hardware,
+    v6_db,
+)
 
 from pytest_tokperf.cli.main import main
+from pytest_tokperf.results import Bandwidth
+from pytest_tokperf.storage.store import ResultStore
 
 STEP = [(f"b{i:02d}", 100.0) for i in range(6)] + [(f"b{i:02d}", 88.0) for i in range(6, 12)]
 
@@ -140,3 +151,41 @@ def test_history_sorts_by_test_and_tells_alike_rows_apart(
     lines = capsys.readouterr().out.splitlines()[2:]
     assert [line.split("  ")[0].strip() for line in lines] == [
         "a::first", "a::first +draft", "z::last"]
+
+
+def _record_at(store: ResultStore, run_id: str, test_id: str, bandwidth: Bandwidth,
+               efficiency: float) -> None:
+    store.begin_run(make_run(run_id=run_id))
+    ceiling = dataclasses.replace(make_ceiling(), bandwidth=bandwidth)
+    store.record(run_id, test_id, make_result(), model=make_model(), ceiling=ceiling,
+                 hardware=probed_hardware(bandwidth.bytes_per_s / 1e9),
+                 efficiency=efficiency, verdict="unchecked")
+
+
+def test_history_judges_efficiency_against_the_host_not_the_moment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stored at 124% against a low probe of the moment: shown against what the host
+    reached (64 GB/s): 0 results above 100% without a warning."""
+    with ResultStore.open(tmp_path / "e.db") as store:
+        _record_at(store, "low", "t::a", Bandwidth(31e9, "measured", "probe"), 1.24)
+        _record_at(store, "high", "t::b", Bandwidth(64e9, "measured", "probe"), 0.6)
+    assert main(["history", "--db", str(tmp_path / "e.db"), "--json"]) == 0
+    listed = {r["test_id"]: r["judged_efficiency"] for r in json.loads(capsys.readouterr().out)}
+    assert listed["t::a"]["value"] == pytest.approx(1.24 * 31 / 64)
+    assert listed["t::a"]["stored"] == 1.24 and listed["t::b"]["value"] == 0.6
+    assert main(["history", "--db", str(tmp_path / "e.db")]) == 0
+    out = capsys.readouterr().out
+    assert "124%" not in out and "60%" in out and f"{1.24 * 31 / 64:.0%}" in out
+    assert "judged against that" in out and "64.0 GB/s" in out and "WARNING" not in out
+
+
+def test_history_warns_when_a_datasheet_ceiling_is_beaten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ResultStore.open(tmp_path / "s.db") as store:
+        _record_at(store, "spec", "t::a", Bandwidth(50e9, "catalog", "datasheet"), 1.06)
+    assert main(["history", "--db", str(tmp_path / "s.db"), "t::a"]) == 0
+    out = capsys.readouterr().out
+    assert "106% !" in out
+    assert "WARNING result 1: efficiency 106% is above its ceiling of 50.0 GB/s" in out

@@ -30,7 +30,13 @@ from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
 from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
 from pytest_tokperf.stats.metric import fmt_p, pct
-from pytest_tokperf.storage.history import history_points, series_history
+from pytest_tokperf.storage.history import (
+    JudgedEfficiency,
+    efficiency_notes,
+    history_points,
+    judged_efficiencies,
+    series_history,
+)
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 
@@ -41,6 +47,11 @@ def _open(path: str) -> ResultStore:
 
 def _f(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _eff(judged: JudgedEfficiency) -> str:
+    """``57%``; ``106% !`` above the ceiling (the notes below the table say why)."""
+    return _f(judged.value, ".0%") + (" !" if judged.above_ceiling else "")
 
 
 def _find_series(store: ResultStore, pattern: str | None) -> list[HistoryRow]:
@@ -96,11 +107,14 @@ def history(args: argparse.Namespace) -> int:
     if pattern is None or len(latest) > 1:
         latest = sorted(latest, key=lambda r: (r.test_id, r.series_key))
         labels = series_labels(store, latest)
+        judged = judged_efficiencies(store)
         rows = [(labels[r.series_key], r.series_key[:12], r.engine_build or "-",
-                 _f(r.decode_tokens_per_s), _f(r.efficiency, ".0%"), r.created_at[:19])
+                 _f(r.decode_tokens_per_s), _eff(judged[r.result_id]), r.created_at[:19])
                 for r in latest]
-        emit(args, [{**asdict(r), "label": labels[r.series_key]} for r in latest],
-             table(("test", "series", "latest build", "decode tok/s", "eff", "at"), rows))
+        emit(args, [{**asdict(r), "label": labels[r.series_key],
+                     "judged_efficiency": asdict(judged[r.result_id])} for r in latest],
+             [*table(("test", "series", "latest build", "decode tok/s", "eff", "at"), rows),
+              *efficiency_notes([judged[r.result_id] for r in latest])])
         return 0
     key = latest[0].series_key
     entries = series_history(store, key, DECODE.name, since_accepted=False)
@@ -110,13 +124,14 @@ def history(args: argparse.Namespace) -> int:
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
     gate = store.gate_verdicts(e.row.result_id for e in entries)
     accepted = {a.result_id: a for a in store.acceptances(key)}
+    judged = judged_efficiencies(store)
     run_rows = []
     for e in entries:
         r, verdicts = e.row, {v.metric: v.verdict for v in gate[e.row.result_id]}
         mark = " (accepted)" if r.result_id in accepted else ""
         run_rows.append((r.created_at[:19] + mark, e.point.version, r.hardware_name or "-",
                          _f(statistics.median(e.point.samples)), _f(r.ttft_s * 1e3, ".0f"),
-                         _f(r.efficiency, ".0%"), r.verdict,
+                         _eff(judged[r.result_id]), r.verdict,
                          verdicts.get("decode", "-"), verdicts.get("ttft", "-")))
     notes = [f"accepted level from {a.accepted_at[:19]}"
              + (f" by {a.accepted_by}" if a.accepted_by else "")
@@ -124,12 +139,13 @@ def history(args: argparse.Namespace) -> int:
     emit(args, {"series_key": key, "noise": line, "decode": "engine timings where every "
                 "repetition has them, else the client's",
                 "runs": [{**asdict(e.row), "decode_samples": list(e.point.samples),
+                          "judged_efficiency": asdict(judged[e.row.result_id]),
                           "gate": [asdict(v) for v in gate[e.row.result_id]]} for e in entries],
                 "acceptances": [asdict(a) for a in accepted.values()]},
          [f"series {key} ({latest[0].test_id})",
           *table(("at", "build", "hardware", "decode", "TTFT ms", "eff", "verdict",
                   "gate decode", "gate TTFT"), run_rows),
-          *notes, line])
+          *notes, *efficiency_notes([judged[e.row.result_id] for e in entries]), line])
     return 0
 
 
@@ -206,10 +222,11 @@ def compare(args: argparse.Namespace) -> int:
     verdicts: dict[str, Comparison] = compare_many(
         {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
         {k: current[k] for k in common}, DECODE)
-    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change), v.reason)
+    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change))
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
-          table(("series", "test", "verdict", "decode", "why"), rows))
+         [*table(("series", "test", "verdict", "decode"), rows), "",
+          *(f"{k[:12]} {v.verdict}: {v.reason}" for k, v in verdicts.items())])
     return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
 
 
