@@ -23,6 +23,7 @@ from pytest_tokperf.errors import ConfigError, TokperfError
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.run import BenchRun
+    from pytest_tokperf.settings import Settings
 
 TEST_ID = "tokperf bench"
 """The test id of every result: the workload parameters tell the series apart."""
@@ -48,8 +49,15 @@ def add_parser(verbs: Any) -> None:
                    "(thinking tokens counted apart)")
     p.add_argument("--draft", metavar="PATH|self|small",
                    help="also run a speculative A/B per prompt/generate/depth with this draft")
-    p.add_argument("-r", "--repetitions", default="5", metavar="N",
-                   help="measured repetitions per workload (default 5)")
+    p.add_argument("-r", "--repetitions", default=None, metavar="N",
+                   help="measured repetitions per workload: exactly N, as llama-bench's -r "
+                   "(default: adaptive, as the plugin: from --min-repetitions until the decode "
+                   "interval is within --target-interval, at most --max-repetitions)")
+    p.add_argument("--target-interval", metavar="F",
+                   help="adaptive: stop once the 95%% interval of the mean decode is within "
+                   "+/- this fraction (default 0.02)")
+    p.add_argument("--min-repetitions", metavar="N", help="adaptive: at least N (default 3)")
+    p.add_argument("--max-repetitions", metavar="N", help="adaptive: at most N (default 10)")
     p.add_argument("--warmup", default="1", metavar="N",
                    help="discarded warm-up runs per workload (default 1)")
     p.add_argument("--engine", default="llama-server", help="engine to measure")
@@ -83,12 +91,13 @@ def _numbers(text: str, flag: str, minimum: int) -> list[int]:
     return values
 
 
-def bench(args: argparse.Namespace) -> int:
+def bench_settings(args: argparse.Namespace) -> Settings:
+    """The plugin's settings from ``tokperf bench``'s arguments: the same resolution
+    (CLI, then PYTEST_TOKPERF_* environment, then defaults), so repetitions are adaptive
+    unless ``-r`` fixes them, as with ``pytest --tokperf-engine``."""
     from pytest_tokperf import settings as settings_mod
-    from pytest_tokperf.bench.run import BenchRun
 
-    lists = {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
-                            2 if name == "generate" else 1) for name, _, _ in _LISTS}
+    lists = _lists(args)
     needed = max(d + p + n for d in lists["depth"] for p in lists["prompt"] for n in lists["generate"])
     cli = {"engine": args.engine, "url": args.url, "model": args.model, "threads": args.threads,
            "server_bin": args.server_bin, "bandwidth": args.bandwidth, "db": args.db,
@@ -96,9 +105,23 @@ def bench(args: argparse.Namespace) -> int:
            "min_efficiency": args.min_efficiency, "draft_model": args.draft,
            "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,
+           "target_interval": args.target_interval, "min_repetitions": args.min_repetitions,
+           "max_repetitions": args.max_repetitions,
            "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
-    settings = settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
-                                    rootdir=Path.cwd())
+    return settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
+                                rootdir=Path.cwd())
+
+
+def _lists(args: argparse.Namespace) -> dict[str, list[int]]:
+    return {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
+                           2 if name == "generate" else 1) for name, _, _ in _LISTS}
+
+
+def bench(args: argparse.Namespace) -> int:
+    from pytest_tokperf.bench.run import BenchRun
+
+    lists = _lists(args)
+    settings = bench_settings(args)
 
     def progress(message: str) -> None:
         if not args.json:
