@@ -189,6 +189,12 @@ class JudgedEfficiency:
     def above_ceiling(self) -> bool:
         return self.value is not None and self.value > 1.0
 
+    def ceiling(self, stored_ceiling: float | None) -> float | None:
+        """The decode ceiling ``value`` is judged against, from the stored one."""
+        if stored_ceiling is None or not self.rejudged or not self.value or not self.stored:
+            return stored_ceiling
+        return stored_ceiling * self.stored / self.value
+
 
 def judged_efficiencies(store: ResultStore) -> dict[int, JudgedEfficiency]:
     """Per result id, its efficiency against the host's reached bandwidth (see
