@@ -58,6 +58,7 @@ def add_parser(verbs: Any) -> None:
                    "+/- this fraction (default 0.02)")
     p.add_argument("--min-repetitions", metavar="N", help="adaptive: at least N (default 3)")
     p.add_argument("--max-repetitions", metavar="N", help="adaptive: at most N (default 10)")
+    p.add_argument("--columns", metavar="N", help="width of the summary table (default 120)")
     p.add_argument("--warmup", default="1", metavar="N",
                    help="discarded warm-up runs per workload (default 1)")
     p.add_argument("--engine", default="llama-server", help="engine to measure")
@@ -106,7 +107,7 @@ def bench_settings(args: argparse.Namespace) -> Settings:
            "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,
            "target_interval": args.target_interval, "min_repetitions": args.min_repetitions,
-           "max_repetitions": args.max_repetitions,
+           "max_repetitions": args.max_repetitions, "columns": args.columns,
            "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
     return settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
                                 rootdir=Path.cwd())
@@ -175,7 +176,7 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
                           "db": str(location) if location else None},
                          indent=2, default=str))
         return
-    for line in summary_table(rows):
+    for line in summary_table(rows, columns=run.settings.columns, option="--columns"):
         print(line)
     gated = [f for f in run.findings if f.comparison.n_baseline > 0]
     if gated:
