@@ -62,3 +62,18 @@ def test_a_closed_pipe_ends_quietly() -> None:
         os.close(write)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
+    from pytest_tokperf.cli.common import DEFAULT_DB
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if a.dest == "verb").choices
+    flags = {name: {f for a in sub._actions for f in a.option_strings}
+             for name, sub in verbs.items()}
+    assert all("--json" in f for f in flags.values())
+    results = dict(GROUPS)["results"]
+    for name in (*results, "bench", "compare-builds", "bisect"):
+        assert "--db" in flags[name], name
+    assert parser.parse_args(["compare-builds", "1", "2"]).db == DEFAULT_DB
+    assert parser.parse_args(["bisect", "--good", "1", "--bad", "2"]).db == DEFAULT_DB

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DEFAULT_DB, JSON
+from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
 
@@ -271,8 +271,6 @@ def add_parsers(verbs: Any) -> None:
     p.set_defaults(func=install_engine)
 
     def run_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", default=DEFAULT_DB,
-                       help=f"results DB shared by every session ({DEFAULT_DB})")
         p.add_argument("--metric", action="append", choices=["decode", "ttft"],
                        help="judge only this metric (repeatable; default: decode and ttft): "
                        "decode: generated tok/s (higher is better); ttft: time to first token "
@@ -281,10 +279,10 @@ def add_parsers(verbs: Any) -> None:
         p.add_argument("--min-effect", type=float, default=None,
                        help="smallest relative change that counts (default: the metric's, 0.05)")
         _build_options(p)
-        p.set_defaults(pytest_args=[])
+        p.set_defaults(pytest_args=[], db=DEFAULT_DB)  # --db from cli.common.DB
 
     p = verbs.add_parser(
-        "compare-builds", parents=[JSON], help="the same benchmarks on two llama-server builds, interleaved",
+        "compare-builds", parents=[DB, JSON], help="the same benchmarks on two llama-server builds, interleaved",
         description="Run the pytest selection on build A and build B in alternating "
         "sessions (A B A B ...) into one results DB, then print per test and metric the "
         "regression judge's verdict on B against A beside the plain ratio of means. A build "
@@ -298,7 +296,7 @@ def add_parsers(verbs: Any) -> None:
     p.set_defaults(func=compare_builds)
 
     p = verbs.add_parser(
-        "bisect", parents=[JSON], help="find the first release where a benchmark got slower",
+        "bisect", parents=[DB, JSON], help="find the first release where a benchmark got slower",
         description="Binary search over the registry's releases from --good to --bad, "
         "building as needed; each step is judged by the regression statistics, and a step "
         "that stays inconclusive gets more sessions (up to --max-sessions), never a guess. "
