@@ -39,7 +39,7 @@ def test_summary_fits_120_columns_and_names_what_it_left_out() -> None:
     assert any(line.startswith("note: ") for line in lines)
     short = summary_table(_rows()[1:])  # a plain workload keeps more
     assert max(len(line) for line in short) <= 120
-    assert "ceiling" in short[0] and "gate" in short[0] and "TTFT bound" not in short[0]
+    assert "engine decode" in short[0] and "TTFT bound" not in short[0]
 
 
 def test_wide_terminal_shows_every_column() -> None:
