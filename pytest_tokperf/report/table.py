@@ -173,7 +173,8 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
     left_out = [name for i, name in enumerate(_HEADER) if i not in kept]
     if left_out:
         out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
-                             f"{option} 250 shows them)", columns, subsequent_indent=" ")
+                             f"{option} 250 shows them)", columns, subsequent_indent=" ",
+                             break_on_hyphens=False)
     notes = []
     for row in rows:
         notes += [f"note: {_short(row.test_id)}: {note}" for note in row.result.notes]
