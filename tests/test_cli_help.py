@@ -66,6 +66,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
     from pytest_tokperf.cli.common import DEFAULT_DB
+    from pytest_tokperf.cli.engines import run_db
 
     parser = build_parser()
     verbs = next(a for a in parser._actions if a.dest == "verb").choices
@@ -75,5 +76,8 @@ def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
     results = dict(GROUPS)["results"]
     for name in (*results, "bench", "compare-builds", "bisect"):
         assert "--db" in flags[name], name
-    assert parser.parse_args(["compare-builds", "1", "2"]).db == DEFAULT_DB
-    assert parser.parse_args(["bisect", "--good", "1", "--bad", "2"]).db == DEFAULT_DB
+    assert run_db(parser.parse_args(["compare-builds", "1", "2"])) == Path(DEFAULT_DB)
+    assert run_db(parser.parse_args(["bisect", "--good", "1", "--bad", "2", "--db", "x.db"])) \
+        == Path("x.db")
+    for argv in (["export", "-o", "x.csv"], ["history"], ["report", "-o", "r.html"]):
+        assert parser.parse_args(argv).db is None  # an unset --db, so a positional DB counts

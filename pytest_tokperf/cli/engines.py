@@ -102,10 +102,18 @@ def _selection(args: argparse.Namespace) -> list[str]:
                       "`tokperf compare-builds 11292 11434 -- benchmarks/test_main.py`")
 
 
+def run_db(args: argparse.Namespace) -> Path:
+    """The DB compare-builds and bisect write: ``--db``, default ``.tokperf/results.db``.
+
+    (Not a ``set_defaults(db=...)``: the shared parent's action object would take that
+    default for every verb.)"""
+    return Path(args.db or DEFAULT_DB)
+
+
 def _runner(args: argparse.Namespace) -> Any:
     from pytest_tokperf.bench.builds import BuildRunner
 
-    return BuildRunner(Path(args.db), _selection(args), progress=_progress,
+    return BuildRunner(run_db(args), _selection(args), progress=_progress,
                        metrics=args.metric or ("decode", "ttft"))
 
 
@@ -162,7 +170,7 @@ def compare_builds(args: argparse.Namespace) -> int:
                      f"{c.p_value:.2g}"))
     emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
           [f"A = {a.label}, B = {b.label}: {args.rounds} sessions each, interleaved; "
-           f"results in {args.db}",
+           f"results in {run_db(args)}",
            *table(("test", "metric", "mean A", "mean B", "B/A", "verdict",
                     "change [interval]", "p"), rows),
            "B/A is the plain ratio of means (compare-llama-bench's figure); the verdict is "
@@ -279,7 +287,7 @@ def add_parsers(verbs: Any) -> None:
         p.add_argument("--min-effect", type=float, default=None,
                        help="smallest relative change that counts (default: the metric's, 0.05)")
         _build_options(p)
-        p.set_defaults(pytest_args=[], db=DEFAULT_DB)  # --db from cli.common.DB
+        p.set_defaults(pytest_args=[])  # --db comes from cli.common.DB: see run_db
 
     p = verbs.add_parser(
         "compare-builds", parents=[DB, JSON], help="the same benchmarks on two llama-server builds, interleaved",
