@@ -58,8 +58,8 @@ def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -
     result.stdout.fnmatch_lines([
         "tokperf: engine llama-server, attach http://127.0.0.1:*, build b11434-pypi-sdist, model *.gguf; results db *r.db",
         "*tokperf*",
-        "test*prompt/gen*TTFT ms*decode tok/s*engine decode*eff*engine build*verdict",
-        "*test_decode*32/48*b11434-pypi-sdist*unchecked*",
+        "test*prompt/gen*TTFT ms*decode tok/s*engine decode*eff*verdict*gate",
+        "*test_decode*32/48*unchecked*",
         "(not shown to fit 120 columns: TTFT bound, *",
         f"results: 1 stored in {db}",
     ])

@@ -93,11 +93,12 @@ _HEADER = (
     "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
     "engine build", "verdict", "gate",
 )
-_LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling", "gate",
-              "prefill tok/s", "engine build", "engine decode")
-"""Columns left out, in this order, until the table fits: the least read first (the
-engine's decode is what efficiency judges where it has one, so it goes last). test,
-prompt/gen, TTFT, decode, efficiency and verdict always stay."""
+_LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling",
+              "prefill tok/s", "engine build", "gate", "engine decode")
+"""Columns left out, in this order, until the table fits: the least read first. The
+build is in the session header already; the gate's verdict and the engine's decode (what
+efficiency judges where the engine times itself) go last. test, prompt/gen, TTFT,
+decode, efficiency and verdict always stay."""
 _SHORT_TEST_WIDTH = 32
 """A test id is cut to this (its end kept) before any column is left out..."""
 _MIN_TEST_WIDTH = 24
