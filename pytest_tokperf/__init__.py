@@ -127,6 +127,7 @@ _PUBLIC: dict[str, str] = {
 __all__ = sorted(_PUBLIC)
 
 if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py checks)
+    __version__: str
     from pytest_tokperf.bench.fixture import (
         SpeculativeOutcome as SpeculativeOutcome,
         TokBench as TokBench,
@@ -201,7 +202,21 @@ if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py
     )
 
 
+def _installed_version() -> str:
+    """The version pip installed (the package metadata), ``0+unknown`` when run from a
+    source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-tokperf")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()["__version__"] = _installed_version()
+        return value
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_tokperf' has no attribute {name!r}")

@@ -391,7 +391,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{warned} of {len(rows)} result{'s' * (len(rows) != 1)} "
             f"{'have' if warned != 1 else 'has'} warnings (the note and ceiling lines below)",
             yellow=True)
-    for line in summary_table(rows):
+    for line in summary_table(rows, columns=state.settings.columns):
         terminalreporter.write_line(line)
     judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
     noisy = [f for f in findings if f.comparison.verdict == "inconclusive"

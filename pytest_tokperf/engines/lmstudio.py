@@ -1,4 +1,4 @@
-"""Adapter for LM Studio's server (shared/reference/engines.md, section 4).
+"""Adapter for LM Studio's server (https://lmstudio.ai/docs/developer/rest/endpoints).
 
 Tokens stream from the OpenAI-compatible ``/v1/completions`` (``stream_options``
 usage where the build sends it; one token per chunk otherwise). LM Studio takes no

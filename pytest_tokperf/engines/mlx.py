@@ -1,4 +1,5 @@
-"""Adapter for Apple MLX's ``mlx_lm.server`` (shared/reference/engines.md, section 5).
+"""Adapter for Apple MLX's ``mlx_lm.server`` (ml-explore/mlx-lm ``mlx_lm/server.py``,
+``mlx_lm/SERVER.md``).
 
 OpenAI-compatible ``/v1/completions``; no ``ignore_eos``, so ``max_tokens`` only caps
 and the real count is recorded. With ``stream_options.include_usage`` one extra chunk

@@ -1,4 +1,4 @@
-"""Adapter for Ollama's native API (shared/reference/engines.md, section 2).
+"""Adapter for Ollama's native API (ollama/ollama ``docs/api.md``, ``api/types.go``).
 
 - ``POST /api/generate`` streams NDJSON, one object per line; only the last one
   (``done: true``) has the metrics, durations in **nanoseconds**, and zero values are

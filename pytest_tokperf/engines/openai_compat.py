@@ -1,6 +1,7 @@
 """Generic adapter for any OpenAI-compatible server: streaming ``POST /v1/completions``.
 
-What it tolerates (shared/reference/engines.md, sections 1, 3-5):
+What it tolerates (the llama-server, vLLM, LM Studio and mlx_lm adapters
+cite their servers' sources):
 - usage only in one extra final chunk with ``choices: []`` (``stream_options.include_usage``),
   or usage on every chunk (vLLM ``continuous_usage_stats``), or no usage at all;
 - several tokens in one chunk: a chunk's token count comes from ``choices[0].token_ids``

@@ -1,4 +1,5 @@
-"""Adapter for SGLang's native ``/generate`` API (shared/reference/engines.md, section 6).
+"""Adapter for SGLang's native ``/generate`` API (sgl-project/sglang
+``docs/basic_usage/native_api.ipynb``, ``srt/entrypoints/http_server.py``).
 
 - Exact counts: ``sampling_params{max_new_tokens: N, min_new_tokens: N, ignore_eos: true}``.
 - Stream: SSE ``data: {"text", "meta_info"}`` ... ``data: [DONE]``. ``text`` is cumulative

@@ -1,4 +1,5 @@
-"""Adapter for vLLM's OpenAI-compatible server (shared/reference/engines.md, section 3).
+"""Adapter for vLLM's OpenAI-compatible server (vLLM
+``entrypoints/openai/completion/protocol.py``; https://docs.vllm.ai/en/latest/features/per_request_metrics).
 
 - Exact counts: ``max_tokens: N`` with ``min_tokens: N`` and ``ignore_eos: true``; the
   prompt is sent as token ids (``/v1/completions`` takes a list of ints), cut to exactly

@@ -8,7 +8,7 @@ result of each series, a series' history with its change points).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.ceiling import decode_efficiency
@@ -25,7 +25,12 @@ from pytest_tokperf.results import (
 )
 from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
 from pytest_tokperf.stats.metric import AGGREGATE
-from pytest_tokperf.storage.history import history_points, version_label
+from pytest_tokperf.storage.history import (
+    JudgedEfficiency,
+    history_points,
+    judged_efficiencies,
+    version_label,
+)
 from pytest_tokperf.storage.store import ResultStore, StoredResult
 
 METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT, AGGREGATE)}
@@ -180,6 +185,12 @@ def figures_from_stored(stored: StoredResult, gate: str = "") -> ResultFigures:
     )
 
 
+def _judged(fig: ResultFigures, judged: JudgedEfficiency) -> ResultFigures:
+    """The figures with the efficiency ``tokperf history`` shows (``judged_efficiencies``)."""
+    return replace(fig, efficiency=judged.value,
+                   ceiling_decode_tokens_per_s=judged.ceiling(fig.ceiling_decode_tokens_per_s))
+
+
 def store_figures(
     store: ResultStore, *, run_id: str | None = None, series_keys: Sequence[str] | None = None
 ) -> list[ResultFigures]:
@@ -194,7 +205,9 @@ def store_figures(
     else:
         rows = [h for s in latest for h in store.history(s.series_key) if h.run_id == run_id]
     gates = store.gate_verdicts(h.result_id for h in rows)
-    figures = [figures_from_stored(store.result(h.result_id), gate_label(gates[h.result_id]))
+    judged = judged_efficiencies(store)
+    figures = [_judged(figures_from_stored(store.result(h.result_id),
+                                           gate_label(gates[h.result_id])), judged[h.result_id])
                for h in rows]
     return sorted(figures, key=lambda f: (f.test_id, f.created_at or ""))
 
@@ -268,10 +281,13 @@ def metric_named(name: str) -> Metric:
 
 
 def load_history(
-    store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None
+    store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None,
+    judged: dict[int, JudgedEfficiency] | None = None,
 ) -> SeriesHistory:
     """A series' whole history (``storage.history``, acceptances included) with the
-    change points ``changepoints`` finds in it."""
+    change points ``changepoints`` finds in it; its ceiling is the one the latest
+    result's efficiency is judged against (``judged``: ``judged_efficiencies(store)``,
+    computed here when not given)."""
     rows = store.history(series_key, 1)
     if not rows:
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
@@ -283,7 +299,8 @@ def load_history(
     return SeriesHistory(
         series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
         points=tuple(points), changes=tuple(change_points(points, metric)),
-        ceiling_decode_tokens_per_s=rows[-1].ceiling_decode_tokens_per_s,
+        ceiling_decode_tokens_per_s=(judged or judged_efficiencies(store))[
+            rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s),
     )
 
 
@@ -294,5 +311,7 @@ def load_histories(
     """``load_history`` for each of ``series_keys`` (default: every series), by test id."""
     keys = ([h.series_key for h in store.latest_per_series()] if series_keys is None
             else list(series_keys))
-    histories = [load_history(store, key, metric=metric, limit=limit) for key in keys]
+    judged = judged_efficiencies(store)
+    histories = [load_history(store, key, metric=metric, limit=limit, judged=judged)
+                 for key in keys]
     return sorted(histories, key=lambda h: (h.test_id, h.title, h.series_key))

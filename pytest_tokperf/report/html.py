@@ -1,20 +1,24 @@
-"""A self-contained HTML report: summary table, changes and the PNG figures inline.
+"""A self-contained HTML report: summary table, changes and the figures inline.
 
-One file with no external URLs and no JavaScript: images are base64 ``data:`` URIs,
-styles are inline, and a Content-Security-Policy forbids loading anything else, so it
-opens the same from a CI artifact, a mail attachment or a disk with no network.
+One file with no external URLs: images are compact PNGs (a 32-colour palette) as base64
+``data:`` URIs, styles are inline, the one script (click a column heading to sort the
+table) is allowed by its hash, and a Content-Security-Policy forbids anything else, so it
+opens the same from a CI artifact, a mail attachment or a disk with no network. Each
+table row links to its series' history figure; the page names the DB by file name only.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.plots import Plot, plot_all
+from pytest_tokperf.report.plots import Plot, history_file_names, plot_all
 from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesChange,
@@ -25,19 +29,51 @@ from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline,
 from pytest_tokperf.stats.comparing import DECODE, Metric
 from pytest_tokperf.storage.store import ResultStore
 
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+SORT_SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th, col) {
+  th.title = "sort by this column";
+  th.addEventListener("click", function () {
+    var table = th.closest("table"), rows = Array.from(table.rows).slice(1);
+    var up = th.dataset.order !== "asc";
+    table.querySelectorAll("th").forEach(function (h) { delete h.dataset.order; });
+    th.dataset.order = up ? "asc" : "desc";
+    function key(row) {
+      var text = row.cells[col].textContent.trim(), n = parseFloat(text.replace(/[^0-9.eE+-]/g, ""));
+      return /^[-+]?[0-9.]/.test(text.replace("\u2212", "-")) && !isNaN(n) ? n : text.toLowerCase();
+    }
+    rows.sort(function (a, b) {
+      var x = key(a), y = key(b);
+      if (typeof x !== typeof y) { x = String(x); y = String(y); }
+      return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+    });
+    rows.forEach(function (row) { table.tBodies[0].appendChild(row); });
+  });
+});
+"""
+"""Sorts the summary table by the clicked column (numbers as numbers), again to reverse."""
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SORT_SCRIPT.encode()).digest()).decode()
+CSP = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+       f"script-src 'sha256-{SCRIPT_HASH}'")
+PALETTE_COLOURS = 32
+"""Colours of an embedded PNG: a plot has few, and a palette PNG is a quarter the size."""
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 .headline { font-size: 16px; margin: 0 0 12px; }
-table { border-collapse: collapse; margin: 8px 0 16px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; }
-th { background: #f0f3f7; text-align: left; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
+td:nth-child(n+3):nth-child(-n+9) { white-space: nowrap; }
+th { background: #f0f3f7; text-align: left; cursor: pointer; }
+th[data-order="asc"]::after { content: " \\25B2"; }
+th[data-order="desc"]::after { content: " \\25BC"; }
+td a { color: inherit; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .v-fail, .v-error, .v-suspect, .v-unstable, .regression { color: #b00020; font-weight: bold; }
 .v-pass, .improvement { color: #1b7f2a; }
 .inconclusive { color: #8a6d00; }
-figure { margin: 16px 0 24px; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr));
+  gap: 8px 24px; }
+figure { margin: 8px 0 16px; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #555; font-size: 13px; }
 .skipped { color: #666; }
@@ -52,13 +88,20 @@ _SECTIONS = (
 )
 
 
-def _table(figures: Sequence[ResultFigures]) -> list[str]:
+def _table(figures: Sequence[ResultFigures], links: Mapping[str, str]) -> list[str]:
     if not figures:
         return ["<p>No results.</p>"]
-    out = ["<table>", "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in SUMMARY_HEADER) + "</tr>"]
+    out = ['<table class="sortable">',
+           "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in SUMMARY_HEADER)
+           + "</tr></thead><tbody>"]
     for fig in figures:
         cells = []
+        anchor = links.get(fig.series_key or "")
         for i, text in enumerate(summary_cells(fig)):
+            if i == 0 and anchor:
+                cells.append(f'<td><a href="#{escape(anchor)}" title="its history figure">'
+                             f"{escape(text)}</a></td>")
+                continue
             css = "num" if i in _NUMERIC else ""
             if i == _VERDICT:
                 css = f"v-{fig.verdict}"
@@ -67,7 +110,7 @@ def _table(figures: Sequence[ResultFigures]) -> list[str]:
             attr = f' class="{css}"' if css else ""
             cells.append(f"<td{attr}>{escape(text)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
+    out.append("</tbody></table>")
     return out
 
 
@@ -89,15 +132,34 @@ def _changes(changes: Sequence[SeriesChange]) -> list[str]:
     return out
 
 
+def compact_png(data: bytes) -> bytes:
+    """The PNG with a ``PALETTE_COLOURS`` palette (Pillow, which matplotlib brings); as
+    it is where Pillow is missing."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return data
+    image = Image.open(io.BytesIO(data)).convert("RGB")
+    out = io.BytesIO()
+    image.quantize(PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT).save(
+        out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def figure_anchor(path: Path) -> str:
+    """The id of a figure in the page: ``fig-`` and its file name without the suffix."""
+    return f"fig-{path.stem}"
+
+
 def _figure(plot: Plot, path: Path) -> str:
     try:
-        data = path.read_bytes()
+        data = compact_png(path.read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read the plot {str(plot.path)!r} to embed it: {exc}") from exc
     uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     caption = escape(plot.title) + (f" — {escape(plot.note)}" if plot.note else "")
-    return (f'<figure><img alt="{escape(plot.title)}" src="{uri}">'
-            f"<figcaption>{caption}</figcaption></figure>")
+    return (f'<figure id="{escape(figure_anchor(path))}"><img alt="{escape(plot.title)}" '
+            f'src="{uri}"><figcaption>{caption}</figcaption></figure>')
 
 
 def render_html(
@@ -107,8 +169,10 @@ def render_html(
     *,
     title: str = "pytest-tokperf report",
     subtitle: str = "",
+    links: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole page as text; each drawn plot's PNG is read and embedded."""
+    """The whole page as text; each drawn plot's PNG is read and embedded. ``links``:
+    per series key, the anchor of its history figure (its table row links there)."""
     setups = sorted({f.setup_label for f in figures})
     body = [
         f"<h1>{escape(title)}</h1>",
@@ -118,12 +182,13 @@ def render_html(
         body.append(f"<p>{escape(subtitle)}</p>")
     if setups:
         body.append(f"<p>Setup: {escape('; '.join(setups))}</p>")
-    body += _table(figures)
+    drawn_anchors = {figure_anchor(p.path) for p in plots if p.path is not None}
+    body += _table(figures, {k: v for k, v in (links or {}).items() if v in drawn_anchors})
     body += _changes(changes)
     drawn = [(p, p.path) for p in plots if p.path is not None]
     if drawn:
-        body.append("<h2>Figures</h2>")
-        body += [_figure(p, path) for p, path in drawn]
+        body += ["<h2>Figures</h2>", '<div class="figures">',
+                 *(_figure(p, path) for p, path in drawn), "</div>"]
     skipped = [p for p in plots if p.skipped]
     if skipped:
         body.append('<ul class="skipped">')
@@ -138,6 +203,7 @@ def render_html(
         f"<style>{_STYLE}</style>",
         "</head><body>",
         *body,
+        f"<script>{SORT_SCRIPT}</script>",
         "</body></html>",
         "",
     ])
@@ -178,8 +244,9 @@ def build_html_report(
     histories = load_histories(store, keys, metric=metric, limit=limit)
     histories.sort(key=lambda h: not h.changes)  # series that stepped come first
     changes = [c for h in histories for c in h.series_changes()] + list(extra_changes)
-    subtitle = f"{store.path}" + (f", run {run_id}" if run_id else "")
+    subtitle = f"{store.path.name}" + (f", run {run_id}" if run_id else "")
+    links = {key: figure_anchor(Path(name)) for key, name in history_file_names(histories).items()}
     with tempfile.TemporaryDirectory(prefix="tokperf-plots-") as tmp:
         plots = plot_all(figures, histories, Path(tmp))
-        html = render_html(figures, changes, plots, title=title, subtitle=subtitle)
+        html = render_html(figures, changes, plots, title=title, subtitle=subtitle, links=links)
     return write_html(html, path)

@@ -9,7 +9,9 @@ a note that says why.
 
 from __future__ import annotations
 
+import re
 import statistics
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from pytest_tokperf.stats.comparing import TTFT
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+    from pytest_tokperf.stats.changepoints import Point
     from matplotlib.figure import Figure
 
 INSTALL_HINT = "pip install 'pytest-tokperf[plot]'"
@@ -65,7 +69,7 @@ def _save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        fig.savefig(path, format=path.suffix.lstrip(".") or "png")
     except OSError as exc:
         raise ConfigError(f"cannot write the plot {str(path)!r}: {exc}; choose another "
                           "output folder") from exc
@@ -77,49 +81,90 @@ def _legend(ax: Axes) -> None:
         ax.legend(fontsize="small", loc="best")
 
 
-def plot_history(history: SeriesHistory, path: Path) -> Plot:
-    """The metric per engine build (samples and medians) with each change point marked.
+def _title(*lines: str, width: int = 78) -> str:
+    """Lines wrapped to fit the figure's width (a long test id is not clipped)."""
+    return "\n".join(textwrap.fill(line, width, break_long_words=True, break_on_hyphens=False)
+                     for line in lines if line)
 
-    A change point is a dashed vertical line between the two builds, labelled with the
-    step in percent, and the levels on either side as horizontal segments.
+
+def build_positions(points: Sequence[Point]) -> tuple[list[str], list[float]]:
+    """One tick per build, in the order builds first appear; each run of a build sits at
+    its own small offset around that build's tick, oldest on the left."""
+    builds: list[str] = []
+    for p in points:
+        if p.version not in builds:
+            builds.append(p.version)
+    runs = {b: [i for i, p in enumerate(points) if p.version == b] for b in builds}
+    xs = [0.0] * len(points)
+    for n, build in enumerate(builds):
+        members = runs[build]
+        step = min(0.15, 0.6 / len(members))
+        for k, i in enumerate(members):
+            xs[i] = n + (k - (len(members) - 1) / 2) * step
+    return builds, xs
+
+
+def plot_history(history: SeriesHistory, path: Path) -> Plot:
+    """The metric per engine build with each change point marked.
+
+    One tick per build; every run of a build is a circle (its median) with its
+    repetitions as dots, side by side around the tick; the line joins the builds'
+    medians. The y-axis starts at 0 so noise looks like noise, and the decode ceiling is
+    drawn, or noted when it is far above the data. A change point is a dashed vertical
+    line between two runs, labelled with the step, with the levels on either side.
     """
     points = history.points
-    title = f"{history.metric.name} across builds: {history.title}"
+    title = _title(history.test_id, f"{history.metric.name} across engine builds · "
+                   f"{history.title.split(' — ', 1)[-1]}")
     if len(points) < 2:
         return Plot("history", title, None,
-                    f"{history.title}: {len(points)} build(s) with samples, a history needs 2")
+                    f"{history.title}: {len(points)} run(s) with samples, a history needs 2")
     ms = history.metric is TTFT
     scale = 1e3 if ms else 1.0
-    fig, ax = _new_figure(max(7.0, min(14.0, 0.6 * len(points) + 4)))
-    for i, point in enumerate(points):
-        ax.plot([i] * len(point.samples), [v * scale for v in point.samples], ".",
+    builds, xs = build_positions(points)
+    fig, ax = _new_figure(max(7.0, min(14.0, 0.8 * len(builds) + 5)), 5.2)
+    for x, point in zip(xs, points, strict=True):
+        ax.plot([x] * len(point.samples), [v * scale for v in point.samples], ".",
                 color=LINE, alpha=0.35, markersize=4)
-    medians = [statistics.median(p.samples) * scale for p in points]
-    ax.plot(range(len(points)), medians, "o-", color=LINE, label=f"{history.metric.name} median")
+    ax.plot(xs, [statistics.median(p.samples) * scale for p in points], "o", color=LINE,
+            markerfacecolor="white", markersize=5, label="run median (dots: repetitions)")
+    build_medians = [statistics.median([v for p in points if p.version == b for v in p.samples])
+                     * scale for b in builds]
+    ax.plot(range(len(builds)), build_medians, "-", color=LINE, linewidth=2, marker="_",
+            markersize=22, markeredgewidth=2, label=f"build median {history.metric.name}")
     bounds = [0, *(c.index for c in history.changes), len(points)]
     for n, change in enumerate(history.changes):
         colour = VERDICT_COLOURS[change.verdict]
-        x = change.index - 0.5
+        x = (xs[change.index - 1] + xs[change.index]) / 2
         ax.axvline(x, color=colour, linestyle="--", linewidth=1.5)
         ax.text(x + 0.08, 0.97 - 0.07 * (n % 2), f"{pct(change.relative_change)} {change.verdict}",
                 transform=ax.get_xaxis_transform(), color=colour, va="top", ha="left",
                 fontsize="small", fontweight="bold",
                 bbox={"facecolor": "white", "edgecolor": colour, "alpha": 0.9, "pad": 2})
-        ax.hlines(change.level_before * scale, bounds[n] - 0.3, x, colors=colour, alpha=0.6)
-        ax.hlines(change.level_after * scale, x, bounds[n + 2] - 0.7, colors=colour, alpha=0.6)
+        ax.hlines(change.level_before * scale, xs[bounds[n]] - 0.2, x, colors=colour, alpha=0.6)
+        ax.hlines(change.level_after * scale, x, xs[bounds[n + 2] - 1] + 0.2, colors=colour,
+                  alpha=0.6)
+    top = max(v * scale for p in points for v in p.samples)
     ceiling = history.ceiling_decode_tokens_per_s
     if ceiling and history.metric.name == "decode":
-        if ceiling <= 2 * max(medians):
-            ax.axhline(ceiling, color="grey", linestyle=":", label=f"ceiling {ceiling:.1f}")
+        if ceiling <= 3 * top:
+            ax.axhline(ceiling, color="grey", linestyle=":",
+                       label=f"bandwidth ceiling {ceiling:.1f} tok/s")
+            top = max(top, ceiling)
         else:
-            title += f" (ceiling {ceiling:.0f} tok/s, off scale)"
-    ax.set_xticks(list(range(len(points))))
-    ax.set_xticklabels([p.version for p in points], rotation=30 if len(points) > 6 else 0,
-                       ha="right" if len(points) > 6 else "center", fontsize="small")
-    ax.set_xlabel("engine build (oldest first)")
+            ax.text(0.01, 0.02, f"ceiling {ceiling:.0f} tok/s: off scale", fontsize="small",
+                    color="grey", transform=ax.transAxes, va="bottom")
+    ax.set_ylim(bottom=0, top=top * 1.15)
+    ax.set_xlim(-0.6, len(builds) - 0.4)
+    ax.set_xticks(list(range(len(builds))))
+    ax.set_xticklabels(builds, rotation=30 if len(builds) > 6 else 0,
+                       ha="right" if len(builds) > 6 else "center", fontsize="small")
+    ax.set_xlabel(f"engine build, oldest first ({len(points)} runs of {len(builds)} "
+                  f"build{'s' if len(builds) > 1 else ''})")
     ax.set_ylabel("TTFT ms" if ms else f"{history.metric.name} tok/s")
     ax.set_title(title, fontsize="medium")
-    _legend(ax)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize="small", loc="lower right")
     steps = ", ".join(f"{c.verdict} {pct(c.relative_change)} at {c.version_after}"
                       for c in history.changes) or "no change point"
     return Plot("history", title, _save(fig, path), steps)
@@ -168,16 +213,24 @@ def _distinct_x(curves: Curves) -> int:
     return len({x for xs, _ in curves.values() for x in xs})
 
 
+def family_of(test_id: str) -> str:
+    """A test id without its parameters: ``f.py::test_x[512]`` -> ``f.py::test_x``; the
+    parameters of one test are the points of one line."""
+    return re.sub(r"\[.*\]$", "", test_id)
+
+
 def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Plot:
     """Decode efficiency (decode / ceiling) against the mean KV depth during decode.
 
     Single-request results only: with concurrent requests the ceiling means another thing.
     """
     title = "Decode efficiency vs depth"
+    single = [f for f in figures if f.concurrency == 1 and f.draft_model is None]
+    setups = {f.setup_label for f in single}
     curves = _curves(
-        [f for f in figures if f.concurrency == 1 and f.draft_model is None],
-        lambda f: f.mean_decode_depth_tokens,
-        lambda f: None if f.efficiency is None else f.efficiency * 100, lambda f: f.setup_label,
+        single, lambda f: f.mean_decode_depth_tokens,
+        lambda f: None if f.efficiency is None else f.efficiency * 100,
+        lambda f: family_of(f.test_id) + (f" · {f.setup_label}" if len(setups) > 1 else ""),
     )
     if _distinct_x(curves) < 2:
         return Plot("efficiency-depth", title, None,
@@ -186,7 +239,8 @@ def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Pl
     return _draw_curves(curves, path, title,
                         "mean decode depth (KV tokens read per generated token)",
                         "efficiency (% of the bandwidth ceiling)", "efficiency-depth",
-                        f"{len(curves)} setup(s)")
+                        f"{len(curves)} test(s), one line each"
+                        + (f"; setup: {next(iter(setups))}" if len(setups) == 1 else ""))
 
 
 def ttft_curves(figures: Sequence[ResultFigures]) -> Curves:
@@ -235,13 +289,31 @@ def _workload_group(fig: ResultFigures) -> str:
             + (f", depth {fig.depth_tokens}" if fig.depth_tokens else ""))
 
 
+def slug(text: str) -> str:
+    """A file-name-safe form of a test id: ``benchmarks/test_main.py::test_x[64]`` ->
+    ``test_main.py--test_x-64``."""
+    text = text.split("/")[-1].replace("::", "--")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "test"
+
+
+def history_file_names(histories: Sequence[SeriesHistory]) -> dict[str, str]:
+    """Per series key, ``history-<test id>-<metric>.png``; a test with several series
+    (a +draft one, another depth) gets the key's first 8 characters as well."""
+    count: dict[str, int] = {}
+    for h in histories:
+        count[slug(h.test_id)] = count.get(slug(h.test_id), 0) + 1
+    return {h.series_key: f"history-{slug(h.test_id)}"
+            + (f"-{h.series_key[:8]}" if count[slug(h.test_id)] > 1 else "")
+            + f"-{h.metric.name}.png" for h in histories}
+
+
 def plot_all(
     figures: Sequence[ResultFigures], histories: Sequence[SeriesHistory], out_dir: Path
 ) -> list[Plot]:
     """Every figure into ``out_dir``: one history per series, then the three curves."""
     out_dir = Path(out_dir)
-    plots = [plot_history(h, out_dir / f"history-{h.series_key}-{h.metric.name}.png")
-             for h in histories]
+    names = history_file_names(histories)
+    plots = [plot_history(h, out_dir / names[h.series_key]) for h in histories]
     plots.append(plot_efficiency_vs_depth(figures, out_dir / "efficiency-vs-depth.png"))
     plots.append(plot_ttft_vs_prompt(figures, out_dir / "ttft-vs-prompt.png"))
     plots.append(plot_concurrency(figures, out_dir / "concurrency.png"))

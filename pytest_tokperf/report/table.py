@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -85,51 +86,101 @@ def _short(test_id: str, width: int = 44) -> str:
     return test_id if len(test_id) <= width else "…" + test_id[-(width - 1):]
 
 
-def summary_table(rows: Sequence[Row]) -> list[str]:
-    """Aligned lines: TTFT, prefill, decode (client and engine), ceiling, efficiency."""
-    header = (
-        "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
-        "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
-        "engine build", "verdict", "gate",
+DEFAULT_COLUMNS = 120
+"""The summary fits a 120-column terminal unless told otherwise (``--tokperf-columns``)."""
+_HEADER = (
+    "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
+    "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
+    "engine build", "verdict", "gate",
+)
+_LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling",
+              "prefill tok/s", "engine build", "gate", "engine decode")
+"""Columns left out, in this order, until the table fits: the least read first. The
+build is in the session header already; the gate's verdict and the engine's decode (what
+efficiency judges where the engine times itself) go last. test, prompt/gen, TTFT,
+decode, efficiency and verdict always stay."""
+_SHORT_TEST_WIDTH = 32
+"""A test id is cut to this (its end kept) before any column is left out..."""
+_MIN_TEST_WIDTH = 24
+"""...and to this only when every column that may go has gone."""
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    r = row.result
+    ceiling = row.ceiling.decode_tokens_per_s if row.ceiling else None
+    efficiency = decode_efficiency(r, row.ceiling)
+    return (
+        row.test_id,
+        (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")
+        + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}"
+        + (f" warm{r.workload.cached_prefix_tokens}" if r.workload.cached_prefix_tokens else "")
+        + (" chat" if r.workload.chat else "")
+        + (" +draft" if r.engine.speculative else "")
+        + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
+        f"{r.ttft_s.median * 1e3:.0f}",
+        _ttft_bound(r, row.ceiling),
+        _rate(r.prefill_tokens_per_s),
+        _rate(r.decode_tokens_per_s),
+        _rate(r.engine_decode_tokens_per_s),
+        f"{r.decode_agreement:.2%}" if r.decode_agreement is not None else "-",
+        str(len(r.samples)),
+        f"{ceiling:.1f}" if ceiling else "-",
+        f"{efficiency:.0%}" if efficiency is not None else "-",
+        f"{r.chars_per_s.median:.0f}" if r.chars_per_s else "-",
+        (f"{r.aggregate_tokens_per_s.median:.1f}" if r.workload.concurrency > 1
+         and r.aggregate_tokens_per_s else "-"),
+        r.engine.build or r.engine.version or "?",
+        row.verdict,
+        row.gate or "-",
     )
-    body: list[tuple[str, ...]] = []
-    for row in rows:
-        r = row.result
-        ceiling = row.ceiling.decode_tokens_per_s if row.ceiling else None
-        efficiency = decode_efficiency(r, row.ceiling)
-        eff = f"{efficiency:.0%}" if efficiency is not None else "-"
-        body.append((
-            _short(row.test_id),
-            (f"d{r.workload.depth_tokens}+" if r.workload.depth_tokens else "")
-            + f"{r.workload.prompt_tokens}/{r.workload.generate_tokens}"
-            + (f" warm{r.workload.cached_prefix_tokens}" if r.workload.cached_prefix_tokens else "")
-            + (" chat" if r.workload.chat else "")
-            + (" +draft" if r.engine.speculative else "")
-            + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
-            f"{r.ttft_s.median * 1e3:.0f}",
-            _ttft_bound(r, row.ceiling),
-            _rate(r.prefill_tokens_per_s),
-            _rate(r.decode_tokens_per_s),
-            _rate(r.engine_decode_tokens_per_s),
-            f"{r.decode_agreement:.2%}" if r.decode_agreement is not None else "-",
-            str(len(r.samples)),
-            f"{ceiling:.1f}" if ceiling else "-",
-            eff,
-            f"{r.chars_per_s.median:.0f}" if r.chars_per_s else "-",
-            (f"{r.aggregate_tokens_per_s.median:.1f}" if r.workload.concurrency > 1
-             and r.aggregate_tokens_per_s else "-"),
-            r.engine.build or r.engine.version or "?",
-            row.verdict,
-            row.gate or "-",
-        ))
+
+
+def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
+    """The columns kept and the test id's width: left-out columns first, then a shorter
+    test id (never under ``_MIN_TEST_WIDTH``), until a line fits in ``columns``."""
+    kept = list(range(len(_HEADER)))
+
+    def width(test_width: int) -> int:
+        widths = [min(test_width, max(len(line[i]) for line in (_HEADER, *body))) if i == 0
+                  else max(len(line[i]) for line in (_HEADER, *body)) for i in kept]
+        return sum(widths) + 2 * (len(widths) - 1)
+
+    test_width = min(44, max(len(line[0]) for line in (_HEADER, *body)))
+    while width(test_width) > columns and test_width > _SHORT_TEST_WIDTH:
+        test_width -= 1
+    for name in _LEAVE_OUT:
+        if width(test_width) <= columns:
+            break
+        kept.remove(_HEADER.index(name))
+    while width(test_width) > columns and test_width > _MIN_TEST_WIDTH:
+        test_width -= 1
+    return kept, test_width
+
+
+def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
+                  option: str = "--tokperf-columns") -> list[str]:
+    """Aligned lines: TTFT, prefill, decode (client and engine), ceiling, efficiency, in
+    at most ``columns`` characters a line (columns that do not fit are left out and named;
+    notes wrap). ``option`` is how a user asks for more, in the hint under the table."""
+    full = [_cells(row) for row in rows]
+    kept, test_width = _layout(full, columns)
+    header = tuple(_HEADER[i] for i in kept)
+    body = [tuple(_short(line[i], test_width) if i == 0 else line[i] for i in kept)
+            for line in full]
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip()]
     out.append("  ".join("-" * w for w in widths))
     out.extend("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in body)
+    left_out = [name for i, name in enumerate(_HEADER) if i not in kept]
+    if left_out:
+        out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
+                             f"{option} 250 shows them)", columns, subsequent_indent=" ",
+                             break_on_hyphens=False)
+    notes = []
     for row in rows:
-        for note in row.result.notes:
-            out.append(f"note: {_short(row.test_id)}: {note}")
+        notes += [f"note: {_short(row.test_id)}: {note}" for note in row.result.notes]
         if row.ceiling is not None:
-            for warning in row.ceiling.footprint.warnings:
-                out.append(f"ceiling: {_short(row.test_id)}: {warning}")
+            notes += [f"ceiling: {_short(row.test_id)}: {w}" for w in row.ceiling.footprint.warnings]
+    for note in notes:
+        out += textwrap.wrap(note, columns, subsequent_indent="    ", break_on_hyphens=False)
     return out

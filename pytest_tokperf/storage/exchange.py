@@ -26,6 +26,7 @@ from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
+    PER_RESULT_COLUMNS,
     Row,
     Series,
     dumps,
@@ -138,7 +139,7 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
 
 def dump_run(db: Path, run_id: str) -> str:
     """The text form of one stored run (see the module docstring)."""
-    with ResultStore.open(db) as store:
+    with ResultStore.open_read_only(db) as store:
         found = list(read_runs(store, [run_id]))
     if not found:
         raise StorageError(f"no run {run_id!r} in {str(db)!r}; `tokperf runs` lists them")
@@ -202,7 +203,8 @@ def _export_columns(store: ResultStore) -> list[str]:
     db = store.db
     columns = [f"results.{c}" for c in db.table("results").columns_dict if c != "environment_id"]
     columns += [f"runs.{c}" for c in db.table("runs").columns_dict if c != "run_id"]
-    columns += [f"environments.{c}" for c in db.table("environments").columns_dict if c != "id"]
+    columns += [f"environments.{c}" for c in db.table("environments").columns_dict
+                if c != "id" and c not in PER_RESULT_COLUMNS]  # those are on the result
     return [*columns, "series.series_text"]
 
 
@@ -224,7 +226,7 @@ def export_results(db: Path, fmt: Literal["csv", "json"], out: Path) -> int:
     JSON columns are JSON values in the JSON export and JSON text in the CSV. Samples
     are not exported (``dump_run`` keeps them).
     """
-    with ResultStore.open(db) as store:
+    with ResultStore.open_read_only(db) as store:
         rows = list(export_rows(store))
         header = [c.split(".", 1)[1] for c in _export_columns(store)]
     header[header.index("id")] = "result_id"
@@ -297,10 +299,12 @@ def merge(a: Path, b: Path, out: Path) -> Added:
             raise StorageError(f"merge input {str(source)!r} does not exist")
         if source.resolve() == out.resolve():
             raise StorageError(f"merge output {str(out)!r} is also an input; name a new file")
+    for source in (a, b):  # both are tokperf DBs before the output is created
+        ResultStore.open_read_only(source).close()
     added = Added()
     with ResultStore.open(out) as target:
         for source in (a, b):
-            with ResultStore.open(source) as store:
+            with ResultStore.open_read_only(source) as store:
                 for bundle in read_runs(store):
                     added += add_run(target, bundle)
     return added

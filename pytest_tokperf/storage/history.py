@@ -167,3 +167,79 @@ def history_points(
                              engine_version=engine_version, limit=limit,
                              since_accepted=since_accepted)
     return [e.point for e in entries]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedEfficiency:
+    """A stored result's efficiency as a history shows it.
+
+    ``value`` is judged against the highest bandwidth the host reached in the DB
+    (``bandwidth_bytes_per_s``) where the stored ceiling came from a probe of the moment
+    (``rejudged``), so one build does not read 50% and 106% by the VM's mood; a
+    datasheet ceiling is kept. ``above_ceiling``: still over 100%, the ceiling is wrong.
+    """
+
+    result_id: int
+    value: float | None
+    stored: float | None
+    bandwidth_bytes_per_s: float | None
+    rejudged: bool
+
+    @property
+    def above_ceiling(self) -> bool:
+        return self.value is not None and self.value > 1.0
+
+    def ceiling(self, stored_ceiling: float | None) -> float | None:
+        """The decode ceiling ``value`` is judged against, from the stored one."""
+        if stored_ceiling is None or not self.rejudged or not self.value or not self.stored:
+            return stored_ceiling
+        return stored_ceiling * self.stored / self.value
+
+
+def judged_efficiencies(store: ResultStore) -> dict[int, JudgedEfficiency]:
+    """Per result id, its efficiency against the host's reached bandwidth (see
+    ``JudgedEfficiency``): the one figure ``tokperf history`` shows."""
+    rows = store.db.execute(
+        "SELECT r.id, r.efficiency, r.ceiling_bandwidth_bytes_per_s, r.ceiling_bandwidth_source,"
+        " r.measured_bandwidth_bytes_per_s, ru.host, e.hardware_name FROM results r"
+        " JOIN runs ru ON ru.run_id = r.run_id"
+        " JOIN environments e ON e.id = r.environment_id").fetchall()
+    reached: dict[tuple[str, str | None], float] = {}
+    for _, _, ceiling_bw, source, probe_bw, host, hardware in rows:
+        for bw in (ceiling_bw if source == "measured" else None, probe_bw):
+            if bw:
+                key = (host, hardware)
+                reached[key] = max(reached.get(key, 0.0), float(bw))
+    out: dict[int, JudgedEfficiency] = {}
+    for result_id, stored, ceiling_bw, source, _, host, hardware in rows:
+        best = reached.get((host, hardware))
+        if stored is not None and source == "measured" and ceiling_bw and best \
+                and best > ceiling_bw:
+            out[result_id] = JudgedEfficiency(result_id, stored * ceiling_bw / best, stored,
+                                              best, True)
+        else:
+            out[result_id] = JudgedEfficiency(result_id, stored, stored, ceiling_bw, False)
+    return out
+
+
+def efficiency_notes(judged: Sequence[JudgedEfficiency]) -> list[str]:
+    """What a reader must know about the efficiencies shown: which were judged against
+    the host's reached bandwidth, and a warning for every one still above 100%."""
+    notes = []
+    moved = [j for j in judged if j.rejudged]
+    if moved:
+        peaks = sorted({j.bandwidth_bytes_per_s or 0.0 for j in moved})
+        notes.append(
+            f"eff: {len(moved)} of {len(judged)} results were stored against a probe below "
+            f"the highest bandwidth their host reached in this DB "
+            f"({', '.join(f'{p / 1e9:.1f} GB/s' for p in peaks)}); they are judged against "
+            f"that, so the figure does not follow the bandwidth of the moment")
+    for j in judged:
+        if j.above_ceiling and j.value is not None:
+            bw = f" of {j.bandwidth_bytes_per_s / 1e9:.1f} GB/s" if j.bandwidth_bytes_per_s else ""
+            notes.append(
+                f"WARNING result {j.result_id}: efficiency {j.value:.0%} is above its ceiling"
+                f"{bw}: a ceiling is an upper bound, so that bandwidth is wrong (a datasheet "
+                f"below what the device reaches, or the wrong device): pass the right one "
+                f"with --tokperf-bandwidth")
+    return notes

@@ -261,12 +261,35 @@ def _canonical(value: object) -> object:
     return value
 
 
+PER_RESULT_COLUMNS = ("engine_base_url", "measured_bandwidth_bytes_per_s",
+                      "measured_bandwidth_source", "measured_bandwidth_detail")
+"""Columns ``environment_row`` fills that belong to one result, not to the environment:
+the moment's bandwidth probe and the engine's (often random) port. They are stored on the
+``results`` row (schema v7) and left out of ``env_hash``, so one environment is one row."""
+
+
+def split_environment(env: Row) -> tuple[Row, Row]:
+    """An ``environment_row`` -> (the ``environments`` row, its per-result columns)."""
+    per_result = {k: env.get(k) for k in PER_RESULT_COLUMNS}
+    identity = {**env, **{k: None for k in PER_RESULT_COLUMNS}}
+    identity["env_hash"] = environment_hash(identity)
+    return identity, per_result
+
+
+def with_result_columns(env: Row, result: Row) -> Row:
+    """An ``environments`` row completed with its result's per-result columns (an old row
+    keeps its own where the result has none)."""
+    return {**env, **{k: result[k] for k in PER_RESULT_COLUMNS if result.get(k) is not None}}
+
+
 def environment_hash(row: Row) -> str:
-    """sha256 of an ``environments`` row's content (every column but ``id``, ``env_hash``).
+    """sha256 of an environment's identity: every column of its row but ``id``,
+    ``env_hash`` and the per-result ones (``PER_RESULT_COLUMNS``).
 
     Equal for a row built from value types and the same row read back from SQLite.
     """
-    content = {k: _canonical(v) for k, v in row.items() if k not in ("id", "env_hash")}
+    skip = ("id", "env_hash", *PER_RESULT_COLUMNS)
+    content = {k: _canonical(v) for k, v in row.items() if k not in skip}
     return hashlib.sha256(dumps(content).encode()).hexdigest()
 
 

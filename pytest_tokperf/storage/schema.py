@@ -19,6 +19,8 @@ reads the file without this package:
 - v6: per result the aggregate output and requests per second of concurrent rounds and
   chars/s; per sample its round and the round's wall time.
 - v5: every speed setting of the engine server in ``series`` and ``environments``.
+- v7: one ``environments`` row per environment: the bandwidth probe of the moment and the
+  engine URL are per-result columns of ``results`` (``rows.PER_RESULT_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -323,8 +325,46 @@ def _v6_concurrency_and_text_figures(db: Database) -> None:
     db.table("samples").add_column("round_wall_s", float)
 
 
+_PER_RESULT_V7: dict[str, type] = {
+    "engine_base_url": str,
+    "measured_bandwidth_bytes_per_s": float,
+    "measured_bandwidth_source": str,
+    "measured_bandwidth_detail": str,
+}
+
+
+def _v7_one_row_per_environment(db: Database) -> None:
+    """The moment's bandwidth probe and the engine's URL (a random port) move from
+    ``environments`` to ``results``: they were hashed into the environment's identity,
+    so every result had an environment of its own. Old rows keep their values (copied
+    to their results); environments that now read alike become one row, their results
+    pointing at it; the moved columns stay in ``environments``, NULL."""
+    from pytest_tokperf.storage.rows import environment_hash
+
+    moved = list(_PER_RESULT_V7)
+    for name, kind in _PER_RESULT_V7.items():
+        db.table("results").add_column(name, kind)
+    db.execute(f"UPDATE results SET ({', '.join(moved)}) = (SELECT {', '.join(moved)} "
+               "FROM environments e WHERE e.id = results.environment_id)")
+    cursor = db.execute("SELECT * FROM environments ORDER BY id")
+    names = [d[0] for d in cursor.description]
+    keep: dict[str, int] = {}
+    for values in cursor.fetchall():
+        row = dict(zip(names, values, strict=True))
+        new_hash = environment_hash(row)
+        if new_hash in keep:
+            db.execute("UPDATE results SET environment_id = ? WHERE environment_id = ?",
+                       [keep[new_hash], row["id"]])
+            db.execute("DELETE FROM environments WHERE id = ?", [row["id"]])
+        else:
+            keep[new_hash] = row["id"]
+    for new_hash, env_id in keep.items():
+        db.execute(f"UPDATE environments SET env_hash = ?, {', '.join(f'{c} = NULL' for c in moved)}"
+                   " WHERE id = ?", [new_hash, env_id])
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
-    _v5_speed_settings, _v6_concurrency_and_text_figures,
+    _v5_speed_settings, _v6_concurrency_and_text_figures, _v7_one_row_per_environment,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

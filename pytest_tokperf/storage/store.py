@@ -55,6 +55,8 @@ from pytest_tokperf.storage.rows import (
     sample_rows,
     series_of,
     series_row,
+    split_environment,
+    with_result_columns,
 )
 from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -93,8 +95,8 @@ _SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_e
 
 def _unwritable(path: Path, exc: BaseException) -> StorageError:
     return StorageError(
-        f"cannot write the results database {str(path)!r}: {exc}. Point --tokperf-db "
-        f"(or {DB_ENV_VAR}, or ini tokperf_db) at a writable file, or set it to 'off' "
+        f"cannot write the results database {str(path)!r}: {exc}. Point pytest --tokperf-db "
+        f"or tokperf --db (or {DB_ENV_VAR}, or ini tokperf_db) at a writable file, or set it to 'off' "
         f"to run without storing results."
     )
 
@@ -110,7 +112,7 @@ def _locked(path: Path, exc: BaseException) -> StorageError:
 def _not_a_database(path: Path, exc: BaseException) -> StorageError:
     return StorageError(
         f"{str(path)!r} is not a readable SQLite results database ({exc}). Move it aside "
-        f"(a new one is created) or use another --tokperf-db."
+        f"(a new one is created) or name another file (pytest --tokperf-db, tokperf --db)."
     )
 
 
@@ -126,7 +128,8 @@ class ResultStore:
         """Open or create ``path``, creating parent folders and migrating the schema.
 
         ``check_writable``: prove now that a result can be written (a run about to measure
-        asks for it), so a read-only file is refused before any work, not after it.
+        asks for it), so a read-only file is refused before any work, not after it. An
+        SQLite file that holds tables but is no tokperf DB is refused untouched.
         """
         path = Path(path)
         try:
@@ -140,6 +143,7 @@ class ResultStore:
             db.execute("PRAGMA foreign_keys = ON")
             store = cls(db, path)
             store._check_version(store._user_version())
+            store._check_ours(allow_empty=True)
             store._enable_wal()
             store._migrate()
             if check_writable:
@@ -155,6 +159,63 @@ class ResultStore:
                 raise _unwritable(path, exc) from exc
             raise _not_a_database(path, exc) from exc
         return store
+
+    @classmethod
+    def open_read_only(cls, path: Path) -> ResultStore:
+        """Open an existing tokperf DB for reading only (SQLite ``mode=ro``): nothing is
+        written to the file, whatever it holds.
+
+        A file that is not a tokperf DB (another program's SQLite file, an empty one) is
+        refused. One written by an older pytest-tokperf is copied into memory and migrated
+        there, so it reads like a current one and stays as it is on disk.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise StorageError(f"results DB {str(path)!r} does not exist")
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error as exc:
+            raise _not_a_database(path, exc) from exc
+        try:
+            db = Database(conn, execute_plugins=False)
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            store = cls(db, path)
+            version = store._user_version()
+            store._check_version(version)
+            store._check_ours(allow_empty=False)
+            if version < SCHEMA_VERSION:
+                memory = sqlite3.connect(":memory:")
+                conn.backup(memory)
+                conn.close()
+                conn = memory
+                store = cls(Database(memory, execute_plugins=False), path)
+                store._migrate()
+        except StorageError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise _not_a_database(path, exc) from exc
+        return store
+
+    def _check_ours(self, *, allow_empty: bool) -> None:
+        """Refuse a file that is not a tokperf DB: schema 0 (tokperf sets 1 and up at its
+        first open) with tables of its own, or, when ``allow_empty`` is off, no tables."""
+        if self._user_version() > 0:
+            return
+        tables = [r[0] for r in self.db.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            " AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()]
+        if not tables and allow_empty:
+            return
+        held = (f"holds other tables ({', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''})"
+                if tables else "is empty")
+        raise StorageError(
+            f"{str(self.path)!r} is not a tokperf results DB: it {held} and no tokperf schema; "
+            f"it was left as it is. Name the results DB pytest or `tokperf bench` wrote "
+            f"(default .tokperf/results.db)."
+        )
 
     def _check_writable(self) -> None:
         """A write that is rolled back: SQLite opens a read-only file without complaint
@@ -185,8 +246,8 @@ class ResultStore:
         if version > SCHEMA_VERSION:
             raise StorageError(
                 f"results.db was written by a newer pytest-tokperf (schema {version}, this "
-                f"version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or use another "
-                f"--tokperf-db (the file is {str(self.path)!r})"
+                f"version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or name another "
+                f"file: pytest --tokperf-db, tokperf --db (the file is {str(self.path)!r})"
             )
 
     def _migrate(self) -> None:
@@ -281,9 +342,16 @@ class ResultStore:
         return Stored(self.write("record a result", body), series.key)
 
     def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
-        """Insert one result with its environment, series and samples; call inside ``write``."""
+        """Insert one result with its environment, series and samples; call inside ``write``.
+
+        ``env`` may carry the per-result columns (``rows.PER_RESULT_COLUMNS``, as an
+        ``environment_row`` or an older reference run does): they go on the result row,
+        where the result has none of its own, and the environment is stored once.
+        """
         self.db.table("series").insert(series, ignore=True)
-        result = {**result, "environment_id": self._environment_id(env)}
+        identity, per_result = split_environment(env)
+        result = {**result, **{k: v for k, v in per_result.items() if result.get(k) is None},
+                  "environment_id": self._environment_id(identity)}
         result_id = cast(int, self.db.table("results").insert(result).last_rowid)
         self.db.table("samples").insert_all({**s, "result_id": result_id} for s in samples)
         return result_id
@@ -509,7 +577,9 @@ class ResultStore:
         if not found:
             raise StorageError(f"no result {result_id!r} in {str(self.path)!r}")
         row = found[0]
-        env = self._read("SELECT * FROM environments WHERE id = ?", (row["environment_id"],))[0]
+        env = with_result_columns(
+            self._read("SELECT * FROM environments WHERE id = ?", (row["environment_id"],))[0],
+            row)
         run = self._read("SELECT * FROM runs WHERE run_id = ?", (row["run_id"],))[0]
         samples = self._read(
             "SELECT * FROM samples WHERE result_id = ? ORDER BY repetition", (result_id,)

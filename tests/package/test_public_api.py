@@ -21,6 +21,8 @@ def _type_checking_names(path: Path) -> dict[str, str]:
     for node in tree.body:
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
             for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign):  # __version__, loaded by __getattr__
+                    continue
                 assert isinstance(stmt, ast.ImportFrom) and stmt.module
                 for alias in stmt.names:
                     assert alias.asname == alias.name, f"{alias.name} needs 'as {alias.name}'"

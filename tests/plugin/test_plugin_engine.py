@@ -58,8 +58,9 @@ def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -
     result.stdout.fnmatch_lines([
         "tokperf: engine llama-server, attach http://127.0.0.1:*, build b11434-pypi-sdist, model *.gguf; results db *r.db",
         "*tokperf*",
-        "test*prompt/gen*TTFT ms*prefill tok/s*decode tok/s*engine decode*",
-        "*test_decode*32/48*b11434-pypi-sdist*unchecked*",
+        "test*prompt/gen*TTFT ms*decode tok/s*engine decode*eff*verdict*gate",
+        "*test_decode*32/48*unchecked*",
+        "(not shown to fit 120 columns: TTFT bound, *",
         f"results: 1 stored in {db}",
     ])
     with sqlite3.connect(db) as conn:

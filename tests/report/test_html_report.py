@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ import pytest
 from tests.support.report_fixture import build_db
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.html import build_html_report, render_html, write_html
+from pytest_tokperf.report.html import SORT_SCRIPT, build_html_report, render_html, write_html
 from pytest_tokperf.report.plots import LINE, Plot
 from pytest_tokperf.report.data import store_figures
 from pytest_tokperf.storage.store import ResultStore
@@ -69,7 +70,8 @@ def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
     assert html.startswith("<!DOCTYPE html>")
     assert ('<p class="headline">6 results: 1 fail, 4 pass, 1 unchecked · 6 with warnings · '
             '1 regression</p>') in html
-    assert ("<td>test_decode[short]</td><td>prompt 512, gen 128</td><td class=\"num\">50.0</td>"
+    assert ('<td><a href="#fig-history-test_decode-short-decode" title="its history figure">'
+            'test_decode[short]</a></td><td>prompt 512, gen 128</td><td class="num">50.0</td>'
             in html)
     assert '<td class="num">88.0 ±0.3</td>' in html
     assert '<td class="v-fail">fail</td>' in html
@@ -78,22 +80,28 @@ def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
     assert re.search(r"<b>test_decode\[short\]</b> <span class=\"regression\">regression</span>: "
                      r"decode −12\.0% \[−12\.\d%, −11\.\d%\], p=[^,]+, "
                      r"b6005 \(c0ffee5\) → b6006 \(c0ffee6\)", html)
-    assert "not drawn (test_batch — prompt 512, gen 128: 1 build(s) with samples" in html
+    assert "not drawn (test_batch — prompt 512, gen 128: 1 run(s) with samples" in html
 
 
 def test_report_is_self_contained(report: Path) -> None:
     html = report.read_text(encoding="utf-8")
     sources = re.findall(r'<img alt="([^"]*)" src="([^"]*)"', html)
     assert [alt for alt, _ in sources] == [
-        "decode across builds: test_decode[short] — prompt 512, gen 128",
-        "decode across builds: test_decode[deep] — prompt 512, gen 128, depth 8192",
-        "decode across builds: test_decode[long] — prompt 4096, gen 128",
+        "test_decode[short]\ndecode across engine builds · prompt 512, gen 128",
+        "test_decode[deep]\ndecode across engine builds · prompt 512, gen 128, depth 8192",
+        "test_decode[long]\ndecode across engine builds · prompt 4096, gen 128",
         "Decode efficiency vs depth", "TTFT vs prompt length", "Aggregate output vs concurrency",
     ]
     for _, src in sources:
         assert src.startswith("data:image/png;base64,")
-        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
-    assert not re.search(r"https?://|<script|<link|@import|url\(", html)
+        png = base64.b64decode(src.split(",", 1)[1])
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert png[25] == 3, "not a palette PNG"  # IHDR colour type 3: the compact form
+    assert not re.search(r"https?://|<link|@import|url\(", html)
+    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    assert scripts == [SORT_SCRIPT]  # the one script, allowed by its hash in the CSP
+    digest = base64.b64encode(hashlib.sha256(SORT_SCRIPT.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in html
 
 
 def test_run_report_and_escaping(db: ResultStore, tmp_path: Path) -> None:
@@ -133,7 +141,56 @@ def test_chromium_renders_it_without_console_errors(
 
 def test_chromium_builds_the_whole_dom(report: Path, chromium: str, tmp_path: Path) -> None:
     dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", report.as_uri()).stdout
-    assert dom.count("<img") == 6 and dom.count("<figure>") == 6
+    assert dom.count("<img") == 6 and dom.count("<figure id=") == 6
     assert dom.count("<tr>") == 7
     assert "test_decode[short]" in dom and "b6006 (c0ffee6)" in dom
     assert dom.rstrip().endswith("</body></html>")
+
+
+def test_report_names_the_db_by_file_name_and_links_rows_to_figures(
+        db: ResultStore, report: Path) -> None:
+    html = report.read_text(encoding="utf-8")
+    assert str(db.path) not in html and str(db.path.parent) not in html
+    assert f"<p>{db.path.name}</p>" in html
+    links = set(re.findall(r'<a href="#([^"]+)"', html))
+    figures = set(re.findall(r'<figure id="([^"]+)"', html))
+    assert links and links <= figures  # every row link lands on a figure
+
+
+def test_report_is_compact(db: ResultStore, report: Path, tmp_path: Path) -> None:
+    """Palette PNGs: a quarter of the full-colour size the figures have on their own."""
+    import base64 as b64
+
+    from pytest_tokperf.report.data import load_histories
+    from pytest_tokperf.report.plots import plot_all
+
+    plots = plot_all(store_figures(db), load_histories(db), tmp_path / "png")
+    full = sum(p.path.stat().st_size for p in plots if p.path is not None)
+    html = report.read_text(encoding="utf-8")
+    embedded = sum(len(b64.b64decode(src)) for src in
+                   re.findall(r'src="data:image/png;base64,([^"]+)"', html))
+    assert 0 < embedded < full / 2
+
+
+def test_chromium_sorts_the_table_by_a_clicked_column(
+        report: Path, chromium: str, tmp_path: Path) -> None:
+    """The page's own script, clicked: rows ordered by decode tok/s, then reversed."""
+    html = report.read_text(encoding="utf-8")
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
+    column = html.split("<thead>", 1)[1].split("</thead>", 1)[0].count("<th>", 0,
+        html.split("<thead>", 1)[1].index("decode tok/s"))
+    clicks = (f'<script>var th = document.querySelectorAll("table.sortable th")[{column - 1}];'
+              "th.click(); document.body.dataset.up = Array.from(document.querySelectorAll("
+              f'"table.sortable tbody tr")).map(r => r.cells[{column - 1}].textContent).join("|");'
+              "th.click(); document.body.dataset.down = Array.from(document.querySelectorAll("
+              f'"table.sortable tbody tr")).map(r => r.cells[{column - 1}].textContent).join("|");'
+              "</script>")
+    page = tmp_path / "clicked.html"
+    page.write_text(html.replace("</body>", clicks + "</body>"), encoding="utf-8")
+    dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", page.as_uri()).stdout
+    up = re.search(r'data-up="([^"]*)"', dom)
+    down = re.search(r'data-down="([^"]*)"', dom)
+    assert up and down
+    values = [float(v.split()[0].replace("−", "-")) for v in up.group(1).split("|")]
+    assert len(values) == 6 and values == sorted(values)
+    assert down.group(1).split("|") == up.group(1).split("|")[::-1]

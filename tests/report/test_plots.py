@@ -19,8 +19,12 @@ from pytest_tokperf.report.plots import (
     plot_efficiency_vs_depth,
     plot_history,
     plot_ttft_vs_prompt,
+    build_positions,
+    history_file_names,
+    family_of,
     ttft_curves,
 )
+from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.report.data import (
     ResultFigures,
     SeriesHistory,
@@ -74,7 +78,7 @@ def history_of(data: Data, test_id: str) -> SeriesHistory:
 def test_history_marks_the_change_point_with_its_step(data: Data, tmp_path: Path) -> None:
     plot = plot_history(history_of(data, "test_decode[short]"), tmp_path / "h.png")
     assert plot.kind == "history"
-    assert plot.title == "decode across builds: test_decode[short] — prompt 512, gen 128"
+    assert plot.title == "test_decode[short]\ndecode across engine builds · prompt 512, gen 128"
     assert plot.note == "regression −12.0% at b6006 (c0ffee6)"
     assert_drawn(plot, LINE, VERDICT_COLOURS["regression"])
 
@@ -91,21 +95,22 @@ def test_ttft_history_is_in_milliseconds(data: Data, tmp_path: Path) -> None:
     ttft = SeriesHistory(short.series_key, short.test_id, short.title, TTFT, short.points,
                          (), None)
     plot = plot_history(ttft, tmp_path / "ttft.png")
-    assert plot.title.startswith("ttft across builds")
+    assert plot.title.split("\n")[1].startswith("ttft across engine builds")
     assert_drawn(plot, LINE)
 
 
 def test_a_single_build_is_skipped_with_a_note(data: Data, tmp_path: Path) -> None:
     plot = plot_history(history_of(data, "test_batch"), tmp_path / "one.png")
     assert plot.skipped and not (tmp_path / "one.png").exists()
-    assert plot.note.endswith("1 build(s) with samples, a history needs 2")
+    assert plot.note.endswith("1 run(s) with samples, a history needs 2")
 
 
 def test_efficiency_vs_depth_and_ttft_vs_prompt(data: Data, tmp_path: Path) -> None:
     figures = data[0]
     efficiency = plot_efficiency_vs_depth(figures, tmp_path / "eff.png")
     assert efficiency.title == "Decode efficiency vs depth"
-    assert_drawn(efficiency, LINE)
+    image = assert_drawn(efficiency)
+    assert share_of(image, LINE) + share_of(image, "#ff7f0e") > 0.0005  # one colour per test
     ttft = plot_ttft_vs_prompt(figures, tmp_path / "ttft.png")
     assert ttft.title == "TTFT vs prompt length"
     assert_drawn(ttft, LINE)
@@ -166,3 +171,48 @@ def test_missing_matplotlib_says_what_to_install(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ConfigError, match=r"pip install 'pytest-tokperf\[plot\]'"):
         plot_ttft_vs_prompt(data[0], tmp_path / "t.png")
+
+
+def test_history_has_one_tick_per_build_with_its_runs_around_it() -> None:
+    points = [Point(v, (1.0, 2.0)) for v in ("b1", "b1", "b2", "b1", "b2", "b2", "b3")]
+    builds, xs = build_positions(points)
+    assert builds == ["b1", "b2", "b3"]
+    for point, x in zip(points, xs, strict=True):
+        assert abs(x - builds.index(point.version)) <= 0.3
+    b1 = [x for p, x in zip(points, xs, strict=True) if p.version == "b1"]
+    assert b1 == sorted(b1) and len(set(b1)) == 3  # side by side, oldest on the left
+    assert xs[-1] == 2.0  # a build with one run sits on its tick
+
+
+def test_history_titles_wrap_instead_of_clipping(data: Data, tmp_path: Path) -> None:
+    import dataclasses
+
+    long_id = "benchmarks/test_a_rather_long_module_name.py::test_with_a_long_name[param-1024]"
+    history = dataclasses.replace(history_of(data, "test_decode[short]"), test_id=long_id)
+    plot = plot_history(history, tmp_path / "long.png")
+    assert all(len(line) <= 78 for line in plot.title.split("\n"))
+    assert plot.title.replace("\n", "").startswith(long_id)
+
+
+def test_plot_files_are_named_by_test_id(data: Data, tmp_path: Path) -> None:
+    import dataclasses
+
+    plots = plot_all(*data, tmp_path)
+    names = sorted(p.path.name for p in plots if p.kind == "history" and p.path)
+    assert "history-test_decode-short-decode.png" in names
+    assert not any(h.series_key in n for h in data[1] for n in names)
+    first = data[1][0]
+    twin = dataclasses.replace(first, series_key="f" * 16)  # the same test, another series
+    named = history_file_names([first, twin])
+    assert named[first.series_key].endswith(f"-{first.series_key[:8]}-decode.png")
+    assert named[twin.series_key].endswith("-ffffffff-decode.png")
+
+
+def test_efficiency_vs_depth_draws_one_line_per_test(data: Data, tmp_path: Path) -> None:
+    """The parameters of one test are one line; two tests are never joined."""
+    assert family_of("b/t.py::test_profile[512]") == "b/t.py::test_profile"
+    assert family_of("b/t.py::test_plain") == "b/t.py::test_plain"
+    plot = plot_efficiency_vs_depth(data[0], tmp_path / "e.png")
+    families = {family_of(f.test_id) for f in data[0]
+                if f.concurrency == 1 and f.draft_model is None and f.efficiency is not None}
+    assert plot.note.startswith(f"{len(families)} test(s), one line each")

@@ -314,7 +314,7 @@ def test_db_from_the_future_is_refused(tmp_path: Path) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
     message = (
         f"results.db was written by a newer pytest-tokperf (schema {SCHEMA_VERSION + 5}, "
-        f"this version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or use another --tokperf-db"
+        f"this version knows {SCHEMA_VERSION}): upgrade pytest-tokperf or name another file: pytest --tokperf-db, tokperf --db"
     )
     with pytest.raises(StorageError, match=rf"^{message.replace('(', '.').replace(')', '.')}"):
         ResultStore.open(path)
@@ -435,7 +435,7 @@ def test_a_read_only_db_is_refused_before_any_work(tmp_path: Path) -> None:
         with ResultStore.open(db) as reader:  # reading stays possible
             assert reader.runs() == []
         with pytest.raises(StorageError, match=r"cannot write the results database .*readonly"
-                           r".*Point --tokperf-db .* at a writable file, or set it to 'off'"):
+                           r".*Point pytest --tokperf-db or tokperf --db .* at a writable file, or set it to 'off'"):
             ResultStore.open(db, check_writable=True)
     finally:
         subprocess.run(["chattr", "-i", str(db)], capture_output=True)

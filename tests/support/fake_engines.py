@@ -1,7 +1,7 @@
 """Fake Ollama, vLLM, LM Studio, mlx_lm and SGLang servers speaking their wire formats.
 
 For the engines that cannot run here, each fake answers the endpoints the adapters use,
-with the quirks shared/reference/engines.md records: Ollama's NDJSON, nanosecond
+with the quirks each adapter's docstring cites: Ollama's NDJSON, nanosecond
 durations, omitted zero fields and ``/api/ps`` memory split; vLLM's usage-only final
 chunk, several tokens per chunk, ``min_tokens``/``ignore_eos``; LM Studio's REST v0
 ``stats``/``runtime`` on non-streamed answers only; mlx_lm's ``system_fingerprint``,

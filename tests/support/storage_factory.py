@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 from pathlib import Path
 from typing import Any
 
+from sqlite_utils import Database
+
 from pytest_tokperf.storage.store import ResultStore
-from pytest_tokperf.storage.rows import series_key
+from pytest_tokperf.storage.rows import (
+    environment_row,
+    result_row,
+    run_row,
+    series_key,
+    series_of,
+    series_row,
+)
+from pytest_tokperf.storage.schema import MIGRATIONS
 from pytest_tokperf.results import (
     Bandwidth,
     BenchResult,
@@ -181,8 +192,11 @@ def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -
                                samples=samples)
 
 
-def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tuple[ResultStore, str]:
-    """A DB with one run per (build, decode level), 5 samples each at CV 1%."""
+def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
+                 test_id: str = "t::decode", speculative: bool = False,
+                 ) -> tuple[ResultStore, str]:
+    """A DB with one run per (build, decode level), 5 samples each at CV 1%;
+    ``speculative``: with a draft model (another series of the same test)."""
     rng = random.Random(seed)
     store = ResultStore.open(db)
     key = ""
@@ -190,7 +204,41 @@ def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1) -> tu
         run = make_run(run_id=f"run-{i}", started_at=f"2026-01-{i + 1:02d}T00:00:00+00:00")
         store.begin_run(run)
         result = result_at(build, level, rng)
-        store.record(run.run_id, "t::decode", result, model=make_model(), hardware=make_hardware(),
+        if speculative:
+            engine = dataclasses.replace(result.engine, speculative=True, settings=(
+                *result.engine.settings, ("draft_model", "draft.gguf")))
+            result = dataclasses.replace(result, engine=engine)
+        store.record(run.run_id, test_id, result, model=make_model(), hardware=make_hardware(),
                      ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
-        key = series_key("t::decode", result, make_model())
+        key = series_key(test_id, result, make_model())
     return store, key
+
+
+def probed_hardware(gb_per_s: float) -> HardwareInfo:
+    """The test hardware with a bandwidth probe of ``gb_per_s`` (a per-result figure)."""
+    return make_hardware(measured_bandwidth=Bandwidth(gb_per_s * 1e9, "measured",
+                                                      f"probe {gb_per_s} GB/s"))
+
+
+def v6_db(path: Path) -> None:
+    """A schema-6 file as the previous release wrote it: an environment per result."""
+    db = Database(path)
+    for step in MIGRATIONS[:6]:
+        step(db)
+    db.execute("PRAGMA user_version = 6")
+    run = make_run()
+    db.table("runs").insert(run_row(run))
+    for i, gb in enumerate((31.0, 64.0)):
+        engine = make_engine(base_url=f"http://127.0.0.1:{50000 + i}")
+        result = make_result(engine=engine)
+        env = environment_row(engine, make_model(), probed_hardware(gb))
+        env["env_hash"] = hashlib.sha256(repr(sorted(env.items())).encode()).hexdigest()
+        env_id = db.table("environments").insert(env).last_rowid
+        series = series_of("t::decode", result, make_model())
+        db.table("series").insert(series_row(series), ignore=True)
+        row = {k: v for k, v in result_row(result, make_ceiling(), 0.5, "unchecked").items()
+               if k in db.table("results").columns_dict}
+        db.table("results").insert({**row, "run_id": run.run_id, "environment_id": env_id,
+                                    "series_key": series.key, "test_id": "t::decode",
+                                    "created_at": f"2026-01-0{i + 1}T00:00:00+00:00"})
+    db.close()

@@ -1,6 +1,7 @@
 """Adapter for llama.cpp's ``llama-server`` (tools/server), native ``/completion`` API.
 
-Why these request fields (shared/reference/engines.md, section 1):
+Why these request fields (llama.cpp ``tools/server/README.md`` and ``server-task.cpp``;
+the wire shapes are replayed in ``tests/fake_engines.py``):
 - ``prompt`` as an array of token ids pins the prompt length exactly, and the first
   ids depend on ``salt`` so no prefix cache can serve a repetition;
 - ``n_predict`` + ``ignore_eos`` make generation stop at exactly N tokens

@@ -1,0 +1,88 @@
+"""What every ``tokperf`` verb shares: the ``--json`` and ``--db`` options, the DB a verb
+reads, the verbs' grouping in ``tokperf --help``.
+
+A verb's parser takes ``parents=[JSON]`` (and ``DB``) instead of declaring the options
+again, and names its handler with ``set_defaults(func=...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pytest_tokperf.errors import ConfigError
+
+DEFAULT_DB = ".tokperf/results.db"
+"""Where pytest, ``tokperf bench``, ``compare-builds`` and ``bisect`` write results."""
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+JSON = argparse.ArgumentParser(add_help=False)
+JSON.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+DB = argparse.ArgumentParser(add_help=False)
+DB.add_argument("--db", metavar="PATH", default=None,
+                help=f"results DB (default {DEFAULT_DB}, where pytest and `tokperf bench` "
+                "write)")
+
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("models", ("make-model", "predict")),
+    ("engines and builds", ("install-engine", "compare-builds", "bisect")),
+    ("measure", ("bench",)),
+    ("results", ("history", "compare", "changes", "accept", "plot", "report", "export",
+                 "import", "merge", "save-reference", "import-llama-bench", "outliers")),
+)
+"""The verbs as ``tokperf --help`` lists them; every verb is in exactly one group."""
+
+EXIT_CODES = """exit status:
+  0    done (a verdict table printed, even with regressions, unless --fail)
+  1    a regression with --fail; bench: a workload failed or missed --min-efficiency
+  2    usage or configuration error (the message names the value and the fix)
+  130  interrupted (Ctrl-C)"""
+
+METRICS_HELP = ("decode: generated tok/s (higher is better); prefill: prompt tok/s (higher is "
+                "better); ttft: time to first token (lower is better)")
+
+
+def is_sqlite_file(path: str) -> bool:
+    """True when ``path`` is a file that starts with SQLite's header (read, never written)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def chosen_db(args: argparse.Namespace, positional: str | None = None) -> str:
+    """The DB a verb works on: ``--db``, else the old positional form, else the default."""
+    if args.db is not None and positional is not None:
+        raise ConfigError(f"the results DB is given twice: --db {args.db!r} and {positional!r}; "
+                          f"drop one")
+    return args.db or positional or DEFAULT_DB
+
+
+def db_then_pattern(args: argparse.Namespace, words: list[str],
+                    what: str = "SERIES") -> tuple[str, str | None]:
+    """``[DB] [SERIES]`` positionals: the DB first when there are two, or when the only one
+    is an SQLite file (a series pattern never is); the rest is the pattern."""
+    if len(words) > 2:
+        raise ConfigError(f"too many arguments {words!r}: give at most a DB and a {what} "
+                          f"(or --db PATH and a {what})")
+    if len(words) == 2:
+        return chosen_db(args, words[0]), words[1]
+    if len(words) == 1 and args.db is None and is_sqlite_file(words[0]):
+        return words[0], None
+    return chosen_db(args), words[0] if words else None
+
+
+def missing_db_hint(path: str) -> ConfigError:
+    return ConfigError(f"results DB {path!r} does not exist; pytest and `tokperf bench` write "
+                       f"one to {DEFAULT_DB}, or pass --db PATH")
+
+
+def readable_db(path: str) -> Path:
+    """``path`` as a Path, or the missing-file error that names ``--db``."""
+    db = Path(path).expanduser()
+    if not db.is_file():
+        raise missing_db_hint(path)
+    return db

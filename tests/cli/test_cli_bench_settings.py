@@ -1,0 +1,33 @@
+"""``tokperf bench`` resolves the plugin's settings: repetitions adaptive like the plugin's
+unless ``-r`` fixes them (no engine needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_tokperf.cli.bench import bench_settings
+from pytest_tokperf.cli.main import build_parser
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.settings import Settings
+
+
+def _settings(*argv: str) -> Settings:
+    return bench_settings(build_parser().parse_args(["bench", "--db", "off", *argv]))
+
+
+def test_bench_repeats_adaptively_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_TOKPERF_REPETITIONS", raising=False)
+    settings = _settings()
+    assert settings.repetitions is None
+    assert (settings.min_repetitions, settings.max_repetitions,
+            settings.target_interval) == (3, 10, 0.02)
+
+
+def test_bench_takes_the_adaptive_bounds_and_a_fixed_count() -> None:
+    settings = _settings("--min-repetitions", "4", "--max-repetitions", "6",
+                         "--target-interval", "0.05")
+    assert (settings.repetitions, settings.min_repetitions,
+            settings.max_repetitions, settings.target_interval) == (None, 4, 6, 0.05)
+    assert _settings("-r", "5").repetitions == 5
+    with pytest.raises(ConfigError, match="min-repetitions 7 is above"):
+        _settings("--min-repetitions", "7", "--max-repetitions", "6")

@@ -1,0 +1,69 @@
+"""The terminal summary fits 120 columns by default; ``--tokperf-columns`` widens it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from tests.support.storage_factory import make_ceiling, make_engine, make_result
+
+from pytest_tokperf.report.table import Row, summary_table
+from pytest_tokperf.results import Workload
+from pytest_tokperf.settings import Settings, resolve
+
+LONG = "benchmarks/test_workloads.py::test_chat_turn_ttft_with_a_long_parametrised_name[warm-960]"
+
+
+def _rows() -> list[Row]:
+    result = make_result(engine=make_engine(build="b11434-pypi-sdist"),
+                         workload=Workload(prompt_tokens=1024, generate_tokens=16,
+                                           depth_tokens=4096, cached_prefix_tokens=960,
+                                           repetitions=3, chat=True))
+    result = dataclasses.replace(result, notes=("adaptive: the engine's decode is known to "
+                                                "+/-5.3% (95% interval of the mean) after the "
+                                                "most repetitions, 10; the target was +/-2.0%",))
+    return [Row(LONG, result, make_ceiling(), "unstable", "regression decode −8.1%"),
+            Row("t::short", make_result(), make_ceiling(), "pass")]
+
+
+def test_summary_fits_120_columns_and_names_what_it_left_out() -> None:
+    lines = summary_table(_rows())
+    assert max(len(line) for line in lines) <= 120
+    header = lines[0].split()
+    for kept in ("test", "prompt/gen", "TTFT", "decode", "eff", "verdict"):
+        assert kept in header
+    text = " ".join(lines)
+    assert "(not shown to fit 120 columns: TTFT bound," in text
+    assert "--tokperf-columns 250 shows them)" in text
+    assert any(line.startswith("note: ") for line in lines)
+    short = summary_table(_rows()[1:])  # a plain workload keeps more
+    assert max(len(line) for line in short) <= 120
+    assert "engine decode" in short[0] and "TTFT bound" not in short[0]
+
+
+def test_wide_terminal_shows_every_column() -> None:
+    lines = summary_table(_rows(), columns=250)
+    assert len(lines[0]) > 120
+    for name in ("TTFT bound", "agree", "all streams", "chars/s", "engine decode",
+                 "engine build", "gate"):
+        assert name in lines[0]
+    assert not any(line.startswith("(not shown") for line in lines)
+
+
+def test_columns_option_resolves_and_refuses_a_narrow_width() -> None:
+    def settings(**cli: str) -> Settings:
+        return resolve(cli=cli.get, ini=lambda _: None, env={}, rootdir=Path("/proj"))
+
+    assert settings().columns == 120
+    assert settings(columns="200").columns == 200
+    with pytest.raises(Exception, match=r"--tokperf-columns '20'"):
+        settings(columns="20")
+
+
+def test_columns_option_is_a_plugin_option(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--tokperf-columns=N*"])
+    bad = pytester.runpytest("--tokperf-columns", "20")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--tokperf-columns '20'*"])
