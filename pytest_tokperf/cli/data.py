@@ -167,7 +167,7 @@ def _stored_version(store: ResultStore, label: str | None) -> str | None:
     """The stored engine version a user's label names: as stored (``b9093`` or
     ``b9093-pypi-sdist``), or in any form ``install-engine --version`` takes (``9093``,
     ``9093.0.0``); None stays None (every version)."""
-    from pytest_tokperf.engines.releases import release_number
+    from pytest_tokperf.builds.releases import release_number
 
     if label is None:
         return None

@@ -66,7 +66,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
     from pytest_tokperf.cli.common import DEFAULT_DB
-    from pytest_tokperf.cli.engines import run_db
+    from pytest_tokperf.cli.builds import run_db
 
     parser = build_parser()
     verbs = next(a for a in parser._actions if a.dest == "verb").choices

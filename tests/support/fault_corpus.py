@@ -2,7 +2,7 @@
 and a fragment of the one-line error it must end with.
 
 Shared by ``tests/test_faults_corpus.py`` (the message and the absence of secrets, no
-timing) and ``benchmarks/bench_bad_inputs.py`` (the same cases, timed against the limit
+timing) and ``benchmarks/perf/bench_bad_inputs.py`` (the same cases, timed against the limit
 + 2 s). Each case is tried through the stdlib reader and through httpx where both apply.
 """
 
