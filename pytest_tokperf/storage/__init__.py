@@ -1,9 +1,12 @@
 """The results store: every measurement with its environment, in one SQLite file.
 
 ``store`` (``ResultStore``: open, migrate, record, read back), ``records`` (the values
-it returns), ``schema`` (tables, views, migrations), ``rows`` (value types <-> rows, the
-series key), ``history`` (the one store -> points function), ``exchange`` (export,
-import, merge, reference runs as text). sqlite-utils only; no pytest.
+it returns), ``schema`` (tables, views, migrations), ``identity`` (an environment's
+hash), ``rows`` (value types <-> rows, the series key), ``history`` (the one store ->
+points function), ``exchange`` (export, import, merge, reference runs as text),
+``journal`` (each result on disk the moment it is measured), ``llama_bench`` and
+``llama_bench_import`` (llama-bench's own output as results). sqlite-utils only; no
+pytest.
 """
 
 from pytest_tokperf.storage.records import (

@@ -24,13 +24,11 @@ from typing import Literal
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
-    PER_RESULT_COLUMNS,
     Row,
     Series,
-    dumps,
-    environment_hash,
     series_row,
 )
 

@@ -62,9 +62,9 @@ from pytest_tokperf.results import (
 )
 from pytest_tokperf.storage.exchange import Added, ResultBundle, RunBundle, add_run
 from pytest_tokperf.storage.llama_bench import LlamaBenchRecord, read_llama_bench
+from pytest_tokperf.storage.identity import dumps
 from pytest_tokperf.storage.rows import (
     Row,
-    dumps,
     environment_row,
     result_row,
     run_row,

@@ -29,6 +29,7 @@ from pytest_tokperf.results import (
     Verdict,
     Workload,
 )
+from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.schema import SUMMARY_FIGURES, SUMMARY_FIGURES_V6
 
 Row = dict[str, Any]
@@ -38,11 +39,6 @@ JSON_COLUMNS = frozenset(
 )
 """Columns holding JSON text (a list, or an object for ``engine_settings``)."""
 
-
-
-def dumps(value: object) -> str:
-    """Canonical JSON: sorted keys, no spaces (hashes and JSON columns)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def speed_settings(engine: EngineInfo) -> Row:
@@ -252,22 +248,6 @@ def environment_row(
     return row
 
 
-def _canonical(value: object) -> object:
-    """The same number hashes the same whether it is fresh (``True``, ``1e12``) or read back."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-PER_RESULT_COLUMNS = ("engine_base_url", "measured_bandwidth_bytes_per_s",
-                      "measured_bandwidth_source", "measured_bandwidth_detail")
-"""Columns ``environment_row`` fills that belong to one result, not to the environment:
-the moment's bandwidth probe and the engine's (often random) port. They are stored on the
-``results`` row (schema v7) and left out of ``env_hash``, so one environment is one row."""
-
-
 def split_environment(env: Row) -> tuple[Row, Row]:
     """An ``environment_row`` -> (the ``environments`` row, its per-result columns)."""
     per_result = {k: env.get(k) for k in PER_RESULT_COLUMNS}
@@ -280,17 +260,6 @@ def with_result_columns(env: Row, result: Row) -> Row:
     """An ``environments`` row completed with its result's per-result columns (an old row
     keeps its own where the result has none)."""
     return {**env, **{k: result[k] for k in PER_RESULT_COLUMNS if result.get(k) is not None}}
-
-
-def environment_hash(row: Row) -> str:
-    """sha256 of an environment's identity: every column of its row but ``id``,
-    ``env_hash`` and the per-result ones (``PER_RESULT_COLUMNS``).
-
-    Equal for a row built from value types and the same row read back from SQLite.
-    """
-    skip = ("id", "env_hash", *PER_RESULT_COLUMNS)
-    content = {k: _canonical(v) for k, v in row.items() if k not in skip}
-    return hashlib.sha256(dumps(content).encode()).hexdigest()
 
 
 def engine_from_row(row: Row) -> EngineInfo:

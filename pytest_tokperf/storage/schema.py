@@ -20,7 +20,7 @@ reads the file without this package:
   chars/s; per sample its round and the round's wall time.
 - v5: every speed setting of the engine server in ``series`` and ``environments``.
 - v7: one ``environments`` row per environment: the bandwidth probe of the moment and the
-  engine URL are per-result columns of ``results`` (``rows.PER_RESULT_COLUMNS``).
+  engine URL are per-result columns of ``results`` (``identity.PER_RESULT_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlite_utils import Database
+
+from pytest_tokperf.storage.identity import environment_hash
 
 SUMMARY_FIGURES = (
     "ttft_s",
@@ -339,8 +341,6 @@ def _v7_one_row_per_environment(db: Database) -> None:
     so every result had an environment of its own. Old rows keep their values (copied
     to their results); environments that now read alike become one row, their results
     pointing at it; the moved columns stay in ``environments``, NULL."""
-    from pytest_tokperf.storage.rows import environment_hash
-
     moved = list(_PER_RESULT_V7)
     for name, kind in _PER_RESULT_V7.items():
         db.table("results").add_column(name, kind)

@@ -344,7 +344,7 @@ class ResultStore:
     def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
         """Insert one result with its environment, series and samples; call inside ``write``.
 
-        ``env`` may carry the per-result columns (``rows.PER_RESULT_COLUMNS``, as an
+        ``env`` may carry the per-result columns (``identity.PER_RESULT_COLUMNS``, as an
         ``environment_row`` or an older reference run does): they go on the result row,
         where the result has none of its own, and the environment is stored once.
         """
