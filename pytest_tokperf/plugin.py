@@ -145,6 +145,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
     lines.append(f"tokperf: engine device {_device_line(run)}")
+    if s.ab:
+        b = s.baseline_settings()
+        what = (f"attached {b.url}" if b.url else
+                f"started {b.server_bin or b.engine_version or 'the same binary'}")
+        lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the baseline "
+                     f"({what}, model {b.model}) in ABBA pairs; flags changes of "
+                     f"{s.ab_min_effect:.0%} or more")
     return lines
 
 
@@ -290,7 +297,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None or state.run is None or not state.settings.fail_on_regression:
         return
-    if any(f.comparison.verdict == "regression" for f in state.run.finish()):
+    if (any(f.comparison.verdict == "regression" for f in state.run.finish())
+            or any(ab.regressed for _, ab in state.run.ab_results)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -393,14 +401,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"  {describe(finding)}")
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
+    for test_id, ab in run.ab_results:
+        terminalreporter.write_line(f"A/B {test_id}: {ab.describe()}",
+                                    red=ab.regressed, bold=ab.regressed)
     where = run.recorder.location
     terminalreporter.write_line(f"results: {len(rows)} stored in {where}" if where
                                 else "results: not stored (--tokperf-db off)")
     _write_reports(state, run, rows, findings, terminalreporter)
-    server = run.session.server
-    if server is not None:
-        terminalreporter.write_line(f"server: {server.url} (stopped at session end)")
-        terminalreporter.write_line(f"server log: {server.log_path}")
+    sides = [("server", run.session.server)]
+    if run.baseline is not None:
+        sides.append(("baseline server", run.baseline.server))
+    for name, server in sides:
+        if server is not None:
+            terminalreporter.write_line(f"{name}: {server.url} (stopped at session end)")
+            terminalreporter.write_line(f"{name} log: {server.log_path}")
 
 
 def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings: list[GateFinding],

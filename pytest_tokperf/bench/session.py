@@ -85,6 +85,11 @@ class EngineSession:
     def model_path(self) -> Path | None:
         return self._model_path
 
+    @property
+    def binary_path(self) -> Path | None:
+        """The llama-server binary started (None: attached, another engine, not started)."""
+        return self._launch.binary if self._launch is not None else None
+
     def engine(self) -> Engine:
         """The engine, started on first call; a start-up failure is remembered."""
         if self._failure is not None:
