@@ -148,9 +148,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if s.ab:
         b = s.baseline_settings()
         what = (f"attached {b.url}" if b.url else
-                f"started {b.server_bin or b.engine_version or 'the same binary'}")
+                f"started {b.server_bin or b.engine_version or 'the same binary'}, model {b.model}")
         lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the baseline "
-                     f"({what}, model {b.model}) in ABBA pairs; flags changes of "
+                     f"({what}) in ABBA pairs; flags changes of "
                      f"{s.ab_min_effect:.0%} or more")
     return lines
 

@@ -73,8 +73,8 @@ class ABResult:
 
     def describe(self) -> str:
         """One line: the verdict per metric with its interval, the pairs, what differs."""
-        parts = [f"{v.metric} {v.verdict} {pct(v.relative_change)} "
-                 f"[{pct(v.ci_low)}, {pct(v.ci_high)}]" for v in self.verdicts]
+        parts = [f"{v.metric} {v.verdict} {pct(v.relative_change)} {_interval(v)}"
+                 for v in self.verdicts]
         base = self.baseline.engine
         text = (f"same-run A/B against baseline {base.build or base.version or base.base_url}: "
                 f"{'; '.join(parts)} ({self.pairs} ABBA pairs")
@@ -88,6 +88,14 @@ class ABResult:
         if self.stopped:
             text += f"; {self.stopped}"
         return text
+
+
+def _interval(v: Comparison) -> str:
+    """The interval as text; "(interval not resolved)" when it spans more than halving
+    or doubling: such bounds say nothing a reader can use."""
+    if not (v.ci_low > -0.5 and v.ci_high < 1.0):
+        return "(interval not resolved)"
+    return f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
 
 
 def pair_metrics(min_effect: float = PAIRED_MIN_EFFECT) -> tuple[Metric, ...]:
@@ -190,7 +198,7 @@ class PairedAB:
                 self._one(name, engine, warm, replace(self.options, salt_base=self.options.salt_base + 10**6),
                           infos, started, workload)
         one = replace(workload, repetitions=1, warmup=0)
-        stopped = f"{workload.repetitions} pairs"
+        stopped = ""
         least = min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions)
         for index in range(workload.repetitions):
             salted = replace(self.options, salt_base=self.options.salt_base + index * workload.concurrency)
