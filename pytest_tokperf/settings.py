@@ -304,6 +304,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "the machine's phase, so it resolves far less than the history gate)",
                _number(0, 1, closed_hi=False, what="a fraction",
                        example="0.02 means a 2% change"), 0.02, "F"),
+    OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
+               "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
@@ -380,6 +382,7 @@ class Settings:
     baseline_url: str | None = None
     baseline_model: str | None = None
     ab_min_effect: float = 0.02
+    ab_json: str | None = None
 
     @property
     def ab(self) -> bool:

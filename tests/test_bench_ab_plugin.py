@@ -44,8 +44,10 @@ def test_baseline_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester
     with FakeVLLM() as baseline, FakeVLLM() as candidate:
         pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
         report = pytester.path / "r.json"
+        ab_json = pytester.path / "ab.json"
         result = pytester.runpytest(*_args(candidate.url, baseline.url,
-                                           f"--tokperf-report-json={report}"))
+                                           f"--tokperf-report-json={report}",
+                                           f"--tokperf-ab-json={ab_json}"))
         served = [len([r for r in f.requests if r[1] == "/v1/completions"])
                   for f in (baseline, candidate)]
     result.assert_outcomes(passed=1)
@@ -58,6 +60,11 @@ def test_baseline_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester
     results = json.loads(report.read_text())["results"]
     assert len(results) == 2  # the baseline side is kept beside the candidate's
     assert any(w.startswith("same-run A/B against baseline") for w in results[-1]["warnings"])
+    (ab,) = json.loads(ab_json.read_text())["ab"]
+    assert ab["pairs"] == len(ab["rounds"]) == 4
+    assert ab["baseline"]["url"] == baseline.url and ab["candidate"]["url"] == candidate.url
+    assert [v["metric"] for v in ab["verdicts"]] == ab["metrics"] == ["decode", "prefill", "ttft"]
+    assert all(len(r["baseline"]) == len(r["candidate"]) == 3 for r in ab["rounds"])
 
 
 def test_two_different_models_are_refused_before_measuring(pytester: pytest.Pytester) -> None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize, validate_workload
 from pytest_tokperf.engines.base import Engine
@@ -57,6 +57,9 @@ class ABResult:
     changed: str = ""
     """What changed between the two builds (release, binary, build flags)."""
     wall_s: float = 0.0
+    rounds: tuple[tuple[tuple[float | None, ...], tuple[float | None, ...]], ...] = ()
+    """Per pair, (baseline, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
+    prefill tok/s, TTFT s (None where a side lacks one)."""
 
     def verdict(self, metric: str) -> Comparison | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
@@ -96,6 +99,9 @@ def _interval(v: Comparison) -> str:
     if not (v.ci_low > -0.5 and v.ci_high < 1.0):
         return "(interval not resolved)"
     return f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
+
+
+PAIR_METRICS = ("decode", "prefill", "ttft")
 
 
 def pair_metrics(min_effect: float = PAIRED_MIN_EFFECT) -> tuple[Metric, ...]:
@@ -239,10 +245,12 @@ class PairedAB:
         cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
         pairs = {m.name: pairs_of(self._rounds, m) for m in pair_metrics(self.min_effect)}
         verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha)
+        figures = tuple((tuple(_figure(b, m) for m in PAIR_METRICS),
+                         tuple(_figure(c, m) for m in PAIR_METRICS)) for b, c in self._rounds)
         outcome = ABResult(baseline=base, candidate=cand, verdicts=tuple(verdicts.values()),
                            pairs=len(self._rounds), stopped=stopped,
                            models_differ=self.models_differ, changed=self.changed,
-                           wall_s=time.monotonic() - started)
+                           wall_s=time.monotonic() - started, rounds=figures)
         return replace(outcome, candidate=replace(cand, notes=(*cand.notes, outcome.describe())))
 
 
@@ -270,3 +278,33 @@ def run_paired_ab(
     models = (check or (lambda x, y: like_for_like(x, y, baseline_model_given=baseline_model_given)))(b, c)
     return PairedAB(baseline, candidate, options, min_effect, alpha, progress, models,
                     changed).run(workload)
+
+
+def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
+    """Every A/B of a session as JSON-ready data (``--tokperf-ab-json``; ``tokperf
+    compare-builds`` reads it back with ``pairs_from_document``)."""
+    def side(r: BenchResult) -> dict[str, Any]:
+        return {"engine": r.engine.name, "build": r.engine.build, "url": r.engine.base_url,
+                "model": _model(r.engine)}
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"ab": [{
+        "test_id": test_id,
+        "workload": asdict(ab.candidate.workload),
+        "baseline": side(ab.baseline),
+        "candidate": side(ab.candidate),
+        "pairs": ab.pairs,
+        "metrics": list(PAIR_METRICS),
+        "rounds": [{"baseline": list(b), "candidate": list(c)} for b, c in ab.rounds],
+        "verdicts": [{"metric": v.metric, "verdict": v.verdict,
+                      "change": number(v.relative_change), "ci_low": number(v.ci_low),
+                      "ci_high": number(v.ci_high), "confidence": v.confidence,
+                      "reason": v.reason} for v in ab.verdicts],
+        "changed": ab.changed,
+        "models_differ": ab.models_differ,
+        "stopped": ab.stopped,
+        "wall_s": round(ab.wall_s, 2),
+        "summary": ab.describe(),
+    } for test_id, ab in results]}
