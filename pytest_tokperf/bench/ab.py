@@ -271,10 +271,14 @@ def run_paired_ab(
     if baseline is candidate:
         raise ConfigError("the baseline and the candidate are the same engine object; start "
                           "(or attach) two servers, one per side")
-    try:
-        b, c = baseline.info(), candidate.info()
-    except TokperfError as exc:
-        raise MeasurementError(f"same-run A/B: a side did not answer /props: {exc}") from exc
+    infos = []
+    for name, engine in (("baseline", baseline), ("candidate", candidate)):
+        try:
+            infos.append(engine.info())
+        except TokperfError as exc:
+            raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}) did not "
+                                   f"answer: {exc}") from exc
+    b, c = infos
     models = (check or (lambda x, y: like_for_like(x, y, baseline_model_given=baseline_model_given)))(b, c)
     return PairedAB(baseline, candidate, options, min_effect, alpha, progress, models,
                     changed).run(workload)
