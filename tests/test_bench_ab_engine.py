@@ -125,3 +125,32 @@ def test_compare_builds_paired_finds_a_ttft_step(server_binary: Path, tmp_path: 
     (ttft,) = found["results"]
     assert ttft["comparison"]["verdict"] == "regression" and ttft["pairs"] == 6
     assert ttft["median_b"] > ttft["median_a"]
+
+
+def test_a_flag_changed_build_is_its_own_environment(pytester: pytest.Pytester,
+                                                     server_binary: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    custom = tmp_path / "avx2-off" / "llama-server"
+    custom.parent.mkdir()
+    custom.write_bytes(server_binary.read_bytes())
+    custom.chmod(0o755)
+    meta = json.loads((server_binary.parent / "install.json").read_text())
+    flags = [f for f in meta["cmake_flags"] if "GGML_NATIVE" not in f] + [
+        "-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF"]
+    (custom.parent / "install.json").write_text(json.dumps({**meta, "cmake_flags": flags}))
+    pytester.makepyfile("""
+        def test_short(tok_bench):
+            tok_bench(prompt_tokens=16, generate_tokens=4, repetitions=1, warmup=0)
+    """)
+    db = tmp_path / "r.db"
+    args = [a if a != "off" else str(db) for a in ARGS]
+    for binary in (server_binary, custom):
+        pytester.runpytest(*args, f"--tokperf-server-bin={binary}").assert_outcomes(passed=1)
+    rows = sqlite3.connect(db).execute(
+        "SELECT engine_build, engine_settings FROM environments ORDER BY id").fetchall()
+    release = build_identity(server_binary).release
+    assert [r[0] for r in rows] == [release, f"{release}+GGML_NATIVE=OFF,GGML_AVX2=OFF"]
+    settings = [json.loads(r[1]) for r in rows]
+    assert settings[0]["binary_sha256"] == settings[1]["binary_sha256"]  # same bytes, other flags
+    assert "-DGGML_AVX2=OFF" in settings[1]["build_flags"]

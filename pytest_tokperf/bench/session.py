@@ -131,7 +131,13 @@ class EngineSession:
         from pytest_tokperf.engines.llama_server.log import llama_binary_facts, wants_own_verbosity
 
         facts = llama_binary_facts(binary)
-        self._server_facts = tuple(facts.devices.to_pairs().items())
+        from pytest_tokperf.builds.identity import build_identity
+
+        # A build is its binary: two builds of one release (AVX2 on/off) report the same
+        # build_info, so the hash and the flags go with the environment, and the label
+        # names the flags that differ from the release's default build.
+        identity = build_identity(binary)
+        self._server_facts = (*facts.devices.to_pairs().items(), *identity.to_pairs().items())
         trace = () if wants_own_verbosity(s.server_args) else facts.trace_args
         spec = LaunchSpec(
             binary=binary,

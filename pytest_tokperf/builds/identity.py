@@ -52,6 +52,15 @@ class BuildIdentity:
         return f"{base}+{','.join(custom)}" if custom else base
 
 
+    def to_pairs(self) -> dict[str, str]:
+        """``EngineInfo.settings`` pairs: stored with the environment (so a rebuilt or
+        flag-changed binary is its own environment row), ``build_label`` names it."""
+        pairs = {"binary_sha256": self.sha256, "build_label": self.label}
+        pairs["build_flags"] = (" ".join(self.cmake_flags) if self.cmake_flags is not None
+                                else "unknown: not built by tokperf")
+        return pairs
+
+
 def _number(release: str | None) -> int | None:
     if release and release.startswith("b"):
         digits = release[1:].split("-", 1)[0]
