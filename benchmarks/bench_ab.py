@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "prefill", "ttft")}
         gate_counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "ttft")}
         walls, ccr = [], []
+        widths: dict[str, list[float]] = {m: [] for m in ("decode", "prefill", "ttft")}
         for run in range(a.runs):
             started = time.monotonic()
             with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c):
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             for v in ab.verdicts:
                 counts[v.metric][v.verdict] += 1
                 width = (v.ci_high - v.ci_low) / 2
+                widths[v.metric].append(width)
                 line.append(f"{v.metric} {v.verdict} {v.relative_change:+.1%} (±{width:.1%})")
             print(f"   run {run + 1}: A/B {'; '.join(line)}; {ab.pairs} pairs, {wall:.0f} s",
                   flush=True)
@@ -177,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{seq_wall:.0f} s", flush=True)
         print(f"   A/B verdicts over {a.runs} runs: " + "; ".join(
             f"{m} {dict(c)}" for m, c in counts.items()))
-        print(f"   A/B wall time per verdict: median {statistics.median(walls):.0f} s")
+        print(f"   A/B wall time per verdict: median {statistics.median(walls):.0f} s; interval "
+              "half-width (99.8%) median: " + ", ".join(
+                  f"{m} ±{statistics.median(w):.1%}" for m, w in widths.items() if w))
         if gate_counts["decode"]:
             print(f"   history gate over {a.runs} runs: " + "; ".join(
                 f"{m} {dict(c)}" for m, c in gate_counts.items()))

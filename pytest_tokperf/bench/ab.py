@@ -150,10 +150,10 @@ def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
     for key in LIKE_FOR_LIKE:
         if key in sb and key in sc and sb[key] != sc[key]:
             differ.append(f"{key}: baseline {sb[key]!r}, candidate {sc[key]!r}")
-    for name in ("context_size", "threads"):
-        x, y = getattr(baseline, name), getattr(candidate, name)
-        if x is not None and y is not None and x != y and name not in {k.split(':')[0] for k in differ}:
-            differ.append(f"{name}: baseline {x!r}, candidate {y!r}")
+    if "ctx_size" not in sb or "ctx_size" not in sc:  # attached: what the engines report
+        x, y = baseline.context_size, candidate.context_size
+        if x is not None and y is not None and x != y:
+            differ.append(f"context_size: baseline {x!r}, candidate {y!r}")
     if differ:
         raise ConfigError(
             "same-run A/B refused before measuring: baseline "
