@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import statistics
 import sys
@@ -38,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_tokperf.bench.ab import ABResult, run_paired_ab
+from pytest_tokperf.bench.ab import ABResult, ab_document, run_paired_ab
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
@@ -110,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-pairs", type=int, default=0,
                    help="bytes cases: one extra long A/B of this many pairs of 4x the tokens "
                    "for an independent speed ratio (0: skip)")
+    p.add_argument("--save", default="/tmp/tokperf-bench-ab",
+                   help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
     a = p.parse_args(argv)
+    save = Path(a.save)
+    save.mkdir(parents=True, exist_ok=True)
     default = installed_llama_server()
     if default is None:
         print("llama-server is not built: run `tokperf install-engine llama-server`")
@@ -149,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                                              baseline_model_given=base_model != cand_model)
             wall = time.monotonic() - started
             walls.append(wall)
+            (save / f"{case}-{time.strftime('%H%M%S')}-{run}.json").write_text(
+                json.dumps(ab_document([(case, ab)]), indent=1))
             line = []
             for v in ab.verdicts:
                 counts[v.metric][v.verdict] += 1
