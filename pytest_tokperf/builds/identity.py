@@ -108,7 +108,8 @@ def build_changes(baseline: Path | None, candidate: Path | None) -> str:
         gone = [f for f in a.cmake_flags if f not in b.cmake_flags and "BUILD_NUMBER" not in f]
         new = [f for f in b.cmake_flags if f not in a.cmake_flags and "BUILD_NUMBER" not in f]
         if gone or new:
-            parts.append("build flags " + " ".join([*(f"-{f}" for f in gone), *(f"+{f}" for f in new)]))
+            parts.append("build flags " + " ".join([*(f"-{f.removeprefix('-D')}" for f in gone),
+                                                    *(f"+{f.removeprefix('-D')}" for f in new)]))
     elif a.cmake_flags != b.cmake_flags:
         side = "baseline" if a.cmake_flags is None else "candidate"
         parts.append(f"the {side}'s build flags are unknown (not built by tokperf)")
