@@ -148,6 +148,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"tokperf: hardware {hw.name} ({hw.kind}"
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
     lines.append(f"tokperf: engine device {_device_line(run)}")
+    if s.ab:
+        b = s.baseline_settings()
+        what = (f"attached {b.url}" if b.url else
+                f"started {b.server_bin or b.engine_version or 'the same binary'}, model {b.model}")
+        lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the baseline "
+                     f"({what}) in ABBA pairs; flags changes of "
+                     f"{s.ab_min_effect:.0%} or more")
     return lines
 
 
@@ -300,7 +307,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None or state.run is None or not state.settings.fail_on_regression:
         return
-    if any(f.comparison.verdict == "regression" for f in state.run.finish()):
+    if (any(f.comparison.verdict == "regression" for f in state.run.finish())
+            or any(ab.regressed for _, ab in state.run.ab_results)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -403,6 +411,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"  {describe(finding)}")
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
+    for test_id, ab in run.ab_results:
+        terminalreporter.write_line(f"A/B {test_id}: {ab.describe()}",
+                                    red=ab.regressed, bold=ab.regressed)
     where = run.recorder.location
     stored = len(rows) - len(run.recorder.unstored)
     terminalreporter.write_line(f"results: {stored} stored in {where}" if where
@@ -411,10 +422,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if lost:
         terminalreporter.write_line(lost, red=True)
     _write_reports(state, run, rows, findings, terminalreporter)
-    server = run.session.server
-    if server is not None:
-        terminalreporter.write_line(f"server: {server.url} (stopped at session end)")
-        terminalreporter.write_line(f"server log: {server.log_path}")
+    if state.settings.ab_json and run.ab_results:
+        import json
+
+        from pytest_tokperf.bench.ab import ab_document
+
+        path = Path(state.settings.ab_json)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(ab_document(run.ab_results), indent=2), encoding="utf-8")
+            terminalreporter.write_line(f"A/B report: {path}")
+        except OSError as exc:
+            terminalreporter.write_line(f"tokperf: A/B report {str(path)!r} not written: {exc}",
+                                        red=True)
+    sides = [("server", run.session.server)]
+    if run.baseline is not None:
+        sides.append(("baseline server", run.baseline.server))
+    for name, server in sides:
+        if server is not None:
+            terminalreporter.write_line(f"{name}: {server.url} (stopped at session end)")
+            terminalreporter.write_line(f"{name} log: {server.log_path}")
 
 
 def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings: list[GateFinding],

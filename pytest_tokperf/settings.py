@@ -326,6 +326,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("columns", "width of the terminal summary table: columns that do not fit are "
                "left out, least important first, and named under it (default 120; e.g. 250 "
                "shows every column)", _whole(60, 10_000, "120"), 120, "N", True),
+    OptionSpec("baseline_server_bin", "same-run A/B: every tok_bench call also measures this "
+               "llama-server binary, started beside the candidate, in interleaved ABBA pairs, and "
+               "judges the paired ratio (docs/ab.md)", _text, None, "PATH", True),
+    OptionSpec("baseline_engine_version", "same-run A/B against this cached llama.cpp release "
+               "(`tokperf install-engine llama-server --version N`); instead of "
+               "--tokperf-baseline-server-bin", _release, None, "N", True),
+    OptionSpec("baseline_url", "same-run A/B against an engine already running at URL (any "
+               "engine; you run both servers)", _url, None, "URL", True),
+    OptionSpec("baseline_model", "same-run A/B: the baseline serves this model instead of "
+               "the candidate's (two models compared on purpose; the result says they differ)",
+               _text, None, "PATH", True),
+    OptionSpec("ab_min_effect", "smallest relative change the same-run A/B flags (pairs cancel "
+               "the machine's phase, so it resolves far less than the history gate)",
+               _number(0, 1, closed_hi=False, what="a fraction",
+                       example="0.02 means a 2% change"), 0.02, "F"),
+    OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
+               "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
@@ -408,6 +425,31 @@ class Settings:
     """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
     columns: int = 120
     """Width the terminal summary fits in (``report.table.summary_table``)."""
+    baseline_server_bin: str | None = None
+    baseline_engine_version: str | None = None
+    baseline_url: str | None = None
+    baseline_model: str | None = None
+    ab_min_effect: float = 0.02
+    ab_json: str | None = None
+
+    @property
+    def ab(self) -> bool:
+        """True when every tok_bench call is a same-run A/B against a baseline engine."""
+        return any(x is not None for x in (self.baseline_server_bin, self.baseline_engine_version,
+                                           self.baseline_url, self.baseline_model))
+
+    def baseline_settings(self) -> Settings:
+        """The baseline side's settings: the candidate's, with the baseline's engine and model."""
+        from dataclasses import replace
+
+        if self.baseline_url is not None:
+            return replace(self, url=self.baseline_url, server_bin=None, engine_version=None,
+                           model=self.baseline_model or self.model, port=None)
+        given = self.baseline_server_bin is not None or self.baseline_engine_version is not None
+        return replace(self, url=None, port=None,
+                       server_bin=self.baseline_server_bin if given else self.server_bin,
+                       engine_version=self.baseline_engine_version if given else self.engine_version,
+                       model=self.baseline_model or self.model)
 
     @property
     def active(self) -> bool:
@@ -455,6 +497,7 @@ def resolve(
             f"--tokperf-max-repetitions {values['max_repetitions']}; raise the maximum or "
             f"lower the minimum"
         )
+    _check_ab(values)
     api_key = _api_key(env, values["api_key_env"])
     return Settings(server_args=server_args, api_key=api_key, **values)
 
@@ -475,6 +518,28 @@ def _check_attached_model(values: Mapping[str, Any]) -> None:
             f"--tokperf-model {model!r} {why}; with --tokperf-url it names the attached "
             f"engine's GGUF file, read for the bandwidth ceiling: fix the path, or drop "
             f"--tokperf-model to use what the engine reports")
+
+
+def _check_ab(values: Mapping[str, Any]) -> None:
+    """One baseline engine at most; a started baseline needs a started candidate's binary."""
+    given = [f"--tokperf-baseline-{n.replace('_', '-')}" for n in ("server_bin", "engine_version", "url")
+             if values[f"baseline_{n}"] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} both name the A/B's baseline engine; give one")
+    if given and values["engine"] is None:
+        raise ConfigError(f"{given[0]} names an A/B baseline but no candidate engine is "
+                          "configured; add --tokperf-engine llama-server or --tokperf-url URL")
+    if (values["baseline_url"] is None and values["url"] is not None
+            and (values["baseline_server_bin"] or values["baseline_engine_version"]
+                 or values["baseline_model"])):
+        raise ConfigError("the candidate is attached with --tokperf-url, so tokperf cannot start "
+                          "a like-for-like baseline beside it; run the baseline too and pass "
+                          "--tokperf-baseline-url URL")
+    if (values["baseline_url"] is None and values["baseline_model"] is not None
+            and values["engine"] not in (None, "llama-server")):
+        raise ConfigError(f"--tokperf-baseline-model: tokperf starts a baseline only for "
+                          f"llama-server, not {values['engine']!r}; run it and pass "
+                          "--tokperf-baseline-url URL")
 
 
 def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:

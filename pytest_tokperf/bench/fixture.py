@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_tokperf.ceiling import (
     EfficiencyCheck,
@@ -41,6 +41,9 @@ from pytest_tokperf.results import (
 )
 from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
+if TYPE_CHECKING:
+    from pytest_tokperf.bench.ab import ABResult
+
 Revise = Callable[[Verdict], None]
 """Replaces a stored result's verdict with the test's own, worse one (an explicit assert)."""
 
@@ -51,11 +54,26 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class ABPlan:
+    """Turns every call of a ``TokBench`` into a same-run A/B (``bench.ab``)."""
+
+    baseline: Callable[[], Engine]
+    """The baseline engine (started on first use, beside the candidate)."""
+    min_effect: float
+    baseline_model_given: bool = False
+    changed: Callable[[], str] = lambda: ""
+    """What changed between the two builds, once both are started."""
+    on_result: Callable[[ABResult], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TokBenchResult:
     """A measured workload with its ceiling; offers the assertions tests want."""
 
     result: BenchResult
     ceiling: Ceiling | None = None
+    ab: ABResult | None = None
+    """The same-run A/B this result is the candidate side of (``--tokperf-baseline-*``)."""
     revise: Revise | None = field(default=None, compare=False, repr=False)
     """Called with ``fail`` (or ``suspect``, ``pass``) when an assertion decides: the stored
     verdict is the test's final one, explicit assertions included."""
@@ -204,6 +222,8 @@ class TokBench:
 
     speculative_engine: Callable[[str | None], Engine] | None = None
     """Returns the drafting engine for ``speculative()`` (the session starts it)."""
+    ab: ABPlan | None = None
+    """Set: every call measures the baseline too, in ABBA pairs, and judges the ratio."""
 
     def __call__(
         self,
@@ -238,8 +258,45 @@ class TokBench:
                                   warmup=warmup)
         options = replace(self._next_options(), adaptive=fixed is None)
         engine = self.engine()
+        if self.ab is not None:
+            return self._paired(self.ab, engine, workload, options)
         result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
         return self._judge_and_record(result)
+
+    def _paired(self, plan: ABPlan, engine: Engine, workload: Workload,
+                options: MeasureOptions) -> TokBenchResult:
+        """The call as a same-run A/B: the candidate's result is judged (floor included)
+        and recorded as the test's; the baseline's is recorded beside it, unchecked."""
+        __tracebackhide__ = True
+        from pytest_tokperf.bench.ab import ABResult, run_paired_ab
+
+        baseline = plan.baseline()
+
+        def run() -> ABResult:
+            return run_paired_ab(baseline, engine, workload, options, min_effect=plan.min_effect,
+                                 progress=self.progress,
+                                 baseline_model_given=plan.baseline_model_given,
+                                 changed=plan.changed())
+
+        if self.before_measure is not None:
+            self.before_measure()
+        try:
+            ab = run()
+        except MeasurementError as exc:
+            if isinstance(exc.partial, ABResult):
+                self.record(exc.partial.baseline, None, "error")
+                self.record(exc.partial.candidate, None, "error")
+                if plan.on_result is not None:
+                    plan.on_result(exc.partial)
+            raise
+        if plan.on_result is not None:
+            plan.on_result(ab)
+        self.record(ab.baseline, None, "unchecked")
+        outcome = self._judge_and_record(ab.candidate, assert_floor=False)
+        outcome = replace(outcome, ab=ab)
+        if self.min_efficiency is not None:
+            outcome.assert_efficiency(self.min_efficiency)
+        return outcome
 
     def speculative(
         self,

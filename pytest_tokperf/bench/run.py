@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, kv_type_v_from_args
-from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, Revise, TokBench
+from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, ABPlan, Revise, TokBench
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.bench.recorder import Recorder
@@ -34,6 +34,7 @@ from pytest_tokperf.results import BenchResult, Ceiling, ModelInfo, Progress, Ve
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 if TYPE_CHECKING:
+    from pytest_tokperf.bench.ab import ABResult
     from pytest_tokperf.bench.gate import Gate, GateFinding
     from pytest_tokperf.storage.store import Stored
 
@@ -125,6 +126,10 @@ class BenchRun:
     """The final gate verdicts, once ``finish`` ran."""
     gate_summary: str = ""
     """How the final verdicts were controlled together, and their counts (one line)."""
+    baseline: EngineSession | None = None
+    """The same-run A/B's baseline engine (``Settings.ab``), started beside the candidate."""
+    ab_results: list[tuple[str, ABResult]] = field(default_factory=list)
+    """Every same-run A/B of the run, by test id, in the order measured."""
     _finished: bool = field(default=False, init=False)
     _problems_seen: int = field(default=0, init=False)
     _identity_asked: bool = field(default=False, init=False)
@@ -154,18 +159,22 @@ class BenchRun:
 
         gate = Gate(settings.baseline, min_effect=settings.min_effect)
         models = ModelFiles()
-        if settings.active and settings.url is None and settings.engine in (None, "llama-server"):
-            from pytest_tokperf.launch.process import resolve_server_binary
+        sides = [(settings, "--tokperf-model")]
+        if settings.ab and settings.active:
+            sides.append((settings.baseline_settings(), "--tokperf-baseline-model"))
+        for side, option in sides:
+            if side.url is None and side.engine in (None, "llama-server"):
+                from pytest_tokperf.launch.process import resolve_server_binary
 
-            resolve_server_binary(settings.server_bin, settings.engine_version)
-            if settings.model not in BUILTIN_MODELS:
-                path = Path(settings.model).expanduser()
-                source = f"--tokperf-model {settings.model!r}"
-                check_model_file(path, source=source)
-                try:  # the whole header now, parsed once for the run
-                    models.load(path)
-                except ModelFileError as exc:
-                    raise ConfigError(f"{source}: {exc}") from exc
+                resolve_server_binary(side.server_bin, side.engine_version)
+                if side.model not in BUILTIN_MODELS:
+                    path = Path(side.model).expanduser()
+                    source = f"{option} {side.model!r}"
+                    check_model_file(path, source=source)
+                    try:  # the whole header now, parsed once for the run
+                        models.load(path)
+                    except ModelFileError as exc:
+                        raise ConfigError(f"{source}: {exc}") from exc
         if settings.active:
             check_report_paths(settings)
         recorder = Recorder.open(settings.db, pytest_version, models) if settings.active \
@@ -185,6 +194,9 @@ class BenchRun:
             recorder=recorder,
             gate=gate,
             salt_seed=salt_seed(run_id),
+            baseline=EngineSession(settings=settings.baseline_settings(),
+                                   log_dir=log_dir / "baseline", progress=progress,
+                                   registry=registry) if settings.ab and settings.active else None,
         )
 
     def tok_bench(
@@ -237,7 +249,23 @@ class BenchRun:
             progress=progress,
             workload_defaults=workload_defaults,
             speculative_engine=lambda draft: self.session.speculative_engine(draft)[0],
+            ab=self._ab_plan(test_id),
         )
+
+    def _ab_plan(self, test_id: str) -> ABPlan | None:
+        """How this run's tok_bench calls become same-run A/Bs (None: they do not)."""
+        if self.baseline is None:
+            return None
+        from pytest_tokperf.builds.identity import build_changes
+
+        s, baseline = self.settings, self.baseline
+
+        def changed() -> str:
+            return build_changes(baseline.binary_path, self.session.binary_path)
+
+        return ABPlan(baseline=baseline.engine, min_effect=s.ab_min_effect,
+                      baseline_model_given=s.baseline_model is not None, changed=changed,
+                      on_result=lambda ab: self.ab_results.append((test_id, ab)))
 
     def record(
         self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict
@@ -316,7 +344,11 @@ class BenchRun:
         """Stop the engine (and any drafting engine) and close the store; returns the
         recorder's line about results kept only in the journal, if not yet announced."""
         try:
-            self.session.close()
+            try:
+                self.session.close()
+            finally:
+                if self.baseline is not None:
+                    self.baseline.close()
         finally:
             self.ceilings.close()
             lost = self.recorder.close()

@@ -105,6 +105,11 @@ class EngineSession:
     def model_path(self) -> Path | None:
         return self._model_path
 
+    @property
+    def binary_path(self) -> Path | None:
+        """The llama-server binary started (None: attached, another engine, not started)."""
+        return self._launch.binary if self._launch is not None else None
+
     def engine(self) -> Engine:
         """The engine, started on first call; a start-up failure is remembered."""
         if self._failure is not None:
@@ -150,7 +155,13 @@ class EngineSession:
         # --tokperf-startup-timeout is total: the checks below spend from it too
         end = time.monotonic() + s.startup_timeout
         facts = llama_binary_facts(binary, end - time.monotonic())
-        self._server_facts = tuple(facts.devices.to_pairs().items())
+        from pytest_tokperf.builds.identity import build_identity
+
+        # A build is its binary: two builds of one release (AVX2 on/off) report the same
+        # build_info, so the hash and the flags go with the environment, and the label
+        # names the flags that differ from the release's default build.
+        identity = build_identity(binary)
+        self._server_facts = (*facts.devices.to_pairs().items(), *identity.to_pairs().items())
         trace = () if wants_own_verbosity(s.server_args) else facts.trace_args
         spec = LaunchSpec(
             binary=binary,

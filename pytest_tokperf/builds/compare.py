@@ -39,7 +39,9 @@ from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
 from pytest_tokperf.stats.verdict import Comparison
 
 METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
-RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url")
+RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
+            "--tokperf-baseline-server-bin", "--tokperf-baseline-engine-version",
+            "--tokperf-baseline-url", "--tokperf-ab-json")
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,13 +151,17 @@ def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
 def compare_builds(args: argparse.Namespace) -> int:
     from pytest_tokperf.builds.compare import compare_builds as run_comparison
 
-    if args.rounds < 3:
-        raise ConfigError(f"--rounds {args.rounds}: the judge needs at least 3 sessions per build")
+    if args.mode == "paired":
+        return _compare_paired(args)
+    rounds = 5 if args.rounds is None else args.rounds
+    if rounds < 3:
+        raise ConfigError(f"--rounds {rounds}: the judge needs at least 3 sessions per build")
     runner = _runner(args)
     provide = _installer(args)
     a, b = (_build_for(spec, provide) for spec in args.builds)
     if a.binary == b.binary:
         raise ConfigError(f"{args.builds[0]!r} and {args.builds[1]!r} are the same binary")
+    args.rounds = rounds
     found = run_comparison(runner, a, b, args.rounds, min_effect=args.min_effect)
     rows = []
     for f in found:
@@ -174,6 +178,36 @@ def compare_builds(args: argparse.Namespace) -> int:
            "B/A is the plain ratio of means (compare-llama-bench's figure); the verdict is "
            "the regression judge's (significant AND at least the minimum effect)"])
     return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found) else 0
+
+
+def _compare_paired(args: argparse.Namespace) -> int:
+    """compare-builds on the same-run A/B (``builds.paired``)."""
+    from pytest_tokperf.builds.paired import compare_builds_paired
+
+    sessions = 1 if args.rounds is None else args.rounds
+    runner = _runner(args)
+    provide = _installer(args)
+    a, b = (_build_for(spec, provide) for spec in args.builds)
+    found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect)
+    rows = []
+    for f in found.results:
+        c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
+        rows.append((f.test_id, f.metric, f"{f.median_a:.4g} {unit}", f"{f.median_b:.4g} {unit}",
+                     str(f.pairs), c.verdict,
+                     f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"))
+    data = {"a": a.label, "b": b.label, "changed": found.changed, "wall_s": round(found.wall_s, 1),
+            "ab_json": [str(p) for p in found.documents],
+            "results": [asdict(f) for f in found.results]}
+    emit(args, data,
+         [f"A = {a.label} (baseline), B = {b.label} (candidate): same-run A/B, {sessions} "
+          f"session(s), both servers up at once, ABBA pairs; {found.wall_s:.0f} s",
+          f"changed: {found.changed or 'unknown'}",
+          *table(("test", "metric", "median A", "median B", "pairs", "verdict",
+                  "B/A change [interval]"), rows),
+          "the change is the geometric mean of the per-pair ratios B/A; its interval "
+          + ("has the session (a fresh start of both servers) as its unit"
+             if sessions > 1 else "has the pair as its unit (one server start a side)")])
+    return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found.results) else 0
 
 
 def _binaries(folder: str) -> dict[int, Path]:
@@ -289,14 +323,23 @@ def add_parsers(verbs: Any) -> None:
 
     p = verbs.add_parser(
         "compare-builds", parents=[DB, JSON], help="the same benchmarks on two llama-server builds, interleaved",
-        description="Run the pytest selection on build A and build B in alternating "
-        "sessions (A B A B ...) into one results DB, then print per test and metric the "
-        "regression judge's verdict on B against A beside the plain ratio of means. A build "
-        "is a release (built when not cached) or a path to a llama-server binary.")
+        description="Run the pytest selection with build A and build B up at once (the "
+        "default, --mode paired): every tok_bench repetition runs on both back to back in "
+        "ABBA order and the per-pair ratio B/A is judged, so the machine's phase cancels "
+        "(docs/ab.md). --mode sessions alternates whole sessions (A B A B ...) into one "
+        "results DB instead and prints the regression judge's verdict beside the plain ratio "
+        "of means. A build is a release (built when not cached) or a path to a llama-server "
+        "binary.")
     p.add_argument("builds", nargs=2, metavar="BUILD", help="release (11292, b11292) or binary")
     p.usage = "tokperf compare-builds [options] A B [-- PYTEST_ARGS]"
-    p.add_argument("--rounds", type=int, default=5,
-                   help="sessions per build (5; at least 3, the least the judge decides on)")
+    p.add_argument("--mode", choices=("paired", "sessions"), default="paired",
+                   help="paired (default): each session runs both builds at once, every "
+                   "repetition as an ABBA pair (docs/ab.md); sessions: alternate whole "
+                   "sessions A B A B (the machine's phase between sessions lands in the spread)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="paired: A/B sessions, each a fresh start of both servers (default 1: on this "
+                   "VM the ratio carries no per-start level, docs/ab.md); "
+                   "sessions: sessions per build (default 5; at least 3)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
     run_options(p)
     p.set_defaults(func=compare_builds)

@@ -154,7 +154,7 @@ def test_bisect_over_32_fake_releases_finds_the_slowdown(
     db, journal_path = tmp_path / "bisect.db", tmp_path / "bisect.db.builds.jsonl"
     # how a user gets here: compare-builds showed the regression between two releases
     endpoints = [str(folder / "llama-server-b1"), str(folder / "llama-server-b32")]
-    assert main(["compare-builds", *endpoints, "--rounds", "3", "--metric", "ttft", "--db",
+    assert main(["compare-builds", *endpoints, "--mode", "sessions", "--rounds", "3", "--metric", "ttft", "--db",
                  str(db), "--", "test_selection.py", *SESSION_ARGS]) == 0
     assert "regression" in capsys.readouterr().out
     compared = journal_path.read_text().splitlines()

@@ -104,9 +104,9 @@ def test_compare_two_builds_interleaved(server_binary: Path, tmp_path: Path,
     (tmp_path / "test_selection.py").write_text(SELECTION)
     folder = fake_releases(tmp_path / "builds", server_binary, 2, slow_from=2)
     a, b = str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
-    args = ["compare-builds", a, b, "--db", str(tmp_path / "c.db"), "--",
+    args = ["compare-builds", a, b, "--mode", "sessions", "--db", str(tmp_path / "c.db"), "--",
             "test_selection.py", *SESSION_ARGS]
-    assert main([*args[:5], "--json", *args[5:]]) == 0
+    assert main([*args[:7], "--json", *args[7:]]) == 0
     found = {(f["target"]["metric"]): f for f in json.loads(capsys.readouterr().out)}
     assert found["ttft"]["comparison"]["verdict"] == "regression"
     assert found["ttft"]["ratio"] > 1.3  # a micro-batch of 1 reads the prompt token by token

@@ -126,7 +126,9 @@ class LlamaServer(HttpAdapter):
         return EngineInfo(
             name=self.name,
             version=build,
-            build=props.get("build_info"),
+            # a started server's own binary label (builds.identity): b11434 built with
+            # other flags reports the same build_info but is another build
+            build=settings.get("build_label") or props.get("build_info"),
             base_url=self.base_url,
             backend=server.backend,
             model_path=props.get("model_path"),

@@ -1,0 +1,314 @@
+"""Same-run paired A/B: baseline and candidate engines up at once, measured in ABBA pairs.
+
+Every measured repetition of a workload runs on both engines back to back, the side that
+goes first alternating pair by pair (A B, B A, A B, ...: the repetitions run A B B A A B
+B A), with the same salted prompts on both sides. Only one side generates at a time; the
+other waits idle. Both see the same machine phase (this VM's bandwidth sits near 37 or
+60 GB/s for minutes at a time), so the per-pair log-ratio candidate / baseline cancels
+it; ``stats.paired`` judges those ratios.
+
+The candidate's ``BenchResult`` is the test's result (its floor and ceiling are its own);
+the baseline's is kept beside it. Adaptive pairs stop once the 95% interval of the decode
+ratio is within ``target_interval``, not each side's spread.
+
+A side that fails mid-run raises ``MeasurementError`` naming the side; its ``partial`` is
+an ``ABResult`` of the pairs measured so far (None before the first pair).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize, validate_workload
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
+from pytest_tokperf.results import BenchResult, EngineInfo, Progress, Sample, Workload
+from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, PREFILL, TTFT, Metric, pct
+from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab, ratio_interval
+from pytest_tokperf.stats.verdict import Comparison
+
+Side = Literal["baseline", "candidate"]
+MIN_PAIRS = 4
+"""Adaptive A/Bs measure at least two ABBA blocks."""
+
+LIKE_FOR_LIKE = ("threads", "ctx_size", "parallel", "server_args", "total_slots", "draft_model")
+"""Settings both sides must share (what the user or tokperf configured, not what a build
+defaults to: a changed default is part of the build change being measured)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ABResult:
+    """Both sides of one A/B, the verdict per metric and what differed between them."""
+
+    baseline: BenchResult
+    candidate: BenchResult
+    verdicts: tuple[Comparison, ...]
+    pairs: int
+    stopped: str = ""
+    """Why the pairs stopped (interval reached, the most pairs, a side failed)."""
+    models_differ: str = ""
+    """Non-empty when the two sides serve different models on purpose (--tokperf-baseline-model)."""
+    changed: str = ""
+    """What changed between the two builds (release, binary, build flags)."""
+    wall_s: float = 0.0
+    rounds: tuple[tuple[tuple[float | None, ...], tuple[float | None, ...]], ...] = ()
+    """Per pair, (baseline, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
+    prefill tok/s, TTFT s (None where a side lacks one)."""
+
+    def verdict(self, metric: str) -> Comparison | None:
+        return next((v for v in self.verdicts if v.metric == metric), None)
+
+    @property
+    def decode_ratio(self) -> float | None:
+        """Candidate / baseline decode (geometric mean of the pairs; 0.95 = 5% slower)."""
+        v = self.verdict("decode")
+        return None if v is None or math.isnan(v.relative_change) else 1 + v.relative_change
+
+    @property
+    def regressed(self) -> bool:
+        return any(v.regressed for v in self.verdicts)
+
+    def describe(self) -> str:
+        """One line: the verdict per metric with its interval, the pairs, what differs."""
+        parts = [f"{v.metric} {v.verdict} {pct(v.relative_change)} {_interval(v)}"
+                 for v in self.verdicts]
+        base = self.baseline.engine
+        text = (f"same-run A/B against baseline {base.build or base.version or base.base_url}: "
+                f"{'; '.join(parts)} ({self.pairs} ABBA pairs")
+        if self.verdicts:
+            text += f", {self.verdicts[0].confidence:.1%} intervals"
+        text += ")"
+        if self.changed:
+            text += f"; changed: {self.changed}"
+        if self.models_differ:
+            text += f"; {self.models_differ}"
+        if self.stopped:
+            text += f"; {self.stopped}"
+        return text
+
+
+def _interval(v: Comparison) -> str:
+    """The interval as text; "(interval not resolved)" when it spans more than halving
+    or doubling: such bounds say nothing a reader can use."""
+    if not (v.ci_low > -0.5 and v.ci_high < 1.0):
+        return "(interval not resolved)"
+    return f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
+
+
+PAIR_METRICS = ("decode", "prefill", "ttft")
+
+
+def pair_metrics(min_effect: float = PAIRED_MIN_EFFECT) -> tuple[Metric, ...]:
+    """decode, prefill and TTFT with the A/B's minimum effect."""
+    return tuple(Metric(m.name, m.higher_is_better, min_effect) for m in (DECODE, PREFILL, TTFT))
+
+
+def _figure(samples: tuple[Sample, ...] | list[Sample], metric: str) -> float | None:
+    """One pair side's figure: the mean over the round's streams."""
+    if metric == "decode":
+        engine = [s.engine_decode_tokens_per_s for s in samples]
+        values = engine if all(engine) else [s.decode_tokens_per_s for s in samples]
+    elif metric == "prefill":
+        engine = [s.engine_prefill_tokens_per_s for s in samples]
+        values = engine if all(engine) else [s.prefill_tokens_per_s for s in samples]
+    else:
+        values = [s.ttft_s for s in samples]
+    got = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return statistics.fmean(got) if got and len(got) == len(values) else None
+
+
+def pairs_of(rounds: list[tuple[list[Sample], list[Sample]]], metric: Metric) -> Pairs:
+    """The pairs of ``metric`` where both sides of a round have the figure."""
+    b, c = [], []
+    for base, cand in rounds:
+        x, y = _figure(base, metric.name), _figure(cand, metric.name)
+        if x is not None and y is not None:
+            b.append(x)
+            c.append(y)
+    return Pairs.of(metric, b, c)
+
+
+def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
+                  baseline_model_given: bool) -> str:
+    """"" when the two sides may be compared; else raise ``ConfigError`` saying what
+    differs. A different model is allowed when the baseline's was named on purpose; the
+    returned text then says that the models differ."""
+    differ = []
+    model_b, model_c = _model(baseline), _model(candidate)
+    models = ""
+    if model_b and model_c and model_b != model_c:
+        models = f"the models differ: baseline {model_b!r}, candidate {model_c!r}"
+        if not baseline_model_given:
+            differ.append(f"model: baseline {model_b!r}, candidate {model_c!r}")
+    sb, sc = dict(baseline.settings), dict(candidate.settings)
+    for key in LIKE_FOR_LIKE:
+        if key in sb and key in sc and sb[key] != sc[key]:
+            differ.append(f"{key}: baseline {sb[key]!r}, candidate {sc[key]!r}")
+    if "ctx_size" not in sb or "ctx_size" not in sc:  # attached: what the engines report
+        x, y = baseline.context_size, candidate.context_size
+        if x is not None and y is not None and x != y:
+            differ.append(f"context_size: baseline {x!r}, candidate {y!r}")
+    if differ:
+        raise ConfigError(
+            "same-run A/B refused before measuring: baseline "
+            f"({baseline.base_url}) and candidate ({candidate.base_url}) are not a like-for-like "
+            f"pair: {'; '.join(differ)}. Serve the same model with the same settings on both, "
+            "or name the baseline's model with --tokperf-baseline-model PATH to compare "
+            "two models on purpose")
+    return models
+
+
+def _model(info: EngineInfo) -> str:
+    name = info.model_path or info.model_name or ""
+    return Path(name).name if name else ""
+
+
+@dataclass
+class PairedAB:
+    """Runs one workload as an A/B; see the module doc."""
+
+    baseline: Engine
+    candidate: Engine
+    options: MeasureOptions = MeasureOptions()
+    min_effect: float = PAIRED_MIN_EFFECT
+    alpha: float = DEFAULT_ALPHA
+    progress: Progress | None = None
+    models_differ: str = ""
+    changed: str = ""
+    _rounds: list[tuple[list[Sample], list[Sample]]] = field(default_factory=list, init=False)
+
+    def run(self, workload: Workload) -> ABResult:
+        """Warm both up, then measure pairs: exactly ``workload.repetitions`` pairs, or
+        (``options.adaptive``) until the decode ratio's 95% interval is within
+        ``options.target_interval``, at least ``MIN_PAIRS``, at most ``workload.repetitions``."""
+        validate_workload(workload)
+        started = time.monotonic()
+        self._rounds = []
+        sides: tuple[tuple[Side, Engine], ...] = (("baseline", self.baseline),
+                                                  ("candidate", self.candidate))
+        infos: dict[Side, EngineInfo] = {}
+        for name, engine in sides:
+            try:
+                infos[name] = engine.info()
+            except TokperfError as exc:
+                raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}): {exc}") from exc
+        if workload.warmup:
+            warm = replace(workload, repetitions=workload.warmup, warmup=0)
+            for name, engine in sides:
+                self._one(name, engine, warm, replace(self.options, salt_base=self.options.salt_base + 10**6),
+                          infos, started, workload)
+        one = replace(workload, repetitions=1, warmup=0)
+        stopped = ""
+        least = min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions)
+        for index in range(workload.repetitions):
+            salted = replace(self.options, salt_base=self.options.salt_base + index * workload.concurrency)
+            got: dict[Side, list[Sample]] = {}
+            for name, engine in (sides if index % 2 == 0 else sides[::-1]):
+                got[name] = self._one(name, engine, one, salted, infos, started, workload,
+                                      tag=f"pair {index + 1}")
+            self._rounds.append((got["baseline"], got["candidate"]))
+            if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
+                width = ratio_interval(pairs_of(self._rounds, DECODE))
+                if width is not None and width <= self.options.target_interval:
+                    stopped = (f"stopped at {len(self._rounds)} pairs: decode ratio known to "
+                               f"±{width:.1%} (95%)")
+                    break
+        return self._result(workload, infos, stopped, started)
+
+    def _one(self, name: Side, engine: Engine, workload: Workload, options: MeasureOptions,
+             infos: dict[Side, EngineInfo], started: float, full: Workload,
+             tag: str = "warm-up") -> list[Sample]:
+        progress = self.progress
+        tagged = None if progress is None else (
+            lambda message: progress(f"A/B {tag} {name}: {message.split(': ', 1)[-1]}"))
+        try:
+            return list(run_workload(engine, workload, options, tagged).samples)
+        except TokperfError as exc:
+            partial = self._result(full, infos, f"stopped: the {name} side failed", started) \
+                if self._rounds else None
+            kept = f"; {len(self._rounds)} pair(s) measured before are kept" if self._rounds else ""
+            raise MeasurementError(
+                f"same-run A/B, {name} side ({engine.base_url}) failed at {tag}: {exc}{kept}",
+                partial=partial) from exc
+
+    def _result(self, workload: Workload, infos: Mapping[Side, EngineInfo], stopped: str,
+                started: float) -> ABResult:
+        done = replace(workload, repetitions=len(self._rounds))
+        tol = self.options.agreement_tolerance
+        base = summarize(done, infos["baseline"], [s for b, _ in self._rounds for s in b], tol)
+        cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
+        pairs = {m.name: pairs_of(self._rounds, m) for m in pair_metrics(self.min_effect)}
+        verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha)
+        figures = tuple((tuple(_figure(b, m) for m in PAIR_METRICS),
+                         tuple(_figure(c, m) for m in PAIR_METRICS)) for b, c in self._rounds)
+        outcome = ABResult(baseline=base, candidate=cand, verdicts=tuple(verdicts.values()),
+                           pairs=len(self._rounds), stopped=stopped,
+                           models_differ=self.models_differ, changed=self.changed,
+                           wall_s=time.monotonic() - started, rounds=figures)
+        return replace(outcome, candidate=replace(cand, notes=(*cand.notes, outcome.describe())))
+
+
+def run_paired_ab(
+    baseline: Engine,
+    candidate: Engine,
+    workload: Workload,
+    options: MeasureOptions = MeasureOptions(),
+    *,
+    min_effect: float = PAIRED_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    progress: Progress | None = None,
+    baseline_model_given: bool = False,
+    changed: str = "",
+    check: Callable[[EngineInfo, EngineInfo], str] | None = None,
+) -> ABResult:
+    """Refuse a pair that is not like-for-like (``like_for_like``), then measure it."""
+    if baseline is candidate:
+        raise ConfigError("the baseline and the candidate are the same engine object; start "
+                          "(or attach) two servers, one per side")
+    infos = []
+    for name, engine in (("baseline", baseline), ("candidate", candidate)):
+        try:
+            infos.append(engine.info())
+        except TokperfError as exc:
+            raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}) did not "
+                                   f"answer: {exc}") from exc
+    b, c = infos
+    models = (check or (lambda x, y: like_for_like(x, y, baseline_model_given=baseline_model_given)))(b, c)
+    return PairedAB(baseline, candidate, options, min_effect, alpha, progress, models,
+                    changed).run(workload)
+
+
+def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
+    """Every A/B of a session as JSON-ready data (``--tokperf-ab-json``; ``tokperf
+    compare-builds`` reads it back with ``pairs_from_document``)."""
+    def side(r: BenchResult) -> dict[str, Any]:
+        return {"engine": r.engine.name, "build": r.engine.build, "url": r.engine.base_url,
+                "model": _model(r.engine)}
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"ab": [{
+        "test_id": test_id,
+        "workload": asdict(ab.candidate.workload),
+        "baseline": side(ab.baseline),
+        "candidate": side(ab.candidate),
+        "pairs": ab.pairs,
+        "metrics": list(PAIR_METRICS),
+        "rounds": [{"baseline": list(b), "candidate": list(c)} for b, c in ab.rounds],
+        "verdicts": [{"metric": v.metric, "verdict": v.verdict,
+                      "change": number(v.relative_change), "ci_low": number(v.ci_low),
+                      "ci_high": number(v.ci_high), "confidence": v.confidence,
+                      "reason": v.reason} for v in ab.verdicts],
+        "changed": ab.changed,
+        "models_differ": ab.models_differ,
+        "stopped": ab.stopped,
+        "wall_s": round(ab.wall_s, 2),
+        "summary": ab.describe(),
+    } for test_id, ab in results]}

@@ -1,0 +1,167 @@
+"""Paired statistics for the same-run A/B: one log-ratio per pair, judged as a whole.
+
+Baseline and candidate are measured back to back (ABBA order), so each pair saw the same
+machine phase; the figure judged is ``d_i = log(candidate_i / baseline_i)``. Its mean and
+standard error give a ``shifts.Shift`` that ``verdict.judge`` reads in the usual words
+(regression / improvement / unchanged / inconclusive, with the smallest change the run
+resolves).
+
+Server starts (``blocks``): when the pairs come from several starts of both servers, a
+process may carry a level of its own that every pair of that start shares. The unit of
+replication is then the start, not the pair: the estimate is the mean of the block means
+and its standard error their spread over ``sqrt(blocks)`` (df = blocks - 1), which is the
+one-way random-effects variance of the grand mean (between-start + within-start / n),
+so the interval includes the process component whatever its size. With one start the
+pairs are the unit (df = pairs - 1).
+
+Minimum effect: a pair cancels the machine's phase, so the A/B resolves steps of 1-2%
+where a history across sessions resolves ~17%; its default minimum effect is
+``PAIRED_MIN_EFFECT`` (2%): a real 3% step is then a regression, not "unchanged, below
+the minimum". The metrics of one A/B are judged together: each at ``alpha / k``
+(Bonferroni over the ``k`` metrics that have pairs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, fmt_p, pct
+from pytest_tokperf.stats.shifts import Shift, log_samples
+from pytest_tokperf.stats.verdict import Comparison, judge
+
+PAIRED_MIN_EFFECT = 0.02
+"""Smallest change the A/B flags by default (``--tokperf-ab-min-effect``)."""
+
+MIN_PAIRS = 3
+"""Fewer pairs (or, with several starts, fewer starts than 2) leave a verdict inconclusive."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    """One metric's pairs: the log-ratio of each pair and the server start it belongs to."""
+
+    metric: Metric
+    log_ratios: tuple[float, ...]
+    blocks: tuple[int, ...]
+
+    @classmethod
+    def of(cls, metric: Metric, baseline: Sequence[float], candidate: Sequence[float],
+           blocks: Sequence[int] | None = None) -> Pairs:
+        """Pairs from matched baseline and candidate figures (same length, > 0, finite)."""
+        if len(baseline) != len(candidate):
+            raise ConfigError(
+                f"{metric.name}: {len(baseline)!r} baseline figures but {len(candidate)!r} "
+                "candidate figures; a paired A/B needs one of each per pair")
+        b = log_samples(baseline, f"{metric.name} baseline")
+        c = log_samples(candidate, f"{metric.name} candidate")
+        starts = tuple(blocks) if blocks is not None else (0,) * len(b)
+        if len(starts) != len(b):
+            raise ConfigError(f"{metric.name}: {len(starts)!r} block labels for {len(b)!r} pairs")
+        return cls(metric, tuple(float(x) for x in c - b), starts)
+
+    @property
+    def n(self) -> int:
+        return len(self.log_ratios)
+
+    @property
+    def starts(self) -> int:
+        return len(set(self.blocks))
+
+    def block_means(self) -> list[float]:
+        by: dict[int, list[float]] = {}
+        for block, d in zip(self.blocks, self.log_ratios):
+            by.setdefault(block, []).append(d)
+        return [float(np.mean(v)) for v in by.values()]
+
+
+def paired_shift(pairs: Pairs) -> Shift:
+    """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc)."""
+    d = np.asarray(pairs.log_ratios, dtype=float)
+    n = len(d)
+    if n == 0:
+        return Shift(math.nan, math.nan, math.nan, 0, 0, "no spread", math.nan)
+    if pairs.starts >= 2:
+        units = np.asarray(pairs.block_means())
+    else:
+        units = d
+    estimate = float(units.mean())
+    if len(units) < 2:
+        return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan)
+    sd = float(units.std(ddof=1))
+    pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    # noise_cv as the judge reads it: a side's own spread, so that two independent samples
+    # of n give the paired variance sd_d^2 / n (repetitions_needed counts pairs then).
+    noise = pair_sd / math.sqrt(2) if math.isfinite(pair_sd) else math.nan
+    if not sd > 0:
+        return Shift(estimate, math.nan, math.nan, n, n, "no spread", 0.0)
+    return Shift(estimate, sd / math.sqrt(len(units)), float(len(units) - 1), n, n,
+                 "pooled", noise)
+
+
+def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA) -> Comparison:
+    """The verdict on one metric's pairs at level ``alpha``."""
+    check_level(alpha, "alpha")
+    m = pairs.metric
+    shift = paired_shift(pairs)
+    if pairs.n < MIN_PAIRS:
+        rel = math.expm1(shift.log_shift) if math.isfinite(shift.log_shift) else math.nan
+        return Comparison(
+            metric=m.name, verdict="inconclusive", relative_change=rel, ci_low=math.nan,
+            ci_high=math.nan, confidence=1 - alpha, p_value=math.nan, n_baseline=pairs.n,
+            n_current=pairs.n, reason=(f"{m.name} {pct(rel)}: {pairs.n} pair(s); the A/B "
+                                       f"judges from {MIN_PAIRS} pairs"),
+            shift=shift, min_effect=m.min_effect, higher_is_better=m.higher_is_better)
+    verdict = judge(shift, m, alpha=alpha)
+    if verdict.verdict != "inconclusive" or shift.method == "no spread":
+        return replace(verdict, reason=verdict.reason + _over(pairs))
+    return replace(verdict, reason=_unsettled(pairs, shift, verdict, alpha))
+
+
+def _from_starts(pairs: Pairs) -> str:
+    return f" from {pairs.starts} server starts a side" if pairs.starts >= 2 else ""
+
+
+def _over(pairs: Pairs) -> str:
+    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs)})"
+
+
+def _unsettled(pairs: Pairs, shift: Shift, verdict: Comparison, alpha: float) -> str:
+    m = pairs.metric.min_effect
+    head = (f"{pairs.metric.name} {pct(verdict.relative_change)} [{pct(verdict.ci_low)}, "
+            f"{pct(verdict.ci_high)}]: cannot tell a {m:.0%} change from none over "
+            f"{pairs.n} pairs{_from_starts(pairs)} (p={fmt_p(shift.p_value)}); this A/B resolves about "
+            f"{detectable_shift(shift, alpha):.1%}")
+    if pairs.starts >= 2:
+        return head + "; more server starts a side, not more pairs per start, would settle it"
+    try:
+        need = repetitions_needed(shift.noise_cv, m, alpha)
+    except ConfigError:
+        return head + f"; at a pair spread of {shift.noise_cv * math.sqrt(2):.1%} no practical count would"
+    return head + f"; about {need} pairs would settle it"
+
+
+def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA) -> dict[str, Comparison]:
+    """Every metric of one A/B, each at ``alpha / k`` for the ``k`` metrics with pairs."""
+    check_level(alpha, "alpha")
+    k = max(1, sum(1 for p in pairs.values() if p.n))
+    out = {}
+    for name, p in pairs.items():
+        c = judge_pairs(p, alpha=alpha / k)
+        out[name] = replace(c, correction=f"Bonferroni over {k} metrics" if k > 1 else "")
+    return out
+
+
+def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
+    """Relative half-width of the ``confidence`` interval of the ratio (0.02: +/-2%);
+    None until there is a spread. Adaptive pairs stop on this."""
+    shift = paired_shift(pairs)
+    if not shift.std_error > 0:
+        return None
+    lo, hi = shift.interval(1 - confidence)
+    return (math.expm1(hi) - math.expm1(lo)) / 2

@@ -1,0 +1,136 @@
+"""bench.ab: the same-run paired A/B: ABBA order, the paired verdict, refusal, a side dying."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_tokperf.bench.ab import like_for_like, run_paired_ab
+from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.errors import ConfigError, EngineUnavailable, MeasurementError
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
+
+PHASES = (1.0, 1.6, 1.0, 1.6, 1.6, 1.0, 1.6, 1.6, 1.0, 1.0, 1.6, 1.0)
+"""The machine's phase, per request index: a slow phase makes every step 1.6x longer."""
+
+
+class Machine:
+    """Both engines run on it: its phase moves with the pair, not with the engine."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int]] = []
+
+    def phase(self) -> float:
+        return PHASES[(len(self.log) // 2) % len(PHASES)]
+
+
+class _Engine:
+    """Engine timings only (deterministic): ``step_s`` per token times the machine phase,
+    with a little jitter by request so the pairs have a spread."""
+
+    def __init__(self, name: str, machine: Machine, step_s: float, prefill_s: float = 0.05,
+                 fail_at: int | None = None, model: str = "/m/model.gguf",
+                 threads: str = "2") -> None:
+        self.name, self.machine, self.step_s, self.prefill_s = name, machine, step_s, prefill_s
+        self.fail_at = fail_at
+        self.base_url = f"http://{name}"
+        self.info_value = EngineInfo(name="llama-server", version="b1", build=f"b1-{name}",
+                                     base_url=self.base_url, model_path=model,
+                                     settings=(("threads", threads),))
+        self.calls = 0
+
+    def info(self) -> EngineInfo:
+        return self.info_value
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        self.calls += 1
+        if self.fail_at is not None and self.calls >= self.fail_at:
+            raise EngineUnavailable(f"{self.name} went away")
+        phase = self.machine.phase()
+        self.machine.log.append((self.name, request.salt))
+        jitter = 1 + 0.004 * ((len(self.machine.log) * 7) % 5 - 2)
+        step = self.step_s * phase * jitter
+        n = request.generate_tokens
+        prefill = self.prefill_s * phase * jitter
+        timings = EngineTimings(prompt_tokens=request.prompt_tokens, cached_prompt_tokens=0,
+                                prefill_s=prefill, generated_tokens=n, decode_s=step * (n - 1))
+        return Generation(request=request, sent_s=0.0,
+                          chunk_times_s=tuple(prefill + step * i for i in range(n)),
+                          chunk_tokens=(1,) * n, generated_tokens=n,
+                          prompt_tokens=request.prompt_tokens, text="ab" * n,
+                          stop_reason="limit", engine=timings)
+
+
+def _pair(step_b: float = 0.01, step_c: float = 0.01, **kw: object) -> tuple[_Engine, _Engine, Machine]:
+    m = Machine()
+    return _Engine("base", m, step_b), _Engine("cand", m, step_c, **kw), m  # type: ignore[arg-type]
+
+
+def test_pairs_run_abba_on_the_same_prompts() -> None:
+    base, cand, machine = _pair()
+    run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=1),  # type: ignore[arg-type]
+                  MeasureOptions(salt_base=7))
+    measured = machine.log[2:]
+    assert [name for name, _ in measured] == ["base", "cand", "cand", "base"] * 2
+    assert [s for n, s in measured if n == "base"] == [s for n, s in measured if n == "cand"] \
+        == [7, 8, 9, 10]
+
+
+def test_a_slower_candidate_is_a_regression_through_the_phases() -> None:
+    base, cand, _ = _pair(step_c=0.0106)  # 5.7% slower decode
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
+    decode = ab.verdict("decode")
+    assert decode is not None and decode.verdict == "regression"
+    assert ab.decode_ratio == pytest.approx(1 / 1.06, abs=0.01)
+    ttft = ab.verdict("ttft")
+    assert ttft is not None and ttft.verdict == "unchanged"
+    assert ab.regressed and ab.pairs == 8
+    assert ab.candidate.notes[-1] == ab.describe()
+    assert ab.describe().startswith("same-run A/B against baseline b1-base: decode regression")
+    assert len(ab.baseline.samples) == len(ab.candidate.samples) == 8
+
+
+def test_the_same_engine_twice_is_not_flagged() -> None:
+    base, cand, _ = _pair()
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
+    assert not any(v.flagged for v in ab.verdicts)
+
+
+def test_adaptive_pairs_stop_when_the_ratio_is_known() -> None:
+    base, cand, _ = _pair()
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=20, warmup=0),  # type: ignore[arg-type]
+                       MeasureOptions(adaptive=True, target_interval=0.02))
+    assert 4 <= ab.pairs < 20 and ab.pairs % 2 == 0
+    assert "decode ratio known to" in ab.stopped
+
+
+def test_different_models_are_refused_naming_what_differs() -> None:
+    base, cand, _ = _pair(model="/m/other.gguf", threads="4")
+    with pytest.raises(ConfigError, match=r"not a like-for-like pair: model: baseline 'model.gguf', "
+                                          r"candidate 'other.gguf'; threads: baseline '2', candidate '4'"):
+        run_paired_ab(base, cand, Workload(16, 11, repetitions=4))  # type: ignore[arg-type]
+    assert base.calls == cand.calls == 0
+
+
+def test_a_named_baseline_model_is_compared_and_said_to_differ() -> None:
+    base, cand, _ = _pair(model="/m/other.gguf")
+    assert like_for_like(base.info(), cand.info(), baseline_model_given=True) == (
+        "the models differ: baseline 'model.gguf', candidate 'other.gguf'")
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
+                       baseline_model_given=True)
+    assert "the models differ" in ab.describe()
+
+
+def test_a_side_dying_names_it_and_keeps_the_pairs() -> None:
+    base, cand, _ = _pair(fail_at=4)
+    with pytest.raises(MeasurementError, match=r"same-run A/B, candidate side \(http://cand\) "
+                       r"failed at pair 4: .*cand went away; 3 pair\(s\) measured before are kept") as info:
+        run_paired_ab(base, cand, Workload(16, 11, repetitions=6, warmup=0))  # type: ignore[arg-type]
+    partial = info.value.partial
+    assert partial is not None and partial.pairs == 3  # type: ignore[attr-defined]
+    assert "the candidate side failed" in partial.stopped  # type: ignore[attr-defined]
+
+
+def test_the_same_engine_object_on_both_sides_is_refused() -> None:
+    base, _, _ = _pair()
+    with pytest.raises(ConfigError, match="same engine object"):
+        run_paired_ab(base, base, Workload(16, 11))  # type: ignore[arg-type]

@@ -1,0 +1,50 @@
+"""builds.paired: compare-builds' sessions pooled as server starts of one paired judgement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_tokperf.builds.paired import judge_documents
+from pytest_tokperf.errors import ConfigError
+
+WORKLOAD = {"prompt_tokens": 64, "generate_tokens": 24, "depth_tokens": 0, "concurrency": 1,
+            "repetitions": 4, "warmup": 1, "cached_prefix_tokens": 0, "chat": False}
+
+
+def _doc(decode: list[tuple[float, float]], ttft: list[tuple[float, float]]) -> dict[str, Any]:
+    rounds = [{"baseline": [b, None, tb], "candidate": [c, None, tc]}
+              for (b, c), (tb, tc) in zip(decode, ttft)]
+    return {"ab": [{"test_id": "t.py::test_x", "workload": WORKLOAD,
+                    "metrics": ["decode", "prefill", "ttft"], "rounds": rounds}]}
+
+
+def test_sessions_are_the_unit_of_the_pooled_pairs() -> None:
+    # each session's ratio is tight, but the sessions disagree: the interval must say so
+    docs = [_doc([(50.0, 49.0), (40.0, 39.3), (51.0, 50.0), (39.0, 38.2)],
+                 [(0.5, 0.5), (0.6, 0.601), (0.5, 0.502), (0.6, 0.6)]),
+            _doc([(50.0, 46.0), (40.0, 36.9), (51.0, 47.0), (39.0, 35.8)],
+                 [(0.5, 0.501), (0.6, 0.6), (0.5, 0.5), (0.6, 0.602)])]
+    found = {f.metric: f for f in judge_documents(docs, ["decode", "ttft"])}
+    decode = found["decode"]
+    assert (decode.pairs, decode.sessions) == (8, 2)
+    assert decode.comparison.shift is not None and decode.comparison.shift.df == 1
+    assert decode.comparison.verdict == "inconclusive"
+    assert "more server starts a side" in decode.comparison.reason
+    assert decode.median_a == pytest.approx(45.0)
+
+
+def test_one_session_judges_its_pairs() -> None:
+    docs = [_doc([(50.0, 47.0), (40.0, 37.7), (51.0, 48.1), (39.0, 36.7), (45.0, 42.4),
+                  (44.0, 41.5)], [(0.5, 0.5)] * 3 + [(0.6, 0.601)] * 3)]
+    found = {f.metric: f for f in judge_documents(docs, ["decode", "ttft"])}
+    assert found["decode"].comparison.verdict == "regression"
+    assert found["decode"].sessions == 1
+
+
+def test_no_ab_in_the_documents_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no test made a same-run A/B"):
+        judge_documents([{"ab": []}], ["decode"])
+    with pytest.raises(ConfigError, match="choose from decode, prefill, ttft"):
+        judge_documents([{"ab": []}], ["tokens"])

@@ -1,0 +1,104 @@
+"""The same-run A/B through pytest: --tokperf-baseline-url with two fake vLLM servers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.support.fake_engines import FakeVLLM
+from tests.support.fake_http import Handler
+
+BENCH = """
+def test_bench(tok_bench):
+    r = tok_bench(prompt_tokens=16, generate_tokens=8, repetitions=4, warmup=0)
+    assert r.ab is not None and r.ab.pairs == 4
+    assert r.ab.baseline.engine.base_url == "{baseline}"
+    assert r.ab.candidate.engine.base_url == "{candidate}"
+    assert {{v.metric for v in r.ab.verdicts}} == {{"decode", "prefill", "ttft"}}
+    assert r.result.notes[-1] == r.ab.describe()
+"""
+
+
+class DyingVLLM(FakeVLLM):
+    """Answers ``alive`` completions, then the engine's out-of-memory error."""
+
+    def __init__(self, alive: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.alive = alive
+
+    def post_v1_completions(self, h: Handler, body: Any) -> None:
+        self.alive -= 1
+        if self.alive < 0:
+            self.mode = "error"
+        super().post_v1_completions(h, body)
+
+
+def _args(candidate: str, baseline: str, *extra: str) -> list[str]:
+    return ["--tokperf-engine", "vllm", "--tokperf-url", candidate, "--tokperf-baseline-url",
+            baseline, "--tokperf-db", "off", *extra]
+
+
+def test_baseline_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester) -> None:
+    with FakeVLLM() as baseline, FakeVLLM() as candidate:
+        pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
+        report = pytester.path / "r.json"
+        ab_json = pytester.path / "ab.json"
+        result = pytester.runpytest(*_args(candidate.url, baseline.url,
+                                           f"--tokperf-report-json={report}",
+                                           f"--tokperf-ab-json={ab_json}"))
+        served = [len([r for r in f.requests if r[1] == "/v1/completions"])
+                  for f in (baseline, candidate)]
+    result.assert_outcomes(passed=1)
+    assert served == [4, 4]
+    result.stdout.fnmatch_lines([
+        "tokperf: same-run A/B, every tok_bench call also measures the baseline (attached "
+        "http://127.0.0.1:*) in ABBA pairs; flags changes of 2% or more",
+        "A/B test_baseline_url_turns_tok_bench_into_a_paired_ab.py::test_bench: same-run A/B "
+        "against baseline *: decode *; prefill *; ttft * (4 ABBA pairs*"])
+    results = json.loads(report.read_text())["results"]
+    assert len(results) == 2  # the baseline side is kept beside the candidate's
+    assert any(w.startswith("same-run A/B against baseline") for w in results[-1]["warnings"])
+    (ab,) = json.loads(ab_json.read_text())["ab"]
+    assert ab["pairs"] == len(ab["rounds"]) == 4
+    assert ab["baseline"]["url"] == baseline.url and ab["candidate"]["url"] == candidate.url
+    assert [v["metric"] for v in ab["verdicts"]] == ab["metrics"] == ["decode", "prefill", "ttft"]
+    assert all(len(r["baseline"]) == len(r["candidate"]) == 3 for r in ab["rounds"])
+
+
+def test_two_different_models_are_refused_before_measuring(pytester: pytest.Pytester) -> None:
+    with FakeVLLM(model="org/model-a") as baseline, FakeVLLM(model="org/model-b") as candidate:
+        pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
+        result = pytester.runpytest(*_args(candidate.url, baseline.url))
+        generated = [r for f in (baseline, candidate) for r in f.requests
+                     if r[1] == "/v1/completions"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*same-run A/B refused before measuring*not a like-for-like "
+                                 "pair: model: baseline 'model-a', candidate 'model-b'*"
+                                 "--tokperf-baseline-model PATH*"])
+    assert generated == []
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
+def test_a_dying_baseline_fails_the_test_naming_it(pytester: pytest.Pytester) -> None:
+    with DyingVLLM(alive=2) as baseline, FakeVLLM() as candidate:
+        pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
+        report = pytester.path / "r.json"
+        result = pytester.runpytest(*_args(candidate.url, baseline.url,
+                                           f"--tokperf-report-json={report}"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*same-run A/B, baseline side ({baseline.url}) failed at pair "
+                                 "3:*CUDA out of memory*2 pair(s) measured before are kept*"])
+    kept = json.loads(report.read_text())["results"]
+    assert [r["verdict"] for r in kept] == ["error", "error"]
+    assert [r["repetitions"] for r in kept] == [2, 2]
+
+
+def test_one_baseline_engine_at_most(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-baseline-url",
+                                "http://127.0.0.1:9", "--tokperf-baseline-server-bin", "/bin/true")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokperf-baseline-server-bin and --tokperf-baseline-url both "
+                                 "name the A/B's baseline engine; give one*"])

@@ -1,0 +1,106 @@
+"""stats.paired: the same-run A/B judged from per-pair log-ratios."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
+from pytest_tokperf.stats.paired import (
+    PAIRED_MIN_EFFECT,
+    Pairs,
+    judge_ab,
+    judge_pairs,
+    paired_shift,
+    ratio_interval,
+)
+
+AB_DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
+
+
+def _phased(n: int, step: float, seed: int, noise: float = 0.01) -> tuple[list[float], list[float]]:
+    """Pairs on a machine whose level jumps between 37 and 60 (the VM's phases): each pair
+    shares its phase, the candidate is ``step`` off the baseline."""
+    rng = np.random.default_rng(seed)
+    phase = rng.choice([37.0, 60.0], size=n)
+    base = phase * np.exp(rng.normal(0, noise, n))
+    cand = phase * (1 + step) * np.exp(rng.normal(0, noise, n))
+    return list(base), list(cand)
+
+
+def test_a_real_step_under_phase_jumps_is_a_regression() -> None:
+    base, cand = _phased(10, -0.058, seed=1)
+    verdict = judge_pairs(Pairs.of(AB_DECODE, base, cand))
+    assert verdict.verdict == "regression"
+    assert verdict.ci_low < -0.058 < verdict.ci_high
+    assert "paired over 10 ABBA pairs" in verdict.reason
+
+
+def test_a_3_percent_step_is_never_unchanged() -> None:
+    for seed in range(20):
+        base, cand = _phased(8, -0.03, seed=seed)
+        assert judge_pairs(Pairs.of(AB_DECODE, base, cand)).verdict in ("regression", "inconclusive")
+
+
+def test_same_engine_twice_is_not_flagged() -> None:
+    flagged = [judge_pairs(Pairs.of(AB_DECODE, *_phased(8, 0.0, seed=s))).flagged
+               for s in range(50)]
+    assert sum(flagged) <= 1
+
+
+def test_ttft_longer_is_a_regression() -> None:
+    base = [0.50, 0.80, 0.52, 0.81, 0.49, 0.79]
+    cand = [b * 1.6 for b in base]
+    cand[0] *= 1.01
+    assert judge_pairs(Pairs.of(Metric("ttft", False, 0.02), base, cand)).verdict == "regression"
+
+
+def test_server_starts_are_the_unit_when_there_are_several() -> None:
+    # Two starts whose ratio levels differ: with starts as the unit the interval is wide.
+    base = [50.0] * 8
+    cand = [51.5, 51.6, 51.4, 51.5, 48.6, 48.5, 48.7, 48.6]
+    pairs = Pairs.of(AB_DECODE, base, cand, blocks=[0, 0, 0, 0, 1, 1, 1, 1])
+    shift = paired_shift(pairs)
+    assert shift.df == 1
+    flat = paired_shift(Pairs.of(AB_DECODE, base, cand))
+    assert shift.std_error > flat.std_error
+    verdict = judge_pairs(pairs)
+    assert verdict.verdict == "inconclusive"
+    assert "server starts" in verdict.reason
+
+
+def test_too_few_pairs_are_inconclusive() -> None:
+    verdict = judge_pairs(Pairs.of(AB_DECODE, [50.0, 40.0], [45.0, 36.0]))
+    assert verdict.verdict == "inconclusive"
+    assert "2 pair(s)" in verdict.reason
+
+
+def test_identical_ratios_have_no_spread_to_judge_by() -> None:
+    verdict = judge_pairs(Pairs.of(AB_DECODE, [50.0, 40.0, 60.0], [50.0, 40.0, 60.0]))
+    assert verdict.verdict == "inconclusive"
+    assert "identical" in verdict.reason
+
+
+def test_unmatched_pairs_are_refused() -> None:
+    with pytest.raises(ConfigError, match="3 baseline figures but 2 candidate"):
+        Pairs.of(DECODE, [1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ConfigError, match=r"candidate\[1\]"):
+        Pairs.of(DECODE, [1.0, 2.0], [1.0, math.nan])
+
+
+def test_metrics_of_one_ab_are_corrected_together() -> None:
+    base, cand = _phased(8, -0.058, seed=3)
+    both = judge_ab({"decode": Pairs.of(AB_DECODE, base, cand),
+                     "ttft": Pairs.of(TTFT, base, base[::-1])})
+    assert both["decode"].confidence == pytest.approx(1 - 0.005 / 2)
+    assert "Bonferroni over 2" in both["decode"].correction
+
+
+def test_ratio_interval_narrows_with_pairs() -> None:
+    few = ratio_interval(Pairs.of(AB_DECODE, *_phased(4, 0.0, seed=5)))
+    many = ratio_interval(Pairs.of(AB_DECODE, *_phased(40, 0.0, seed=5)))
+    assert few is not None and many is not None and many < few
+    assert ratio_interval(Pairs.of(AB_DECODE, [1.0], [1.0])) is None
