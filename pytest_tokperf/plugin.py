@@ -198,7 +198,8 @@ def _engine_line(run: BenchRun) -> str:
         except TokperfError:
             where = "from PATH"
         return f"start {where}, model {s.model}"
-    from pytest_tokperf.launch.process import binary_version, resolve_server_binary
+    from pytest_tokperf.builds.cmake import binary_version
+    from pytest_tokperf.launch.process import resolve_server_binary
 
     binary = resolve_server_binary(s.server_bin, s.engine_version)
     model = (f"generated '{s.model}' model" if s.model in BUILTIN_MODELS

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.builds.cmake import binary_version
 from pytest_tokperf.launch.process import (
     LaunchSpec,
     ServerProcess,
-    binary_version,
     resolve_server_binary,
     start_llama_server,
 )

