@@ -147,7 +147,10 @@ def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
             f"{OVERHEAD_BOUND_BYTES / 1e9:g} GB: on a GPU decode is then bound by the fixed "
             "per-token cost (kernel launches, synchronisation), not by memory, so the band "
             "(from multi-GB models) overstates it; measure it, do not read it from here")
-    if fp.active_parameters < fp.total_parameters and not (fp.expert_count or expert_sizes):
+    # only an estimate can be a MoE of unknown shape: a model file names its experts, and
+    # a dense file's active share is below 1 too (the embedding table is gathered)
+    if (fp.architecture == "estimate" and fp.active_parameters < fp.total_parameters
+            and not (fp.expert_count or expert_sizes)):
         out.append(
             "MoE without expert sizes: every weight is priced at one quant and the active "
             "share is read per token; give --expert-params and --expert-quant (or the GGUF) "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -255,6 +256,18 @@ def test_moe_without_expert_sizes_warns_and_with_them_does_not() -> None:
     priced = estimate_footprint(21e9, "Q8_0", active_parameters=4.3e9,
                                 expert_parameters=19e9, expert_quant="MXFP4")
     assert not predict("RTX 4090", priced, quant="MXFP4", expert_sizes=True).warnings
+
+
+def test_a_dense_model_file_is_not_called_a_moe(tmp_path: pathlib.Path) -> None:
+    # a dense GGUF reads fewer parameters than it holds (one embedding row per token)
+    from pytest_tokperf.model.footprint import footprint
+    from pytest_tokperf.model.gguf_file import load_gguf
+    from pytest_tokperf.model.spec import TEST_MODEL
+    from pytest_tokperf.model.writer import write_model
+
+    fp = footprint(load_gguf(write_model(TEST_MODEL, tmp_path / "m.gguf")), depth_tokens=0)
+    assert fp.active_parameters < fp.total_parameters and fp.expert_count == 0
+    assert not any("MoE" in w for w in predict("Apple M4 Max", fp, quant="F16").warnings)
 
 
 def test_cli_moe_experts_set_the_active_parameters(capsys: pytest.CaptureFixture[str]) -> None:
