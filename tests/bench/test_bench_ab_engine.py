@@ -9,7 +9,7 @@ import pytest
 
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.cli.main import main
-from tests.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+from tests.builds.test_bisect import SESSION_ARGS, SELECTION, fake_releases
 
 pytestmark = pytest.mark.engine
 
