@@ -156,3 +156,14 @@ def test_the_plugin_starts_it_and_no_test_reuses_anothers_prompt(
     rows = stored(db)
     assert all(r["efficiency"] for r in rows)
     assert not any("cached prompt tokens" in (r["notes"] or "") for r in rows)
+
+
+def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession) -> None:
+    # last in the module: it kills the module's server (its teardown then finds it gone)
+    from tests.support.real_engines import killed_mid_stream
+
+    from pytest_tokperf.errors import EngineError
+
+    raised = killed_mid_stream(started, tokens=1000, after_s=2.0)
+    assert isinstance(raised, EngineError), repr(raised)
+    assert "mlx" in str(raised)

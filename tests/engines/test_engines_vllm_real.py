@@ -130,3 +130,14 @@ def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
         assert "vLLM does not report the dtype it computes in" in row["notes"]
         assert "cached prompt tokens" not in row["notes"]
         assert json.loads(row["engine_settings"])["device"] == "cpu"
+
+
+def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession) -> None:
+    # last in the module: it kills the module's server (its teardown then finds it gone)
+    from tests.support.real_engines import killed_mid_stream
+
+    from pytest_tokperf.errors import EngineError
+
+    raised = killed_mid_stream(started, tokens=1500, after_s=2.0)
+    assert isinstance(raised, EngineError), repr(raised)
+    assert "vllm" in str(raised).lower()

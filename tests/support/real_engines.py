@@ -93,3 +93,39 @@ def cached_tokens(db: Path) -> list[int | None]:
     """Every stored sample's ``cached_prompt_tokens``."""
     with sqlite3.connect(db) as conn:
         return [row[0] for row in conn.execute("select cached_prompt_tokens from samples")]
+
+
+def killed_mid_stream(session: EngineSession, tokens: int, after_s: float) -> BaseException:
+    """Start a ``tokens``-long generation on ``session``'s started server, SIGKILL the
+    server's process group ``after_s`` seconds in, and return what the generation raised
+    (an AssertionError when it returned as if nothing happened)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from pytest_tokperf.launch.process import ServerProcess
+    from pytest_tokperf.results import GenerationRequest
+
+    server = session.server
+    assert isinstance(server, ServerProcess), "the kill needs a server this session started"
+    engine = session.engine()
+    outcome: list[BaseException] = []
+
+    def generate() -> None:
+        try:
+            engine.generate(GenerationRequest(prompt_tokens=16, generate_tokens=tokens,
+                                              salt=4242, timeout_s=120.0))
+        except BaseException as exc:  # what the user would see
+            outcome.append(exc)
+        else:
+            outcome.append(AssertionError(f"{tokens} tokens asked, the server killed after "
+                                          f"{after_s} s, and the generation returned"))
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    time.sleep(after_s)
+    os.killpg(server.process.pid, signal.SIGKILL)
+    worker.join(timeout=150)
+    assert not worker.is_alive(), "the generation did not end after its server was killed"
+    return outcome[0]
