@@ -248,7 +248,7 @@ def test_ceiling_below_measurement_warns_suspect(pytester: pytest.Pytester, llam
             r.assert_efficiency(0.6)
     """)
     result = pytester.runpytest("--tokperf-url", llama_url, f"--tokperf-model={test_model}",
-                                "--tokperf-bandwidth", "0.001GB/s", "--tokperf-db", "off",
+                                "--tokperf-bandwidth", "0.1GB/s", "--tokperf-db", "off",
                                 "-W", "default")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*TokperfWarning*"])
