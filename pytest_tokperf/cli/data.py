@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
+from pytest_tokperf.stats.drift import resolution
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.stats.metric import fmt_p, pct
 from pytest_tokperf.errors import ConfigError
@@ -101,27 +102,58 @@ def _samples_by_series(
     return out
 
 
+def _is(row: HistoryRow, version: str) -> bool:
+    return version in (row.engine_version, row.engine_build)
+
+
+def _sessions_of(
+    store: ResultStore, baseline: str, current: str
+) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]],
+           dict[str, list[list[list[float]]]]]:
+    """Per series: the baseline's and the current version's runs (one session each), and
+    the other builds' runs grouped by build (they inform the spread, not the levels)."""
+    base: dict[str, list[list[float]]] = {}
+    cur: dict[str, list[list[float]]] = {}
+    spread: dict[str, list[list[list[float]]]] = {}
+    for row in store.latest_per_series():
+        entries = series_history(store, row.series_key, DECODE.name)
+        b = [list(e.point.samples) for e in entries if _is(e.row, baseline)]
+        c = [list(e.point.samples) for e in entries if _is(e.row, current)]
+        if not (b and c):
+            continue
+        others: dict[str, list[list[float]]] = {}
+        for e in entries:
+            if not (_is(e.row, baseline) or _is(e.row, current)):
+                others.setdefault(e.point.version, []).append(list(e.point.samples))
+        base[row.series_key], cur[row.series_key] = b, c
+        spread[row.series_key] = list(others.values())
+    return base, cur, spread
+
+
 def compare(args: argparse.Namespace) -> int:
-    """Two engine versions in one DB, or the latest runs of a second DB vs the first."""
+    """Two engine versions in one DB, or the latest runs of a second DB vs the first.
+
+    Each stored run is a session: the repetitions are nested in it, and the other builds'
+    runs of the series inform the spread between sessions (``stats.compare``'s ``spread``).
+    """
     base_store = _open(args.db)
+    spread: dict[str, list[list[list[float]]]] = {}
     if args.other:
         current_store = _open(args.other)
         base = _samples_by_series(base_store, args.baseline, settled=True)
-        current = {k: v[-1] for k, v in _samples_by_series(current_store, args.current).items()}
+        current = {k: [v[-1]] for k, v in _samples_by_series(current_store, args.current).items()}
     else:
         if not (args.baseline and args.current):
             raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
-        base = _samples_by_series(base_store, args.baseline)
-        current = {k: [x for run in v for x in run]
-                   for k, v in _samples_by_series(base_store, args.current).items()}
+        base, current, spread = _sessions_of(base_store, args.baseline, args.current)
     common = sorted(set(base) & set(current))
     if not common:
         raise ConfigError("no series has results on both sides; check the versions with "
                           "`tokperf history DB`")
     tests = {r.series_key: r.test_id for r in base_store.latest_per_series()}
     verdicts: dict[str, Comparison] = compare_many(
-        {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
-        {k: current[k] for k in common}, DECODE)
+        {k: base[k] for k in common}, {k: current[k] for k in common}, DECODE,
+        spread={k: spread.get(k, []) for k in common})
     rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change), v.reason)
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
@@ -130,21 +162,29 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def changes(args: argparse.Namespace) -> int:
-    """Detected level steps per series, with the dimension that changed there."""
+    """Detected level steps per series, with the dimension that changed there, and the
+    series whose runs sit in machine phases too far apart for a step to show."""
     store = _open(args.db)
     found = []
+    notes = []
     for row in _find_series(store, args.series):
-        for cp in change_points(history_points(store, row.series_key, DECODE.name), DECODE):
+        points = history_points(store, row.series_key, DECODE.name)
+        for cp in change_points(points, DECODE):
             found.append((row, cp))
+        seen = resolution(points, DECODE)
+        if seen.phase_dominated:
+            notes.append(f"{row.series_key[:12]} {row.test_id}: {seen.note}")
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
              pct(cp.relative_change), fmt_p(cp.p_value),
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
             for r, cp in found]
     emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
-          table(("series", "test", "step", "change", "p", "what changed"), rows)
-          if rows else ["no change points: every series is level, or too short to tell (a "
-                        "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
-                        "resolve a 5% step at a few % noise)"])
+          (table(("series", "test", "step", "change", "p", "what changed"), rows)
+           if rows else ["no change points: every series is level, or too short to tell (a "
+                         "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
+                         "resolve a 5% step at a few % noise)"
+                         + (", or its runs sit in machine phases:" if notes else "")])
+          + notes)
     return 0
 
 

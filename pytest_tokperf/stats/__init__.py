@@ -1,10 +1,13 @@
 """Regression statistics: scipy and numpy only, no storage and no pytest.
 
-``metric`` (what is judged), ``shifts`` (the t statistic behind every verdict: stalls
-set aside, pooled spread, drift allowed for), ``verdict`` (the rule that reads a
-verdict off the interval), ``comparing`` (``compare``: one series or many), ``family`` (a session
-judged together: ``judge_family``), ``changepoints`` (where a history's level stepped)
-and ``calibration`` (noise, detectable change, repetitions needed).
+``metric`` (what is judged), ``shifts`` (a shift's value type; stalls set aside inside
+their session), ``nested`` (the t statistic behind every verdict: repetitions nested in
+sessions, the between-session spread counted when sessions differ, exact ties),
+``verdict`` (the rule that reads a verdict off the interval), ``comparing`` (``compare``:
+one series or many), ``family`` (a session judged together: ``judge_family``),
+``changepoints`` (where a history's level stepped), ``drift`` (the gate: a result against
+the settled and the accepted level; what a history can resolve) and ``calibration``
+(noise, detectable change, repetitions needed).
 
 Names load their module on first use, so importing ``pytest_tokperf.stats.metric`` (a
 light module) from anywhere costs no scipy.
@@ -25,8 +28,12 @@ _PUBLIC: dict[str, str] = {
     "ChangePoint": "pytest_tokperf.stats.changepoints",
     "Point": "pytest_tokperf.stats.changepoints",
     "change_points": "pytest_tokperf.stats.changepoints",
-    "compare_to_history": "pytest_tokperf.stats.changepoints",
     "settled_baseline": "pytest_tokperf.stats.changepoints",
+    "HistoryJudgement": "pytest_tokperf.stats.drift",
+    "Resolution": "pytest_tokperf.stats.drift",
+    "compare_to_history": "pytest_tokperf.stats.drift",
+    "judge_history": "pytest_tokperf.stats.drift",
+    "resolution": "pytest_tokperf.stats.drift",
     "compare": "pytest_tokperf.stats.comparing",
     "compare_many": "pytest_tokperf.stats.comparing",
     "measure_shift": "pytest_tokperf.stats.comparing",
@@ -41,6 +48,7 @@ _PUBLIC: dict[str, str] = {
     "PREFILL": "pytest_tokperf.stats.metric",
     "TTFT": "pytest_tokperf.stats.metric",
     "Metric": "pytest_tokperf.stats.metric",
+    "interval_text": "pytest_tokperf.stats.metric",
     "SetAside": "pytest_tokperf.stats.shifts",
     "Shift": "pytest_tokperf.stats.shifts",
     "log_samples": "pytest_tokperf.stats.shifts",
@@ -51,11 +59,11 @@ _PUBLIC: dict[str, str] = {
 
 __all__ = [
     "AGGREGATE", "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "ChangePoint", "Comparison",
-    "Correction", "FamilyVerdict", "Metric", "NoiseEstimate", "Outcome", "Point", "SetAside",
-    "Shift", "benjamini_hochberg", "change_points", "compare", "compare_many",
-    "compare_to_history", "detectable_change", "detectable_shift", "format_noise", "judge",
-    "judge_family", "log_samples", "measure_shift", "noise", "repetitions_needed",
-    "settled_baseline",
+    "Correction", "FamilyVerdict", "HistoryJudgement", "Metric", "NoiseEstimate", "Outcome",
+    "Point", "Resolution", "SetAside", "Shift", "benjamini_hochberg", "change_points",
+    "compare", "compare_many", "compare_to_history", "detectable_change", "detectable_shift",
+    "format_noise", "interval_text", "judge", "judge_family", "judge_history", "log_samples",
+    "measure_shift", "noise", "repetitions_needed", "resolution", "settled_baseline",
 ]
 
 if TYPE_CHECKING:
@@ -71,8 +79,14 @@ if TYPE_CHECKING:
         ChangePoint,
         Point,
         change_points,
-        compare_to_history,
         settled_baseline,
+    )
+    from pytest_tokperf.stats.drift import (
+        HistoryJudgement,
+        Resolution,
+        compare_to_history,
+        judge_history,
+        resolution,
     )
     from pytest_tokperf.stats.comparing import compare, compare_many, measure_shift
     from pytest_tokperf.stats.family import (
@@ -89,6 +103,7 @@ if TYPE_CHECKING:
         PREFILL,
         TTFT,
         Metric,
+        interval_text,
     )
     from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples
     from pytest_tokperf.stats.verdict import Comparison, Outcome, judge

@@ -5,7 +5,8 @@ only on one level per version: with 5-10 builds of 3-5 repetitions the pooled
 within-version spread has 20-40 degrees of freedom, so a 5% step at CV 2% stands 5-9
 standard errors out, where a test on 10 version levels cannot reach p = 0.005 at all.
 
-* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule).
+* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule): inside each
+  run's own session, never a whole run.
 * For a segment of versions, every split with ``MIN_SIZE`` versions on each side is a
   candidate; the split's statistic is the t of the mean after it minus the mean before
   it, on the pooled within-version spread. The largest |t| wins, and its p-value is
@@ -33,12 +34,11 @@ import numpy as np
 from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.comparing import compare
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level
 from pytest_tokperf.stats.groups import Groups
-from pytest_tokperf.stats.shifts import DRIFT_LEVEL, SetAside, Shift, log_samples, set_aside_stalls
-from pytest_tokperf.stats.metric import fmt_p, pct
-from pytest_tokperf.stats.verdict import Comparison, judge
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, fmt_p, interval_text, pct
+from pytest_tokperf.stats.nested import DRIFT_LEVEL
+from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples, set_aside_stalls
+from pytest_tokperf.stats.verdict import judge
 
 MIN_SIZE = 2  # versions on each side of a step: a level must persist to count
 HISTORY_WINDOW = 20
@@ -128,7 +128,7 @@ def change_points(
             verdict="regression" if verdict.verdict == "regression" else "improvement",
             changed=changed,
             reason=(f"{metric.name} {verdict.verdict} of {pct(verdict.relative_change)} "
-                    f"[{pct(verdict.ci_low)}, {pct(verdict.ci_high)}] between "
+                    f"{interval_text(verdict.ci_low, verdict.ci_high)} between "
                     f"{before.version} and {after.version} (p={fmt_p(p)} after "
                     f"{split.tried} places tried{how}); changed: {what}"),
             confidence=1 - level, scale=levels.scale,
@@ -144,27 +144,21 @@ def settled_baseline(
     """The last ``window`` versions since the latest significant step of any size."""
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
-    check_level(alpha, "alpha")
-    if len(history) < 2 * MIN_SIZE:
-        _logs(history, metric)
-        return list(history)[-window:]
-    kept, _ = _without_stalls(history, metric)
-    splits, _ = _segmentation(_Levels.of(kept), alpha)
-    start = max((s.index for s in splits), default=0)
+    start = segments(history, metric, alpha=alpha)[-1][0] if history else 0
     return list(history[start:])[-window:]
 
 
-def compare_to_history(
-    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
-    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
-) -> Comparison:
-    """The gate: ``current`` against the settled level of ``history`` (see ``stats``)."""
-    base = settled_baseline(history, metric, window=window, alpha=alpha)
-    if not base:
-        return compare([], current, metric, alpha=alpha, min_samples=min_samples)
-    samples = [list(p.samples) for p in base]
-    baseline = samples[0] if len(samples) == 1 else samples
-    return compare(baseline, current, metric, alpha=alpha, min_samples=min_samples)
+def segments(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
+             ) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each level between significant steps of any size, in order."""
+    check_level(alpha, "alpha")
+    if len(history) < 2 * MIN_SIZE:
+        _logs(history, metric)  # bad samples are still named
+        return [(0, len(history))]
+    kept, _ = _without_stalls(history, metric)
+    splits, _ = _segmentation(_Levels.of(kept), alpha)
+    bounds = [0, *(s.index for s in splits), len(history)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _slow(metric: Metric) -> int:
@@ -173,13 +167,8 @@ def _slow(metric: Metric) -> int:
 
 def _without_stalls(history: Sequence[Point], metric: Metric
                     ) -> tuple[Groups, tuple[SetAside, ...]]:
-    """Stalls set aside, each version measured from the median level of the versions
-    around it (two either side), so a version with most repetitions stalled shows them."""
-    groups = _logs(history, metric)
-    medians = groups.medians()
-    k = len(medians)
-    centres = np.array([np.median(medians[max(0, v - 2):v + 3]) for v in range(k)])
-    return set_aside_stalls(groups, _slow(metric), centres, np.ones(k, dtype=np.int64))
+    """Stalls set aside, each run measured from its own median (a run is a session)."""
+    return set_aside_stalls(_logs(history, metric), _slow(metric))
 
 
 def _logs(history: Sequence[Point], metric: Metric) -> Groups:
@@ -228,7 +217,7 @@ class _Levels:
                  for m in (self.means[a:split], self.means[split:b]))
         df = k_left + k_right - 2
         se = math.sqrt(ss / df * (1 / k_left + 1 / k_right)) if df else math.nan
-        return Shift(d, se, float(df), n_left, n_right, "versions", cv, k_left)
+        return Shift(d, se, float(df), n_left, n_right, "sessions", cv, k_left)
 
     def best_split(self, a: int, b: int) -> _Split | None:
         """The split of versions [a, b) with the largest |t|, p x the candidates tried."""
