@@ -45,8 +45,8 @@ class Comparison:
     """The verdict on one series, with the figures behind it.
 
     ``relative_change`` is current / baseline - 1; ``ci_low``/``ci_high`` bound it at
-    ``confidence``. Too few samples leave the figures NaN and the verdict inconclusive.
-    ``shift`` holds the estimate, standard error and df that re-judge the comparison at
+    ``confidence`` (``1 - alpha / shift.tests``). Too few samples leave the figures NaN
+    and the verdict inconclusive. ``shift`` holds the estimate, standard error and df that re-judge the comparison at
     another level (``judge_family``); ``correction`` names the family correction applied.
     """
 
@@ -127,7 +127,7 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
                 f"{_cv(shift.noise_cv)})")
     return Comparison(
         metric=metric.name, verdict=verdict, relative_change=rel, ci_low=lo, ci_high=hi,
-        confidence=1 - alpha, p_value=p, n_baseline=shift.n_baseline,
+        confidence=1 - level, p_value=p, n_baseline=shift.n_baseline,
         n_current=shift.n_current, reason=why + _stalls(shift) + note, shift=shift,
         min_effect=m, higher_is_better=metric.higher_is_better,
     )
