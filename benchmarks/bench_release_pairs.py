@@ -15,7 +15,9 @@ sessions of one release spread by about 12%, their repetitions by about 1.4%.
    are then judged on TTFT through the library (``compare_many``, built the way the CLI
    builds decode's sessions), 72 more.
 2. **A -5% step injected** (every session from release r on x 0.95, decode only, r =
-   2..7 as a 1-based index into the 9 releases): what ``tokperf changes`` reports.
+   2..7 as a 1-based index into the 9 releases): what ``tokperf changes`` reports, and
+   what the gate (``judge_history``) says of the first run after the step, judged
+   against every run before it.
 
 Nothing here is synthetic except the injected step; nothing is random.
 """
@@ -35,9 +37,9 @@ from collections import Counter
 from pathlib import Path
 
 from pytest_tokperf.cli.main import main as tokperf
-from pytest_tokperf.stats import TTFT, compare_many
+from pytest_tokperf.stats import DECODE, TTFT, compare_many, judge_history
 from pytest_tokperf.storage.exchange import load_reference_runs
-from pytest_tokperf.storage.history import series_history
+from pytest_tokperf.storage.history import series_history, session_points
 from pytest_tokperf.storage.store import ResultStore
 
 FLAGS = ("regression", "improvement")
@@ -161,7 +163,24 @@ def main() -> int:
             print(f"\n  r={r} (step between {at}): change points: {', '.join(hits) or 'none'}")
             for line in out.splitlines():
                 print(f"    {line}")
+            for test, verdict in gate_after_step(stepped, releases[r - 1]):
+                print(f"    gate, first run of {releases[r - 1][:6]} ({test}): {verdict}")
     return 0
+
+
+def gate_after_step(db: Path, first: str) -> list[tuple[str, str]]:
+    """Per series: the gate's verdict on the first run of ``first`` against all before."""
+    out = []
+    with ResultStore.open(db) as store:
+        for row in store.latest_per_series():
+            entries = series_history(store, row.series_key, DECODE.name, since_accepted=False)
+            at = next(i for i, e in enumerate(entries) if e.row.engine_build == first)
+            points = session_points(entries[:at])
+            judged = judge_history(points, list(entries[at].point.samples), DECODE,
+                                   current_version=first)
+            c = judged.comparison
+            out.append((row.test_id.split("::")[-1], f"{c.verdict}: {c.reason[:160]}..."))
+    return out
 
 
 if __name__ == "__main__":

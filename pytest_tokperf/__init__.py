@@ -38,8 +38,9 @@ Domain (each usable alone)
   ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``
                     (series key), ``history`` (the one store -> points function),
                     ``exchange`` (export/import/merge/reference runs)
-  ``stats/``        scipy only: ``compare`` (verdicts), ``shifts``, ``changepoints``,
-                    ``calibration`` (noise, detectable change)
+  ``stats/``        scipy only: ``compare`` (verdicts), ``nested`` (repetitions nested
+                    in sessions), ``changepoints``, ``drift`` (the gate's history
+                    judgement), ``calibration`` (noise, detectable change)
   ``report/``       ``table`` (terminal), ``data`` (DB -> figures), ``formats`` (markdown,
                     JSON, JUnit), ``plots``, ``html``, ``files`` (a session's report files)
 

@@ -171,7 +171,7 @@ def test_the_gate_compares_against_the_level_since_the_last_step() -> None:
     # accepted (the history then starts there), the gate says so
     assert judged.judged == "drift" and judged.comparison.verdict == "regression"
     assert "judged against the accepted level (b11000..b11020, 3 runs)" in judged.comparison.reason
-    assert "with steps at b11110 -> b11120" in judged.comparison.reason
+    assert "through level changes at b11110 -> b11120" in judged.comparison.reason
     assert compare_to_history(points[12:], at_new_level, DECODE).verdict == "unchanged"
     assert compare_to_history(points, list(84 * (1 + 0.02 * rng.standard_normal(5))),
                               DECODE).verdict == "regression"

@@ -40,7 +40,7 @@ from pytest_tokperf.stats import (
     judge_history,
 )
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.storage.history import metric_values, series_histories
+from pytest_tokperf.storage.history import metric_values, series_histories, session_points
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
@@ -132,7 +132,7 @@ class Gate:
             )
             for metric in metrics:
                 metric = replace(metric, min_effect=self.min_effect)
-                points = [entry.point for entry in histories[metric.name]]
+                points = session_points(histories[metric.name])
                 current = metric_values(samples, metric.name)
                 judged = judge_history(points, current, metric, window=HISTORY_RUNS,
                                        alpha=self.alpha, current_version=current_build)

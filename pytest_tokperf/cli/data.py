@@ -20,7 +20,9 @@ from pytest_tokperf.stats.drift import resolution
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.stats.metric import fmt_p, pct
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.storage.history import history_points, series_history
+from pytest_tokperf.storage.history import (
+    HistoryEntry, history_points, series_history, session_points,
+)
 from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
@@ -63,6 +65,9 @@ def history(args: argparse.Namespace) -> int:
     reps = max((len(p.samples) for p in points), default=0)
     line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
+    phases = resolution(points, DECODE).note
+    if phases:
+        line += f"; {phases}"
     gate = store.gate_verdicts(e.row.result_id for e in entries)
     accepted = {a.result_id: a for a in store.acceptances(key)}
     run_rows = []
@@ -117,17 +122,21 @@ def _sessions_of(
     spread: dict[str, list[list[list[float]]]] = {}
     for row in store.latest_per_series():
         entries = series_history(store, row.series_key, DECODE.name)
-        b = [list(e.point.samples) for e in entries if _is(e.row, baseline)]
-        c = [list(e.point.samples) for e in entries if _is(e.row, current)]
+        b = _runs([e for e in entries if _is(e.row, baseline)])
+        c = _runs([e for e in entries if _is(e.row, current)])
         if not (b and c):
             continue
         others: dict[str, list[list[float]]] = {}
-        for e in entries:
-            if not (_is(e.row, baseline) or _is(e.row, current)):
-                others.setdefault(e.point.version, []).append(list(e.point.samples))
+        for point in session_points([e for e in entries if not (
+                _is(e.row, baseline) or _is(e.row, current))]):
+            others.setdefault(point.version, []).append(list(point.samples))
         base[row.series_key], cur[row.series_key] = b, c
         spread[row.series_key] = list(others.values())
     return base, cur, spread
+
+
+def _runs(entries: list[HistoryEntry]) -> list[list[float]]:
+    return [list(p.samples) for p in session_points(entries)]
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -168,7 +177,7 @@ def changes(args: argparse.Namespace) -> int:
     found = []
     notes = []
     for row in _find_series(store, args.series):
-        points = history_points(store, row.series_key, DECODE.name)
+        points = session_points(series_history(store, row.series_key, DECODE.name))
         for cp in change_points(points, DECODE):
             found.append((row, cp))
         seen = resolution(points, DECODE)
@@ -301,8 +310,10 @@ def add_parsers(verbs: Any, register: Callable[[str, Callable[[argparse.Namespac
     register("history", history)
 
     p = verbs.add_parser("compare", help="decode tok/s of two engine versions, or two DBs",
-                         description="Per series: significant AND at least 5%% -> regression or "
-                         "improvement; too noisy -> inconclusive. Benjamini-Hochberg across series.")
+                         description="Per series, each stored run a session (its repetitions "
+                         "nested in it; the other builds' runs inform the spread between "
+                         "sessions): significant AND at least 5%% -> regression or improvement; "
+                         "too noisy or phase-dominated -> inconclusive. Holm across series.")
     p.add_argument("db", help="results DB (the baseline side for two DBs)")
     p.add_argument("other", nargs="?", help="second DB: its latest run per series is 'current'")
     p.add_argument("--baseline", help="baseline engine version or build")

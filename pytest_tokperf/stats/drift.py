@@ -107,8 +107,8 @@ def judge_history(
     if drift.flagged and not step.flagged:
         steps = [f"{points[b - 1].version} -> {points[b].version}"
                  for b, _ in cuts[1:] if b >= REFERENCE_RUNS]
-        how = f", with steps at {', '.join(steps)}" if steps else (
-            ", in steps each too small to flag")
+        how = f", through level changes at {', '.join(steps)}" if steps else (
+            ", in steps each too small to find")
         now = f" and {current_version}" if current_version else " and this run"
         reason = (f"{drift.reason}; judged {where}: it accumulated over "
                   f"{_span(points[REFERENCE_RUNS:])}{now}{how}; against the settled level "
@@ -172,8 +172,8 @@ def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAU
     smallest = detectable_shift(shift, alpha / tried) if shift.std_error > 0 else math.nan
     note = ""
     if shift.phase_dominated:
-        steps = f"{smallest:.0%}" if resolved(smallest) else "1000%"
-        note = (f"phase-dominated history: steps under {steps} cannot be seen; use the "
+        steps = f"under {smallest:.0%}" if resolved(smallest) else "of any size up to 1000%"
+        note = (f"phase-dominated history: steps {steps} cannot be seen; use the "
                 f"same-run A/B ({phase_figures(shift)}; {k} runs)")
     return Resolution(k, shift.noise_cv, shift.between_cv, smallest, shift.phase_dominated,
                       note)

@@ -11,17 +11,22 @@ and ``shift_between`` measures the current side's level over the baseline's:
 1. **Stalls** are set aside inside each session (``shifts.set_aside_stalls``): never a
    whole session.
 2. **sigma^2** is the pooled within-session spread of every session given (both sides
-   and the ``spread`` groups). A current side much noisier than the rest (F test,
-   p < ``NOISY_LEVEL``: its repetitions disagree, say 3 of 5 stalled) keeps its own.
+   and the ``spread`` groups). A session whose repetitions disagree far more than the
+   others' (F test against the pool of the others, p < ``NOISY_LEVEL``: say 3 of 5
+   stalled, which no rule inside the session can tell from a slow session) is
+   *disturbed*: kept, and judged by its own spread (its mean weighs as little as that
+   spread says), out of the pool and out of the evidence that sessions differ.
 3. **tau^2**, the between-session spread, comes from how far sessions sit from their
    own side's level: baseline sessions around the baseline's, current sessions around
    the current's, and each ``spread`` group's around its own (sessions of other builds
-   of the same series, which inform the spread and not the levels); with ``trend``,
+   of the same series, which inform the spread and not the levels; undisturbed sessions
+   only); with ``trend``,
    around a straight line through each group in order, so a slow slide is not spread. The between-session
    mean square is F-tested against sigma^2; when it is significant (p < ``DRIFT_LEVEL``)
-   the session is the unit: the estimate is the difference of the two sides' mean
-   session levels, its variance ``tau^2 (1/S_b + 1/S_c) + sigma^2 (mean(1/n)/S_b +
-   mean(1/n)/S_c)`` with tau^2 by the ANOVA method of moments and Satterthwaite's df.
+   the session is the unit: the estimate is the difference of the two sides' levels, each
+   the mean of its sessions' means weighted by ``1 / (tau^2 + sigma_s^2 / n_s)`` (equal
+   weights when the sessions are alike), its variance the matching sum, with tau^2 by
+   the ANOVA method of moments and Satterthwaite's df.
    With equal repetitions per session that is exactly Student's t on session means with
    (sessions - sides) df: two sessions of 5 repetitions count as 2 observations, not 10.
    When the sessions agree (the test does not reject), the within-session spread and its
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
@@ -93,72 +99,128 @@ def shift_between(
         # lend it a precision it does not have.
         d = float(means[is_c].mean() - means[is_b].mean())
         return Shift(d, math.nan, math.nan, nb, nc, "no spread", 0.0, k, aside, math.nan, l)
-    ss_c, df_c = float(ss[is_c].sum()), float(df[is_c].sum())
-    ss_o, df_o = float(ss[~is_c].sum()), float(df[~is_c].sum())
-    df_w = df_o + df_c
-    s2 = (ss_o + ss_c) / df_w if df_w else 0.0
-    noisy = bool(df_o and df_c and ss_c / df_c > ss_o / df_o
-                 and special.fdtrc(df_c, df_o, ss_c / df_c / (ss_o / df_o)) < NOISY_LEVEL)
-    s2_o, s2_c = (ss_o / df_o, ss_c / df_c) if noisy else (s2, s2)
+    figures = Sessions.of(kept)
+    s2, df_w, own = figures.s2, figures.df_w, figures.own
+    normal = ~figures.disturbed
 
-    # Between sessions: each group's sessions around the group's own level (or line).
-    ss_between = c_total = 0.0
-    w_o = w_c = 0.0  # between-session df of the groups whose sigma is s2_o / s2_c
+    # Between sessions: each group's sessions around the group's own level (or line),
+    # each weighted by the precision of its mean (n / sigma_s^2): Cochran's Q, which is the
+    # ANOVA's between-session sum of squares over sigma^2 when the sessions are alike,
+    # while a disturbed session counts only as far as its own spread lets it.
+    prec = n / own if df_w else n
+    q = c_total = df_between = 0.0
     for g in np.unique(side):
         sel = side == g
         terms = 2 if trend and sel.sum() >= 3 else 1
         if sel.sum() <= terms:
             continue
-        ss_g, c_g = _around(means[sel], n[sel], terms)
-        ss_between += ss_g
+        q_g, c_g = _around(means[sel], prec[sel], terms)
+        q += q_g
         c_total += c_g
-        if g == 1:
-            w_c += sel.sum() - terms
-        else:
-            w_o += sel.sum() - terms
-    df_between = w_o + w_c
-    null = w_o * s2_o + w_c * s2_c
+        df_between += sel.sum() - terms
     drift_p = math.nan
     if df_between and df_w:
-        drift_p = float(special.fdtrc(df_between, df_w, ss_between / null)) if null > 0 else 0.0
+        drift_p = float(special.fdtrc(df_between, df_w, q / df_between))
     elif df_between:
-        drift_p = 0.0 if ss_between > 0 else 1.0
-    tau2 = max(0.0, (ss_between - null) / c_total) if df_between else math.nan
-
-    inv_b, inv_c = float((1 / n[is_b]).mean()) / k, float((1 / n[is_c]).mean()) / l
-    pooled: Parts = {}
-    if df_w:
-        pooled = ({"spread": (1 / n[is_b].sum(), s2_o, df_o),
-                   "current": (1 / n[is_c].sum(), s2_c, df_c)} if noisy
-                  else {"spread": (1 / n[is_b].sum() + 1 / n[is_c].sum(), s2, df_w)})
-    sessions: Parts = {}
-    if df_between:
-        a = 1 / k + 1 / l
-        between = (a * df_between / c_total, ss_between / df_between, df_between)
-        sessions = ({"between": between, "spread": (inv_b - a * w_o / c_total, s2_o, df_o),
-                     "current": (inv_c - a * w_c / c_total, s2_c, df_c)} if noisy
-                    else {"between": between,
-                          "spread": (inv_b + inv_c - a * df_between / c_total, s2, df_w)})
-    method: Method
-    if not pooled and not sessions:
+        drift_p = 0.0 if q > 0 else 1.0
+    # tau^2 by the method of moments (DerSimonian-Laird): E[Q] = df + tau^2 c_total.
+    null = df_between if df_w else 0.0
+    tau2 = max(0.0, (q - null) / c_total) if df_between else math.nan
+    compared = is_b | is_c
+    between = (q / df_between, df_between, c_total, null / c_total) if df_between else None
+    pooled = _estimate(0.0, side, n, means, own, figures, None) if df_w else None
+    sessions = (_estimate(tau2, side, n, means, own, figures, between)
+                if df_between and tau2 > 0 else None)
+    disturbed = tuple(int(i) for i in np.flatnonzero(figures.disturbed & compared))
+    if pooled is None and sessions is None:
         return Shift(float(means[is_c].mean() - means[is_b].mean()), math.nan, math.nan,
                      nb, nc, "no spread", 0.0, k, aside, drift_p, l)
-    use_sessions = bool(sessions) and (not pooled or (
-        drift_p < DRIFT_LEVEL and _variance(sessions)[0] > _variance(pooled)[0]))
-    share = 0.0
-    if use_sessions:
-        method, parts = "sessions", sessions
-        d = float(means[is_c].mean() - means[is_b].mean())
-        part_between = (1 / k + 1 / l) * tau2
-        part_within = inv_b * s2_o + inv_c * s2_c
-        share = part_between / (part_between + part_within) if part_between > 0 else 0.0
-    else:
-        method, parts = "pooled", pooled
-        d = float((n * means)[is_c].sum() / n[is_c].sum()
-                  - (n * means)[is_b].sum() / n[is_b].sum())
+    use_sessions = sessions is not None and (pooled is None or (
+        drift_p < DRIFT_LEVEL and _variance(sessions[1])[0] > _variance(pooled[1])[0]))
+    method: Method = "sessions" if use_sessions else "pooled"
+    d, parts, share = (sessions if use_sessions else pooled)  # type: ignore[misc]
     var, dof = _variance(parts)
-    return Shift(d, math.sqrt(var), dof, nb, nc, method, math.sqrt(s2_o), k, aside, drift_p,
-                 l, math.sqrt(tau2) if df_between else math.nan, share)
+    return Shift(d, math.sqrt(var), dof, nb, nc, method, math.sqrt(s2), k, aside, drift_p,
+                 l, math.sqrt(tau2) if df_between else math.nan, share, 1, disturbed)
+
+
+def _estimate(
+    tau2: float, side: np.ndarray, n: np.ndarray, means: np.ndarray, own: np.ndarray,
+    figures: Sessions, between: tuple[float, float, float, float] | None,
+) -> tuple[float, Parts, float]:
+    """Current minus baseline level, each side's sessions weighted by the inverse of their
+    mean's variance ``tau2 + sigma_s^2 / n_s`` (sigma_s^2 the pooled spread, or a disturbed
+    session's own); the variance of the difference as ``coefficient * estimate`` parts for
+    Satterthwaite; and the part of it that the spread between sessions makes up.
+
+    ``between`` is (Q / df, df, c, offset) with tau^2 = (Q / df) * df / c - offset: the
+    Q part counts with its df, the offset (sigma^2's share of E[Q], in tau^2 units)
+    against the pooled spread."""
+    v = tau2 + own / n
+    w = np.where(side < 2, 1 / v, 0.0)
+    level = np.zeros(2)
+    share_of = np.zeros(len(n))
+    for g in (0, 1):
+        sel = side == g
+        total = float(w[sel].sum())
+        level[g] = float((w * means)[sel].sum()) / total
+        share_of[sel] = w[sel] / total
+    a = share_of**2  # Var(d) = sum of a_s (tau^2 + sigma_s^2 / n_s)
+    normal = ~figures.disturbed
+    parts: Parts = {"spread": (float((a / n)[normal].sum()), figures.s2, figures.df_w)}
+    for i in np.flatnonzero(figures.disturbed & (side < 2)):
+        parts[f"session {i}"] = (float(a[i] / n[i]), float(own[i]), float(figures.df[i]))
+    share = 0.0
+    if between is not None and tau2 > 0:
+        ms, df_between, c_total, offset = between
+        coefficient = float(a.sum()) * df_between / c_total
+        parts["between"] = (coefficient, ms, df_between)
+        c, v_s2, df_w = parts["spread"]
+        if v_s2 > 0:
+            parts["spread"] = (c - float(a.sum()) * offset / v_s2, v_s2, df_w)
+        total = float((a * v).sum())
+        share = float(a.sum()) * tau2 / total if total > 0 else 0.0
+    return float(level[1] - level[0]), parts, share
+
+
+@dataclass(frozen=True, slots=True)
+class Sessions:
+    """Per session (its kept repetitions): count, mean, within sum of squares and df (0
+    for identical or single ones), and ``disturbed``: its repetitions disagree far more
+    than the other sessions' (F test against the pool of the others, p < NOISY_LEVEL: say
+    3 of 5 stalled, or a neighbour started mid-session). A disturbed session is kept, and
+    judged by its own spread; ``s2``/``df_w`` pool the others'."""
+
+    n: np.ndarray
+    means: np.ndarray
+    ss: np.ndarray
+    df: np.ndarray
+    disturbed: np.ndarray
+    s2: float
+    df_w: float
+
+    @classmethod
+    def of(cls, kept: Groups) -> Sessions:
+        n, means, ss, df = _sessions(kept)
+        total_ss, total_df = float(ss.sum()), float(df.sum())
+        rest_df = total_df - df
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = (ss / df) / ((total_ss - ss) / rest_df)
+        testable = (df > 0) & (rest_df > 0) & (total_ss - ss > 0)
+        disturbed = np.zeros(len(n), dtype=bool)
+        for i in np.flatnonzero(testable & (ratio > 1)):
+            disturbed[i] = special.fdtrc(df[i], rest_df[i], ratio[i]) < NOISY_LEVEL
+        if not df[~disturbed].sum():
+            disturbed[:] = False
+        df_w = float(df[~disturbed].sum())
+        s2 = float(ss[~disturbed].sum()) / df_w if df_w else 0.0
+        return cls(n, means, ss, df, disturbed, s2, df_w)
+
+    @property
+    def own(self) -> np.ndarray:
+        """Each session's within variance: its own when disturbed, else the pooled one."""
+        own: np.ndarray = np.where(self.disturbed, self.ss / np.maximum(self.df, 1), self.s2)
+        return own
 
 
 def _sessions(kept: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -180,9 +242,9 @@ def _sessions(kept: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 def _around(means: np.ndarray, n: np.ndarray, terms: int) -> tuple[float, float]:
     """Sessions' weighted sum of squares around their level (``terms`` 1) or line (2),
-    and the coefficient of tau^2 in its expectation: E[ss] = (S - terms) sigma^2 + c tau^2,
-    c = N - trace((X'WX)^-1 X'W^2 X) with W the repetition counts (N - sum n^2 / N for a
-    level)."""
+    and the coefficient of tau^2 in its expectation: with weights ``n`` the precisions of
+    the means, E[ss] = (S - terms) + c tau^2, c = sum(n) - trace((X'WX)^-1 X'W^2 X)
+    (sum n - sum n^2 / sum n for a level)."""
     x = np.ones((len(means), terms))
     if terms == 2:
         x[:, 1] = np.arange(len(means), dtype=float)

@@ -83,7 +83,8 @@ class Shift:
     variance that it contributes (0 when the sessions agree). ``tests`` is the number of
     comparisons this one is Bonferroni-corrected for (the gate judges a result against
     the settled level and against the accepted level): the p-value is multiplied by it
-    and intervals are read at ``alpha / tests``.
+    and intervals are read at ``alpha / tests``. ``disturbed`` indexes the sessions
+    (as ``SetAside.version``) judged by their own spread (``nested.Sessions``).
     """
 
     log_shift: float
@@ -100,6 +101,7 @@ class Shift:
     between_cv: float = math.nan
     phase_share: float = 0.0
     tests: int = 1
+    disturbed: tuple[int, ...] = ()
 
     @property
     def p_value(self) -> float:

@@ -35,7 +35,7 @@ from pytest_tokperf.stats.calibration import detectable_shift, repetitions_neede
 from pytest_tokperf.stats.metric import (
     DEFAULT_ALPHA, Metric, fmt_p, interval_text, pct, resolved,
 )
-from pytest_tokperf.stats.shifts import SetAside, Shift
+from pytest_tokperf.stats.shifts import Shift
 
 Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
 
@@ -168,8 +168,8 @@ def _unsettled(shift: Shift, metric: Metric, level: float) -> str:
     seen = detectable_shift(shift, level * shift.tests)
     resolves = f"about {seen:.1%}" if resolved(seen) else "no change within ±1000%: not resolved"
     if shift.phase_dominated:
-        steps = f"{seen:.0%}" if resolved(seen) else "1000%"
-        return (f"phase-dominated history: steps under {steps} cannot be seen; use the "
+        steps = f"under {seen:.0%}" if resolved(seen) else "of any size up to 1000%"
+        return (f"phase-dominated history: steps {steps} cannot be seen; use the "
                 f"same-run A/B ({phase_figures(shift)}; {_sessions(shift)}, "
                 f"p={fmt_p(shift.p_value)}: more repetitions per session would not help)")
     head = (f"cannot tell a {m:.0%} change from none at {shift.n_baseline} vs "
@@ -187,17 +187,24 @@ def _unsettled(shift: Shift, metric: Metric, level: float) -> str:
                    "settle it")
 
 
+def _where(shift: Shift, index: int) -> str:
+    if index >= shift.versions:
+        j = index - shift.versions
+        return "current" if shift.sessions_current == 1 else f"current session {j}"
+    return "baseline" if shift.versions == 1 else f"baseline session {index}"
+
+
 def _stalls(shift: Shift) -> str:
-    if not shift.set_aside:
-        return ""
-    def where(s: SetAside) -> str:
-        if s.version >= shift.versions:
-            j = s.version - shift.versions
-            return "current" if shift.sessions_current == 1 else f"current session {j}"
-        return "baseline" if shift.versions == 1 else f"baseline session {s.version}"
-    listed = ", ".join(f"{s.value:.5g} ({where(s)}, {pct(s.deviation)} off its session's "
-                       "median)" for s in shift.set_aside)
-    return f"; set aside as stalled repetitions: {listed}"
+    text = ""
+    if shift.set_aside:
+        listed = ", ".join(f"{s.value:.5g} ({_where(shift, s.version)}, {pct(s.deviation)} off "
+                           "its session's median)" for s in shift.set_aside)
+        text = f"; set aside as stalled repetitions: {listed}"
+    if shift.disturbed:
+        listed = ", ".join(_where(shift, i) for i in shift.disturbed)
+        text += (f"; judged by its own spread, as its repetitions disagree far more than the "
+                 f"other sessions': {listed}")
+    return text
 
 
 def _ratio(log_shift: float) -> float:
