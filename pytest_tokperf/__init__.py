@@ -39,8 +39,10 @@ Domain (each usable alone)
                     ``registry``, ``wire`` shapes, ``llama_server/`` (adapter, typed speed
                     settings, start-up log)
   ``model/``        GGUF reading, bytes read per token (``footprint``), the model writer
-  ``stats/``        scipy only: ``compare`` (verdicts), ``shifts``, ``changepoints``,
-                    ``calibration`` (noise, detectable change), ``family`` (a session)
+  ``stats/``        scipy only: ``compare`` (verdicts), ``nested`` (repetitions nested in
+                    sessions), ``shifts``, ``changepoints``, ``drift`` (the gate's history
+                    judgement), ``calibration`` (noise, detectable change), ``family`` (a
+                    session), ``paired`` (the same-run A/B)
   ``ceiling``       pure arithmetic: bandwidth / bytes per token, efficiency, checks
   ``environment``   the run's host, OS, Python and CI identity
   ``transport/``    how bytes arrive: ``stream``, ``rawhttp``, ``events``, ``answers``

@@ -169,7 +169,7 @@ def _device(value: str, where: str, name: str) -> Device:
         raise ConfigError(f"{exc} (from {where})") from exc
 
 
-BaselineKind = Literal["history", "engine", "db"]
+BaselineKind = Literal["history", "engine", "db", "off"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +186,18 @@ class Baseline:
             return f"engine {self.engine_version}"
         if self.kind == "db":
             return f"db {self.db}"
+        if self.kind == "off":
+            return "nothing (off)"
         return "stored history"
 
 
 def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") -> Baseline:
-    """``history`` (default), ``engine=VERSION`` or the path of another results DB."""
+    """``history`` (default), ``engine=VERSION``, the path of another results DB, or
+    ``off`` (judge nothing: ``compare-builds`` sessions, judged together afterwards)."""
     if value is None or value in ("", "history", "latest"):
         return Baseline("history")
+    if value == "off":
+        return Baseline("off")
     if value.startswith("engine="):
         version = value.split("=", 1)[1].strip()
         if not version:
@@ -203,8 +208,8 @@ def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") 
     if path.is_file():
         return Baseline("db", db=path)
     raise ConfigError(
-        f"--tokperf-baseline {value!r} from {where} is neither 'history', 'engine=VERSION' nor "
-        f"an existing results DB file"
+        f"--tokperf-baseline {value!r} from {where} is neither 'history', 'engine=VERSION', "
+        f"'off' nor an existing results DB file"
     )
 
 
@@ -303,7 +308,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
                "fraction of the ceiling, e.g. 0.6", FRACTION_OF_CEILING, None, "F"),
     OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
-               "the DB, default), 'engine=VERSION', or another results DB", _baseline, Baseline("history"),
+               "the DB, default), 'engine=VERSION', another results DB, or 'off'", _baseline, Baseline("history"),
                "SPEC", True),
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
                _number(0, 1, closed_hi=False, what="a fraction",

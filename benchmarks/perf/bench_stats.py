@@ -21,7 +21,10 @@ Per cell: false alarms (any flag on an unchanged version), detection (a flag in 
 direction) and false all-clear (a real step of >= 5% called "unchanged"; for methods
 without that word, "not flagged"). Then ``change_points`` on 10-version histories
 (step at version 2..8, found = reported within one version in the right direction) and
-step-free ones, and ``judge_family`` on clean 100-comparison sessions.
+step-free ones, ``judge_family`` on clean 100-comparison sessions, and the gate's
+history judgement (``judge_history``: the settled level and the accepted level) on a
+slow slide: -1% per build over 9 builds (-8.6% in all: builds 0..8 are the history, the
+9th build after them is judged), and on slide-free histories.
 
 Two generators, written apart: ``issue`` follows the issue's list (Gaussian CV 1/2/5%,
 log-normal, 1 run in 12 stalled 25% slower, two clock states 8% apart); ``check`` draws
@@ -47,7 +50,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_tokperf.stats import (
-    DECODE, DEFAULT_ALPHA, Point, change_points, compare, judge_family,
+    DECODE, DEFAULT_ALPHA, Point, change_points, compare, judge_family, judge_history,
 )
 
 Draw = tuple[np.ndarray, np.ndarray]  # samples, and which of them are accidents (stalls)
@@ -59,6 +62,8 @@ CP_VERSIONS = 10
 CP_STEPS = (0.0, -0.05, -0.10, 0.05)
 CP_REPS = (3, 5)
 FAMILY = 100
+SLIDE = -0.01  # per build
+SLIDE_BUILDS = 9  # history builds 0..8; build 9 is judged: (1 - 1%)^9 - 1 = -8.6%
 
 
 def _gauss(cv: float) -> Noise:
@@ -237,6 +242,26 @@ def family_cell(gen: str, model: str, reps: int, history: int, sessions: int, se
     return failed
 
 
+def slide_cell(gen: str, model: str, reps: int, slope: float, trials: int, seed: int
+               ) -> tuple[int, int, int]:
+    """(flagged in the slide's direction, flagged the other way, flagged by the step
+    comparison alone) over ``trials`` histories judged by their last build."""
+    noise = GENERATORS[gen][model][0]
+    rng = np.random.default_rng(seed)
+    right = wrong = step_only = 0
+    for _ in range(trials):
+        levels = [100.0 * (1 + slope) ** i for i in range(SLIDE_BUILDS + 1)]
+        points = [Point(f"v{i}", tuple(noise(rng, reps, level)[0]))
+                  for i, level in enumerate(levels[:-1])]
+        judged = judge_history(points, list(noise(rng, reps, levels[-1])[0]), DECODE)
+        flag = judged.comparison.verdict
+        good = slope != 0 and flag == "regression"
+        right += good
+        wrong += flag in ("regression", "improvement") and not good
+        step_only += judged.step.verdict == ("regression" if slope < 0 else "improvement")
+    return right, wrong, step_only
+
+
 def margin(p: float, n: int) -> float:
     return 1.96 * math.sqrt(max(p * (1 - p), 1 / n) / n)
 
@@ -271,13 +296,20 @@ def main() -> int:
         fam_jobs = {m: pool.submit(family_cell, args.generator, m, 5, args.history,
                                    args.sessions, seeds[2000 + i])
                     for i, m in enumerate(models)}
+        slide_cells = [(m, r, s) for m in models for r in REPS for s in (SLIDE, 0.0)]
+        slide_jobs = [pool.submit(slide_cell, args.generator, m, r, s,
+                                  args.null_trials if s == 0 else args.cp_trials,
+                                  seeds[3000 + i]) for i, (m, r, s) in enumerate(slide_cells)]
         gate = {c: j.result() for c, j in zip(cells, jobs)}
         cps = {c: j.result() for c, j in zip(cp_cells, cp_jobs)}
         fam = {m: j.result() for m, j in fam_jobs.items()}
+        slides = {c: j.result() for c, j in zip(slide_cells, slide_jobs)}
     print_gate(models, gate, args)
     print_change_points(models, cps, args.cp_trials)
     print_family(fam, args.sessions)
+    print_slides(models, slides, args)
     print_targets(models, gate, cps, fam, args)
+    print_slide_targets(models, slides, args)
     print(f"\n{time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 
@@ -332,6 +364,40 @@ def print_family(fam: dict[str, int], sessions: int) -> None:
           f"comparisons, 5 reps: sessions with any flag ({sessions} sessions a model)")
     for model, failed in fam.items():
         print(f"  {model:<20} {failed / sessions:6.1%} (±{margin(failed / sessions, sessions):.1%})")
+
+
+Slides = dict[tuple[str, int, float], tuple[int, int, int]]
+
+
+def print_slides(models: dict[str, Model], slides: Slides, args: argparse.Namespace) -> None:
+    n, n0 = args.cp_trials, args.null_trials
+    print(f"\nThe gate (judge_history) on a {SLIDE:+.0%}/build slide over {SLIDE_BUILDS} builds "
+          f"({(1 + SLIDE) ** SLIDE_BUILDS - 1:+.1%} at the build judged), {n} histories a "
+          f"cell, and on {n0} slide-free ones (95% margin ±{margin(0.9, n):.1%} at 90%, "
+          f"±{margin(0.01, n0):.1%} at 1%).")
+    print("flagged = regression by the last build; step alone = what the comparison with "
+          "the settled level says by itself; FA = any flag on a slide-free history.\n")
+    print(f"{'noise':<20} {'reps':>4} | {'flagged':>8} {'step alone':>10} | {'FA':>6}")
+    for model in models:
+        for reps in REPS:
+            right, _, step = slides[(model, reps, SLIDE)]
+            _, fa, _ = slides[(model, reps, 0.0)]
+            print(f"{model:<20} {reps:>4} | {right / n:8.1%} {step / n:10.1%} | {fa / n0:6.2%}")
+
+
+def print_slide_targets(models: dict[str, Model], slides: Slides,
+                        args: argparse.Namespace) -> None:
+    n, n0 = args.cp_trials, args.null_trials
+    low = [m for m, (_, small, listed) in models.items() if small and listed]
+    listed = [m for m, v in models.items() if v[2]]
+    det = {m: slides[(m, 5, SLIDE)][0] / n for m in low}
+    worst = min(det, key=lambda m: det[m])
+    _target(f"{SLIDE:+.0%}/build slide over {SLIDE_BUILDS} builds flagged by the last build "
+            f">= 90% at 5 reps, CV <= 2%: worst {worst} {det[worst]:.1%}", det[worst] >= 0.9)
+    fa = {(m, r): slides[(m, r, 0.0)][1] / n0 for m in listed for r in REPS}
+    worst_fa = max(fa, key=lambda k: fa[k])
+    _target(f"slide-free histories flagged <= 1% (all models, all reps): worst {worst_fa} "
+            f"{fa[worst_fa]:.2%}", fa[worst_fa] <= 0.01)
 
 
 def print_targets(models: dict[str, Model], gate: Gate,

@@ -9,10 +9,16 @@ The baseline is, by ``--tokperf-baseline``:
 
 Decode tok/s (higher is better; the engine's own figure where every repetition has it)
 and TTFT (lower is better; client clock) are judged per result as it is recorded
-(``stats.compare_to_history``: the verdict is read off the interval of the change); at
-the end of the session every test x metric is re-judged together with Holm's step-down
-(``stats.judge_family``), so a clean run of a large suite rarely false-fails. A series
-too noisy or too short to judge is "inconclusive" and reported, never failed.
+(``stats.judge_history``: the verdict is read off the interval of the change, with the
+repetitions nested in their runs, against the settled level and against the accepted
+level, so a slow slide is flagged once it adds up); at the end of the session every
+test x metric is re-judged together with Holm's step-down (``stats.judge_family``), so a
+clean run of a large suite rarely false-fails. A series too noisy or too short to judge
+is "inconclusive" and reported, never failed; one whose runs sit in machine phases says
+so ("phase-dominated history").
+
+``--tokperf-baseline off`` judges nothing (``compare-builds`` runs its own sessions so:
+they alternate two builds, and are judged together at the end, not against each other).
 """
 
 from __future__ import annotations
@@ -30,11 +36,11 @@ from pytest_tokperf.stats import (
     TTFT,
     Comparison,
     Metric,
-    compare_to_history,
     judge_family,
+    judge_history,
 )
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.storage.history import metric_values, series_histories
+from pytest_tokperf.storage.history import metric_values, series_histories, session_points
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
@@ -57,6 +63,7 @@ class GateFinding:
     baseline: str
     """Which builds the baseline spans, e.g. ``b11400..b11434 (6 runs)``."""
     current: str
+    """The build judged, e.g. ``b11434``."""
     result_id: int | None = None
     correction: str = "none"
     """How significance was controlled across the session's comparisons."""
@@ -108,7 +115,9 @@ class Gate:
         concurrency: int = 1,
     ) -> list[GateFinding]:
         """Decode and TTFT of ``samples`` (and with ``concurrency`` > 1 the aggregate
-        output) against the baseline's runs of the same series."""
+        output) against the baseline's runs of the same series (none when it is off)."""
+        if self.baseline.kind == "off":
+            return []
         source = store
         if self.baseline.kind == "db":
             assert self.baseline.db is not None
@@ -123,16 +132,19 @@ class Gate:
             )
             for metric in metrics:
                 metric = replace(metric, min_effect=self.min_effect)
-                points = [entry.point for entry in histories[metric.name]]
+                points = session_points(histories[metric.name])
                 current = metric_values(samples, metric.name)
-                comparison = compare_to_history(points, current, metric, window=HISTORY_RUNS,
-                                                alpha=self.alpha)
+                judged = judge_history(points, current, metric, window=HISTORY_RUNS,
+                                       alpha=self.alpha, current_version=current_build)
+                comparison = judged.comparison
+                span = (f"accepted level {_span(judged.reference)}" if judged.judged == "drift"
+                        else _span(points))
                 if len(points) < MIN_BASELINE_RUNS and comparison.verdict != "inconclusive":
                     comparison = replace(comparison, verdict="inconclusive", shift=None, reason=(
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
-                findings.append(GateFinding(test_id, series_key, comparison, _span(points),
+                findings.append(GateFinding(test_id, series_key, comparison, span,
                                             current_build, result_id=result_id))
         finally:
             if source is not store:

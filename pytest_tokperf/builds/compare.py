@@ -10,11 +10,14 @@ belongs to a binary by its path and its SHA-256: a bisect reuses the endpoint se
 that ``compare-builds`` measured on the same files, and a binary rebuilt in place is
 measured afresh, never credited with its predecessor's figures.
 
-Per test and metric the samples are grouped by session (one group per run) and each
-session counts once, by its median (``session_medians``): the statistics then weigh
-a change against the run-to-run drift instead of the tight spread within one run.
-Three sessions a side is the least the judge decides on (``stats.compare``'s
-``min_samples``).
+Per test and metric the samples are grouped by session (one group per run) and judged
+with the repetitions nested in their sessions (``stats.compare`` on per-session lists):
+stalls are set aside inside their session, and when sessions differ more than their
+repetitions explain, the session is the unit, so the change is weighed against the
+run-to-run drift instead of the tight spread within one run. Three sessions a side is
+the least ``compare_builds`` runs. The sessions themselves are not gated
+(``--tokperf-baseline off``): they alternate two builds, and judged against each other
+they report session-to-session drift as regressions and improvements.
 """
 
 from __future__ import annotations
@@ -206,7 +209,7 @@ class BuildRunner:
             "--tokperf-engine", "llama-server"]
         return [self.python, "-m", "pytest", *args, *engine,
                 f"--tokperf-server-bin={build.binary}", f"--tokperf-db={self.db}",
-                "-p", "no:cacheprovider", "-q"]
+                "--tokperf-baseline=off", "-p", "no:cacheprovider", "-q"]
 
     def run_session(self, build: Build, number: int) -> Session:
         from pytest_tokperf.environment import utc_now
@@ -268,7 +271,12 @@ def metric_for(name: str, min_effect: float | None) -> Metric:
 
 @dataclass(frozen=True, slots=True)
 class BuildComparison:
-    """One target on two builds: the judge's verdict beside the plain ratio of means."""
+    """One target on two builds: the judge's verdict beside a robust B / A ratio.
+
+    ``median_a``/``median_b`` are the medians of the session medians; ``mean_a``/``mean_b``
+    the plain means of every sample (compare-llama-bench's figure, kept for reference:
+    one session stalled by a neighbour moves it by its whole weight).
+    """
 
     target: Target
     mean_a: float
@@ -278,24 +286,29 @@ class BuildComparison:
     sessions_a: int
     sessions_b: int
     comparison: Comparison
+    median_a: float = float("nan")
+    median_b: float = float("nan")
 
     @property
     def ratio(self) -> float:
-        """B / A of the means: what compare-llama-bench prints."""
-        return self.mean_b / self.mean_a
+        """B / A of the medians of session medians: a stalled session moves it by one
+        session's rank, not by its weight in a pooled mean."""
+        return self.median_b / self.median_a
 
 
 def compare_groups(a: Groups, b: Groups, *, min_effect: float | None = None) -> list[BuildComparison]:
-    """Every target both sides measured: B judged against A (Benjamini-Hochberg)."""
+    """Every target both sides measured: B judged against A, sessions nested (Holm)."""
     common = sorted(set(a) & set(b), key=lambda t: (t.test_id, t.metric, t.series_key))
     if not common:
         raise ConfigError("no test has results on both builds: is the selection the same, "
                           "and does it call tok_bench?")
-    verdicts = compare_many({t: session_medians(a[t]) for t in common},
-                            {t: session_medians(b[t]) for t in common},
+    verdicts = compare_many({t: [g for g in a[t] if g] for t in common},
+                            {t: [g for g in b[t] if g] for t in common},
                             {t: metric_for(t.metric, min_effect) for t in common})
     return [BuildComparison(t, statistics.fmean(pooled(a[t])), statistics.fmean(pooled(b[t])),
-                            len(pooled(a[t])), len(pooled(b[t])), len(a[t]), len(b[t]), verdicts[t])
+                            len(pooled(a[t])), len(pooled(b[t])), len(a[t]), len(b[t]), verdicts[t],
+                            statistics.median(session_medians(a[t])),
+                            statistics.median(session_medians(b[t])))
             for t in common]
 
 

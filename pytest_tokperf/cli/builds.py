@@ -150,6 +150,7 @@ def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
 
 def compare_builds(args: argparse.Namespace) -> int:
     from pytest_tokperf.builds.compare import compare_builds as run_comparison
+    from pytest_tokperf.stats.metric import interval_text, pct
 
     if args.mode == "paired":
         return _compare_paired(args)
@@ -166,17 +167,19 @@ def compare_builds(args: argparse.Namespace) -> int:
     rows = []
     for f in found:
         c, unit = f.comparison, "tok/s" if f.target.metric == "decode" else "s"
-        rows.append((f.target.test_id, f.target.metric, f"{f.mean_a:.4g} {unit}",
-                     f"{f.mean_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict,
-                     f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]",
+        rows.append((f.target.test_id, f.target.metric, f"{f.median_a:.4g} {unit}",
+                     f"{f.median_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict,
+                     f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}",
                      f"{c.p_value:.2g}"))
     emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
           [f"A = {a.label}, B = {b.label}: {args.rounds} sessions each, interleaved; "
            f"results in {run_db(args)}",
-           *table(("test", "metric", "mean A", "mean B", "B/A", "verdict",
+           *table(("test", "metric", "median A", "median B", "B/A", "verdict",
                     "change [interval]", "p"), rows),
-           "B/A is the plain ratio of means (compare-llama-bench's figure); the verdict is "
-           "the regression judge's (significant AND at least the minimum effect)"])
+           "median = the median of the session medians, B/A their ratio (a session stalled "
+           "by a neighbour moves it by one session, not by its weight in a mean); the "
+           "verdict is the regression judge's, repetitions nested in sessions (significant "
+           "AND at least the minimum effect)"])
     return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found) else 0
 
 

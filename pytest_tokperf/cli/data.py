@@ -28,14 +28,17 @@ from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import change_points, settled_baseline
+from pytest_tokperf.stats.drift import resolution
 from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
 from pytest_tokperf.stats.metric import fmt_p, pct
 from pytest_tokperf.storage.history import (
+    HistoryEntry,
     JudgedEfficiency,
     efficiency_notes,
     history_points,
     judged_efficiencies,
     series_history,
+    session_points,
 )
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
@@ -122,6 +125,9 @@ def history(args: argparse.Namespace) -> int:
     reps = max((len(p.samples) for p in points), default=0)
     line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
+    phases = resolution(points, DECODE).note
+    if phases:
+        line += f"; {phases}"
     gate = store.gate_verdicts(e.row.result_id for e in entries)
     accepted = {a.result_id: a for a in store.acceptances(key)}
     judged = judged_efficiencies(store)
@@ -194,34 +200,72 @@ def _stored_version(store: ResultStore, label: str | None) -> str | None:
                       f"`tokperf history` shows each series' build")
 
 
+def _is(row: HistoryRow, version: str) -> bool:
+    return version in (row.engine_version, row.engine_build)
+
+
+def _sessions_of(
+    store: ResultStore, baseline: str, current: str
+) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]],
+           dict[str, list[list[list[float]]]]]:
+    """Per series: the baseline's and the current version's runs (one session each), and
+    the other builds' runs grouped by build (they inform the spread, not the levels)."""
+    base: dict[str, list[list[float]]] = {}
+    cur: dict[str, list[list[float]]] = {}
+    spread: dict[str, list[list[list[float]]]] = {}
+    for row in store.latest_per_series():
+        entries = series_history(store, row.series_key, DECODE.name)
+        b = _runs([e for e in entries if _is(e.row, baseline)])
+        c = _runs([e for e in entries if _is(e.row, current)])
+        if not (b and c):
+            continue
+        others: dict[str, list[list[float]]] = {}
+        for point in session_points([e for e in entries if not (
+                _is(e.row, baseline) or _is(e.row, current))]):
+            others.setdefault(point.version, []).append(list(point.samples))
+        base[row.series_key], cur[row.series_key] = b, c
+        spread[row.series_key] = list(others.values())
+    return base, cur, spread
+
+
+def _runs(entries: list[HistoryEntry]) -> list[list[float]]:
+    return [list(p.samples) for p in session_points(entries)]
+
+
 def compare(args: argparse.Namespace) -> int:
-    """Two engine versions in one DB, or the latest runs of a second DB vs the first."""
+    """Two engine versions in one DB, or the latest runs of a second DB vs the first.
+
+    Each stored run is a session: the repetitions are nested in it, and the other builds'
+    runs of the series inform the spread between sessions (``stats.compare``'s ``spread``).
+    """
     dbs = ([args.db] if args.db else []) + list(args.dbs)
     if len(dbs) > 2:
         raise ConfigError(f"compare takes at most two DBs, got {dbs!r}: the baseline DB (--db "
                           f"or the first) and a second one whose latest runs are 'current'")
     base_store = _open(dbs[0] if dbs else chosen_db(args))
     other = dbs[1] if len(dbs) == 2 else None
+    spread: dict[str, list[list[list[float]]]] = {}
     if other:
         current_store = _open(other)
         base = _samples_by_series(base_store, _stored_version(base_store, args.baseline),
                                   settled=True)
-        current = {k: v[-1] for k, v in _samples_by_series(
+        current = {k: [v[-1]] for k, v in _samples_by_series(
             current_store, _stored_version(current_store, args.current)).items()}
     else:
         if not (args.baseline and args.current):
             raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
-        base = _samples_by_series(base_store, _stored_version(base_store, args.baseline))
-        current = {k: [x for run in v for x in run] for k, v in _samples_by_series(
-            base_store, _stored_version(base_store, args.current)).items()}
+        baseline = _stored_version(base_store, args.baseline)
+        current_version = _stored_version(base_store, args.current)
+        assert baseline is not None and current_version is not None
+        base, current, spread = _sessions_of(base_store, baseline, current_version)
     common = sorted(set(base) & set(current))
     if not common:
         raise ConfigError("no series has results on both sides; check the versions with "
                           "`tokperf history`")
     tests = {r.series_key: r.test_id for r in base_store.latest_per_series()}
     verdicts: dict[str, Comparison] = compare_many(
-        {k: base[k] if len(base[k]) > 1 else base[k][0] for k in common},
-        {k: current[k] for k in common}, DECODE)
+        {k: base[k] for k in common}, {k: current[k] for k in common}, DECODE,
+        spread={k: spread.get(k, []) for k in common})
     rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change))
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
@@ -231,22 +275,30 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def changes(args: argparse.Namespace) -> int:
-    """Detected level steps per series, with the dimension that changed there."""
+    """Detected level steps per series, with the dimension that changed there, and the
+    series whose runs sit in machine phases too far apart for a step to show."""
     db, pattern = db_then_pattern(args, args.words)
     store = _open(db)
     found = []
+    notes = []
     for row in _find_series(store, pattern):
-        for cp in change_points(history_points(store, row.series_key, DECODE.name), DECODE):
+        points = session_points(series_history(store, row.series_key, DECODE.name))
+        for cp in change_points(points, DECODE):
             found.append((row, cp))
+        seen = resolution(points, DECODE)
+        if seen.phase_dominated:
+            notes.append(f"{row.series_key[:12]} {row.test_id}: {seen.note}")
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
              pct(cp.relative_change), fmt_p(cp.p_value),
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
             for r, cp in found]
     emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
-          table(("series", "test", "step", "change", "p", "what changed"), rows)
-          if rows else ["no change points: every series is level, or too short to tell (a "
-                        "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
-                        "resolve a 5% step at a few % noise)"])
+          (table(("series", "test", "step", "change", "p", "what changed"), rows)
+           if rows else ["no change points: every series is level, or too short to tell (a "
+                         "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
+                         "resolve a 5% step at a few % noise)"
+                         + (", or its runs sit in machine phases:" if notes else "")])
+          + notes)
     return 0
 
 

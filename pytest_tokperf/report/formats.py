@@ -24,7 +24,7 @@ from pytest_tokperf.report.data import (
     workload_label,
 )
 from pytest_tokperf.results import RunInfo
-from pytest_tokperf.stats.metric import fmt_p, pct
+from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
@@ -73,7 +73,7 @@ def change_line(change: SeriesChange) -> str:
     """``decode −12.0% [−14.1%, −9.8%], p=0.0005, b6000 → b6100``: figures and builds."""
     interval = ""
     if not math.isnan(change.ci_low):
-        interval = f" [{pct(change.ci_low)}, {pct(change.ci_high)}]"
+        interval = f" {interval_text(change.ci_low, change.ci_high)}"
     return (f"{change.metric} {pct(change.relative_change)}{interval}, "
             f"p={fmt_p(change.p_value)}, {change.baseline} → {change.current}")
 

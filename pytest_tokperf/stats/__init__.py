@@ -1,10 +1,13 @@
 """Regression statistics: scipy and numpy only, no storage and no pytest.
 
-``metric`` (what is judged), ``shifts`` (the t statistic behind every verdict: stalls
-set aside, pooled spread, drift allowed for), ``verdict`` (the rule that reads a
-verdict off the interval), ``comparing`` (``compare``: one series or many), ``family`` (a session
-judged together: ``judge_family``), ``changepoints`` (where a history's level stepped)
-and ``calibration`` (noise, detectable change, repetitions needed).
+``metric`` (what is judged), ``shifts`` (a shift's value type; stalls set aside inside
+their session), ``nested`` (the t statistic behind every verdict: repetitions nested in
+sessions, the between-session spread counted when sessions differ, exact ties),
+``verdict`` (the rule that reads a verdict off the interval), ``comparing`` (``compare``:
+one series or many), ``family`` (a session judged together: ``judge_family``),
+``changepoints`` (where a history's level stepped), ``drift`` (the gate: a result against
+the settled and the accepted level; what a history can resolve) and ``calibration``
+(noise, detectable change, repetitions needed).
 
 Names load their module on first use, so importing ``pytest_tokperf.stats.metric`` (a
 light module) from anywhere costs no scipy.
@@ -25,8 +28,12 @@ _PUBLIC: dict[str, str] = {
     "ChangePoint": "pytest_tokperf.stats.changepoints",
     "Point": "pytest_tokperf.stats.changepoints",
     "change_points": "pytest_tokperf.stats.changepoints",
-    "compare_to_history": "pytest_tokperf.stats.changepoints",
     "settled_baseline": "pytest_tokperf.stats.changepoints",
+    "HistoryJudgement": "pytest_tokperf.stats.drift",
+    "Resolution": "pytest_tokperf.stats.drift",
+    "compare_to_history": "pytest_tokperf.stats.drift",
+    "judge_history": "pytest_tokperf.stats.drift",
+    "resolution": "pytest_tokperf.stats.drift",
     "compare": "pytest_tokperf.stats.comparing",
     "compare_many": "pytest_tokperf.stats.comparing",
     "measure_shift": "pytest_tokperf.stats.comparing",
@@ -41,6 +48,7 @@ _PUBLIC: dict[str, str] = {
     "PREFILL": "pytest_tokperf.stats.metric",
     "TTFT": "pytest_tokperf.stats.metric",
     "Metric": "pytest_tokperf.stats.metric",
+    "interval_text": "pytest_tokperf.stats.metric",
     "SetAside": "pytest_tokperf.stats.shifts",
     "Shift": "pytest_tokperf.stats.shifts",
     "log_samples": "pytest_tokperf.stats.shifts",
@@ -64,13 +72,19 @@ if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py
         ChangePoint as ChangePoint,
         Point as Point,
         change_points as change_points,
-        compare_to_history as compare_to_history,
         settled_baseline as settled_baseline,
     )
     from pytest_tokperf.stats.comparing import (
         compare as compare,
         compare_many as compare_many,
         measure_shift as measure_shift,
+    )
+    from pytest_tokperf.stats.drift import (
+        HistoryJudgement as HistoryJudgement,
+        Resolution as Resolution,
+        compare_to_history as compare_to_history,
+        judge_history as judge_history,
+        resolution as resolution,
     )
     from pytest_tokperf.stats.family import (
         Correction as Correction,
@@ -86,6 +100,7 @@ if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py
         PREFILL as PREFILL,
         TTFT as TTFT,
         Metric as Metric,
+        interval_text as interval_text,
     )
     from pytest_tokperf.stats.shifts import (
         SetAside as SetAside,

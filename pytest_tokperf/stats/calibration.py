@@ -83,11 +83,12 @@ def detectable_change(
 
 
 def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> float:
-    """The smallest change this comparison's own standard error and df would catch."""
+    """The smallest change this comparison's own standard error and df would catch (at
+    ``alpha / shift.tests``: the level its interval is read at)."""
     _check(alpha, power)
     if not shift.std_error > 0:
         return math.nan
-    return math.expm1(_ncp(shift.df, alpha, power) * shift.std_error)
+    return math.expm1(min(700.0, _ncp(shift.df, alpha / shift.tests, power) * shift.std_error))
 
 
 def repetitions_needed(

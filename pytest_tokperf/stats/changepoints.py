@@ -5,10 +5,12 @@ only on one level per version: with 5-10 builds of 3-5 repetitions the pooled
 within-version spread has 20-40 degrees of freedom, so a 5% step at CV 2% stands 5-9
 standard errors out, where a test on 10 version levels cannot reach p = 0.005 at all.
 
-* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule).
+* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule): inside each
+  run's own session, never a whole run.
 * For a segment of versions, every split with ``MIN_SIZE`` versions on each side is a
   candidate; the split's statistic is the t of the mean after it minus the mean before
-  it, on the pooled within-version spread. The largest |t| wins, and its p-value is
+  it, on the pooled within-version spread (a run whose repetitions disagree far more
+  than the others' weighs by its own spread: ``nested.Sessions``). The largest |t| wins, and its p-value is
   multiplied by the number of candidates (Bonferroni: exact bookkeeping for having
   picked the best split, analytic and deterministic). Segments are split again until
   no split is significant at ``alpha``.
@@ -33,12 +35,11 @@ import numpy as np
 from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.comparing import compare
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level
 from pytest_tokperf.stats.groups import Groups
-from pytest_tokperf.stats.shifts import DRIFT_LEVEL, SetAside, Shift, log_samples, set_aside_stalls
-from pytest_tokperf.stats.metric import fmt_p, pct
-from pytest_tokperf.stats.verdict import Comparison, judge
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, fmt_p, interval_text, pct
+from pytest_tokperf.stats.nested import DRIFT_LEVEL, Sessions
+from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples, set_aside_stalls
+from pytest_tokperf.stats.verdict import judge
 
 MIN_SIZE = 2  # versions on each side of a step: a level must persist to count
 HISTORY_WINDOW = 20
@@ -128,7 +129,7 @@ def change_points(
             verdict="regression" if verdict.verdict == "regression" else "improvement",
             changed=changed,
             reason=(f"{metric.name} {verdict.verdict} of {pct(verdict.relative_change)} "
-                    f"[{pct(verdict.ci_low)}, {pct(verdict.ci_high)}] between "
+                    f"{interval_text(verdict.ci_low, verdict.ci_high)} between "
                     f"{before.version} and {after.version} (p={fmt_p(p)} after "
                     f"{split.tried} places tried{how}); changed: {what}"),
             confidence=1 - level, scale=levels.scale,
@@ -144,27 +145,21 @@ def settled_baseline(
     """The last ``window`` versions since the latest significant step of any size."""
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
-    check_level(alpha, "alpha")
-    if len(history) < 2 * MIN_SIZE:
-        _logs(history, metric)
-        return list(history)[-window:]
-    kept, _ = _without_stalls(history, metric)
-    splits, _ = _segmentation(_Levels.of(kept), alpha)
-    start = max((s.index for s in splits), default=0)
+    start = segments(history, metric, alpha=alpha)[-1][0] if history else 0
     return list(history[start:])[-window:]
 
 
-def compare_to_history(
-    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
-    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
-) -> Comparison:
-    """The gate: ``current`` against the settled level of ``history`` (see ``stats``)."""
-    base = settled_baseline(history, metric, window=window, alpha=alpha)
-    if not base:
-        return compare([], current, metric, alpha=alpha, min_samples=min_samples)
-    samples = [list(p.samples) for p in base]
-    baseline = samples[0] if len(samples) == 1 else samples
-    return compare(baseline, current, metric, alpha=alpha, min_samples=min_samples)
+def segments(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
+             ) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each level between significant steps of any size, in order."""
+    check_level(alpha, "alpha")
+    if len(history) < 2 * MIN_SIZE:
+        _logs(history, metric)  # bad samples are still named
+        return [(0, len(history))]
+    kept, _ = _without_stalls(history, metric)
+    splits, _ = _segmentation(_Levels.of(kept), alpha)
+    bounds = [0, *(s.index for s in splits), len(history)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _slow(metric: Metric) -> int:
@@ -173,13 +168,8 @@ def _slow(metric: Metric) -> int:
 
 def _without_stalls(history: Sequence[Point], metric: Metric
                     ) -> tuple[Groups, tuple[SetAside, ...]]:
-    """Stalls set aside, each version measured from the median level of the versions
-    around it (two either side), so a version with most repetitions stalled shows them."""
-    groups = _logs(history, metric)
-    medians = groups.medians()
-    k = len(medians)
-    centres = np.array([np.median(medians[max(0, v - 2):v + 3]) for v in range(k)])
-    return set_aside_stalls(groups, _slow(metric), centres, np.ones(k, dtype=np.int64))
+    """Stalls set aside, each run measured from its own median (a run is a session)."""
+    return set_aside_stalls(_logs(history, metric), _slow(metric))
 
 
 def _logs(history: Sequence[Point], metric: Metric) -> Groups:
@@ -195,40 +185,45 @@ def _logs(history: Sequence[Point], metric: Metric) -> Groups:
 
 @dataclass(frozen=True, slots=True)
 class _Levels:
-    """Per version: sample count and mean; the pooled within spread; the scale in use."""
+    """Per version (run): sample count, mean and weight (``n / sigma^2``: a disturbed run,
+    whose repetitions disagree far more than the others', weighs by its own spread,
+    ``nested.Sessions``); the pooled within spread of the others; the scale in use."""
 
     sizes: np.ndarray
     means: np.ndarray
-    ssw: float
-    dfw: int
+    weights: np.ndarray
+    s2: float
+    dfw: float
     scale: Scale = "pooled"
 
     @classmethod
     def of(cls, kept: Groups) -> _Levels:
-        ssw, dfw = kept.within()
-        return cls(np.array(kept.sizes, dtype=float), kept.means(), ssw, dfw)
+        figures = Sessions.of(kept)
+        own = figures.own
+        weights = np.divide(figures.n, own, out=np.zeros_like(own), where=own > 0)
+        return cls(figures.n, figures.means, weights, figures.s2, figures.df_w)
 
     def level(self, a: int, b: int) -> float:
-        """The log level of versions [a, b): pooled mean, or mean of version means."""
+        """The log level of versions [a, b): weighted mean, or mean of version means."""
         if self.scale == "pooled":
-            n = self.sizes[a:b]
-            return float((n * self.means[a:b]).sum() / n.sum())
+            w = self.weights[a:b]
+            return float((w * self.means[a:b]).sum() / w.sum())
         return float(self.means[a:b].mean())
 
     def contrast(self, a: int, split: int, b: int) -> Shift:
         """Versions [split, b) over versions [a, split)."""
         n_left, n_right = int(self.sizes[a:split].sum()), int(self.sizes[split:b].sum())
         d = self.level(split, b) - self.level(a, split)
-        cv = math.sqrt(self.ssw / self.dfw) if self.dfw else math.nan
+        cv = math.sqrt(self.s2) if self.dfw else math.nan
         k_left, k_right = split - a, b - split
         if self.scale == "pooled":
-            se = math.sqrt(self.ssw / self.dfw * (1 / n_left + 1 / n_right))
+            se = math.sqrt(1 / self.weights[a:split].sum() + 1 / self.weights[split:b].sum())
             return Shift(d, se, float(self.dfw), n_left, n_right, "pooled", cv, k_left)
         ss = sum(float(((m - m.mean()) ** 2).sum())
                  for m in (self.means[a:split], self.means[split:b]))
         df = k_left + k_right - 2
         se = math.sqrt(ss / df * (1 / k_left + 1 / k_right)) if df else math.nan
-        return Shift(d, se, float(df), n_left, n_right, "versions", cv, k_left)
+        return Shift(d, se, float(df), n_left, n_right, "sessions", cv, k_left)
 
     def best_split(self, a: int, b: int) -> _Split | None:
         """The split of versions [a, b) with the largest |t|, p x the candidates tried."""
@@ -237,11 +232,11 @@ class _Levels:
             return None
         at = np.arange(MIN_SIZE, b - a - MIN_SIZE + 1)
         if self.scale == "pooled":
-            n = np.concatenate([[0.0], np.cumsum(self.sizes[a:b])])
-            s = np.concatenate([[0.0], np.cumsum(self.sizes[a:b] * self.means[a:b])])
+            n = np.concatenate([[0.0], np.cumsum(self.weights[a:b])])
+            s = np.concatenate([[0.0], np.cumsum(self.weights[a:b] * self.means[a:b])])
             left, right = n[at], n[-1] - n[at]
             d = (s[-1] - s[at]) / right - s[at] / left
-            var = self.ssw / self.dfw * (1 / left + 1 / right)
+            var = 1 / left + 1 / right
             df = float(self.dfw)
         else:
             m = self.means[a:b]
@@ -260,16 +255,15 @@ class _Levels:
 
 def _segmentation(levels: _Levels, alpha: float) -> tuple[list[_Split], _Levels]:
     """Significant splits, on the pooled spread unless the residual versions drift."""
-    if levels.dfw == 0 or not levels.ssw > 0:
+    if levels.dfw == 0 or not levels.s2 > 0:
         versions = replace(levels, scale="versions")
         return _segment(versions, alpha), versions
     splits = _segment(levels, alpha)
     bounds = [0, *(s.index for s in splits), len(levels.sizes)]
-    resid = sum(float((levels.sizes[a:b] * (levels.means[a:b] - levels.level(a, b)) ** 2).sum())
+    resid = sum(float((levels.weights[a:b] * (levels.means[a:b] - levels.level(a, b)) ** 2).sum())
                 for a, b in zip(bounds[:-1], bounds[1:]))
     df_b = len(levels.sizes) - (len(bounds) - 1)
-    s2 = levels.ssw / levels.dfw
-    if df_b > 0 and float(special.fdtrc(df_b, levels.dfw, resid / df_b / s2)) < DRIFT_LEVEL:
+    if df_b > 0 and float(special.fdtrc(df_b, levels.dfw, resid / df_b)) < DRIFT_LEVEL:
         versions = replace(levels, scale="versions")
         return _segment(versions, alpha), versions
     return splits, levels

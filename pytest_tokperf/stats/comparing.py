@@ -2,10 +2,12 @@
 
 Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower) and
 tok/s and seconds are treated alike; a metric's direction only decides which sign is
-a regression. The baseline is one run's samples or, better, the samples of earlier
-versions; ``shifts`` measures the change (a pooled t on logs with stalls set aside and
-drift between versions allowed for) and ``verdict`` reads the verdict off its interval.
-``compare_many`` and ``family.judge_family`` correct a whole session for multiplicity.
+a regression. Each side is one session's samples or, better, several sessions' (stored
+runs: one pytest session each); ``nested`` measures the change with repetitions nested
+in sessions (stalls set aside inside their session, the between-session spread counted
+when the sessions differ more than their repetitions explain) and ``verdict`` reads the
+verdict off its interval. ``compare_many`` and ``family.judge_family`` correct a whole
+session for multiplicity.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pytest_tokperf.stats.family import Correction, benjamini_hochberg, judge_fa
 from pytest_tokperf.stats.metric import (
     DECODE, DEFAULT_ALPHA, EFFICIENCY, PREFILL, TTFT, Metric, check_level,
 )
-from pytest_tokperf.stats.shifts import Shift, log_samples, shift_between
+from pytest_tokperf.stats.nested import shift_between
+from pytest_tokperf.stats.shifts import Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
 
 __all__ = [
@@ -31,51 +34,68 @@ __all__ = [
 ]
 
 Baseline = Union[Sequence[float], Sequence[Sequence[float]]]
+"""One session's samples, or a list of per-session sample lists (one stored run each)."""
+Spread = Sequence[Sequence[Sequence[float]]]
+"""Groups of sessions (one group per other build) that inform the spread, not the levels."""
 K = TypeVar("K", bound=Hashable)
 
 
 def compare(
     baseline: Baseline,
-    current: Sequence[float],
+    current: Baseline,
     metric: Metric,
     *,
     alpha: float = DEFAULT_ALPHA,
     min_samples: int = 3,
+    spread: Spread = (),
+    trend: bool = False,
 ) -> Comparison:
-    """Judge ``current`` against ``baseline``: one run's samples, or earlier versions'.
+    """Judge ``current`` against ``baseline``: each one session's samples or several's.
 
-    ``baseline`` is a flat list of samples (one run) or a list of per-version sample
-    lists. Fewer than ``min_samples`` on a side gives "inconclusive"; NaN, inf, zero or
-    negative samples raise ``ConfigError`` naming the value and its position.
+    ``baseline`` and ``current`` are each a flat list of samples (one session) or a list
+    of per-session sample lists (stored runs). Repetitions are nested in their session:
+    when sessions differ more than their repetitions explain, the session is the unit
+    (``nested``). ``spread`` adds sessions of other builds of the same series, grouped
+    by build, to the estimate of the spread within and between sessions (not to either
+    level); ``trend`` measures each group's sessions around a straight line through them
+    in order, so a slow slide is not taken for spread. Fewer than ``min_samples`` samples on a side gives "inconclusive"; NaN, inf,
+    zero or negative samples raise ``ConfigError`` naming the value and its position.
     """
     _check(alpha, min_samples)
     groups, cur = _prepare(baseline, current, metric)
     scarce = _scarce(groups, cur, metric, min_samples, alpha)
-    return scarce or judge(shift_between(groups, cur, _slow(metric)), metric, alpha=alpha)
+    if scarce is not None:
+        return scarce
+    extra = _spread(spread, metric)
+    return judge(shift_between(groups, cur, _slow(metric), extra, trend=trend), metric,
+                 alpha=alpha)
 
 
-def measure_shift(baseline: Baseline, current: Sequence[float], metric: Metric) -> Shift:
+def measure_shift(baseline: Baseline, current: Baseline, metric: Metric, *,
+                  spread: Spread = (), trend: bool = False) -> Shift:
     """The shift behind ``compare``, at least 2 samples a side (else ``ConfigError``)."""
     groups, cur = _prepare(baseline, current, metric)
-    if sum(len(g) for g in groups) < 2 or len(cur) < 2:
+    if sum(len(g) for g in groups) < 2 or sum(len(c) for c in cur) < 2:
         raise ConfigError(f"{metric.name}: a shift needs at least 2 samples on each side")
-    return shift_between(groups, cur, _slow(metric))
+    return shift_between(groups, cur, _slow(metric), _spread(spread, metric), trend=trend)
 
 
 def compare_many(
     baseline: Mapping[K, Baseline],
-    current: Mapping[K, Sequence[float]],
+    current: Mapping[K, Baseline],
     metric: Metric | Mapping[K, Metric],
     *,
     alpha: float = DEFAULT_ALPHA,
     min_samples: int = 3,
     correction: Correction = "holm",
+    spread: Mapping[K, Spread] | None = None,
 ) -> dict[K, Comparison]:
     """``compare`` for many series, then ``judge_family`` over all of them at ``alpha``.
 
     Both mappings must have the same keys (else ``ConfigError`` naming the odd ones);
-    ``metric`` is one metric for all or one per key. A series flagged alone but not
-    after the correction is inconclusive and says so.
+    ``metric`` is one metric for all or one per key; ``spread`` gives a series' other
+    builds' sessions (``compare``'s ``spread``). A series flagged alone but not after
+    the correction is inconclusive and says so.
     """
     _check(alpha, min_samples)
     only_b = [k for k in baseline if k not in current]
@@ -89,7 +109,7 @@ def compare_many(
     for key in current:
         met = metric if isinstance(metric, Metric) else _metric_for(metric, key)
         single[key] = compare(baseline[key], current[key], met, alpha=alpha,
-                              min_samples=min_samples)
+                              min_samples=min_samples, spread=(spread or {}).get(key, ()))
     return judge_family(single, alpha=alpha, method=correction).comparisons
 
 
@@ -105,31 +125,41 @@ def _check(alpha: float, min_samples: int) -> None:
 
 
 def _prepare(
-    baseline: Baseline, current: Sequence[float], metric: Metric
-) -> tuple[list[np.ndarray], np.ndarray]:
-    items = list(baseline)
+    baseline: Baseline, current: Baseline, metric: Metric
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    return (_sessions(baseline, f"{metric.name} baseline", metric),
+            _sessions(current, f"{metric.name} current", metric))
+
+
+def _sessions(samples: Baseline, label: str, metric: Metric) -> list[np.ndarray]:
+    """One side as log samples per session: a flat list is one session."""
+    items = list(samples)
     nested = [isinstance(x, (Sequence, np.ndarray)) and not isinstance(x, str) for x in items]
-    cur = log_samples(current, f"{metric.name} current")
     if items and all(nested):
-        groups = []
-        for v, samples in enumerate(items):
-            label = f"{metric.name} baseline version {v}"
-            logs = log_samples(samples, label)  # type: ignore[arg-type]
+        sessions = []
+        for v, values in enumerate(items):
+            logs = log_samples(values, f"{label} version {v}")  # type: ignore[arg-type]
             if len(logs) == 0:
-                raise ConfigError(f"{metric.name} baseline version {v} has no samples; "
-                                  "leave versions without results out of the history")
-            groups.append(logs)
-        return groups, cur
+                raise ConfigError(f"{label} version {v} has no samples; leave sessions "
+                                  "without results out of the history")
+            sessions.append(logs)
+        return sessions
     if any(nested):
-        raise ConfigError(f"{metric.name} baseline mixes numbers and lists: give one "
-                          "run's samples or a list of per-version sample lists")
-    return [log_samples(items, f"{metric.name} baseline")], cur  # type: ignore[arg-type]
+        raise ConfigError(f"{label} mixes numbers and lists: give one session's samples "
+                          "or a list of per-session sample lists")
+    return [log_samples(items, label)]  # type: ignore[arg-type]
+
+
+def _spread(spread: Spread, metric: Metric) -> list[list[np.ndarray]]:
+    return [[log_samples(s, f"{metric.name} spread group {g} session {i}")
+             for i, s in enumerate(group) if len(s)] for g, group in enumerate(spread)]
 
 
 def _scarce(
-    groups: list[np.ndarray], cur: np.ndarray, metric: Metric, min_samples: int, alpha: float
+    groups: list[np.ndarray], cur: list[np.ndarray], metric: Metric, min_samples: int,
+    alpha: float,
 ) -> Comparison | None:
-    nb, nc = sum(len(g) for g in groups), len(cur)
+    nb, nc = sum(len(g) for g in groups), sum(len(c) for c in cur)
     if nb >= min_samples and nc >= min_samples:
         return None
     nan = math.nan

@@ -57,6 +57,30 @@ def pct(x: float | None, digits: int = 1) -> str:
     return f"{x * 100:+.{digits}f}%".replace("-", "−")
 
 
+RESOLVED_LOG = math.log(11.0)
+"""The sane bound of a printed uncertainty: a half-width of ln 11 in log units, i.e. a
+resolvable change of +1000% (ratio 11, or 1/11: -90.9%). An interval wider than that,
+or a smallest resolvable change beyond it, says nothing a reader can use ("[−100.0%,
++8585460285525979452428779520.0%]") and is printed as "not resolved"."""
+
+
+def resolved(change: float | None) -> bool:
+    """Whether a smallest resolvable change is printable (finite, up to +1000%)."""
+    return (change is not None and math.isfinite(change) and change > -1
+            and abs(math.log1p(change)) <= RESOLVED_LOG)
+
+
+def interval_text(low: float, high: float, digits: int = 1) -> str:
+    """``[−2.1%, +3.0%]``; ``not resolved`` when its half-width in log units is beyond
+    ``RESOLVED_LOG`` (or an end is infinite or −100%); ``-`` when unknown (NaN)."""
+    if math.isnan(low) or math.isnan(high):
+        return "-"
+    if not (low > -1 and math.isfinite(high)
+            and math.log1p(high) - math.log1p(low) <= 2 * RESOLVED_LOG):
+        return "not resolved"
+    return f"[{pct(low, digits)}, {pct(high, digits)}]"
+
+
 def fmt_p(p: float | None, alpha: float | None = None) -> str:
     """p to two figures, more when rounding would move it across ``alpha``; ``-`` unknown."""
     if p is None or math.isnan(p):

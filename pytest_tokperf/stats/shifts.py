@@ -1,35 +1,27 @@
-"""How a shift is measured: one t statistic on log samples, robust to stalls and drift.
+"""What a shift is, and the repetitions a comparison leaves out as stalls.
 
 Every input is log samples (``log_samples`` validates and converts), so a shift is a
-log ratio and tok/s and seconds are treated alike. ``shift_between`` measures the
-current version against one earlier run or several earlier versions:
+log ratio and tok/s and seconds are treated alike. ``nested.shift_between`` measures
+one (``Shift``): repetitions nested in sessions, a session being one stored run (one
+pytest session, one server start). This module holds the value types and the stall
+rule it applies first:
 
-1. **Stalls are set aside, and said so.** A repetition slower than its level by more
-   than ``STALL_SDS`` noise-SDs and by at least 15% (``STALL_MIN``) is a stall: a 25%
-   stall is 12 SDs out at CV 2%, a Gaussian sample 5 SDs out happens once in millions,
-   and two clock states a few percent apart stay noise. Only the slow side goes (lower
-   tok/s, longer seconds). The noise SD is the lower quartile of the within-version
-   pairwise differences, which holds while 3 pairs in 4 are spoiled. Baseline samples are
-   measured from the baseline's median, so a version with most repetitions stalled
-   still shows them; the current run from its own median, keeping a majority, so a real
-   change of level is never set aside. When more than ``MAX_SET_ASIDE`` of all samples
-   would go, they are a second mode, not stalls, and all are kept.
-2. **The spread is the pooled within-version spread** of every version, the current
-   one included: with 3-5 repetitions a side, Welch's separate spreads leave 2-4
-   degrees of freedom and a t quantile near 6 at alpha = 0.005; pooling 20-50 samples
-   gives a t near 3, so a 5% step is caught at CV 2% with 5 repetitions. A current run
-   much noisier than the baseline's versions (F test, p < ``NOISY_LEVEL``: its
-   repetitions disagree, say 3 of 5 stalled) keeps its own spread and degrees of freedom.
-3. **Drift between versions widens the interval.** When the earlier versions' means
-   differ more than their repetitions explain (one-way ANOVA F, p < ``DRIFT_LEVEL``),
-   the current version is one more draw of that spread: its variance gains the
-   between-version component (method of moments, Satterthwaite's df). With 5 earlier
-   versions this test misses drift as small as the repetition noise of a version mean;
-   such drift then raises false alarms (``benchmarks/perf/bench_stats.py --generator check``).
+**A stall is judged inside its own session.** A repetition slower than its own
+session's median by more than ``STALL_SDS`` noise-SDs and by at least 15%
+(``STALL_MIN``) is a stall: a 25% stall is 12 SDs out at CV 2%, a Gaussian sample 5 SDs
+out happens once in millions, and two clock states a few percent apart stay noise. Only
+the slow side goes (lower tok/s, longer seconds), and every session keeps a majority of
+its repetitions, so a whole session is never set aside: a session that is slow
+throughout (the machine in a slow phase, a neighbour on the cores) is a level, and the
+spread between sessions is what it then adds to (``nested``). The noise SD is the lower
+quartile of the within-session pairwise differences, which holds while 3 pairs in 4 are
+spoiled. When more than ``MAX_SET_ASIDE`` of all samples would go, they are a second
+mode, not stalls, and all are kept.
 
-The estimate, its standard error and df give the p-value and the interval at any level
-from one t distribution, so an interval excludes no change exactly when p < alpha, and
-a comparison can be re-judged at a stricter level (``family.judge_family``).
+(Before this rule, baseline repetitions were measured from the median of every baseline
+session together; on a machine whose sessions sit in two bandwidth phases 20% apart
+that set aside whole low-phase sessions as "stalls", and the comparison then judged a
+minority of sessions as if they were the level.)
 """
 
 from __future__ import annotations
@@ -45,27 +37,32 @@ from scipy import special
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.groups import Groups
 
-Method = Literal["pooled", "versions", "no spread"]
+Method = Literal["pooled", "sessions", "exact", "no spread"]
+"""How a shift's spread was found: ``pooled`` within-session spread (the sessions agree),
+``sessions`` with the between-session spread (they differ more than their repetitions
+explain), ``exact`` (every repetition of each side identical: no noise, the exact
+difference is judged) or ``no spread`` (nothing to judge by)."""
 
 STALL_SDS = 5.0
 STALL_MIN = -math.log(0.85)
-"""A stall is also at least 15% slower than the level (in log units): two clock states a
-few percent apart are noise to keep, not stalls to drop."""
+"""A stall is also at least 15% slower than its session's level (in log units): two clock
+states a few percent apart are noise to keep, not stalls to drop."""
 MAX_SET_ASIDE = 0.3
-DRIFT_LEVEL = 0.01
-NOISY_LEVEL = 0.001
-"""F-test levels: baseline versions that differ more than their repetitions explain, and
-a current run much noisier than the baseline's versions (its repetitions disagree)."""
-MEDIAN_ABS_DIFF = 0.9539
-"""Median of ``|X - Y|`` for X, Y independent unit normals: pairwise spread -> SD."""
 QUARTILE_ABS_DIFF = 0.4506
 """Lower quartile of ``|X - Y|`` for X, Y independent unit normals."""
+PHASE_SHARE = 0.8
+"""Between-session spread "dwarfs" the within-session spread when it makes up this share of
+a comparison's variance or more: a session's level then scatters at least twice as far as
+its repetitions' noise would move its mean (4:1 in variance)."""
+MEDIAN_ABS_DIFF = 0.9539
+"""Median of ``|X - Y|`` for X, Y independent unit normals: pairwise spread -> SD."""
 
 
 @dataclass(frozen=True, slots=True)
 class SetAside:
-    """A repetition left out as a stall: ``version`` indexes the groups given (the
-    current version is the last), ``deviation`` is relative to its version's median."""
+    """A repetition left out as a stall: ``version`` indexes the sessions given (baseline
+    sessions first, then the current ones), ``position`` the repetition in its session,
+    ``deviation`` is relative to its own session's median."""
 
     version: int
     position: int
@@ -78,8 +75,16 @@ class Shift:
     """Current over baseline in log units, with what it takes to judge it at any level.
 
     ``log_shift`` is the estimate, ``std_error`` and ``df`` its t scale; ``noise_cv`` is
-    the pooled within-version log SD; ``versions`` counts the baseline versions;
-    ``drift_p`` is the ANOVA p that the baseline versions differ (NaN for one version).
+    the pooled within-session log SD; ``versions`` counts the baseline sessions (stored
+    runs); ``drift_p`` is the F-test p that the sessions differ more than their
+    repetitions explain (NaN when no side has two sessions). ``sessions_current`` counts
+    the current sessions; ``between_cv`` is the estimated between-session log SD
+    (NaN when it cannot be estimated) and ``phase_share`` the part of the estimate's
+    variance that it contributes (0 when the sessions agree). ``tests`` is the number of
+    comparisons this one is Bonferroni-corrected for (the gate judges a result against
+    the settled level and against the accepted level): the p-value is multiplied by it
+    and intervals are read at ``alpha / tests``. ``disturbed`` indexes the sessions
+    (as ``SetAside.version``) judged by their own spread (``nested.Sessions``).
     """
 
     log_shift: float
@@ -92,20 +97,38 @@ class Shift:
     versions: int = 1
     set_aside: tuple[SetAside, ...] = ()
     drift_p: float = math.nan
+    sessions_current: int = 1
+    between_cv: float = math.nan
+    phase_share: float = 0.0
+    tests: int = 1
+    disturbed: tuple[int, ...] = ()
 
     @property
     def p_value(self) -> float:
-        """Two-sided t p-value of no change (NaN without a spread)."""
+        """Two-sided t p-value of no change, times ``tests`` (NaN without a spread; for an
+        exact comparison 0 when the sides differ, 1 when they are equal)."""
+        if self.method == "exact":
+            return 0.0 if self.log_shift != 0 else 1.0
         if not self.std_error > 0:
             return math.nan
-        return float(min(1.0, 2 * special.stdtr(self.df, -abs(self.log_shift) / self.std_error)))
+        p = 2 * special.stdtr(self.df, -abs(self.log_shift) / self.std_error)
+        return float(min(1.0, self.tests * p))
 
     def interval(self, alpha: float) -> tuple[float, float]:
-        """The ``1 - alpha`` interval of ``log_shift`` (NaN without a spread)."""
+        """The ``1 - alpha`` interval of ``log_shift`` (read at ``alpha / tests``; NaN
+        without a spread; the point itself for an exact comparison)."""
+        if self.method == "exact":
+            return self.log_shift, self.log_shift
         if not self.std_error > 0:
             return math.nan, math.nan
-        half = float(special.stdtrit(self.df, 1 - alpha / 2)) * self.std_error
+        half = float(special.stdtrit(self.df, 1 - alpha / self.tests / 2)) * self.std_error
         return self.log_shift - half, self.log_shift + half
+
+    @property
+    def phase_dominated(self) -> bool:
+        """The spread between sessions dwarfs what the repetitions explain (``PHASE_SHARE``
+        of the estimate's variance or more): more repetitions per session would not help."""
+        return self.method == "sessions" and self.phase_share >= PHASE_SHARE
 
 
 def log_samples(values: Sequence[float], label: str) -> np.ndarray:
@@ -130,11 +153,11 @@ def _is_number(x: object) -> bool:
 
 
 def robust_spread(groups: Groups) -> float:
-    """Within-version log SD from the lower quartile of the pairwise differences.
+    """Within-session log SD from the lower quartile of the pairwise differences.
 
-    One stall in a version of 3 spoils 2 of its 3 pairs, so with stalls in many versions
+    One stall in a session of 3 spoils 2 of its 3 pairs, so with stalls in many sessions
     the median pair is a stall; the lower quartile holds until 3 pairs in 4 are spoiled.
-    NaN: no version has 2 samples.
+    NaN: no session has 2 samples.
     """
     diffs = groups.pair_differences()
     if not len(diffs):
@@ -142,31 +165,24 @@ def robust_spread(groups: Groups) -> float:
     return float(np.quantile(diffs, 0.25)) / QUARTILE_ABS_DIFF
 
 
-def set_aside_stalls(
-    groups: Groups, slow: int, centres: np.ndarray | None = None,
-    keep: np.ndarray | None = None,
-) -> tuple[Groups, tuple[SetAside, ...]]:
-    """The groups without their stalls (rule in the module doc), and what was left out.
+def set_aside_stalls(groups: Groups, slow: int) -> tuple[Groups, tuple[SetAside, ...]]:
+    """The sessions without their stalls (rule in the module doc), and what was left out.
 
     ``slow`` is the sign of a stall in log units (-1: a stall lowers the figure, as for
-    tok/s; +1: it raises it, as for seconds); ``centres`` are the levels each group's
-    samples are measured from (default: each group's median), ``keep`` how many samples
-    each group keeps at least (default: a majority; a group with more far samples keeps
-    them all).
+    tok/s; +1: it raises it, as for seconds). Each session's samples are measured from
+    its own median, and each keeps a majority of them.
     """
     scale = robust_spread(groups)
     if not scale > 0:
         return groups, ()
-    if centres is None:
-        centres = groups.medians()
+    centres = groups.medians()
     ids = groups.ids
     far = slow * (groups.x - centres[ids]) > max(STALL_SDS * scale, STALL_MIN)
     total = int(far.sum())
     if total == 0 or total > MAX_SET_ASIDE * len(groups.x):
         return groups, ()
     sizes = np.array(groups.sizes)
-    if keep is None:
-        keep = sizes - (sizes - 1) // 2
+    keep = sizes - (sizes - 1) // 2
     counts = np.bincount(ids[far], minlength=len(sizes))
     drop = far & (counts <= sizes - keep)[ids]
     if not drop.any():
@@ -177,73 +193,3 @@ def set_aside_stalls(
                  math.expm1(groups.x[i] - centres[ids[i]]))
         for i in np.flatnonzero(drop))
     return groups.keep(~drop), aside
-
-
-def shift_between(groups: Sequence[np.ndarray], cur: np.ndarray, slow: int = -1) -> Shift:
-    """The shift of ``cur`` over the baseline ``groups`` (log samples; one group: a run).
-
-    ``slow`` is the sign of a stall (see ``set_aside_stalls``). Baseline samples are
-    measured from the baseline's median (a settled baseline has one level), the current
-    ones from their own.
-    """
-    k = len(groups)
-    every = Groups.of([*groups, cur])
-    nb_given, nc_given = len(every.x) - len(cur), len(cur)
-    centres = np.full(k + 1, float(np.median(every.x[:nb_given])))
-    centres[-1] = float(np.median(cur))
-    # Baseline versions are measured from the baseline's level, so a version with most
-    # repetitions stalled still shows them; the current keeps a majority: a real change
-    # of level is never set aside.
-    sizes_given = np.array(every.sizes)
-    keep = np.ones_like(sizes_given)
-    keep[-1] = sizes_given[-1] - (sizes_given[-1] - 1) // 2
-    kept, aside = set_aside_stalls(every, slow, centres, keep)
-    sizes = np.array(kept.sizes, dtype=float)
-    means = kept.means()
-    dev = kept.x - means[kept.ids]
-    ss = np.bincount(kept.ids, dev * dev, k + 1)
-    nb, nc = int(sizes[:k].sum()), int(sizes[k])
-    ss_b, df_b = float(ss[:k].sum()), nb - k
-    ss_c, df_c = float(ss[k]), nc - 1
-    base_mean = float(kept.x[:nb].mean())
-    d = float(means[k]) - base_mean
-    if not ss_b + ss_c > 0 or (df_b and not ss_b > 0) or (df_c and not ss_c > 0):
-        # Timed repetitions always vary: identical ones are a copied or rounded figure.
-        return Shift(d, math.nan, math.nan, nb_given, nc_given, "no spread", 0.0, k, aside)
-    s2 = (ss_b + ss_c) / (df_b + df_c)
-    ref = ss_b / df_b if df_b and ss_b > 0 else s2
-    # A current run noisier than the baseline's versions (its repetitions disagree, say
-    # 3 of 5 stalled) keeps its own spread: pooling would lend it the baseline's calm.
-    noisy = bool(df_b and df_c and ss_c / df_c > ref
-                 and special.fdtrc(df_c, df_b, ss_c / df_c / ref) < NOISY_LEVEL)
-    spread = ref if noisy else s2
-    spread_df = df_b if noisy else df_b + df_c
-    # Var(d) = sum of coefficient * estimate; estimates: the pooled spread, the current's
-    # own spread (noisy runs only) and the spread of the version means (drift only).
-    own = {"current": (1 / nc, ss_c / df_c, float(df_c))} if noisy else {}
-    calm = {"spread": (1 / nb + (0 if noisy else 1 / nc), spread, float(spread_df)), **own}
-    parts, drift_p = calm, math.nan
-    method: Method = "pooled"
-    if k >= 2:
-        between = float((sizes[:k] * (means[:k] - base_mean) ** 2).sum())
-        drift_p = float(special.fdtrc(k - 1, spread_df, between / (k - 1) / spread))
-        if drift_p < DRIFT_LEVEL:
-            # The current version is one more draw of the versions' spread: Var(mean_c -
-            # mean of version means) = (1 + 1/k) var(version means) - mean(1/n_v) s2 + s2_c/nc.
-            inv = float((1 / sizes[:k]).mean())
-            drifting = {"versions": (1 + 1 / k, float(means[:k].var(ddof=1)), k - 1.0),
-                        "spread": ((0 if noisy else 1 / nc) - inv, spread, float(spread_df)),
-                        **own}
-            if _variance(drifting)[0] > _variance(calm)[0]:
-                parts, method = drifting, "versions"
-                d = float(means[k] - means[:k].mean())
-    var, df = _variance(parts)
-    return Shift(d, math.sqrt(var), df, nb_given, nc_given, method, math.sqrt(spread), k,
-                 aside, drift_p)
-
-
-def _variance(parts: dict[str, tuple[float, float, float]]) -> tuple[float, float]:
-    """Sum of ``coefficient * estimate`` and its Satterthwaite degrees of freedom."""
-    var = sum(c * v for c, v, _ in parts.values())
-    denominator = sum((c * v) ** 2 / df for c, v, df in parts.values() if df > 0)
-    return var, (var**2 / denominator if denominator > 0 else math.inf)

@@ -9,11 +9,19 @@ With ``CI`` the ``1 - alpha`` interval of current / baseline - 1 and ``m`` the m
   (an equivalence statement). A real change smaller than ``m`` is "unchanged, below the
   minimum".
 * **inconclusive**: everything else (the interval holds no change and reaches ``m``),
-  with the smallest change this comparison resolves and what would settle it.
+  with the smallest change this comparison resolves and what would settle it. When the
+  spread between sessions dwarfs the spread inside them (``Shift.phase_dominated``) it
+  says so: "phase-dominated history: steps under N% cannot be seen; use the same-run
+  A/B", N being the smallest change the sessions resolve.
+* **exact** comparisons (every repetition of each side identical: a copied or rounded
+  figure, no noise to judge by) are decided by the exact difference against ``m``, and
+  say so: ``[50]*5`` against ``[45]*5`` is a regression of exactly 10%, ``[50]*5``
+  against ``[50]*5`` unchanged, whatever the float rounding of a sum of logs.
 
 The p-value and the interval come from one t distribution (``shifts.Shift``), so "the
 interval excludes no change" and "p < alpha" are the same statement. At a true step of
-exactly ``m`` the chance of "unchanged" is at most ``alpha / 2``.
+exactly ``m`` the chance of "unchanged" is at most ``alpha / 2``. Figures beyond the sane
+bound of ``metric.RESOLVED_LOG`` (±1000%) are printed as "not resolved".
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from typing import Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, fmt_p, pct
-from pytest_tokperf.stats.shifts import SetAside, Shift
+from pytest_tokperf.stats.metric import (
+    DEFAULT_ALPHA, Metric, fmt_p, interval_text, pct, resolved,
+)
+from pytest_tokperf.stats.shifts import Shift
 
 Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
 
@@ -35,8 +45,8 @@ class Comparison:
     """The verdict on one series, with the figures behind it.
 
     ``relative_change`` is current / baseline - 1; ``ci_low``/``ci_high`` bound it at
-    ``confidence``. Too few samples leave the figures NaN and the verdict inconclusive.
-    ``shift`` holds the estimate, standard error and df that re-judge the comparison at
+    ``confidence`` (``1 - alpha / shift.tests``). Too few samples leave the figures NaN
+    and the verdict inconclusive. ``shift`` holds the estimate, standard error and df that re-judge the comparison at
     another level (``judge_family``); ``correction`` names the family correction applied.
     """
 
@@ -69,6 +79,11 @@ class Comparison:
         return Metric(self.metric, self.higher_is_better, self.min_effect)
 
 
+EXACT_TOLERANCE = 1e-9
+"""An exact change within this relative distance of the minimum effect counts as reaching
+it: ``[100]*5`` against ``[95]*5`` is a 5% change whatever the last bit of 95/100 - 1."""
+
+
 def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: str = ""
           ) -> Comparison:
     """Apply the module's decision rule to ``shift`` at level ``alpha``."""
@@ -77,9 +92,13 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
     m, d, p = metric.min_effect, shift.log_shift, shift.p_value
     rel = _ratio(d)
     lo, hi = (_ratio(x) for x in shift.interval(alpha))
-    figures = f"{metric.name} {pct(rel)} [{pct(lo)}, {pct(hi)}]"
+    figures = f"{metric.name} {pct(rel)} {interval_text(lo, hi)}"
+    level = alpha / shift.tests
+    corrected = "" if shift.tests == 1 else f", Bonferroni over {shift.tests} comparisons"
     verdict: Outcome
-    if shift.method == "no spread":
+    if shift.method == "exact":
+        verdict, why = _exact(rel, metric)
+    elif shift.method == "no spread":
         verdict = "inconclusive"
         figures = f"{metric.name} {pct(rel)}"
         why = (f"{figures}: the repetitions of the baseline or of the current run are all "
@@ -90,7 +109,8 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
             worse = (d < 0) == metric.higher_is_better
             verdict = "regression" if worse else "improvement"
             why = (f"{figures}: the interval excludes no change (p={fmt_p(p, alpha)} < "
-                   f"{fmt_p(alpha)}) and does not rule out a change of {m:.0%} or more")
+                   f"{fmt_p(alpha)}{corrected}) and does not rule out a change of {m:.0%} "
+                   "or more")
         else:
             verdict = "unchanged"
             why = (f"{figures}: a real change (p={fmt_p(p, alpha)}), below the {m:.0%} "
@@ -100,42 +120,91 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
         why = f"{figures}: the interval lies within ±{m:.0%}, p={fmt_p(p, alpha)}"
     else:
         verdict = "inconclusive"
-        why = f"{figures}: {_unsettled(shift, metric, alpha)}"
+        why = f"{figures}: {_unsettled(shift, metric, level)}"
+    if shift.method == "sessions" and verdict != "inconclusive":
+        why += (f"; sessions, not repetitions, are the unit here: {_sessions(shift)} "
+                f"(sessions spread {_cv(shift.between_cv)}, repetitions "
+                f"{_cv(shift.noise_cv)})")
     return Comparison(
         metric=metric.name, verdict=verdict, relative_change=rel, ci_low=lo, ci_high=hi,
-        confidence=1 - alpha, p_value=p, n_baseline=shift.n_baseline,
+        confidence=1 - level, p_value=p, n_baseline=shift.n_baseline,
         n_current=shift.n_current, reason=why + _stalls(shift) + note, shift=shift,
         min_effect=m, higher_is_better=metric.higher_is_better,
     )
 
 
-def _unsettled(shift: Shift, metric: Metric, alpha: float) -> str:
+def _exact(rel: float, metric: Metric) -> tuple[Outcome, str]:
+    """The exact rule: a tie decided by the difference itself against the minimum."""
     m = metric.min_effect
+    head = (f"{metric.name} {pct(rel)} exactly: every repetition of each side is identical "
+            "(a copied or rounded figure?), so there is no noise to judge by and the exact "
+            f"change is judged against the {m:.0%} minimum")
+    if abs(rel) >= m * (1 - EXACT_TOLERANCE):
+        worse = (rel < 0) == metric.higher_is_better
+        return ("regression" if worse else "improvement"), head + f": it reaches {m:.0%}"
+    return "unchanged", head + (": none" if rel == 0 else f": below {m:.0%}")
+
+
+def phase_figures(shift: Shift) -> str:
+    """``sessions spread 12.1% while a session's 5 repetitions pin its level to ±0.6%``."""
+    sessions = shift.versions + shift.sessions_current
+    reps = (shift.n_baseline + shift.n_current) / sessions
+    pinned = shift.noise_cv / math.sqrt(reps)
+    return (f"sessions spread {_cv(shift.between_cv)} while a session's {reps:.2g} "
+            f"repetitions pin its level to ±{_cv(pinned)}")
+
+
+def _cv(x: float) -> str:
+    return "-" if math.isnan(x) else f"{math.expm1(x):.1%}"
+
+
+def _sessions(shift: Shift) -> str:
+    return (f"{shift.versions} vs {shift.sessions_current} session"
+            f"{'s' * (shift.sessions_current != 1)}")
+
+
+def _unsettled(shift: Shift, metric: Metric, level: float) -> str:
+    m = metric.min_effect
+    seen = detectable_shift(shift, level * shift.tests)
+    resolves = f"about {seen:.1%}" if resolved(seen) else "no change within ±1000%: not resolved"
+    if shift.phase_dominated:
+        steps = f"under {seen:.0%}" if resolved(seen) else "of any size up to 1000%"
+        return (f"phase-dominated history: steps {steps} cannot be seen; use the "
+                f"same-run A/B ({phase_figures(shift)}; {_sessions(shift)}, "
+                f"p={fmt_p(shift.p_value)}: more repetitions per session would not help)")
     head = (f"cannot tell a {m:.0%} change from none at {shift.n_baseline} vs "
             f"{shift.n_current} samples (p={fmt_p(shift.p_value)}); this comparison "
-            f"resolves about {detectable_shift(shift, alpha):.1%}")
-    if shift.method == "versions":
-        return head + (f", as the {shift.versions} baseline versions differ more than their "
-                       f"repetitions explain (p={fmt_p(shift.drift_p)}): more earlier "
-                       "versions, not more repetitions, would settle it")
+            f"resolves {resolves}")
+    if shift.method == "sessions":
+        return head + (f", as the sessions differ more than their repetitions explain "
+                       f"({_sessions(shift)}, p={fmt_p(shift.drift_p)}): more sessions, not "
+                       "more repetitions, would settle it")
     try:
-        reps = repetitions_needed(shift.noise_cv, m, alpha, versions=shift.versions)
+        reps = repetitions_needed(shift.noise_cv, m, level, versions=shift.versions)
     except ConfigError:
         return head + f"; at CV {shift.noise_cv:.1%} no practical repetition count would"
-    return head + (f" at CV {shift.noise_cv:.1%}; {reps} repetitions per version would "
+    return head + (f" at CV {shift.noise_cv:.1%}; {reps} repetitions per session would "
                    "settle it")
 
 
+def _where(shift: Shift, index: int) -> str:
+    if index >= shift.versions:
+        j = index - shift.versions
+        return "current" if shift.sessions_current == 1 else f"current session {j}"
+    return "baseline" if shift.versions == 1 else f"baseline session {index}"
+
+
 def _stalls(shift: Shift) -> str:
-    if not shift.set_aside:
-        return ""
-    def where(s: SetAside) -> str:
-        if s.version == shift.versions:
-            return "current"
-        return "baseline" if shift.versions == 1 else f"baseline version {s.version}"
-    listed = ", ".join(f"{s.value:.5g} ({where(s)}, {pct(s.deviation)} off the median)"
-                       for s in shift.set_aside)
-    return f"; set aside as stalled repetitions: {listed}"
+    text = ""
+    if shift.set_aside:
+        listed = ", ".join(f"{s.value:.5g} ({_where(shift, s.version)}, {pct(s.deviation)} off "
+                           "its session's median)" for s in shift.set_aside)
+        text = f"; set aside as stalled repetitions: {listed}"
+    if shift.disturbed:
+        listed = ", ".join(_where(shift, i) for i in shift.disturbed)
+        text += (f"; judged by its own spread, as its repetitions disagree far more than the "
+                 f"other sessions': {listed}")
+    return text
 
 
 def _ratio(log_shift: float) -> float:

@@ -4,7 +4,10 @@ The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML re
 read a series through ``series_history``, so they cannot disagree about it:
 
 * one point per stored result (one run of the test), oldest first, so run-to-run drift
-  stays visible to the statistics instead of being pooled away;
+  stays visible to the statistics instead of being pooled away; a run is a session (one
+  pytest session, one server start), the unit the statistics weigh a change against
+  when runs differ more than their repetitions explain (``stats.nested``), and
+  ``session_points`` merges the results one run stored for one series into one point;
 * each point labelled with what a comparison varies: engine build, hardware, driver,
   model file (``changed`` labels are what a change point reports);
 * the figures judged, per metric (``metric_values``): **decode** is the engine's own
@@ -156,6 +159,25 @@ def series_history(
     return series_histories(store, series_key, (metric,), exclude_run_id=exclude_run_id,
                             engine_version=engine_version, limit=limit,
                             since_accepted=since_accepted)[metric]
+
+
+def session_points(entries: Sequence[HistoryEntry]) -> list[Point]:
+    """One point per run (session): consecutive results of one run of the series merged,
+    their repetitions in order, labelled as the run's first result. The gate and the
+    ``compare``/``changes`` verbs judge these; a test that measured the same workload twice
+    in one session gets one session of both results' repetitions, not two sessions."""
+    from pytest_tokperf.stats.changepoints import Point
+
+    out: list[Point] = []
+    runs: list[str] = []
+    for entry in entries:
+        if runs and runs[-1] == entry.row.run_id:
+            last = out[-1]
+            out[-1] = Point(last.version, (*last.samples, *entry.point.samples), last.labels)
+        else:
+            out.append(entry.point)
+            runs.append(entry.row.run_id)
+    return out
 
 
 def history_points(

@@ -30,7 +30,7 @@ def test_each_session_counts_once_by_its_median() -> None:
     assert session_medians([[1.0, 2.0, 9.0], [4.0], []]) == [2.0, 4.0]
 
 
-def test_verdict_beside_the_ratio_of_means() -> None:
+def test_verdict_beside_a_robust_ratio() -> None:
     a = {DECODE_T: [[30.0, 30.3, 29.8], [30.5, 30.1, 30.2], [29.9, 30.0, 30.4]],
          TTFT_T: [[0.30, 0.31, 0.301], [0.29, 0.299, 0.31], [0.30, 0.302, 0.29]]}
     b = {DECODE_T: [[24.0, 24.2, 23.9], [24.4, 24.1, 24.0], [23.8, 24.1, 24.3]],
@@ -40,8 +40,10 @@ def test_verdict_beside_the_ratio_of_means() -> None:
     found = {f.target: f for f in compare_groups(a, b)}
     decode, ttft = found[DECODE_T], found[TTFT_T]
     assert decode.comparison.verdict == "regression"
-    assert decode.ratio == pytest.approx(24.089 / 30.133, rel=1e-3)
-    assert (decode.sessions_a, decode.n_a, decode.comparison.n_baseline) == (3, 9, 3)
+    assert decode.ratio == pytest.approx(24.1 / 30.0, rel=1e-9)  # medians of session medians
+    assert decode.mean_b / decode.mean_a == pytest.approx(24.089 / 30.133, rel=1e-3)
+    assert (decode.sessions_a, decode.n_a, decode.comparison.n_baseline) == (3, 9, 9)
+    assert decode.comparison.shift is not None and decode.comparison.shift.versions == 3
     assert ttft.comparison.verdict == "unchanged" and ttft.ratio == pytest.approx(1.0, abs=0.02)
 
 

@@ -75,7 +75,7 @@ def test_too_noisy_to_decide_is_inconclusive_and_says_what_would_settle_it() -> 
     assert result.ci_low <= -0.05 and result.ci_high >= 0.05
     assert "cannot tell a 5% change from none at 3 vs 3 samples" in result.reason
     assert "this comparison resolves about" in result.reason
-    assert "repetitions per version would settle it" in result.reason
+    assert "repetitions per session would settle it" in result.reason
 
 
 def test_a_9_percent_drop_at_3_repetitions_is_not_called_unchanged() -> None:
@@ -92,7 +92,7 @@ def test_one_stall_in_the_baseline_does_not_hide_a_real_drop() -> None:
     assert result.relative_change == pytest.approx(-0.115, abs=0.01)
     assert result.shift is not None
     assert [s.value for s in result.shift.set_aside] == [pytest.approx(274.81)]
-    assert "set aside as stalled repetitions: 274.81 (baseline, −25.4% off the median)" in result.reason
+    assert "set aside as stalled repetitions: 274.81 (baseline, −25.4% off its session's median)" in result.reason
 
 
 def test_one_stall_does_not_make_an_unchanged_run_inconclusive() -> None:
@@ -106,7 +106,7 @@ def test_one_stall_in_the_current_run_is_set_aside_not_a_regression() -> None:
     current[2] *= 0.75
     result = compare(base, current, DECODE)
     assert result.verdict == "unchanged"
-    assert "(current, −24.9% off the median)" in result.reason
+    assert "(current, −24.9% off its session's median)" in result.reason
     assert compare(base[-1], current, DECODE).verdict == "unchanged"
 
 
@@ -142,7 +142,7 @@ def test_run_to_run_drift_in_the_history_widens_the_interval() -> None:
     base = [noisy(100 * math.exp(0.04 * rng.standard_normal()), 0.005, 5, seed=100 + v)
             for v in range(20)]
     shift = measure_shift(base, noisy(95, 0.005, 5, seed=9), DECODE)
-    assert shift.method == "versions" and shift.drift_p < 0.01
+    assert shift.method == "sessions" and shift.drift_p < 0.01
     assert shift.std_error > 3 * shift.noise_cv * math.sqrt(1 / 5 + 1 / 100)
     assert compare(base, noisy(95, 0.005, 5, seed=9), DECODE).verdict != "regression"
 
@@ -190,11 +190,44 @@ def test_an_empty_baseline_is_inconclusive() -> None:
     assert result.verdict == "inconclusive" and result.n_baseline == 0
 
 
-@pytest.mark.parametrize(("baseline", "current"), [
-    ([100.0] * 3, [100.0] * 3), ([100.0] * 3, [90.0] * 3), ([[100.0] * 3, [100.0] * 3], [100.0] * 3),
-    ([100.0] * 3, [100.0, 100.0, 101.0]), ([100.0, 101.0, 99.0], [90.0] * 3),
+@pytest.mark.parametrize(("baseline", "current", "verdict"), [
+    ([50.0] * 5, [45.0] * 5, "regression"),  # once "regression, p=7e-114"
+    ([50.0] * 5, [50.0] * 5, "unchanged"),
+    ([50.0] * 5, [40.0] * 5, "regression"),  # once "inconclusive": a sum of squares of 1e-31
+    ([50.0] * 5, [52.0] * 5, "unchanged"),
+    ([100.0] * 5, [95.0] * 5, "regression"),  # exactly the 5% minimum: it reaches it
+    ([100.0] * 3, [110.0] * 3, "improvement"),
+    ([[100.0] * 3, [100.0] * 3], [100.0] * 3, "unchanged"),
+    ([[0.3] * 5, [0.3] * 5], [[0.1 * 3] * 5, [0.3] * 5], "unchanged"),  # 0.1 * 3 != 0.3
 ])
-def test_identical_samples_are_inconclusive_never_unchanged(
+def test_exact_ties_are_decided_by_the_exact_difference_against_the_minimum(
+    baseline: list[float], current: list[float], verdict: str
+) -> None:
+    result = compare(baseline, current, DECODE)
+    assert result.verdict == verdict
+    assert result.ci_low == result.ci_high == result.relative_change
+    assert "exactly: every repetition of each side is identical" in result.reason
+    assert "the exact change is judged against the 5% minimum" in result.reason
+    if verdict == "unchanged":
+        assert abs(result.relative_change) < 0.05
+    # the same figures in other units round differently, and give the same verdict
+    assert compare(_scaled(baseline, 1 / 3), _scaled(current, 1 / 3), DECODE).verdict == verdict
+
+
+def _scaled(side: list, factor: float) -> list:  # type: ignore[type-arg]
+    return [_scaled(x, factor) if isinstance(x, list) else x * factor for x in side]
+
+
+def test_an_exact_tie_in_ttft_keeps_the_metrics_direction() -> None:
+    assert compare([0.5] * 4, [0.6] * 4, TTFT).verdict == "regression"
+    assert compare([0.5] * 4, [0.4] * 4, TTFT).verdict == "improvement"
+
+
+@pytest.mark.parametrize(("baseline", "current"), [
+    ([100.0] * 3, [100.0, 100.0, 101.0]), ([100.0, 101.0, 99.0], [90.0] * 3),
+    ([[100.0] * 3, [100.0] * 3], [100.0, 100.5, 99.5]),
+])
+def test_one_side_identical_the_other_varying_is_inconclusive_never_unchanged(
     baseline: list[float], current: list[float]
 ) -> None:
     result = compare(baseline, current, DECODE)

@@ -18,6 +18,7 @@ from pytest_tokperf.storage.history import (
     metric_values,
     series_histories,
     series_history,
+    session_points,
 )
 from pytest_tokperf.storage.store import ResultStore
 
@@ -108,3 +109,25 @@ def test_every_metric_of_a_history_is_read_in_one_query(tmp_path: Path) -> None:
     assert both["decode"][0].point.samples == tuple(metric_values(full[1][1], "decode"))
     newest = series_histories(store, key, ("decode",), since_accepted=False, limit=2)["decode"]
     assert [e.row.run_id for e in newest] == ["run-3", "run-4"]
+
+
+def test_the_results_of_one_run_are_one_session(tmp_path: Path) -> None:
+    """A session is the unit of the spread between runs: a test that measured the same
+    workload twice in one run gives the statistics one session of both repetitions."""
+    from tests.support.storage_factory import make_ceiling, make_hardware, make_model, make_run
+
+    store = ResultStore.open(tmp_path / "r.db")
+    rng = random.Random(5)
+    for i, count in enumerate((1, 2)):
+        run = make_run(run_id=f"run-{i}", started_at=f"2026-01-0{i + 1}T00:00:00+00:00")
+        store.begin_run(run)
+        for _ in range(count):
+            store.record(run.run_id, "t::decode", result_at("b1", 100.0, rng),
+                         model=make_model(), hardware=make_hardware(), ceiling=make_ceiling(),
+                         efficiency=0.7, verdict="unchecked")
+    (key,) = {r.series_key for r in store.latest_per_series()}
+    entries = series_history(store, key, "decode")
+    assert [e.row.run_id for e in entries] == ["run-0", "run-1", "run-1"]
+    points = session_points(entries)
+    assert [len(p.samples) for p in points] == [5, 10]
+    assert points[1].samples == (*entries[1].point.samples, *entries[2].point.samples)

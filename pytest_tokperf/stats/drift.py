@@ -1,0 +1,204 @@
+"""A new result against its history: the settled level, the accepted level, the phases.
+
+The gate judges each new result twice (``judge_history``):
+
+* **step**: against the settled level, the runs since the history's latest significant
+  step (``changepoints.settled_baseline``); this catches a build that moved the level.
+* **drift**: against the accepted level, the first ``REFERENCE_RUNS`` runs of the
+  history the gate reads (since ``tokperf accept``, at most the newest 20 runs). A slide
+  of -1% per build never makes a step the gate can see, and each settled level moves
+  along with it; judged against where the series was accepted, the slide is flagged
+  once it adds up to the minimum effect, naming the builds it accumulated over.
+
+Both are ``compare`` with repetitions nested in sessions (one stored run each). Each is
+read at ``alpha / 2`` (Bonferroni: ``Shift.tests``), so the gate's false flags stay at
+alpha with the second look; the verdict is the drift comparison's only when it flags and
+the step comparison does not. The spread between sessions is also estimated from the
+history's other runs: for the step, each earlier level (segment) around its own mean;
+for the drift, the reference and each later segment around a straight line through its
+runs in order (``compare``'s ``trend``), so the slide being judged is not taken for
+spread between sessions, while a machine whose sessions sit in phases still shows them.
+
+``resolution`` says what a history can resolve at all: on a machine whose sessions sit
+in phases (this project's VM: memory bandwidth near 37 or 60 GB/s), the spread between
+runs dwarfs the spread inside them, and no count of repetitions resolves a 5% step; the
+same-run A/B (both builds measured side by side in one run) does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.stats.calibration import detectable_shift
+from pytest_tokperf.stats.changepoints import (
+    HISTORY_WINDOW,
+    MIN_SIZE,
+    Point,
+    segments,
+)
+from pytest_tokperf.stats.comparing import compare, measure_shift
+from pytest_tokperf.stats.metric import (
+    DEFAULT_ALPHA,
+    Metric,
+    check_level,
+    interval_text,
+    pct,
+    resolved,
+)
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import Comparison, judge, phase_figures
+
+REFERENCE_RUNS = 3
+"""Runs that stand for the accepted level: the first of the history (since acceptance)."""
+LOOKS = 2
+"""Comparisons per result when the drift one is made (Bonferroni)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryJudgement:
+    """A result judged against its history: the verdict, and both comparisons behind it.
+
+    ``comparison`` is the verdict: ``step``'s, or ``drift``'s when that one flags and
+    ``step`` does not (``judged`` says which). ``baseline`` holds the settled level's
+    runs, ``reference`` the accepted level's (empty when the history is too short for a
+    separate drift comparison: then ``drift`` is None and ``step`` is read at alpha).
+    """
+
+    comparison: Comparison
+    step: Comparison
+    drift: Comparison | None
+    baseline: tuple[Point, ...]
+    reference: tuple[Point, ...]
+    judged: Literal["step", "drift"]
+
+
+def judge_history(
+    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
+    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
+    current_version: str | None = None,
+) -> HistoryJudgement:
+    """The gate: ``current`` against the settled level and the accepted level of
+    ``history`` (oldest first; see the module doc)."""
+    check_level(alpha, "alpha")
+    if window < 1:
+        raise ConfigError(f"window is {window!r}: give at least 1 version")
+    points = list(history)
+    if not points:
+        empty = compare([], current, metric, alpha=alpha, min_samples=min_samples)
+        return HistoryJudgement(empty, empty, None, (), (), "step")
+    cuts = segments(points, metric, alpha=alpha)
+    base = points[cuts[-1][0]:][-window:]  # ``settled_baseline``, segmented once
+    start = len(points) - len(base)
+    step = compare([list(p.samples) for p in base], current, metric, alpha=alpha,
+                   min_samples=min_samples, spread=_groups(points, _cut(cuts, 0, start)))
+    reference = points[:REFERENCE_RUNS]
+    if len(points) < REFERENCE_RUNS + 2 or step.shift is None:
+        return HistoryJudgement(step, step, None, tuple(base), (), "step")
+    later = _groups(points[REFERENCE_RUNS:], _cut(cuts, REFERENCE_RUNS, len(points)))
+    drift = compare([list(p.samples) for p in reference], current, metric, alpha=alpha,
+                    min_samples=min_samples, spread=later, trend=True)
+    step = _corrected(step, metric, alpha)
+    drift = _corrected(drift, metric, alpha)
+    where = f"against the accepted level ({_span(reference)})"
+    if drift.flagged and not step.flagged:
+        steps = [f"{points[b - 1].version} -> {points[b].version}"
+                 for b, _ in cuts[1:] if b >= REFERENCE_RUNS]
+        how = f", through level changes at {', '.join(steps)}" if steps else (
+            ", in steps each too small to find")
+        now = f" and {current_version}" if current_version else " and this run"
+        reason = (f"{drift.reason}; judged {where}: it accumulated over "
+                  f"{_span(points[REFERENCE_RUNS:])}{now}{how}; against the settled level "
+                  f"({_span(base)}) alone: {step.verdict} {_brief(step)}; `tokperf accept` "
+                  "records a deliberate new level")
+        return HistoryJudgement(replace(drift, reason=reason), step, drift, tuple(base),
+                                tuple(reference), "drift")
+    if drift.verdict != step.verdict and drift.verdict != "unchanged":
+        step = replace(step, reason=f"{step.reason}; {where}: {drift.verdict} {_brief(drift)}")
+    return HistoryJudgement(step, step, drift, tuple(base), tuple(reference), "step")
+
+
+def compare_to_history(
+    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
+    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
+) -> Comparison:
+    """The gate's verdict on ``current`` against ``history`` (``judge_history``)."""
+    return judge_history(history, current, metric, alpha=alpha, window=window,
+                         min_samples=min_samples).comparison
+
+
+def _groups(points: Sequence[Point], cuts: Sequence[tuple[int, int]]) -> list[list[list[float]]]:
+    """The runs of each ``[start, stop)`` segment, one group per segment."""
+    return [[list(p.samples) for p in points[a:b]] for a, b in cuts if b > a]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What a history can resolve: its spreads and the smallest step it would show.
+
+    ``within_cv`` / ``between_cv``: the log SD of repetitions inside a session and of
+    session levels beyond that (NaN when unknown); ``smallest_step``: the smallest step
+    between the history's two halves found with 80% power at the level ``change_points``
+    tests its splits at; ``phase_dominated``: the spread between sessions dwarfs the one
+    inside them (``Shift.phase_dominated``); ``note``: one line saying so, or "".
+    """
+
+    sessions: int
+    within_cv: float
+    between_cv: float
+    smallest_step: float
+    phase_dominated: bool
+    note: str
+
+
+def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
+               ) -> Resolution:
+    """How finely ``history`` (oldest first) resolves a step (see ``Resolution``)."""
+    check_level(alpha, "alpha")
+    points = list(history)
+    k = len(points)
+    if k < 2 * MIN_SIZE:
+        return Resolution(k, math.nan, math.nan, math.nan, False, "")
+    half = k // 2
+    try:
+        shift = measure_shift([list(p.samples) for p in points[:half]],
+                              [list(p.samples) for p in points[half:]], metric, trend=True)
+    except ConfigError:
+        return Resolution(k, math.nan, math.nan, math.nan, False, "")
+    tried = max(1, k - 2 * MIN_SIZE + 1)
+    smallest = detectable_shift(shift, alpha / tried) if shift.std_error > 0 else math.nan
+    note = ""
+    if shift.phase_dominated:
+        steps = f"under {smallest:.0%}" if resolved(smallest) else "of any size up to 1000%"
+        note = (f"phase-dominated history: steps {steps} cannot be seen; use the "
+                f"same-run A/B ({phase_figures(shift)}; {k} runs)")
+    return Resolution(k, shift.noise_cv, shift.between_cv, smallest, shift.phase_dominated,
+                      note)
+
+
+def _corrected(c: Comparison, metric: Metric, alpha: float) -> Comparison:
+    """``c`` re-read at ``alpha / LOOKS`` (its shift carries the correction)."""
+    if c.shift is None:
+        return c
+    shift: Shift = replace(c.shift, tests=LOOKS)
+    return judge(shift, metric, alpha=alpha)
+
+
+def _cut(cuts: Sequence[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    """``cuts`` clipped to ``[a, b)`` and shifted to start at 0."""
+    return [(max(s, a) - a, min(e, b) - a) for s, e in cuts if min(e, b) > max(s, a)]
+
+
+def _span(points: Sequence[Point]) -> str:
+    if not points:
+        return "no runs"
+    first, last = points[0].version, points[-1].version
+    builds = first if first == last else f"{first}..{last}"
+    return f"{builds}, {len(points)} run{'s' * (len(points) != 1)}"
+
+
+def _brief(c: Comparison) -> str:
+    return f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"
