@@ -87,7 +87,8 @@ def shift_between(
     aside = tuple(a for a in aside if a.version < k + l)
     side = np.array([0] * k + [1] * l
                     + [2 + g for g, group in enumerate(spread) for _ in group], dtype=np.int64)
-    n, means, ss, df = _sessions(kept)
+    figures = Sessions.of(kept)
+    n, means, df = figures.n, figures.means, figures.df
     nb, nc = sum(len(b) for b in base), sum(len(c) for c in cur)
     is_b, is_c = side == 0, side == 1
     if df[is_b | is_c].sum() == 0 and _one_value(means[is_b]) and _one_value(means[is_c]):
@@ -99,7 +100,6 @@ def shift_between(
         # lend it a precision it does not have.
         d = float(means[is_c].mean() - means[is_b].mean())
         return Shift(d, math.nan, math.nan, nb, nc, "no spread", 0.0, k, aside, math.nan, l)
-    figures = Sessions.of(kept)
     s2, df_w, own = figures.s2, figures.df_w, figures.own
 
     # Between sessions: each group's sessions around the group's own level (or line),
