@@ -239,7 +239,8 @@ class EngineSession:
             )
         path = self.draft_path(draft)
         if str(path) not in self._drafts:
-            spec = replace(self._launch, draft_model=path, port=None,
+            # a fresh start-up budget: the main server's deadline passed long ago
+            spec = replace(self._launch, draft_model=path, port=None, startup_deadline_s=None,
                            log_path=self.log_dir / f"llama-server-draft-{os.getpid()}-{len(self._drafts)}.log")
             if self.progress is not None:
                 self.progress(f"starting a second llama-server drafting with {path.name}")

@@ -95,3 +95,35 @@ def test_a_draft_adds_md_and_the_draft_type_where_the_build_has_it() -> None:
     assert with_type[with_type.index("--spec-type") + 1] == "draft-simple"
     older = _command(Path("/d.gguf"), "--cache-ram N")
     assert "-md" in older and "--spec-type" not in older
+
+
+def test_the_drafting_server_gets_its_own_start_up_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The main server's deadline is long past when a test asks for a drafting server
+    # minutes later (the main job's last test timed out at once: "not ready within 120 s").
+    import time
+
+    from pytest_tokperf.bench import session as session_module
+    from pytest_tokperf.bench.session import EngineSession
+    from pytest_tokperf.settings import resolve
+
+    values = {"engine": "llama-server", "db": "off"}
+    settings = resolve(lambda name: values.get(name), lambda key: None, {}, tmp_path)
+    engine_session = EngineSession(settings=settings, log_dir=tmp_path)
+    engine_session._launch = LaunchSpec(binary=Path("/bin/true"), model=tmp_path / "m.gguf",
+                                        log_path=tmp_path / "main.log", threads=1,
+                                        startup_deadline_s=time.monotonic() - 300)
+    started: list[LaunchSpec] = []
+
+    def start(spec: LaunchSpec) -> None:
+        started.append(spec)
+        raise EngineUnavailable("stop here: the spec is what this test reads")
+
+    monkeypatch.setattr(EngineSession, "engine", lambda self: None)
+    monkeypatch.setattr(EngineSession, "draft_path", lambda self, choice=None: tmp_path / "d.gguf")
+    monkeypatch.setattr(session_module, "start_llama_server", start)
+    with pytest.raises(EngineUnavailable, match="stop here"):
+        engine_session.speculative_engine("small")
+    assert started and started[0].startup_deadline_s is None
+    assert started[0].draft_model == tmp_path / "d.gguf"
