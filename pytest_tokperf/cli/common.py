@@ -61,16 +61,23 @@ def chosen_db(args: argparse.Namespace, positional: str | None = None) -> str:
     return args.db or positional or DEFAULT_DB
 
 
+DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+"""File names that mean a database, never a series pattern."""
+
+
 def db_then_pattern(args: argparse.Namespace, words: list[str],
                     what: str = "SERIES") -> tuple[str, str | None]:
     """``[DB] [SERIES]`` positionals: the DB first when there are two, or when the only one
-    is an SQLite file (a series pattern never is); the rest is the pattern."""
+    is an SQLite file or names one (``*.db``, ``*.sqlite``: a series pattern never does, and
+    a missing ``nope.db`` is then refused as a missing DB, not searched for as a series);
+    the rest is the pattern."""
     if len(words) > 2:
         raise ConfigError(f"too many arguments {words!r}: give at most a DB and a {what} "
                           f"(or --db PATH and a {what})")
     if len(words) == 2:
         return chosen_db(args, words[0]), words[1]
-    if len(words) == 1 and args.db is None and is_sqlite_file(words[0]):
+    if len(words) == 1 and args.db is None and (
+            is_sqlite_file(words[0]) or words[0].endswith(DB_SUFFIXES)):
         return words[0], None
     return chosen_db(args), words[0] if words else None
 

@@ -93,7 +93,13 @@ def test_export_import_merge_reference(db: Path, tmp_path: Path, capsys: pytest.
     assert "20 runs, 20 results, 100 samples" in capsys.readouterr().out
 
 
-def test_missing_db_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_db_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a default DB in the working folder (after any main job), a missing nope.db is
+    # still a missing DB, not a series pattern searched for in the default one
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tokperf").mkdir()
+    (tmp_path / ".tokperf" / "results.db").write_bytes(b"SQLite format 3\x00")
     assert main(["history", str(tmp_path / "nope.db")]) == 2
     assert "results DB" in capsys.readouterr().err
 
