@@ -443,8 +443,9 @@ def add_parsers(verbs: Any) -> None:
 
     p = verbs.add_parser(
         "compare", parents=both, help="decode tok/s of two engine versions, or two DBs",
-        description="Per series: significant AND at least 5% -> regression or improvement; "
-        "too noisy -> inconclusive. Benjamini-Hochberg across series. A version is written "
+        description="Per series, each stored run a session (its repetitions nested in it): "
+        "significant AND at least 5% -> regression or improvement; too noisy or "
+        "phase-dominated -> inconclusive. Holm across series. A version is written "
         "as install-engine takes it (9093, b9093, 9093.0.0) or as stored (b9093-pypi-sdist).",
         usage="tokperf compare [--db PATH] [OTHER_DB] [--baseline V --current V] [--fail]")
     p.add_argument("dbs", nargs="*", metavar="OTHER_DB",
