@@ -104,6 +104,116 @@ class Generation:
     nears the interval between chunks, the client, not the engine, sets the pace."""
 
 
+LOADED_SHARE = 0.25
+"""Other processes using this share of the CPUs (or more) during the repetitions make a
+figure the neighbours' as much as the engine's: it is flagged (``MachineLoad.loaded``)."""
+LOADED_STEAL = 0.05
+"""The hypervisor taking this share of CPU time (or more) flags a figure the same way."""
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """The machine's own state while repetitions ran (``hardware.load``, from /proc).
+
+    CPU figures are CPU-seconds per wall second (1.6 = one and a bit CPUs busy on
+    average); ``busy_cpus`` excludes steal. ``engine_cpus`` is None when the engine's
+    process is not known (an attached server), and then so is ``others_cpus``. Unknown
+    (no /proc: macOS, Windows) is ``busy_cpus`` None, with ``detail`` saying why.
+    """
+
+    wall_s: float
+    cpus: int
+    busy_cpus: float | None
+    engine_cpus: float | None = None
+    own_cpus: float | None = None
+    steal: float | None = None
+    """Share of all CPU time the hypervisor gave to other guests (0.1 = 10%)."""
+    run_queue: float | None = None
+    """Other processes' runnable threads (the engine's and tokperf's own taken out), mean
+    of the samples; above ``cpus`` they queue for a CPU."""
+    run_queue_max: int | None = None
+    load_1m: float | None = None
+    samples: int = 0
+    """How many run-queue samples the figures hold."""
+    detail: str = ""
+
+    @classmethod
+    def unknown(cls, detail: str) -> MachineLoad:
+        return cls(wall_s=0.0, cpus=0, busy_cpus=None, detail=detail)
+
+    @property
+    def known(self) -> bool:
+        return self.busy_cpus is not None
+
+    @property
+    def others_cpus(self) -> float | None:
+        """Other processes' CPU-seconds per wall second: machine busy minus the engine's
+        and tokperf's own (None when the engine's process is not known)."""
+        if self.busy_cpus is None or self.engine_cpus is None:
+            return None
+        return max(0.0, self.busy_cpus - self.engine_cpus - (self.own_cpus or 0.0))
+
+    @property
+    def loaded(self) -> bool:
+        """Did the neighbours (or the hypervisor) take a notable share of the machine?"""
+        others = self.others_cpus
+        if others is not None and self.cpus and others >= LOADED_SHARE * self.cpus:
+            return True
+        return self.steal is not None and self.steal >= LOADED_STEAL
+
+    def describe(self) -> str:
+        """One clause: what the machine did during the repetitions."""
+        if not self.known:
+            return f"machine load unknown ({self.detail})" if self.detail else \
+                "machine load unknown"
+        queue = f"run queue {self.run_queue:.1f}" if self.run_queue is not None else \
+            "run queue unknown"
+        steal = f"steal {self.steal:.0%}" if self.steal is not None else "steal unknown"
+        others = self.others_cpus
+        if others is None:
+            busy = self.busy_cpus or 0.0
+            return (f"the machine was busy {busy:.1f} of {self.cpus} CPUs, the engine's "
+                    f"share unknown ({queue} with the engine's threads, {steal})")
+        return (f"other processes used {others:.1f} of {self.cpus} CPUs during the "
+                f"repetitions ({queue}, {steal})")
+
+    def warning(self) -> str | None:
+        """The sentence a figure measured on a loaded machine carries, else None."""
+        if not self.loaded:
+            return None
+        return (f"machine busy: {self.describe()}: this figure may be the neighbours', not "
+                f"the engine's")
+
+
+def combine_loads(loads: Sequence[MachineLoad | None]) -> MachineLoad | None:
+    """One reading for several windows (the repetitions of a result): CPU figures
+    weighted by each window's wall time, the run queue by its samples."""
+    known = [x for x in loads if x is not None and x.known and x.wall_s > 0]
+    if not known:
+        return next((x for x in loads if x is not None), None)
+    wall = sum(x.wall_s for x in known)
+
+    def weighted(values: list[tuple[float | None, float]]) -> float | None:
+        if not values or any(v is None for v, _ in values):
+            return None
+        total = sum(w for _, w in values)
+        return sum((v or 0.0) * w for v, w in values) / total if total > 0 else None
+
+    def by_wall(name: str) -> float | None:
+        return weighted([(getattr(x, name), x.wall_s) for x in known])
+
+    queued = [x for x in known if x.run_queue is not None and x.samples]
+    maxima = [x.run_queue_max for x in known if x.run_queue_max is not None]
+    return MachineLoad(
+        wall_s=wall, cpus=max(x.cpus for x in known), busy_cpus=by_wall("busy_cpus"),
+        engine_cpus=by_wall("engine_cpus"), own_cpus=by_wall("own_cpus"),
+        steal=by_wall("steal"),
+        run_queue=weighted([(x.run_queue, x.samples) for x in queued]) if queued else None,
+        run_queue_max=max(maxima) if maxima else None, load_1m=known[-1].load_1m,
+        samples=sum(x.samples for x in known), detail=known[-1].detail,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One measured repetition: client figures beside the engine's own."""
@@ -131,6 +241,8 @@ class Sample:
     """Which measured round the request belonged to (concurrent streams share a round)."""
     round_wall_s: float | None = None
     """That round's wall time, first send to last token of any stream."""
+    load: MachineLoad | None = None
+    """The machine during this repetition's round (None: not sampled)."""
 
     @property
     def chars_per_s(self) -> float | None:
@@ -257,6 +369,8 @@ class BenchResult:
     aggregate_tokens_per_s: Summary | None = None
     """Output tokens of all streams per second of wall time (first send to last token),
     prefill included; with one stream it is the request's end-to-end output rate."""
+    load: MachineLoad | None = None
+    """The machine over all measured repetitions (``combine_loads`` of the samples')."""
 
     @property
     def rounds(self) -> list[tuple[float, float]]:

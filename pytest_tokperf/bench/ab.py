@@ -74,6 +74,21 @@ class ABResult:
     def regressed(self) -> bool:
         return any(v.regressed for v in self.verdicts)
 
+    def load_text(self) -> str:
+        """The machine during each side's repetitions: pairs cancel a load that both sides
+        saw alike, not one that fell on a single side."""
+        def one(r: BenchResult) -> str:
+            if r.load is None or not r.load.known:
+                return "unknown"
+            others = r.load.others_cpus
+            busy = (f"others {others:.1f}" if others is not None
+                    else f"busy {r.load.busy_cpus or 0:.1f}")
+            queue = f", run queue {r.load.run_queue:.1f}" if r.load.run_queue is not None else ""
+            flag = ", busy" if r.load.loaded else ""
+            return f"{busy} of {r.load.cpus} CPUs{queue}, steal {r.load.steal or 0:.0%}{flag}"
+
+        return f"machine: baseline {one(self.baseline)}; candidate {one(self.candidate)}"
+
     def describe(self) -> str:
         """One line: the verdict per metric with its interval, the pairs, what differs."""
         parts = [f"{v.metric} {v.verdict} {pct(v.relative_change)} {_interval(v)}"
@@ -88,6 +103,7 @@ class ABResult:
             text += f"; changed: {self.changed}"
         if self.models_differ:
             text += f"; {self.models_differ}"
+        text += f"; {self.load_text()}"
         if self.stopped:
             text += f"; {self.stopped}"
         return text

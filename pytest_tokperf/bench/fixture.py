@@ -137,6 +137,12 @@ class TokBenchResult:
         """Relative half-width of the 95% interval of the mean judged decode (0.02: +/-2%)."""
         return decode_interval(judged_decode_values(self.result.samples))
 
+    def _busy(self) -> str:
+        """The clause a failed floor carries when the neighbours had the machine."""
+        load = self.result.load
+        warning = load.warning() if load is not None else None
+        return f"; {warning}" if warning else ""
+
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
         __tracebackhide__ = True
@@ -160,7 +166,7 @@ class TokBenchResult:
         check = self.check_efficiency(min_fraction)
         self._decided(check.status)
         if check.status == "fail":
-            raise AssertionError(check.message)
+            raise AssertionError(check.message + self._busy())
         if check.status == "suspect":
             warnings.warn(check.message, TokperfWarning, stacklevel=2)
 
@@ -170,7 +176,8 @@ class TokBenchResult:
         check = check_ttft(self.ttft_s, max_s, self.result.workload.prompt_tokens)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(f"{check.message} (median of {self.result.ttft_s.n})")
+            raise AssertionError(f"{check.message} (median of {self.result.ttft_s.n})"
+                                 + self._busy())
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:
         """Fail when decode is slower than a reader can bear (default 5 tok/s)."""
@@ -182,7 +189,7 @@ class TokBenchResult:
         check = check_usable(decode, min_tokens_per_s)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(check.message)
+            raise AssertionError(check.message + self._busy())
 
 
 WORKLOAD_DEFAULTS: dict[str, int | bool] = {
@@ -224,6 +231,9 @@ class TokBench:
     """Returns the drafting engine for ``speculative()`` (the session starts it)."""
     ab: ABPlan | None = None
     """Set: every call measures the baseline too, in ABBA pairs, and judges the ratio."""
+    engine_pids: Callable[[], tuple[int, ...]] | None = None
+    """The server processes tokperf started (read after they start), so the machine's
+    load during the repetitions is split into the engine's and the neighbours'."""
 
     def __call__(
         self,
@@ -260,6 +270,7 @@ class TokBench:
         engine = self.engine()
         if self.ab is not None:
             return self._paired(self.ab, engine, workload, options)
+        options = self._with_pids(options)
         result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
         return self._judge_and_record(result)
 
@@ -271,6 +282,7 @@ class TokBench:
         from pytest_tokperf.bench.ab import ABResult, run_paired_ab
 
         baseline = plan.baseline()
+        options = self._with_pids(options)
 
         def run() -> ABResult:
             return run_paired_ab(baseline, engine, workload, options, min_effect=plan.min_effect,
@@ -327,6 +339,7 @@ class TokBench:
         options = self._next_options()
         base = self.engine()
         accelerated = self.speculative_engine(draft)
+        options = self._with_pids(options)
         ab = self._measure(
             lambda: run_speculative_ab(base, accelerated, workload, options, self.progress))
         base_outcome = self._judge_and_record(ab.base, assert_floor=False)
@@ -347,6 +360,11 @@ class TokBench:
             if isinstance(exc.partial, BenchResult):
                 self.record(exc.partial, None, "error")
             raise
+
+    def _with_pids(self, options: MeasureOptions) -> MeasureOptions:
+        """``options`` naming the engine processes started by now."""
+        pids = self.engine_pids() if self.engine_pids is not None else ()
+        return replace(options, engine_pids=pids)
 
     def _workload(self, *, repetitions: int, warmup: int | None,
                   **given: int | bool | None) -> Workload:

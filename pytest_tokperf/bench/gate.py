@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pytest_tokperf.results import Sample
+from pytest_tokperf.results import MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import (
     AGGREGATE,
@@ -113,9 +113,12 @@ class Gate:
         run_id: str | None,
         result_id: int | None = None,
         concurrency: int = 1,
+        load: MachineLoad | None = None,
     ) -> list[GateFinding]:
         """Decode and TTFT of ``samples`` (and with ``concurrency`` > 1 the aggregate
-        output) against the baseline's runs of the same series (none when it is off)."""
+        output) against the baseline's runs of the same series (none when it is off).
+
+        ``load`` is the machine during ``samples`` (``busy_verdict``)."""
         if self.baseline.kind == "off":
             return []
         source = store
@@ -144,6 +147,10 @@ class Gate:
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
+                if comparison.verdict in ("regression", "improvement") and load is not None:
+                    ids = [e.row.result_id for e in histories[metric.name]]
+                    comparison = busy_verdict(comparison, load,
+                                              list(source.machine_loads(ids).values()))
                 findings.append(GateFinding(test_id, series_key, comparison, span,
                                             current_build, result_id=result_id))
         finally:
@@ -160,6 +167,37 @@ class Gate:
         final = [replace(f, comparison=family.comparisons[i], correction=family.comparisons[i].correction)
                  for i, f in enumerate(findings)]
         return final, family.summary
+
+
+def busy_verdict(comparison: Comparison, load: MachineLoad,
+                 baseline: Sequence[MachineLoad | None]) -> Comparison:
+    """A flagged change the machine's load can explain, said so or withheld.
+
+    Load only slows an engine, so a *regression* (slower, whichever the metric) in a
+    session where other processes took a notable share of the CPUs is withheld as
+    "inconclusive: machine busy" unless every baseline run was measured that busy too (a
+    runner that is always shared still gets its regressions flagged); the change and the
+    load stay in the reason. An *improvement* over a baseline that had loaded runs keeps
+    its flag and names them. ``docs/regressions.md`` has the data behind the rule.
+    """
+    known = [b for b in baseline if b is not None and b.known]
+    loaded = [b for b in known if b.loaded]
+    if comparison.verdict == "regression" and load.loaded:
+        if known and len(loaded) == len(baseline):
+            return replace(comparison, reason=(
+                f"{comparison.reason}; the machine was busy ({load.describe()}), and in "
+                f"every baseline run too"))
+        quiet = ("the baseline's runs were quiet" if known and not loaded else
+                 "the baseline's runs were not measured as busy")
+        return replace(comparison, verdict="inconclusive", shift=None, reason=(
+            f"inconclusive: machine busy: {load.describe()}, {quiet}: the neighbours may "
+            f"have made this change ({comparison.reason}); rerun on a quiet machine, or use "
+            f"the same-run A/B"))
+    if comparison.verdict == "improvement" and loaded:
+        return replace(comparison, reason=(
+            f"{comparison.reason}; {len(loaded)} of {len(baseline)} baseline runs were "
+            f"measured on a busy machine, which lowers the baseline"))
+    return comparison
 
 
 def describe(finding: GateFinding) -> str:

@@ -37,6 +37,7 @@ from pytest_tokperf.engines.base import Engine, prompt_cache_off
 from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
+from pytest_tokperf.hardware.load import LoadSampler
 from pytest_tokperf.results import (
     BenchResult,
     EngineInfo,
@@ -46,6 +47,7 @@ from pytest_tokperf.results import (
     Sample,
     Summary,
     Workload,
+    combine_loads,
     judged_decode_values,
 )
 
@@ -82,6 +84,11 @@ class MeasureOptions:
     target_interval: float = DEFAULT_TARGET_INTERVAL
     min_repetitions: int = DEFAULT_MIN_REPETITIONS
     max_cv: float = DEFAULT_MAX_CV
+    engine_pids: tuple[int, ...] = ()
+    """The engine's server processes, when tokperf started them: their CPU time is taken
+    out of the machine's to leave the neighbours' (``hardware.load``)."""
+    sample_load: bool = True
+    """Read the machine's load (/proc) around every measured repetition."""
 
     @classmethod
     def of(cls, settings: Settings) -> MeasureOptions:
@@ -314,6 +321,10 @@ def summarize(
         notes.append(_disagreement_note(samples, agreement, tolerance))
     ttft_gaps = [s.ttft_s - s.engine_prefill_s for s in samples if s.engine_prefill_s is not None]
     itl = [gap for s in samples for gap in s.inter_token_s]
+    load = combine_loads(list({id(s.load): s.load for s in samples if s.load}.values()))
+    warning = load.warning() if load is not None else None
+    if warning is not None:
+        notes.append(warning)
     ttft = Summary.of([s.ttft_s for s in samples])
     assert ttft is not None  # samples is never empty here
     return BenchResult(
@@ -331,6 +342,7 @@ def summarize(
         decode_agreement=agreement,
         ttft_minus_engine_prefill_s=statistics.median(ttft_gaps) if ttft_gaps else None,
         notes=tuple(notes),
+        load=load,
     )
 
 
@@ -429,8 +441,13 @@ def run_workload(
                 # Unmeasured: the same salt makes these prompts the measured ones' prefix.
                 _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
                                         generate_tokens=1) for r in requests])
-            generations = _round(engine, requests)
-            round_samples = [to_sample(g) for g in generations]
+            sampler = (LoadSampler(options.engine_pids).start()
+                       if options.sample_load and index >= workload.warmup else None)
+            try:
+                generations = _round(engine, requests)
+            finally:
+                load = sampler.stop() if sampler is not None else None
+            round_samples = [replace(to_sample(g), load=load) for g in generations]
         except TokperfError as exc:
             partial = summarize(workload, info, samples, options.agreement_tolerance) if samples else None
             raise MeasurementError(

@@ -250,7 +250,13 @@ class BenchRun:
             workload_defaults=workload_defaults,
             speculative_engine=lambda draft: self.session.speculative_engine(draft)[0],
             ab=self._ab_plan(test_id),
+            engine_pids=self._engine_pids,
         )
+
+    def _engine_pids(self) -> tuple[int, ...]:
+        """Every server process of the run tokperf started (candidate, baseline, drafts)."""
+        baseline = self.baseline.pids() if self.baseline is not None else ()
+        return (*self.session.pids(), *baseline)
 
     def _ab_plan(self, test_id: str) -> ABPlan | None:
         """How this run's tok_bench calls become same-run A/Bs (None: they do not)."""
@@ -294,7 +300,7 @@ class BenchRun:
                 store, test_id=test_id, series_key=stored.series_key, samples=result.samples,
                 current_build=result.engine.build or result.engine.version or "?",
                 run_id=self.recorder.run_id, result_id=stored.result_id,
-                concurrency=result.workload.concurrency,
+                concurrency=result.workload.concurrency, load=result.load,
             ))
         recorded = Recorded(test_id, result, ceiling, verdict, stored, findings)
         self.recorded.append(recorded)

@@ -101,6 +101,12 @@ class EngineSession:
     def server(self) -> ServerProcess | DetachedServer | None:
         return self._server
 
+    def pids(self) -> tuple[int, ...]:
+        """The server processes tokperf started for this session (main and drafting), so
+        their CPU time is told apart from the neighbours' (empty: attached, or not started)."""
+        started = [self._server, *(server for server, _ in self._drafts.values())]
+        return tuple(s.process.pid for s in started if isinstance(s, ServerProcess))
+
     @property
     def model_path(self) -> Path | None:
         return self._model_path

@@ -19,6 +19,7 @@ from pytest_tokperf.results import (
     BenchResult,
     Ceiling,
     HardwareInfo,
+    MachineLoad,
     ModelInfo,
     Summary,
     Workload,
@@ -83,6 +84,8 @@ class ResultFigures:
     ttft_bound_s: float | None = None
     """The TTFT the compute bound allows (context tokens / peak prefill tok/s), where the
     device's peak FLOP/s is known: TTFT far above it means prefill is not compute-bound."""
+    machine_load: MachineLoad | None = None
+    """The machine over the repetitions (None: not sampled)."""
 
     @property
     def workload(self) -> Workload:
@@ -163,6 +166,7 @@ def figures_from_result(
         ttft_bound_s=(ceiling.prefill_tokens_per_s and
                       (w.depth_tokens + w.prompt_tokens) / ceiling.prefill_tokens_per_s)
         if ceiling is not None else None,
+        machine_load=result.load,
     )
 
 

@@ -12,6 +12,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from pytest_tokperf.report.data import (
     figures_from_row,
     workload_label,
 )
-from pytest_tokperf.results import RunInfo
+from pytest_tokperf.results import MachineLoad, RunInfo
 from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -213,7 +214,19 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "verdict": fig.verdict,
         "gate": fig.gate or None,
         "warnings": list(fig.warnings),
+        "machine_load": load_json(fig.machine_load),
     }
+
+
+def load_json(load: MachineLoad | None) -> dict[str, Any] | str | None:
+    """The machine's load with its derived figures; "unknown" where /proc is absent,
+    None where nothing was sampled."""
+    if load is None:
+        return None
+    if not load.known:
+        return "unknown"
+    return {**{k: _finite(v) for k, v in asdict(load).items()},
+            "others_cpus": load.others_cpus, "loaded": load.loaded}
 
 
 def change_json(change: SeriesChange) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         (f"{r.aggregate_tokens_per_s.median:.1f}" if r.workload.concurrency > 1
          and r.aggregate_tokens_per_s else "-"),
         r.engine.build or r.engine.version or "?",
-        row.verdict,
+        row.verdict + (" (busy)" if r.load is not None and r.load.loaded else ""),
         row.gate or "-",
     )
 

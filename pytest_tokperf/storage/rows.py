@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
 from pytest_tokperf.engines.llama_server.settings import ServerSettings
@@ -22,6 +22,7 @@ from pytest_tokperf.results import (
     EngineInfo,
     Footprint,
     HardwareInfo,
+    MachineLoad,
     ModelInfo,
     RunInfo,
     Sample,
@@ -356,8 +357,38 @@ def result_row(
         efficiency=efficiency,
         verdict=verdict,
         notes=dumps(list(result.notes)),
+        machine_load=machine_load_json(result),
     )
     return row
+
+
+def machine_load_json(result: BenchResult) -> str | None:
+    """The ``machine_load`` column: the result's window and each repetition's reading
+    (None where a repetition was not sampled); None when nothing was sampled."""
+    if result.load is None and not any(s.load for s in result.samples):
+        return None
+    return dumps({"result": asdict(result.load) if result.load else None,
+                  "samples": [asdict(s.load) if s.load else None for s in result.samples]})
+
+
+def machine_loads_from_json(text: str | None) -> tuple[MachineLoad | None,
+                                                       list[MachineLoad | None]]:
+    """``machine_load_json`` read back: (the result's, the repetitions'); unreadable or
+    absent text reads as nothing sampled."""
+    if not text:
+        return None, []
+    try:
+        data = json.loads(text)
+        fields = set(MachineLoad.__dataclass_fields__)
+
+        def one(value: Any) -> MachineLoad | None:
+            if not isinstance(value, dict):
+                return None
+            return MachineLoad(**{k: v for k, v in value.items() if k in fields})
+
+        return one(data.get("result")), [one(v) for v in data.get("samples", [])]
+    except (ValueError, TypeError, AttributeError):
+        return None, []
 
 
 def _summary(row: Row, figure: str) -> Summary | None:
@@ -386,6 +417,7 @@ def sample_rows(samples: tuple[Sample, ...]) -> list[Row]:
     rows = []
     for index, sample in enumerate(samples):
         row = asdict(sample)
+        row.pop("load")  # in the result's machine_load column
         row["inter_token_s"] = dumps(list(sample.inter_token_s))
         rows.append({"repetition": index, **row})
     return rows
@@ -393,7 +425,8 @@ def sample_rows(samples: tuple[Sample, ...]) -> list[Row]:
 
 def sample_from_row(row: Row) -> Sample:
     # Columns added by later schema steps are absent from older exports.
-    values = {name: row[name] for name in Sample.__dataclass_fields__ if name in row}
+    values = {name: row[name] for name in Sample.__dataclass_fields__
+              if name in row and name != "load"}
     values["inter_token_s"] = tuple(json.loads(row["inter_token_s"]))
     values["speculative"] = bool(row["speculative"])
     return Sample(**values)
@@ -409,10 +442,14 @@ def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) ->
     ttft = _summary(result, "ttft_s")
     if ttft is None:
         raise StorageError(f"result {result.get('id')!r} has no ttft_s summary: not a tokperf row")
+    load, loads = machine_loads_from_json(result.get("machine_load"))
+    read = [sample_from_row(r) for r in samples]
+    if len(loads) == len(read):
+        read = [replace(s, load=x) for s, x in zip(read, loads, strict=True)]
     return BenchResult(
         workload=_workload_from_row(result),
         engine=engine_from_row(environment),
-        samples=tuple(sample_from_row(r) for r in samples),
+        samples=tuple(read),
         ttft_s=ttft,
         decode_tokens_per_s=_summary(result, "decode_tokens_per_s"),
         prefill_tokens_per_s=_summary(result, "prefill_tokens_per_s"),
@@ -421,4 +458,5 @@ def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) ->
         **{name: result[name] for name in _RESULT_SCALARS},
         notes=tuple(json.loads(result["notes"])),
         aggregate_tokens_per_s=_summary(result, "aggregate_tokens_per_s"),
+        load=load,
     )

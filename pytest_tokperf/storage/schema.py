@@ -363,8 +363,15 @@ def _v7_one_row_per_environment(db: Database) -> None:
                    " WHERE id = ?", [new_hash, env_id])
 
 
+def _v8_machine_load(db: Database) -> None:
+    """The machine's own state during the repetitions (``results.MachineLoad``): one JSON
+    column, the result's window and each repetition's; NULL for old rows (not sampled)."""
+    db.table("results").add_column("machine_load", str)
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
     _v5_speed_settings, _v6_concurrency_and_text_figures, _v7_one_row_per_environment,
+    _v8_machine_load,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -27,6 +27,7 @@ from pytest_tokperf.results import (
     BenchResult,
     Ceiling,
     HardwareInfo,
+    MachineLoad,
     ModelInfo,
     RunInfo,
     Sample,
@@ -47,6 +48,7 @@ from pytest_tokperf.storage.rows import (
     ceiling_from_row,
     environment_row,
     hardware_from_row,
+    machine_loads_from_json,
     model_from_row,
     result_row,
     run_from_row,
@@ -500,6 +502,16 @@ class ResultStore:
             if figures[0] is not None:  # a result stored without samples has none
                 out[-1][1].append(SampleFigures(*figures))
         return [(row, tuple(figures)) for row, figures in out]
+
+    def machine_loads(self, result_ids: Iterable[int]) -> dict[int, MachineLoad | None]:
+        """Each result's machine load over its repetitions (None: not sampled, e.g. stored
+        before schema v8)."""
+        ids = sorted(set(result_ids))
+        if not ids:
+            return {}
+        rows = self._read(f"SELECT id, machine_load FROM results WHERE id IN "
+                          f"({', '.join('?' * len(ids))})", tuple(ids))
+        return {row["id"]: machine_loads_from_json(row["machine_load"])[0] for row in rows}
 
     def set_verdict(self, result_id: int, verdict: Verdict) -> None:
         """Replace a result's verdict (a test's explicit assertion decided after recording)."""

@@ -1,0 +1,239 @@
+"""The machine's own state during a measurement: other processes' CPU, run queue, steal.
+
+Linux only, from /proc; elsewhere every reading is ``MachineLoad.unknown`` and nothing
+fails. A ``LoadSampler`` is started at a repetition's start and stopped at its end:
+
+- CPU time: ``/proc/stat``'s ``cpu`` line (user, nice, system, idle, iowait, irq,
+  softirq, steal jiffies) at both ends gives the machine's busy CPU-seconds per wall
+  second (idle, iowait and steal excluded) and the steal share; ``/proc/<pid>/stat``
+  (utime + stime, all threads) of the engine's processes and this process's own CPU
+  time are taken out of it, which leaves the other processes' share;
+- run queue: a light poll (every ``POLL_S``, ``/proc/loadavg``'s running count and the
+  state of the engine's and this process's threads) counts the runnable threads that
+  are neither the engine's nor tokperf's; a start and an end sample are always taken;
+- ``/proc/loadavg``'s one-minute figure, for the record.
+
+The poll thread times itself (``time.thread_time``): ``LoadSampler.cost_s`` is the CPU
+it took, ``benchmarks/perf/bench_load.py`` prints it per second of polling.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_tokperf.results import MachineLoad
+
+POLL_S = 0.1
+"""Seconds between run-queue samples while a repetition runs."""
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """One read of ``/proc/stat``: the all-CPU jiffies, the CPU count, procs_running."""
+
+    busy: int
+    """user + nice + system + irq + softirq (guest time is inside user and nice)."""
+    idle: int
+    """idle + iowait."""
+    steal: int
+    cpus: int
+    procs_running: int | None
+
+
+def parse_proc_stat(text: str) -> CpuTimes:
+    """``/proc/stat`` text to its all-CPU times; ValueError when it has no ``cpu`` line."""
+    total: list[int] | None = None
+    cpus = 0
+    running = None
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "cpu":
+            total = [int(v) for v in parts[1:]] + [0] * 8
+        elif parts[0].startswith("cpu") and parts[0][3:].isdigit():
+            cpus += 1
+        elif parts[0] == "procs_running" and len(parts) > 1:
+            running = int(parts[1])
+    if total is None:
+        raise ValueError("no 'cpu' line in /proc/stat")
+    user, nice, system, idle, iowait, irq, softirq, steal = total[:8]
+    return CpuTimes(busy=user + nice + system + irq + softirq, idle=idle + iowait,
+                    steal=steal, cpus=cpus or 1, procs_running=running)
+
+
+def parse_loadavg(text: str) -> tuple[float, int]:
+    """``/proc/loadavg`` (``0.50 0.70 1.09 3/412 2701``) to (1-minute load, running)."""
+    parts = text.split()
+    return float(parts[0]), int(parts[3].split("/")[0])
+
+
+def parse_pid_stat(text: str) -> tuple[str, int]:
+    """``/proc/<pid>/stat`` (or a task's) to (state, utime + stime in ticks); the command
+    name in parentheses may hold spaces and parentheses, so fields count from the last."""
+    rest = text[text.rindex(")") + 2:].split()
+    return rest[0], int(rest[11]) + int(rest[12])
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, ValueError):
+        return None
+
+
+def _ticks_per_s() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, ValueError, OSError):
+        return 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    at_s: float
+    cpu: CpuTimes
+    engine_ticks: int | None
+    own_s: float
+
+
+class LoadSampler:
+    """Reads the machine between ``start`` and ``stop`` (see the module doc).
+
+    ``engine_pids`` are the engine's server processes (empty: not known, e.g. an
+    attached server; then only machine-wide figures). ``poll_s`` None takes only the
+    start and end samples of the run queue.
+    """
+
+    def __init__(self, engine_pids: Sequence[int] = (), *, proc: Path = PROC,
+                 poll_s: float | None = POLL_S,
+                 own_cpu_s: Callable[[], float] = time.process_time) -> None:
+        self.engine_pids = tuple(engine_pids)
+        self.proc = proc
+        self.poll_s = poll_s
+        self._own_cpu_s = own_cpu_s
+        self._start: _Snapshot | None = None
+        self._queue: list[int] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._problem = ""
+        self.cost_s = 0.0
+        """CPU seconds the run-queue poll took (its own thread's time)."""
+
+    def _snapshot(self) -> _Snapshot | None:
+        text = _read(self.proc / "stat")
+        if text is None:
+            self._problem = f"no {self.proc / 'stat'} on this platform"
+            return None
+        try:
+            cpu = parse_proc_stat(text)
+        except ValueError as exc:
+            self._problem = f"{self.proc / 'stat'} not understood ({exc})"
+            return None
+        ticks: int | None = None
+        if self.engine_pids:
+            ticks = 0
+            for pid in self.engine_pids:
+                stat = _read(self.proc / str(pid) / "stat")
+                try:
+                    ticks += parse_pid_stat(stat)[1] if stat else 0
+                except (ValueError, IndexError):
+                    pass
+        return _Snapshot(time.monotonic(), cpu, ticks, self._own_cpu_s())
+
+    def _running_threads(self, pid: int | str) -> int:
+        running = 0
+        try:
+            tasks = list((self.proc / str(pid) / "task").iterdir())
+        except OSError:
+            return 0
+        for task in tasks:
+            stat = _read(task / "stat")
+            try:
+                running += bool(stat) and parse_pid_stat(stat or "")[0] == "R"
+            except (ValueError, IndexError):
+                continue
+        return running
+
+    def _sample_queue(self) -> None:
+        text = _read(self.proc / "loadavg")
+        if text is None:
+            return
+        try:
+            _, running = parse_loadavg(text)
+        except (ValueError, IndexError):
+            return
+        mine = self._running_threads("self") + sum(
+            self._running_threads(pid) for pid in self.engine_pids)
+        self._queue.append(max(0, running - mine))
+
+    def _poll(self) -> None:
+        started = time.thread_time()
+        assert self.poll_s is not None
+        while not self._stop.wait(self.poll_s):
+            self._sample_queue()
+        self.cost_s += time.thread_time() - started
+
+    def start(self) -> LoadSampler:
+        self._queue = []
+        self._start = self._snapshot()
+        if self._start is None:
+            return self
+        self._sample_queue()
+        if self.poll_s is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._poll, name="tokperf-load",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> MachineLoad:
+        """The reading since ``start`` (``MachineLoad.unknown`` without /proc)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        begin = self._start
+        if begin is None:
+            return MachineLoad.unknown(self._problem or "the sampler was not started")
+        self._sample_queue()
+        end = self._snapshot()
+        if end is None:
+            return MachineLoad.unknown(self._problem)
+        wall = max(end.at_s - begin.at_s, 1e-9)
+        hz = _ticks_per_s()
+        busy = end.cpu.busy - begin.cpu.busy
+        steal = end.cpu.steal - begin.cpu.steal
+        total = busy + steal + end.cpu.idle - begin.cpu.idle
+        engine = None
+        if end.engine_ticks is not None and begin.engine_ticks is not None:
+            engine = max(0, end.engine_ticks - begin.engine_ticks) / hz / wall
+        loadavg = _read(self.proc / "loadavg")
+        try:
+            load_1m = parse_loadavg(loadavg)[0] if loadavg else None
+        except (ValueError, IndexError):
+            load_1m = None
+        queue = self._queue
+        return MachineLoad(
+            wall_s=wall, cpus=end.cpu.cpus, busy_cpus=busy / hz / wall,
+            engine_cpus=engine, own_cpus=max(0.0, end.own_s - begin.own_s) / wall,
+            steal=steal / total if total > 0 else 0.0,
+            run_queue=sum(queue) / len(queue) if queue else None,
+            run_queue_max=max(queue) if queue else None, load_1m=load_1m,
+            samples=len(queue),
+            detail="" if self.engine_pids else "engine process unknown: machine-wide only",
+        )
+
+
+def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> MachineLoad:
+    """The machine over the next ``seconds`` (for a CLI line or a script)."""
+    sampler = LoadSampler(engine_pids).start()
+    time.sleep(seconds)
+    return sampler.stop()
