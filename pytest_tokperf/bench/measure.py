@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -89,6 +90,8 @@ class MeasureOptions:
     out of the machine's to leave the neighbours' (``hardware.load``)."""
     sample_load: bool = True
     """Read the machine's load (/proc) around every measured repetition."""
+    load_sampler: Callable[[tuple[int, ...]], LoadSampler] = LoadSampler
+    """Makes the sampler of one repetition from the engine's PIDs."""
 
     @classmethod
     def of(cls, settings: Settings) -> MeasureOptions:
@@ -441,7 +444,7 @@ def run_workload(
                 # Unmeasured: the same salt makes these prompts the measured ones' prefix.
                 _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
                                         generate_tokens=1) for r in requests])
-            sampler = (LoadSampler(options.engine_pids).start()
+            sampler = (options.load_sampler(options.engine_pids).start()
                        if options.sample_load and index >= workload.warmup else None)
             try:
                 generations = _round(engine, requests)

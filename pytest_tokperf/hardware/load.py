@@ -114,11 +114,13 @@ class LoadSampler:
 
     def __init__(self, engine_pids: Sequence[int] = (), *, proc: Path = PROC,
                  poll_s: float | None = POLL_S,
-                 own_cpu_s: Callable[[], float] = time.process_time) -> None:
+                 own_cpu_s: Callable[[], float] = time.process_time,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.engine_pids = tuple(engine_pids)
         self.proc = proc
         self.poll_s = poll_s
         self._own_cpu_s = own_cpu_s
+        self._clock = clock
         self._start: _Snapshot | None = None
         self._queue: list[int] = []
         self._stop = threading.Event()
@@ -146,7 +148,7 @@ class LoadSampler:
                     ticks += parse_pid_stat(stat)[1] if stat else 0
                 except (ValueError, IndexError):
                     pass
-        return _Snapshot(time.monotonic(), cpu, ticks, self._own_cpu_s())
+        return _Snapshot(self._clock(), cpu, ticks, self._own_cpu_s())
 
     def _running_threads(self, pid: int | str) -> int:
         running = 0

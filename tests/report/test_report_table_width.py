@@ -67,3 +67,17 @@ def test_columns_option_is_a_plugin_option(pytester: pytest.Pytester) -> None:
     bad = pytester.runpytest("--tokperf-columns", "20")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--tokperf-columns '20'*"])
+
+
+def test_a_row_measured_on_a_busy_machine_is_flagged_in_its_verdict() -> None:
+    from pytest_tokperf.results import MachineLoad
+
+    busy = MachineLoad(wall_s=1.0, cpus=2, busy_cpus=2.0, engine_cpus=0.4, own_cpus=0.0,
+                       steal=0.0, run_queue=5.0, samples=10)
+    quiet = dataclasses.replace(busy, busy_cpus=0.5)
+    rows = [Row("t::busy", dataclasses.replace(make_result(), load=busy), make_ceiling(), "fail"),
+            Row("t::quiet", dataclasses.replace(make_result(), load=quiet), make_ceiling(),
+                "pass")]
+    lines = summary_table(rows, columns=250)
+    assert "fail (busy)" in next(line for line in lines if line.startswith("t::busy"))
+    assert "busy" not in next(line for line in lines if line.startswith("t::quiet"))

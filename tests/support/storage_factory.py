@@ -27,6 +27,7 @@ from pytest_tokperf.results import (
     EngineInfo,
     Footprint,
     HardwareInfo,
+    MachineLoad,
     ModelInfo,
     RunInfo,
     Sample,
@@ -194,9 +195,11 @@ def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -
 
 def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
                  test_id: str = "t::decode", speculative: bool = False,
+                 load: MachineLoad | None = None,
                  ) -> tuple[ResultStore, str]:
     """A DB with one run per (build, decode level), 5 samples each at CV 1%;
-    ``speculative``: with a draft model (another series of the same test)."""
+    ``speculative``: with a draft model (another series of the same test); ``load``: every
+    run measured on a machine in that state."""
     rng = random.Random(seed)
     store = ResultStore.open(db)
     key = ""
@@ -204,6 +207,8 @@ def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
         run = make_run(run_id=f"run-{i}", started_at=f"2026-01-{i + 1:02d}T00:00:00+00:00")
         store.begin_run(run)
         result = result_at(build, level, rng)
+        if load is not None:
+            result = dataclasses.replace(result, load=load)
         if speculative:
             engine = dataclasses.replace(result.engine, speculative=True, settings=(
                 *result.engine.settings, ("draft_model", "draft.gguf")))
