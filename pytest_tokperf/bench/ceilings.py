@@ -15,11 +15,22 @@ ceiling is an upper bound: on a host whose bandwidth drifts +/-15-20% within sec
 probe next to the decode can catch a low phase, and judging against it reads above
 100%. An engine wholly on a GPU (NVML, the catalog) or an explicit bandwidth is never
 probed. Where the engine does not say where it runs, the machine's first device is used.
+
+Probing is bounded once the host has a reached figure (kept probes, or this session's):
+a probe on a busy machine reads the neighbours' contention (2.6-3.8 GB/s here with two
+busy loops, against 25-60 GB/s quiet), which can never raise the best figure the ceiling
+uses, and its buffer's first touch grew from 0.1 s to 13 s; so a probe is skipped while
+other processes hold a notable share of the CPUs (``results.LOADED_SHARE``, read over
+``BUSY_WINDOW_S`` before the measurement and over the measurement itself after it), the
+buffer's set-up gets ``SETUP_BUDGET_S``, and a session probes for at most
+``PROBE_BUDGET_S`` in all. A host with no reached figure yet is always probed.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +46,7 @@ from pytest_tokperf.results import (
     Ceiling,
     Footprint,
     HardwareInfo,
+    MachineLoad,
     Workload,
 )
 
@@ -46,6 +58,12 @@ if TYPE_CHECKING:
     from pytest_tokperf.model.hf_file import HFModel
 
 DEFAULT_KV_TYPE = "f16"
+PROBE_BUDGET_S = 5.0
+"""Seconds a session spends probing (set-up included) once the host has a reached figure."""
+SETUP_BUDGET_S = 2.0
+"""Seconds the probe buffer's first touch may take once the host has a reached figure."""
+BUSY_WINDOW_S = 0.1
+"""How long the machine is watched before a probe to tell whether it is busy now."""
 
 
 def mean_decode_depth(workload: Workload) -> int:
@@ -101,6 +119,16 @@ class CeilingSource:
     _around: list[float] = field(default_factory=list, init=False)
     """The probes since the latest ceiling: those around the next measurement."""
     problems: list[str] = field(default_factory=list, init=False)
+    probe_budget_s: float = PROBE_BUDGET_S
+    setup_budget_s: float = SETUP_BUDGET_S
+    busy_now: Callable[[], MachineLoad] | None = None
+    """The machine right now (default: ``BUSY_WINDOW_S`` of ``hardware.load``)."""
+    probe_s: float = field(default=0.0, init=False)
+    """Seconds this session spent probing, set-ups included."""
+    skipped: list[str] = field(default_factory=list, init=False)
+    """Why each skipped probe was skipped."""
+    _last_load: MachineLoad | None = field(default=None, init=False)
+    """The machine during the measurement a ``probe_after`` follows."""
 
     @property
     def hardware(self) -> HardwareInfo | None:
@@ -182,7 +210,28 @@ class CeilingSource:
         if self._reached is None:
             key = calibration_key(self._cpu_info().name, self._probe.threads)
             self._reached = ReachedBandwidth.load(key, self.calibration)
-        measured = self._probe.measure(self.probe_duration_s).bandwidth
+        bounded = self._reached.best is not None
+        why = self._why_skip() if bounded else None
+        if why is None:
+            from pytest_tokperf.hardware.probe import ProbeTimeout
+
+            started = time.perf_counter()
+            try:
+                measured = self._probe.measure(
+                    self.probe_duration_s,
+                    setup_budget_s=self.setup_budget_s if bounded else None).bandwidth
+            except ProbeTimeout as exc:
+                why = f"{exc}: the machine is busy"
+                self._probe.close()
+            finally:
+                self.probe_s += time.perf_counter() - started
+        if why is not None:
+            if not self.skipped:
+                self.problems.append(
+                    f"bandwidth probe skipped ({why}): the ceiling is the highest figure this "
+                    f"host has reached; a probe now would read the neighbours' contention")
+            self.skipped.append(why)
+            return self._cpu_info()
         self._reached.add(measured.bytes_per_s)
         if self._reached.problem is not None:
             self.problems.append(self._reached.problem)
@@ -192,13 +241,29 @@ class CeilingSource:
         self._store_cpu(cpu)
         return cpu
 
-    def probe_after(self) -> HardwareInfo:
-        """Probe again after the measurement; the CPU keeps the higher of the probes around
-        it (what is stored as measured), the ceiling gets ``reached_bandwidth``."""
+    def _why_skip(self) -> str | None:
+        """Why the next probe should not run (its budget spent, the machine busy), or None."""
+        if self.probe_s >= self.probe_budget_s:
+            return f"the session's probing budget of {self.probe_budget_s:.0f} s is spent"
+        load = self._last_load
+        self._last_load = None
+        if load is None:
+            load = self.busy_now() if self.busy_now is not None else _busy_now()
+        if load.loaded:
+            return f"machine busy: {load.describe()}"
+        return None
+
+    def probe_after(self, load: MachineLoad | None = None) -> HardwareInfo:
+        """Probe again after the measurement (``load``: the machine during it); the CPU
+        keeps the higher of the probes around it (what is stored as measured), the
+        ceiling gets ``reached_bandwidth``."""
         if not self._reads_ram():
             return self.detect()
+        self._last_load = load
         self.probe()
         cpu = self._cpu_info()
+        if not self._around:  # every probe around it skipped: the reached figure judges
+            return cpu
         best = max(self._around)
         detail = " and ".join(f"{bw / 1e9:.1f}" for bw in self._around)
         measured = Bandwidth(best, "measured", f"read probe: higher of the probes around the "
@@ -239,7 +304,7 @@ class CeilingSource:
         self._placement = placement_of(result.engine, self.device)
         cpu = self._cpu_info_if_known()
         if self._reads_ram():
-            cpu = self.probe_after()
+            cpu = self.probe_after(result.load)
             reached = self.reached_bandwidth()
             if reached is not None:  # judged against what the host has reached
                 cpu = replace(cpu, measured_bandwidth=reached)
@@ -315,3 +380,14 @@ class CeilingSource:
         return footprint(model, depth_tokens=depth,
                          kv_type_k=server.cache_type_k or self.kv_type,
                          kv_type_v=server.cache_type_v or self.kv_type_v)
+
+
+def _busy_now() -> MachineLoad:
+    """The machine over ``BUSY_WINDOW_S`` (the engine idle between measurements, so what
+    is busy besides tokperf is the neighbours': read as others' CPU)."""
+    from pytest_tokperf.hardware.load import machine_load_now
+
+    load = machine_load_now(BUSY_WINDOW_S)
+    if load.busy_cpus is None:
+        return load
+    return replace(load, engine_cpus=0.0)

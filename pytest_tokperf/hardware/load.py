@@ -235,7 +235,9 @@ class LoadSampler:
 
 
 def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> MachineLoad:
-    """The machine over the next ``seconds`` (for a CLI line or a script)."""
-    sampler = LoadSampler(engine_pids).start()
+    """The machine over the next ``seconds`` (for a CLI line, a probe, a script); under
+    three poll intervals the run queue is the start and end samples only."""
+    sampler = LoadSampler(engine_pids, poll_s=POLL_S if seconds >= 3 * POLL_S else None)
+    sampler.start()
     time.sleep(seconds)
     return sampler.stop()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.errors import ConfigError, TokperfError
 from pytest_tokperf.results import Bandwidth
 
 MIB = 2**20
@@ -44,6 +44,10 @@ DEFAULT_MAX_BYTES = 2048 * MIB
 DEFAULT_DURATION_S = 0.25
 """A probe's time budget around a measurement (``benchmarks/perf/bench_cost.py``)."""
 DEFAULT_PASSES = 5
+
+
+class ProbeTimeout(TokperfError):
+    """The probe buffer's set-up passed its budget (``ReadProbe.prepare``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +148,30 @@ class ReadProbe:
         self._slices: list[Any] | None = None
         self._pool: ThreadPoolExecutor | None = None
 
-    def prepare(self) -> float:
-        """Allocate and touch the buffer and start the workers (once); returns the seconds."""
+    def prepare(self, budget_s: float | None = None) -> float:
+        """Allocate and touch the buffer and start the workers (once); returns the seconds.
+
+        With ``budget_s`` the buffer is written in 64 MiB pieces and given up (freed,
+        ``ProbeTimeout``) once the budget is spent: on a loaded VM its first touch took
+        5-14 s where a quiet one takes 0.1 s."""
         if self._slices is None:
             import numpy as np
 
             started = time.perf_counter()
-            # arange writes every element: each page is faulted in here, and holds distinct
+            count = self.size_bytes // 8 // self.threads * self.threads
+            # every element written: each page is faulted in here, and holds distinct
             # values that no zero page or KSM merge can serve from cache
-            buffer = np.arange(self.size_bytes // 8 // self.threads * self.threads,
-                               dtype=np.float64)
+            buffer = np.empty(count, dtype=np.float64)
+            piece = 64 * MIB // 8
+            for first in range(0, count, piece):
+                last = min(first + piece, count)
+                buffer[first:last] = np.arange(first, last, dtype=np.float64)
+                spent = time.perf_counter() - started
+                if budget_s is not None and spent > budget_s and last < count:
+                    del buffer
+                    raise ProbeTimeout(
+                        f"the probe buffer's set-up passed its {budget_s:.1f} s budget after "
+                        f"{last * 8 / MIB:.0f} of {count * 8 / MIB:.0f} MiB ({spent:.1f} s)")
             self._slices = list(np.split(buffer, self.threads))
             self._pool = ThreadPoolExecutor(max_workers=self.threads,
                                             thread_name_prefix="tokperf-probe")
@@ -183,13 +201,14 @@ class ReadProbe:
         return self.buffer_bytes * sweeps / max(wall, 1e-9)
 
     def measure(self, duration_s: float = DEFAULT_DURATION_S,
-                passes: int = DEFAULT_PASSES) -> ProbeResult:
-        """Best of up to ``passes`` passes within about ``duration_s`` (set-up excluded)."""
+                passes: int = DEFAULT_PASSES, setup_budget_s: float | None = None) -> ProbeResult:
+        """Best of up to ``passes`` passes within about ``duration_s`` (set-up excluded;
+        ``setup_budget_s`` bounds it, see ``prepare``)."""
         if passes < 1:
             raise ConfigError(f"probe passes {passes!r} must be >= 1")
         if not duration_s > 0:
             raise ConfigError(f"probe duration {duration_s!r} s must be positive")
-        self.prepare()
+        self.prepare(setup_budget_s)
         started = time.perf_counter()
         deadline = started + duration_s
         # the first pass (one sweep) sizes the others; the buffer is resident, so it counts

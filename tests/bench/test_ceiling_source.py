@@ -15,7 +15,7 @@ from pytest_tokperf.ceiling import check_efficiency
 from pytest_tokperf.hardware.reached import ReachedBandwidth, calibration_key
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
-from pytest_tokperf.results import Bandwidth, BenchResult, HardwareInfo, Workload
+from pytest_tokperf.results import Bandwidth, BenchResult, HardwareInfo, MachineLoad, Workload
 from tests.support.storage_factory import make_engine, make_result
 
 
@@ -36,14 +36,21 @@ class _FakeProbe:
     """Stands in for ``ReadProbe``: each ``measure`` returns the next figure."""
 
     instances = 0
+    latest: _FakeProbe | None = None
 
     def __init__(self, figures: list[float], threads: int | None = None) -> None:
         self.figures = figures
         self.threads = threads or 1
+        self.budgets: list[float | None] = []
         _FakeProbe.instances += 1
+        _FakeProbe.latest = self
 
-    def measure(self, duration_s: float = 0.5) -> probe_mod.ProbeResult:
+    def measure(self, duration_s: float = 0.5,
+                setup_budget_s: float | None = None) -> probe_mod.ProbeResult:
+        self.budgets.append(setup_budget_s)
         value = self.figures.pop(0)
+        if value == SLOW_SETUP:
+            raise probe_mod.ProbeTimeout("the probe buffer's set-up passed its 2.0 s budget")
         return probe_mod.ProbeResult(Bandwidth(value, "measured", "fake probe"), (value,),
                                      self.threads, 1, 1, 0.0)
 
@@ -57,7 +64,15 @@ def _probe_sequence(monkeypatch: pytest.MonkeyPatch, figures: list[float]) -> No
                         lambda threads=None: _FakeProbe(figures, threads))
 
 
+SLOW_SETUP = -1.0
+"""A figure that makes the fake probe's set-up pass its budget."""
+QUIET = MachineLoad(wall_s=0.1, cpus=2, busy_cpus=0.1, engine_cpus=0.0, own_cpus=0.05,
+                    steal=0.0)
+BUSY = dataclasses.replace(QUIET, busy_cpus=1.9)
+
+
 def _cpu_source(**kwargs: Any) -> CeilingSource:
+    kwargs.setdefault("busy_now", lambda: QUIET)
     source = CeilingSource(threads=2, **kwargs)
     source._hardware = HardwareInfo(name="cpu", kind="cpu")  # skip detection
     return source
@@ -170,7 +185,7 @@ def test_cpu_engine_on_a_gpu_box_is_judged_by_the_cpu_probe(
     monkeypatch: pytest.MonkeyPatch, test_model: Path
 ) -> None:
     _probe_sequence(monkeypatch, [50e9, 55e9, 53e9])
-    source = CeilingSource(threads=2)
+    source = CeilingSource(threads=2, busy_now=lambda: QUIET)
     _gpu_box(source)
     engine = make_engine(model_path=str(test_model), backend="cpu", settings=())
     source.probe()  # the engine's device is not known before its first result: no probe
@@ -188,7 +203,7 @@ def test_cuda_engine_is_judged_by_its_gpu_and_never_probes(
     monkeypatch: pytest.MonkeyPatch, test_model: Path
 ) -> None:
     _probe_sequence(monkeypatch, [])
-    source = CeilingSource(threads=2)
+    source = CeilingSource(threads=2, busy_now=lambda: QUIET)
     _gpu_box(source)
     engine = make_engine(model_path=str(test_model), backend="cuda",
                          settings=(("server_args", "-ngl 99"),))
@@ -202,7 +217,7 @@ def test_partial_offload_ceiling_shows_the_split(
     monkeypatch: pytest.MonkeyPatch, test_model: Path
 ) -> None:
     _probe_sequence(monkeypatch, [50e9, 50e9])
-    source = CeilingSource(threads=2)
+    source = CeilingSource(threads=2, busy_now=lambda: QUIET)
     _gpu_box(source)
     engine = make_engine(model_path=str(test_model), backend="cuda", settings=(
         ("offloaded_layers", "5"), ("layer_count", "10"),
@@ -220,7 +235,7 @@ def test_device_override_wins(monkeypatch: pytest.MonkeyPatch, test_model: Path)
     from pytest_tokperf.hardware.placement import Device
 
     _probe_sequence(monkeypatch, [40e9, 45e9])
-    source = CeilingSource(threads=2, device=Device.parse("cpu"))
+    source = CeilingSource(threads=2, device=Device.parse("cpu"), busy_now=lambda: QUIET)
     _gpu_box(source)
     engine = make_engine(model_path=str(test_model), name="vllm", backend="cuda", settings=())
     source.probe()  # the override says the CPU: probe before the measurement
@@ -239,3 +254,48 @@ def test_kv_types_come_from_the_engine(test_model: Path) -> None:
         engine = make_engine(model_path=str(test_model), backend="cpu", settings=settings)
         ceiling = source.ceiling_for(make_result(engine=engine), None)
         assert ceiling is not None and ceiling.footprint.kv_type == label
+
+
+def test_a_busy_machine_is_not_probed_once_the_host_has_a_reached_figure(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path, tmp_path: Path
+) -> None:
+    kept = tmp_path / "bandwidth.json"
+    _probe_sequence(monkeypatch, [50e9, 45e9])
+    first = _cpu_source(calibration=kept)
+    first.probe()
+    first.ceiling_for(_cpu_result(test_model), None)
+    assert _FakeProbe.latest is not None and _FakeProbe.latest.budgets == [None, 2.0]
+    # a later session on a busy machine: no probe before or after; the kept figure judges
+    busy = _cpu_source(calibration=kept, busy_now=lambda: BUSY)
+    busy.probe()
+    loaded = dataclasses.replace(_cpu_result(test_model), load=BUSY)
+    ceiling = busy.ceiling_for(loaded, None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 50e9
+    assert len(busy.skipped) == 2 and busy.skipped[0].startswith("machine busy: other processes used 1.8")
+    assert any(p.startswith("bandwidth probe skipped (machine busy") for p in busy.problems)
+
+
+def test_a_host_with_no_reached_figure_is_probed_however_busy(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    _probe_sequence(monkeypatch, [30e9, 40e9])
+    source = _cpu_source(busy_now=lambda: BUSY)
+    source.probe()  # nothing reached yet: probed, set-up unbounded
+    ceiling = source.ceiling_for(dataclasses.replace(_cpu_result(test_model), load=BUSY), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 30e9  # the after-probe skipped
+    assert len(source.skipped) == 1
+
+
+def test_probing_stops_at_its_session_budget_and_a_slow_setup_gives_up(
+    monkeypatch: pytest.MonkeyPatch, test_model: Path
+) -> None:
+    _probe_sequence(monkeypatch, [40e9, SLOW_SETUP, 45e9])
+    source = _cpu_source()
+    source.probe()
+    source.probe()  # its set-up passed the budget: skipped, the machine said busy
+    assert source.skipped[-1].endswith("budget: the machine is busy")
+    source.probe_s = source.probe_budget_s  # as if 5 s were spent
+    source.probe()
+    assert source.skipped[-1] == "the session's probing budget of 5 s is spent"
+    ceiling = source.ceiling_for(_cpu_result(test_model), None)
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 40e9
