@@ -273,6 +273,16 @@ def dumps_report(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
+def _load_properties(load: MachineLoad | None) -> list[tuple[str, str | float | None]]:
+    if load is None or not load.known:
+        return [("tokperf_machine_load", "unknown")] if load is not None else []
+    return [("tokperf_machine_busy_cpus", load.busy_cpus),
+            ("tokperf_machine_others_cpus", load.others_cpus),
+            ("tokperf_machine_run_queue", load.run_queue),
+            ("tokperf_machine_steal", load.steal),
+            ("tokperf_machine_loaded", "yes" if load.loaded else "no")]
+
+
 def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
     """``record_property`` pairs: ``tokperf_<figure>`` with SI units, unknowns left out."""
     fig = row if isinstance(row, ResultFigures) else figures_from_row(row)
@@ -295,6 +305,7 @@ def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
         ("tokperf_verdict", fig.verdict),
         ("tokperf_gate", fig.gate or None),
         ("tokperf_warnings", " | ".join(fig.warnings) or None),
+        *_load_properties(fig.machine_load),
     ]
     return [(k, v) for k, v in values
             if v is not None and not (isinstance(v, float) and not math.isfinite(v))]
