@@ -44,6 +44,23 @@ def resolve_model_path(model: str, progress: Progress | None = None) -> Path:
     return path
 
 
+def loopback_pids(url: str) -> tuple[int, ...]:
+    """The processes serving ``url`` when it is on this machine's loopback (an attached
+    server tokperf did not start), found by its listening port in /proc; else empty."""
+    from urllib.parse import urlsplit
+
+    from pytest_tokperf.hardware.load import listening_pids
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ()
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return ()
+    return listening_pids(port)
+
+
 def check_model_file(path: Path, source: str) -> None:
     """Fail early, in words, when a model path is missing, not GGUF or corrupt."""
     from pytest_tokperf.model.gguf_file import check_header
@@ -96,6 +113,8 @@ class EngineSession:
     _drafts: dict[str, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
                                                                      init=False)
     """Drafting engines by draft path (started here) or URL (attached)."""
+    _attached_pids: tuple[int, ...] | None = field(default=None, init=False)
+    """An attached server's processes when it listens on this machine's loopback."""
 
     @property
     def server(self) -> ServerProcess | DetachedServer | None:
@@ -105,7 +124,12 @@ class EngineSession:
         """The server processes tokperf started for this session (main and drafting), so
         their CPU time is told apart from the neighbours' (empty: attached, or not started)."""
         started = [self._server, *(server for server, _ in self._drafts.values())]
-        return tuple(s.process.pid for s in started if isinstance(s, ServerProcess))
+        pids = tuple(s.process.pid for s in started if isinstance(s, ServerProcess))
+        if not pids and self._server is None and self._engine is not None:
+            if self._attached_pids is None:
+                self._attached_pids = loopback_pids(self._engine.base_url)
+            pids = self._attached_pids
+        return pids
 
     @property
     def model_path(self) -> Path | None:

@@ -234,6 +234,46 @@ class LoadSampler:
         )
 
 
+def listening_inodes(text: str, port: int) -> set[str]:
+    """Socket inodes listening on ``port`` in ``/proc/net/tcp`` (or tcp6) text."""
+    found = set()
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 9 and parts[3] == "0A" and parts[1].rsplit(":", 1)[-1] == f"{port:04X}":
+            found.add(parts[9])
+    return found
+
+
+def listening_pids(port: int, proc: Path = PROC) -> tuple[int, ...]:
+    """The processes listening on TCP ``port`` of this machine (an attached server on
+    loopback), from /proc; empty when not found or not readable (another user's)."""
+    inodes: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        text = _read(proc / "net" / name)
+        if text:
+            inodes |= listening_inodes(text, port)
+    if not inodes:
+        return ()
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    pids = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:  # closed since the listing (the listing's own, for one)
+                continue
+            if link in wanted:
+                pids.append(int(entry.name))
+                break
+    return tuple(sorted(pids))
+
+
 def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> MachineLoad:
     """The machine over the next ``seconds`` (for a CLI line, a probe, a script); under
     three poll intervals the run queue is the start and end samples only."""

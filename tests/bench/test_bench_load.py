@@ -126,3 +126,22 @@ def test_the_ab_line_gives_each_side_its_machine_load() -> None:
     unknown = dataclasses.replace(cand, load=MachineLoad.unknown("no /proc/stat"))
     assert "candidate unknown" in ABResult(baseline=base, candidate=unknown, verdicts=(),
                                            pairs=4).describe()
+
+
+def test_an_attached_server_on_loopback_is_found_by_its_port() -> None:
+    import socket
+
+    from pytest_tokperf.bench.session import loopback_pids
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        here = Path("/proc/net/tcp").exists()
+        import os
+
+        assert loopback_pids(f"http://localhost:{port}/v1") == ((os.getpid(),) if here else ())
+        assert loopback_pids(f"http://10.1.2.3:{port}") == ()  # another machine: not ours
+    finally:
+        listener.close()

@@ -11,6 +11,8 @@ import pytest
 
 from pytest_tokperf.hardware.load import (
     LoadSampler,
+    listening_inodes,
+    listening_pids,
     parse_loadavg,
     parse_pid_stat,
     parse_proc_stat,
@@ -140,3 +142,29 @@ def test_windows_combine_weighted_by_their_wall_time() -> None:
     assert not quiet.loaded and busy.loaded and both.loaded  # 0.4 of 2 CPUs: 20% + 5% steal
     unknown = MachineLoad.unknown("no /proc/stat")
     assert combine_loads([unknown]) == unknown and combine_loads([]) is None
+
+
+def test_the_process_listening_on_a_port_is_found_for_an_attached_server() -> None:
+    text = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+            "timeout inode\n"
+            "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0"
+            "        0 4242 1 0000000000000000 100 0 0 10 0\n"
+            "   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0"
+            "        0 4343 1 0000000000000000 100 0 0 10 0\n")
+    assert listening_inodes(text, 8080) == {"4242"}  # the listener, not a connection
+    assert listening_inodes(text, 8081) == set()
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys, time\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        found = listening_pids(port)
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+    assert found == ((server.pid,) if Path("/proc/net/tcp").exists() else ())
