@@ -67,6 +67,9 @@ class GateFinding:
     result_id: int | None = None
     correction: str = "none"
     """How significance was controlled across the session's comparisons."""
+    busy: str = ""
+    """What the machine's load says about a flag that stands (``busy_verdict``); kept
+    through the session's family correction, which rewrites the reason."""
 
     def stored(self) -> GateVerdict | None:
         """The row ``ResultStore.save_gate_verdicts`` keeps (None without a result id)."""
@@ -147,12 +150,13 @@ class Gate:
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
+                busy = ""
                 if comparison.verdict in ("regression", "improvement") and load is not None:
                     ids = [e.row.result_id for e in histories[metric.name]]
-                    comparison = busy_verdict(comparison, load,
-                                              list(source.machine_loads(ids).values()))
+                    comparison, busy = busy_verdict(comparison, load,
+                                                    list(source.machine_loads(ids).values()))
                 findings.append(GateFinding(test_id, series_key, comparison, span,
-                                            current_build, result_id=result_id))
+                                            current_build, result_id=result_id, busy=busy))
         finally:
             if source is not store:
                 source.close()
@@ -166,11 +170,14 @@ class Gate:
                               alpha=self.alpha)
         final = [replace(f, comparison=family.comparisons[i], correction=family.comparisons[i].correction)
                  for i, f in enumerate(findings)]
+        final = [replace(f, comparison=replace(f.comparison, reason=f"{f.comparison.reason}; {f.busy}"))
+                 if f.busy and f.comparison.verdict in ("regression", "improvement")
+                 and f.busy not in f.comparison.reason else f for f in final]
         return final, family.summary
 
 
 def busy_verdict(comparison: Comparison, load: MachineLoad,
-                 baseline: Sequence[MachineLoad | None]) -> Comparison:
+                 baseline: Sequence[MachineLoad | None]) -> tuple[Comparison, str]:
     """A flagged change the machine's load can explain, said so or withheld.
 
     Load only slows an engine, so a *regression* (slower, whichever the metric) in a
@@ -179,25 +186,25 @@ def busy_verdict(comparison: Comparison, load: MachineLoad,
     runner that is always shared still gets its regressions flagged); the change and the
     load stay in the reason. An *improvement* over a baseline that had loaded runs keeps
     its flag and names them. ``docs/regressions.md`` has the data behind the rule.
+    Returns the comparison and, for a flag that stands, the note it carries ("" else).
     """
     known = [b for b in baseline if b is not None and b.known]
     loaded = [b for b in known if b.loaded]
     if comparison.verdict == "regression" and load.loaded:
         if known and len(loaded) == len(baseline):
-            return replace(comparison, reason=(
-                f"{comparison.reason}; the machine was busy ({load.describe()}), and in "
-                f"every baseline run too"))
+            note = f"the machine was busy ({load.describe()}), and in every baseline run too"
+            return replace(comparison, reason=f"{comparison.reason}; {note}"), note
         quiet = ("the baseline's runs were quiet" if known and not loaded else
                  "the baseline's runs were not measured as busy")
         return replace(comparison, verdict="inconclusive", shift=None, reason=(
             f"inconclusive: machine busy: {load.describe()}, {quiet}: the neighbours may "
             f"have made this change ({comparison.reason}); rerun on a quiet machine, or use "
-            f"the same-run A/B"))
+            f"the same-run A/B")), ""
     if comparison.verdict == "improvement" and loaded:
-        return replace(comparison, reason=(
-            f"{comparison.reason}; {len(loaded)} of {len(baseline)} baseline runs were "
-            f"measured on a busy machine, which lowers the baseline"))
-    return comparison
+        note = (f"{len(loaded)} of {len(baseline)} baseline runs were measured on a busy "
+                f"machine, which lowers the baseline")
+        return replace(comparison, reason=f"{comparison.reason}; {note}"), note
+    return comparison, ""
 
 
 def describe(finding: GateFinding) -> str:

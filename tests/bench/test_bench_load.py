@@ -85,6 +85,7 @@ def test_a_floor_failed_on_a_quiet_machine_says_nothing_of_load() -> None:
 
 def _gate(tmp_path: Path, baseline_load: MachineLoad | None, current: MachineLoad | None,
           level: float = 60.0) -> tuple[str, str]:
+    """The session's final decode verdict and reason (after the family correction)."""
     store, key = fill_history(tmp_path / "r.db", [(f"b{i}", 100.0) for i in range(5)],
                               load=baseline_load)
     samples = result_at("bnew", level, random.Random(3)).samples
@@ -92,6 +93,7 @@ def _gate(tmp_path: Path, baseline_load: MachineLoad | None, current: MachineLoa
                                                samples=samples, current_build="bnew",
                                                run_id="current", load=current)
     store.close()
+    findings, _ = Gate(Baseline("history")).finish(findings)
     decode = next(f for f in findings if f.comparison.metric == "decode")
     return decode.comparison.verdict, decode.comparison.reason
 
