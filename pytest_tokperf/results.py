@@ -161,8 +161,8 @@ class MachineLoad:
             return True
         return self.steal is not None and self.steal >= LOADED_STEAL
 
-    def describe(self) -> str:
-        """One clause: what the machine did during the repetitions."""
+    def describe(self, during: str = "during the repetitions") -> str:
+        """One clause: what the machine did ``during`` its window."""
         if not self.known:
             return f"machine load unknown ({self.detail})" if self.detail else \
                 "machine load unknown"
@@ -174,8 +174,7 @@ class MachineLoad:
             busy = self.busy_cpus or 0.0
             return (f"the machine was busy {busy:.1f} of {self.cpus} CPUs, the engine's "
                     f"share unknown ({queue} with the engine's threads, {steal})")
-        return (f"other processes used {others:.1f} of {self.cpus} CPUs during the "
-                f"repetitions ({queue}, {steal})")
+        return f"other processes used {others:.1f} of {self.cpus} CPUs {during} ({queue}, {steal})"
 
     def warning(self) -> str | None:
         """The sentence a figure measured on a loaded machine carries, else None."""

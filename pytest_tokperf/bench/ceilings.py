@@ -245,12 +245,13 @@ class CeilingSource:
         """Why the next probe should not run (its budget spent, the machine busy), or None."""
         if self.probe_s >= self.probe_budget_s:
             return f"the session's probing budget of {self.probe_budget_s:.0f} s is spent"
-        load = self._last_load
+        load, during = self._last_load, "during the measurement"
         self._last_load = None
         if load is None:
             load = self.busy_now() if self.busy_now is not None else _busy_now()
+            during = f"over {load.wall_s:.1f} s before the measurement"
         if load.loaded:
-            return f"machine busy: {load.describe()}"
+            return f"machine busy: {load.describe(during)}"
         return None
 
     def probe_after(self, load: MachineLoad | None = None) -> HardwareInfo:

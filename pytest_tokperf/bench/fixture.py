@@ -166,7 +166,9 @@ class TokBenchResult:
         check = self.check_efficiency(min_fraction)
         self._decided(check.status)
         if check.status == "fail":
-            raise AssertionError(check.message + self._busy())
+            first, _, rest = check.message.partition("\n")
+            busy = self._busy()
+            raise AssertionError(first + (f"\n{busy[2:]}" if busy else "") + (f"\n{rest}" if rest else ""))
         if check.status == "suspect":
             warnings.warn(check.message, TokperfWarning, stacklevel=2)
 
