@@ -108,7 +108,10 @@ LOADED_SHARE = 0.25
 """Other processes using this share of the CPUs (or more) during the repetitions make a
 figure the neighbours' as much as the engine's: it is flagged (``MachineLoad.loaded``)."""
 LOADED_STEAL = 0.05
-"""The hypervisor taking this share of CPU time (or more) flags a figure the same way."""
+"""The hypervisor taking this share of CPU time (or more) flags a figure the same way..."""
+STEAL_MIN_CPU_S = 2.0
+"""...over a window of at least this many CPU-seconds (wall x CPUs): /proc counts time in
+ticks of 10 ms, so in a 0.2 s window on 2 CPUs one stolen tick reads 2.5%."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +162,8 @@ class MachineLoad:
         others = self.others_cpus
         if others is not None and self.cpus and others >= LOADED_SHARE * self.cpus:
             return True
-        return self.steal is not None and self.steal >= LOADED_STEAL
+        return (self.steal is not None and self.steal >= LOADED_STEAL
+                and self.wall_s * self.cpus >= STEAL_MIN_CPU_S)
 
     def describe(self, during: str = "during the repetitions") -> str:
         """One clause: what the machine did ``during`` its window."""

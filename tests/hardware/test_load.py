@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -140,6 +141,8 @@ def test_windows_combine_weighted_by_their_wall_time() -> None:
     assert both.others_cpus == pytest.approx(0.4) and both.steal == pytest.approx(0.05)
     assert both.run_queue == pytest.approx(1.0) and both.run_queue_max == 6
     assert not quiet.loaded and busy.loaded and both.loaded  # 0.4 of 2 CPUs: 20% + 5% steal
+    short = dataclasses.replace(busy, wall_s=0.2, busy_cpus=0.4)  # one stolen tick: 2.5%
+    assert short.steal == 0.2 and not short.loaded  # too few ticks to tell steal
     unknown = MachineLoad.unknown("no /proc/stat")
     assert combine_loads([unknown]) == unknown and combine_loads([]) is None
 
