@@ -40,6 +40,8 @@ CLASS_RESIDUALS = 10
 """Held-out residuals a device class needs for a band of its own (else: pooled with the
 other classes'). Ten residuals' full range covers (10 - 1) / (10 + 1) = 82% nominally;
 fewer would be a band set by one or two sources."""
+PREDICT_ROWS = 20
+"""Public rows a device class needs before ``predict`` uses the fitted band for it."""
 FITTED_FILE = Path(__file__).with_name("band_fit.json")
 """The model fitted on db/public, written by ``benchmarks/perf/bench_bands.py --write``."""
 
@@ -331,3 +333,33 @@ def load_fitted(path: Path = FITTED_FILE) -> Fitted | None:
             f"({exc}); regenerate it: python benchmarks/perf/bench_bands.py --write"
         ) from exc
     return Fitted(model, loso)
+
+
+def fitted_band(fitted: Fitted, device_class: str, family: str | None, stream_s: float,
+                depth_tokens: int = 0) -> tuple[float, float, float] | None:
+    """(low, typical, high) efficiency from the fitted model, where ``predict`` uses it.
+
+    None where the class has fewer than ``PREDICT_ROWS`` public rows or the family has
+    no fitted cost: then the fixed bands of ``hardware.bands`` apply.
+    """
+    if family is None or fitted.model.rows_per_class.get(device_class, 0) < PREDICT_ROWS:
+        return None
+    band = fitted.model.band(device_class, family, stream_s, depth_tokens)
+    if band is None:
+        return None
+    low, typical, high = (tok_s * stream_s for tok_s in band)
+    return low, typical, high
+
+
+def describe_fitted(fitted: Fitted, device_class: str) -> str:
+    """Where a fitted band comes from, in one line with its held-out check."""
+    model = fitted.model
+    inside, checked = fitted.loso_inside.get(device_class, (0, 0))
+    share = f" ({inside / checked:.0%})" if checked else ""
+    return (
+        f"fitted model of db/public ({model.rows_per_class[device_class]} rows from "
+        f"{model.sources_per_class[device_class]} sources; each source held out: "
+        f"{inside}/{checked}{share} inside; per-token overhead "
+        f"{model.overhead_per_class[device_class] * 1e3:.2f} ms, depth cost "
+        f"{model.depth_cost:.4f} per 1000 tokens; benchmarks/perf/bench_bands.py)"
+    )
