@@ -117,9 +117,23 @@ def active_parameters_of(model_type: str | None) -> float | None:
     return float(found["active"]) * (1e9 if found["unit"] == "B" else 1e6)
 
 
+_OLD_BACKEND_FLAGS = (
+    ("cuda", "CUDA"), ("metal", "Metal"), ("vulkan", "Vulkan"), ("opencl", "OpenCL"),
+    ("sycl", "SYCL"), ("kompute", "Kompute"), ("blas", "BLAS"),
+)
+"""llama-bench before ``backends`` (2023-early 2024) printed one boolean per backend."""
+
+
+def backends_of(fields: dict[str, Any]) -> list[str]:
+    """``backends`` split (``"Metal,BLAS"``), or the old per-backend booleans set."""
+    if fields.get("backends"):
+        return [b for b in re.split(r"[,/ ]+", str(fields["backends"])) if b]
+    return [name for key, name in _OLD_BACKEND_FLAGS if fields.get(key) in (True, 1, "1")]
+
+
 def device_of(fields: dict[str, Any]) -> tuple[str, bool]:
     """The device text a record ran on and whether it is a GPU (layers offloaded)."""
-    backends = {b.lower() for b in re.split(r"[,/ ]+", str(fields.get("backends") or "")) if b}
+    backends = {b.lower() for b in backends_of(fields)}
     on_gpu = bool(backends - {"cpu", "blas"}) and fields.get("n_gpu_layers") != 0
     if fields.get("device"):
         return str(fields["device"]), on_gpu
@@ -212,7 +226,7 @@ def _engine(f: dict[str, Any]) -> EngineInfo:
     if int(f.get("n_prompt") or 0) and int(f.get("n_gen") or 0):
         kept.update({SETTING_PREFIX + k: dumps(f[k]) for k in ("samples_ts", "samples_ns")
                      if k in f})
-    backends = [b for b in re.split(r"[,/ ]+", str(f.get("backends") or "")) if b]
+    backends = backends_of(f)
     tokperf = {
         "backend": next((b for b in backends if b.lower() not in ("blas",)), None),
         "flash_attn": _flash(f.get("flash_attn")),
