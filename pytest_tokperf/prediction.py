@@ -15,33 +15,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.hardware.band_fit import (
-    PREDICT_ROWS,
-    describe_fitted,
-    fitted_band,
-    load_fitted,
-)
-from pytest_tokperf.hardware.bands import (
-    DEVICE_CLASS_NAMES,
-    Band,
-    DeviceClass,
-    QuantFamily,
-    band_for,
-    device_class,
-    quant_family,
-)
+from pytest_tokperf.hardware.bands import Band, device_class, quant_family
+from pytest_tokperf.hardware.expected import BandOrigin, BandSource, expected_band
 from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, lookup
 from pytest_tokperf.hardware.units import format_bandwidth, format_gb, parse_bandwidth
 from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
-
-
-BandOrigin = Literal["fitted", "fixed"]
-FITTED_SOURCE = ("db/public: published llama-bench rows, each with its link "
-                 "(docs/public-record.md)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +115,7 @@ def predict(
     gpu_cores: int | None = None,
     quant: str | float | None = None,
     expert_sizes: bool = False,
-    band_source: Literal["auto", "fixed"] = "auto",
+    band_source: BandSource = "auto",
 ) -> Prediction:
     """Ceiling and expected decode range for ``footprint`` on ``hardware``.
 
@@ -152,7 +134,9 @@ def predict(
     detail = ""
     if efficiencies is None:
         cls = device_class(entry.kind, entry.name) if entry else "unknown"
-        band, origin, detail = _choose_band(cls, quant_family(quant), ceiling, band_source)
+        expected = expected_band(cls, quant_family(quant), 1.0 / ceiling.decode_tokens_per_s,
+                                 footprint.depth_tokens, band_source)
+        band, origin, detail = expected.band, expected.origin, expected.detail
         efficiencies = band.fractions
     if not efficiencies:
         raise ConfigError("efficiencies must name at least one fraction, e.g. (0.5, 0.8)")
@@ -174,31 +158,6 @@ def predict(
         band_origin=origin,
         band_detail=detail,
     )
-
-
-def _choose_band(cls: DeviceClass, family: QuantFamily | None, ceiling: Ceiling,
-                 band_source: str) -> tuple[Band, BandOrigin, str]:
-    """The fitted band where the class has the rows for it, else the fixed one."""
-    fixed = band_for(family, cls)
-    if band_source == "fixed":
-        return fixed, "fixed", "fixed band of hardware.bands (band_source='fixed')"
-    fitted = load_fitted()
-    if fitted is not None:
-        stream_s = 1.0 / ceiling.decode_tokens_per_s
-        efficiency = fitted_band(fitted, cls, family, stream_s, ceiling.footprint.depth_tokens)
-        if efficiency is not None:
-            low, typical, high = efficiency
-            return (Band(family, cls, low, typical, high, (FITTED_SOURCE,)), "fitted",
-                    describe_fitted(fitted, cls))
-    rows = fitted.model.rows_per_class.get(cls, 0) if fitted is not None else 0
-    if family is None:
-        why = "the fitted model needs the quant (--quant) to price the bytes"
-    elif rows < PREDICT_ROWS:
-        why = (f"the fitted model is used for a class with {PREDICT_ROWS} public rows; "
-               f"{DEVICE_CLASS_NAMES[cls]} has {rows}")
-    else:
-        why = f"the fitted model has no {family} rows"
-    return fixed, "fixed", f"fixed band of hardware.bands ({why})"
 
 
 def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,

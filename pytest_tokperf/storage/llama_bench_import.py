@@ -24,8 +24,9 @@ Where each llama-bench field goes:
   names no layer shape: a record that carries ``n_layer``, ``n_head_kv``, ``head_dim``
   (and ``sliding_window``/``sliding_layers``) from the model's config gets its KV read
   counted, sliding-window layers by their window; without them it is not (the ceiling
-  is then above the true one: still an upper bound). The verdict is the efficiency against the band of the
-  row's quant family and device class (``hardware.bands``).
+  is then above the true one: still an upper bound). The verdict is the efficiency against the
+  row's expected band (``hardware.expected``: the fitted model's where the device class
+  has the public rows, else the fixed band of its quant family and class).
 * the series: test ``llama-bench <test> [<device>]`` with the model, quant and settings;
   speed settings the series key has no field for (``no_kv_offload``, ``n_cpu_moe``,
   ``tensor_buft_overrides``, ``poll``, ``cpu_strict``) join the test id when set.
@@ -46,7 +47,8 @@ from typing import Any
 from pytest_tokperf.ceiling import check_efficiency, compute_ceiling, decode_efficiency
 from pytest_tokperf.environment import UNKNOWN_VERSION, package_version
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
+from pytest_tokperf.hardware.bands import Band, device_class, quant_family
+from pytest_tokperf.hardware.expected import expected_band
 from pytest_tokperf.hardware.catalog import lookup
 from pytest_tokperf.results import (
     BenchResult,
@@ -290,13 +292,17 @@ def is_moe(f: dict[str, Any]) -> bool:
     return "moe" in text or active_parameters_of(text.upper()) is not None
 
 
-def band_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Band | None:
-    """The dense band of the row's quant family and device class; None for a MoE (no band
-    covers scattered expert reads) or an unknown device."""
+def band_of(f: dict[str, Any], hardware: HardwareInfo | None,
+            ceiling: Ceiling | None = None) -> Band | None:
+    """The expected band of the row (``hardware.expected``: the fitted model's where its
+    device class has the public rows, else the fixed band of its quant family and class);
+    None for a MoE (no band covers scattered expert reads) or an unknown device."""
     if hardware is None or is_moe(f):
         return None
-    return band_for(quant_family(quant_of(f.get("model_type"))),
-                    device_class(hardware.kind, hardware.name))
+    stream_s = None if ceiling is None else 1.0 / ceiling.decode_tokens_per_s
+    depth = 0 if ceiling is None else ceiling.footprint.depth_tokens
+    return expected_band(device_class(hardware.kind, hardware.name),
+                         quant_family(quant_of(f.get("model_type"))), stream_s, depth).band
 
 
 def judge(result: BenchResult, ceiling: Ceiling | None, band: Band | None
@@ -314,7 +320,7 @@ def imported_row(record: LlamaBenchRecord) -> tuple[ImportedRow, ResultBundle]:
     result = bench_result(record)
     hardware = resolve_hardware(f)
     ceiling = ceiling_of(f, hardware)
-    band = band_of(f, hardware)
+    band = band_of(f, hardware, ceiling)
     eff, verdict = judge(result, ceiling, band)
     model = model_info(f)
     device = device_of(f)[0] or "unknown device"
