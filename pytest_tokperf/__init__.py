@@ -50,7 +50,9 @@ Domain (each usable alone)
   ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
                     bandwidth probe, ``reached`` (the highest bandwidth a host has shown),
                     ``placement``/``bandwidth`` (the engine's device -> its bandwidth),
-                    ``bands`` (expected efficiency with sources)
+                    ``bands`` (fixed efficiency bands with sources), ``band_fit`` (the
+                    model fitted on db/public, ``band_fit.json``), ``expected`` (the one
+                    band predict, import and outliers use)
 
 Ground floor (imports nothing of ours)
   ``results``       frozen dataclasses that cross modules

@@ -21,7 +21,8 @@ def add_parsers(verbs: Any) -> None:
         description="Read llama-bench's own output in any of its forms (-o json, jsonl, csv, "
         "sql, md; the form is told from the content) and store each test row as a result: "
         "its repetitions, the device resolved in the hardware catalog, the ceiling, the "
-        "efficiency, the verdict against the band of its quant family and device class, and "
+        "efficiency, the verdict against its expected band (the fitted model's where the "
+        "device class has 20 public rows, else the band of its quant family and class), and "
         "a series key, so history, compare, changes and report work on it. A folder stands "
         "for the llama-bench files in it. Importing a file again adds nothing.")
     p.add_argument("files", nargs="+", metavar="FILE", help="llama-bench output files or folders")
@@ -35,8 +36,9 @@ def add_parsers(verbs: Any) -> None:
     p = verbs.add_parser(
         "outliers", help="results far below the band of their chip class, and build regressions",
         description="Every stored decode result (pytest runs and imported llama-bench rows) "
-        "whose efficiency is under the low end of the band of its quant family and device "
-        "class, with the figure it should reach and the reasons the data offers (small "
+        "whose efficiency is under the low end of its expected band (the one predict shows: "
+        "fitted where the device class has 20 public rows, else that of its quant family and "
+        "class), with the figure it should reach and the reasons the data offers (small "
         "model, KV depth, the same chip faster on another backend or build, the host); then "
         "each build whose efficiency fell against the best earlier build of its series. "
         "This is how a chip the engine does not yet support well, or a driver regression, "

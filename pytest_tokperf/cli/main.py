@@ -188,8 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("predict", parents=[JSON],
                          help="decode ceiling of a model on some hardware",
                          description="Ceiling = bandwidth / bytes read per token, with the "
-                         "expected range at typical efficiencies and the memory needed. The "
-                         "model is a GGUF file, or parameters + quant for 'before you buy'.")
+                         "expected range and the memory needed. The range is the fitted "
+                         "model's band where the device class has 20 published rows "
+                         "(db/public), else a fixed band per quant family and class; 'band "
+                         "from:' says which. The model is a GGUF file, or parameters + quant "
+                         "for 'before you buy'.")
     p.add_argument("--hardware", required=True,
                    help="catalog name (e.g. 'RTX 4090', 'Apple M4 Max') or a bandwidth "
                    "('1008GB/s')")

@@ -5,7 +5,8 @@ it returns), ``schema`` (tables, views, migrations), ``identity`` (an environmen
 hash), ``rows`` (value types <-> rows, the series key), ``history`` (the one store ->
 points function), ``exchange`` (export, import, merge, reference runs as text),
 ``journal`` (each result on disk the moment it is measured), ``llama_bench`` and
-``llama_bench_import`` (llama-bench's own output as results). sqlite-utils only; no
+``llama_bench_import`` (llama-bench's own output as results), ``band_rows`` (stored
+rows as the efficiency model's observations). sqlite-utils only; no
 pytest.
 """
 
