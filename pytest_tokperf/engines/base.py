@@ -151,6 +151,7 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
         transport=BoundedTransport(transport, max_body_bytes=max_body_bytes,
                                    stdlib=transport is None),
         limits=httpx.Limits(max_keepalive_connections=0),
+        trust_env=False,  # the transport takes the environment's proxy itself, bounded
         headers=dict(endpoint.headers),
         params=endpoint.params,
         event_hooks=hooks,

@@ -31,6 +31,7 @@ def fault_corpus() -> list[Fault]:
     from tests.support.fake_engines import FakeOllama
     from tests.support.fake_faults import FakeFaultyLlama, FakeKilledMLX
     from tests.support.fake_http import FakeHtml
+    from tests.support.fake_routes import FakeProxy, over_tls
 
     from pytest_tokperf.engines.llama_server.adapter import LlamaServer
     from pytest_tokperf.engines.registry import create_engine
@@ -86,7 +87,21 @@ def fault_corpus() -> list[Fault]:
             Fault(f"{reader}: /props error echoes the password split", 5.0,
                   info(reader, 5.0, password=True), fake("props_split_secret"), "access denied"),
         ]
+    def tls(mode: str) -> Callable[[], object]:
+        return lambda: over_tls(FakeFaultyLlama(mode))
+
+    def proxy(mode: str, https: bool = True) -> Callable[[], object]:
+        return lambda: FakeProxy(over_tls(FakeFaultyLlama()) if https else FakeFaultyLlama(),
+                                 mode)
+
     out += [
+        Fault("https: /props head one byte per 0.2 s", 3.0, info("stdlib"), tls("props_head_drip"),
+              "total deadline"),
+        Fault("proxy CONNECT answered one byte per 0.2 s: /props", 3.0, info("stdlib"),
+              proxy("trickle"), "total deadline"),
+        Fault("http proxy answers one byte per 0.2 s: /props", 3.0, info("stdlib"),
+              proxy("trickle", https=False), "total deadline"),
+        Fault("proxy answers CONNECT with 407", 3.0, info("stdlib"), proxy("deny"), "407"),
         Fault("stdlib: /props head one byte per 0.2 s", 3.0, info("stdlib"), fake("props_head_drip"),
               "total deadline"),
         Fault("mlx killed after 7 of 32 tokens", 5.0,
