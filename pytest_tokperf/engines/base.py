@@ -114,7 +114,8 @@ class HttpAdapter:
         self._client = make_client(timeout_s, transport, endpoint, max_body_bytes)
         self._streams = StreamClient(
             self._client, StreamLimits(idle_s=idle_timeout_s), headers=endpoint.headers,
-            query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None)
+            query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None,
+            engine=str(getattr(self, "name", "")))
         self._settings = settings
         self._model = model
 

@@ -159,6 +159,8 @@ class StreamClient:
     query: str = field(default="", repr=False)
     scrub: Callable[[str], str] = field(default=str, repr=False)
     stdlib: bool = True
+    engine: str = ""
+    """The adapter's name (``vllm``), said by an error that ends a stream midway."""
 
     def events(self, url: str, body: dict[str, Any], request: GenerationRequest,
                on_error: OnError | None = None, *, ndjson: bool = False,
@@ -175,6 +177,7 @@ class StreamClient:
         reader = self._stdlib if self._stdlib_for(url) else self._httpx
         cap = event_cap(request.generate_tokens)
         events = reader(url, body, clock, parser, on_error)
+        last: dict[str, Any] | None = None
         try:
             for item in events:
                 if stats.events > cap:
@@ -183,7 +186,15 @@ class StreamClient:
                         f"tokens asked (the cap is {cap}: the tokens asked plus a margin for "
                         f"role, usage and final events): cut off. The engine ignores the "
                         f"token limit it was sent (n_predict / max_tokens / num_predict)")
+                last = item[1]
                 yield item
+        except _Lost as exc:
+            who = f"{self.engine} at {url}" if self.engine else url
+            raise EngineUnavailable(self.scrub(
+                f"{who} lost the connection during generation after {stats.events} streamed "
+                f"event(s) of {request.generate_tokens} tokens asked (the last event: "
+                f"{last!r:.200}): {exc.reason}; the engine died or the connection was cut, so "
+                f"this repetition failed; see the engine's log")) from exc.__cause__
         except EngineError as exc:
             message = self.scrub(str(exc))
             if message != str(exc):
@@ -257,7 +268,7 @@ class StreamClient:
                                      f"({refused_hint(url)})")
         if not connected:
             return EngineUnavailable(f"cannot reach {url}: {exc}")
-        return EngineUnavailable(f"lost {url} during generation: {exc}")
+        return _Lost(str(exc) or type(exc).__name__)
 
     # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
 
@@ -307,9 +318,17 @@ class StreamClient:
         except httpx.HTTPError as exc:
             if watchdog.fired:
                 raise clock.expired(time.perf_counter()) from exc
-            raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+            raise _Lost(str(exc) or type(exc).__name__) from exc
         finally:
             watchdog.stop()
+
+
+class _Lost(EngineUnavailable):
+    """The connection ended mid-stream; ``StreamClient.events`` says who and after what."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _read_capped(response: httpx.Response) -> str:

@@ -78,6 +78,8 @@ def fault_corpus() -> list[Fault]:
             Fault(f"{reader}: drip 1 byte / 50 ms", 1.0, gen(reader), fake("drip"), "no token for 1 s"),
             Fault(f"{reader}: streams 100x n_predict", 3.0, gen(reader), fake("overrun"), "events for 16 tokens asked"),
             Fault(f"{reader}: stream ends early", 3.0, gen(reader), fake("short"), "without a final"),
+            Fault(f"{reader}: connection cut mid-chunk", 3.0, gen(reader), fake("broken"),
+                  "llama-server at http://"),
             Fault(f"{reader}: /props one byte per 0.2 s", 3.0, info(reader), fake("props_drip"), "total deadline"),
             Fault(f"{reader}: /props endless", 30.0, info(reader, 30.0), fake("props_endless"), "8 MiB"),
             Fault(f"{reader}: /props 100 MB", 30.0, info(reader, 30.0), fake("props_huge"), "8 MiB"),
