@@ -43,6 +43,15 @@ def test_a_fifo_is_refused_without_opening_it(fifo: Path) -> None:
         bounded(lambda: load_gguf(fifo), 1.0)
 
 
+@pytest.mark.parametrize("target", ["m.gguf", "missing.gguf"], ids=["loop", "dangling"])
+def test_a_symlink_that_leads_nowhere_says_so(tmp_path: Path, target: str) -> None:
+    """It said the file "does not exist", while `ls` shows it."""
+    link = tmp_path / "m.gguf"
+    link.symlink_to(target)
+    with pytest.raises(ModelFileError, match="is a symbolic link that leads nowhere"):
+        load_gguf(link)
+
+
 def test_tokperf_predict_on_a_fifo_ends_with_one_line(fifo: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest_tokperf.cli.main", "predict",
                            "--hardware", "1000GB/s", "--model", str(fifo)],
