@@ -3,7 +3,8 @@
 Six parts, each printing one line per case and a count (issue 24's targets):
 
 - faults: misbehaving fake engines on 127.0.0.1 (stalls, trickles, endless or huge
-  bodies, streams past n_predict or cut short, wrong engines, TLS on an http port),
+  bodies, streams past n_predict or cut short or cut mid-chunk, wrong engines, TLS on an
+  http port, an https engine and HTTP proxies that trickle their answer's head),
   each through both readers where both apply: bounded = ended within its own limit
   + 2 s with one line (no traceback);
 - hostile GGUFs: ``bench_gguf``'s corpus (crafted counts, block counts, a FIFO),

@@ -2,7 +2,8 @@
 a refused connection says "refused", the wrong engine is named, and no secret is shown.
 
 Fake engines on 127.0.0.1 (``fake_faults``) misbehave; both stream readers are tried
-(the stdlib one, and httpx as https, proxies and a given ``transport`` use it). Limits
+(the stdlib one, which reads http, https and proxied streams, and httpx, which a given
+``transport`` uses). Limits
 here are short (idle 0.5 s, request 2 s); ``bounded`` fails a test that has not ended
 20 s after its own limit, so a regression shows as a failure, not as a hung suite.
 No speed is asserted: the messages say which limit fired.
