@@ -19,8 +19,8 @@ a chunked decoder and ``bytes.split``) reads every http and https stream, direct
 through the environment's proxy: httpx/h11 spend several microseconds on each HTTP
 chunk, and llama-server sends one chunk per token (``benchmarks/perf/bench_client.py``
 measures both), and its every read is bounded by the time left, status line included.
-httpx reads a stream only through a ``transport`` given to the adapter (a test's). Both map every
-transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
+httpx reads a stream only through a ``transport`` given to the adapter (a test's). Both
+map every transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
 each event with the arrival time of the read that completed it, and add the time the
 client spends between reads (parsing, the adapter's bookkeeping) to ``StreamStats``.
 """
