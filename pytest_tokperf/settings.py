@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -353,6 +353,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "controlled across the session); noisy series are reported, not failed",
                _bool, False, "BOOL", True, switch=True),
 )
+
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+"""What argparse (pytest's option parser) takes as a value although it starts with '-'."""
+REPEATED_VALUE_FLAGS = ("--tokperf-server-arg",)
+
+
+def check_dash_values(args: Sequence[str]) -> None:
+    """Refuse ``--tokperf-bandwidth -5GB/s``: a value after a space that starts with '-'
+    (and is no plain negative number) is read by argparse as another option, and pytest
+    says only "expected one argument". Run on the raw arguments before pytest parses
+    them: a bad value gets the error ``--tokperf-bandwidth=-5GB/s`` gets; a good one (a
+    path or server argument that starts with '-') is told to use '='."""
+    specs = {spec.flag: spec for spec in OPTIONS if not spec.switch}
+    for flag, value in zip(args, args[1:]):
+        if not (isinstance(flag, str) and isinstance(value, str)) or len(value) < 2 \
+                or not value.startswith("-") or _NEGATIVE_NUMBER.fullmatch(value):
+            continue
+        spec = specs.get(flag)
+        if spec is None and flag not in REPEATED_VALUE_FLAGS:
+            continue
+        if spec is not None:
+            spec.parse(value, f"option {flag}", flag)
+        raise ConfigError(
+            f"{flag} {value!r}: a value after a space that starts with '-' is read by pytest "
+            f"as another option; write {flag}={value}")
+
 
 MARKER_ARGUMENTS: dict[str, Parser] = {
     "repetitions": _COUNT,
