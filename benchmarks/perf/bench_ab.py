@@ -31,6 +31,7 @@ import dataclasses
 import json
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_tokperf.bench.ab import ABResult, ab_document, pair_metrics, pairs_of, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.measure import MeasureOptions, attach_process_clock, run_workload
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
 from pytest_tokperf.engines.base import Engine
@@ -80,12 +81,26 @@ def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path) -> Iterato
                               startup_timeout_s=300)
             started.append(start_llama_server(spec))
         engines = [create_engine("llama-server", s.url) for s in started]
+        for engine, server in zip(engines, started, strict=True):
+            attach_process_clock(engine, server.process.pid)
         yield engines
         for e in engines:
             e.close()
     finally:
         for s in started:
             s.stop()
+
+
+@contextmanager
+def neighbours(n: int) -> Iterator[None]:
+    """``n`` processes spinning on the CPUs for as long as the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def sequential(binary: Path, model: Path, workload: Workload, threads: int, logs: Path,
@@ -121,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-pairs", type=int, default=0,
                    help="bytes cases: one extra long A/B of this many pairs of 4x the tokens "
                    "for an independent speed ratio (0: skip)")
+    p.add_argument("--neighbours", type=int, default=0,
+                   help="busy-loop processes kept running during each A/B (a shared runner's "
+                   "other jobs): the wall-clock and the net-of-wait verdicts are printed side by side")
     p.add_argument("--save", default="/tmp/tokperf-bench-ab",
                    help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
     a = p.parse_args(argv)
@@ -134,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
     print(f"{a.runs} runs x {a.pairs} pairs, prompt {a.prompt}, {a.tokens} tokens, "
-          f"threads {a.threads}; logs {logs}")
+          f"threads {a.threads}, {a.neighbours} busy neighbours; logs {logs}")
     for case in a.case or ["null", "bytes6"]:
         base_bin = cand_bin = default.binary
         base_model = cand_model = layered(MAIN_MODEL.n_layer)
@@ -160,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         widths: dict[str, list[float]] = {m: [] for m in ("decode", "prefill", "ttft")}
         for run in range(a.runs):
             started = time.monotonic()
-            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c):
+            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c), \
+                    neighbours(a.neighbours):
                 ab: ABResult = run_paired_ab(b, c, workload, MeasureOptions(salt_base=run * 1000),
                                              baseline_model_given=base_model != cand_model)
             wall = time.monotonic() - started
