@@ -152,7 +152,7 @@ def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dic
     out: dict[Target, list[float]] = {}
     with ResultStore.open(db) as store:
         workloads = {key: Series.from_text(text).workload_key for key, text in
-                     store.db.execute("SELECT series_key, series_text FROM series").fetchall()}
+                     store.tuples("SELECT series_key, series_text FROM series")}
         for latest in store.latest_per_series():
             for row in store.history(latest.series_key):
                 if row.run_id not in wanted:

@@ -72,7 +72,7 @@ def series_labels(store: ResultStore, rows: list[HistoryRow]) -> dict[str, str]:
     same test (``+draft``, ``depth=4096``...): two rows never read alike."""
     from pytest_tokperf.storage.rows import Series
 
-    texts = dict(store.db.execute("SELECT series_key, series_text FROM series").fetchall())
+    texts = dict(store.tuples("SELECT series_key, series_text FROM series"))
     by_test: dict[str, list[str]] = {}
     for r in rows:
         by_test.setdefault(r.test_id, []).append(r.series_key)
@@ -177,8 +177,7 @@ def _stored_version(store: ResultStore, label: str | None) -> str | None:
 
     if label is None:
         return None
-    stored = store.db.execute(
-        "SELECT DISTINCT engine_version, engine_build FROM environments").fetchall()
+    stored = store.tuples("SELECT DISTINCT engine_version, engine_build FROM environments")
     if any(label in pair for pair in stored):
         return label
 
