@@ -50,7 +50,7 @@ class SqliteBackend:
         self.db.table(table).upsert_all(rows, pk=tuple(pk))
 
     def columns(self, table: str) -> list[str]:
-        return list(self.db.table(table).columns_dict)
+        return [r[1] for r in self.db.execute(f"PRAGMA table_info([{table}])").fetchall()]
 
     def begin(self) -> None:
         self.db.execute("BEGIN IMMEDIATE")
