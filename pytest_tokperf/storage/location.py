@@ -86,3 +86,12 @@ def db_location(value: str | Path | PgUrl, where: str = "the results DB") -> DbL
     if is_pg_url(value):
         return parse_pg_url(value, where)
     return Path(value).expanduser()
+
+
+def local_base(location: DbLocation) -> Path:
+    """The file that files kept beside a DB (a run's journal, compare-builds' journal,
+    logs) are named after: the SQLite file, or for a PostgreSQL DB
+    ``.tokperf/postgresql-<dbname>`` in the current folder."""
+    if isinstance(location, PgUrl):
+        return Path.cwd() / ".tokperf" / f"postgresql-{location.name}"
+    return location

@@ -220,6 +220,13 @@ class PostgresBackend:
                 conn.close()
         self._side = None
 
+    def __del__(self) -> None:
+        """A store a verb never closed: its connections close with it, not as a warning."""
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown, a connection already broken
+            pass
+
 
 class _Table:
     """The sqlite-utils ``Table`` calls the migrations make, as PostgreSQL DDL."""

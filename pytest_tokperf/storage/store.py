@@ -137,6 +137,8 @@ class ResultStore:
         self.path = path
         self._held = False
         """A run's transaction is open (``Backend.holds_run``)."""
+        self.run_lost = False
+        """A held run's commit failed: none of it is stored (its journal keeps it)."""
 
     @property
     def db(self) -> Database:
@@ -523,19 +525,28 @@ class ResultStore:
     def finish_run(self, run_id: str) -> None:
         """Stamp the run's end; on a backend that holds runs, commit the run's transaction
         (``StorageError`` when the server refuses: the results are in the journal)."""
-        self.write(
-            "finish run",
-            lambda: self.backend.execute(
-                "UPDATE runs SET finished_at = ? WHERE run_id = ?", [utc_now(), run_id]
-            ),
-        )
-        if self._held:
-            self._held = False
-            try:
-                self.backend.commit()
-            except self.backend.errors as exc:
-                raise StorageError(f"cannot commit run {run_id!r} in {str(self.path)!r}: "
-                                   f"{exc}") from exc
+        try:
+            self.write(
+                "finish run",
+                lambda: self.backend.execute(
+                    "UPDATE runs SET finished_at = ? WHERE run_id = ?", [utc_now(), run_id]
+                ),
+            )
+        finally:  # a missing end time loses nothing: the run is committed all the same
+            self.commit_run(run_id)
+
+    def commit_run(self, run_id: str) -> None:
+        """Commit a held run's transaction (nothing to do on SQLite, or when none is held);
+        ``StorageError`` when the server refuses it: none of the run is stored."""
+        if not self._held:
+            return
+        self._held = False
+        try:
+            self.backend.commit()
+        except self.backend.errors as exc:
+            self.run_lost = True
+            raise StorageError(f"cannot commit run {run_id!r} in {str(self.path)!r}: "
+                               f"{exc}") from exc
 
     def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
         """A series' results, oldest first; ``limit`` keeps the newest ``limit``."""
