@@ -61,7 +61,7 @@ def _sessions(tmp_path: Path, url: str, dbs: list[str]) -> None:
     folders = []
     for i, _ in enumerate(dbs):
         folder = tmp_path / f"runner-{i}"  # each runner its own folder, as on its machine
-        folder.mkdir()
+        folder.mkdir(parents=True)
         (folder / "test_it.py").write_text(FIFTY, encoding="utf-8")
         folders.append(folder)
     procs = [_session(folder, url, db) for folder, db in zip(folders, dbs, strict=True)]
