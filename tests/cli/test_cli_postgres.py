@@ -82,3 +82,18 @@ def test_the_gate_judges_the_same_on_both_backends(both: tuple[str, str, str]) -
             verdicts.append(gate.finish(findings))
     assert verdicts[0] == verdicts[1]
     assert {f.comparison.verdict for f in verdicts[1][0]} >= {"regression"}
+
+
+def test_every_other_reading_verb_works_on_postgres(both: tuple[str, str, str], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    lite, pg, _ = both
+    for db, name in ((lite, "lite"), (pg, "pg")):
+        out = tmp_path / name
+        for verb in (["save-reference", "--run", "run-0", "-d", str(out / "runs")],
+                     ["export", "--format", "json", "-o", str(out / "e.json")],
+                     ["report", "-o", str(out / "r.html")], ["outliers"]):
+            assert main([verb[0], "--db", db, *verb[1:]]) == 0, verb
+    capsys.readouterr()
+    for name in ("runs/run-0.jsonl", "e.json"):
+        assert (tmp_path / "lite" / name).read_text() == (tmp_path / "pg" / name).read_text()
+    assert (tmp_path / "pg" / "r.html").stat().st_size > 1000
