@@ -157,3 +157,13 @@ def test_a_password_in_the_url_is_shown_and_stored_nowhere(
     assert "results" in tables and "tokperf-SECRET" not in rows
     for text in (out, shown.out, shown.err, files.decode(errors="replace"), rows):
         assert PG_PASSWORD not in text
+
+
+def test_a_bad_url_is_a_usage_error_naming_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass\n")
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9",
+                                "--tokperf-db", "postgresql://ci:hunter2@db.lan:port/tokperf")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokperf-db from option --tokperf-db "
+                                 "'postgresql://db.lan:port/tokperf' is not a PostgreSQL URL*"])
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()
