@@ -167,3 +167,22 @@ def test_a_bad_url_is_a_usage_error_naming_it(pytester: pytest.Pytester) -> None
     result.stderr.fnmatch_lines(["*--tokperf-db from option --tokperf-db "
                                  "'postgresql://db.lan:port/tokperf' is not a PostgreSQL URL*"])
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_ephemeral_runner_is_judged_against_the_fleets_runs(pg_url: str,
+                                                               tmp_path: Path) -> None:
+    outs = []
+    with FakeFaultyLlama("ok") as fake:
+        for runner in ("first", "ephemeral"):  # nothing local survives between them
+            folder = tmp_path / runner
+            folder.mkdir()
+            (folder / "test_it.py").write_text(
+                FIFTY.replace(f"range({RESULTS})", "range(2)").replace("repetitions=2",
+                                                                       "repetitions=3"),
+                encoding="utf-8")
+            proc = _session(folder, fake.url, pg_url)
+            outs.append(proc.communicate(timeout=600)[0])
+            assert proc.returncode == 0, outs[-1][-2000:]
+            assert not list(folder.glob(".tokperf/*.journal.jsonl"))  # committed
+    assert "gate against stored history" not in outs[0]
+    assert "gate against stored history" in outs[1]
