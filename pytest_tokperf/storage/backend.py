@@ -86,5 +86,3 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
-
-Kind = Literal["sqlite", "postgresql"]

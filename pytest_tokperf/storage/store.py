@@ -415,7 +415,8 @@ class ResultStore:
         verdict: Verdict,
         created_at: str | None = None,
     ) -> Stored:
-        """Store one result with its environment and samples; committed on return.
+        """Store one result with its environment and samples; committed on return (on
+        PostgreSQL: with its run, at ``finish_run``).
         ``created_at`` (default: now) is the journal's, so an import of the journal
         after this succeeded adds nothing twice."""
         series = series_of(test_id, result, model)
@@ -626,7 +627,8 @@ class ResultStore:
             "UPDATE results SET verdict = ? WHERE id = ?", [verdict, result_id]))
 
     def save_gate_verdicts(self, verdicts: Iterable[GateVerdict]) -> None:
-        """Store (or replace) the gate's final verdicts; committed on return."""
+        """Store (or replace) the gate's final verdicts; committed on return (on
+        PostgreSQL: with the run)."""
         rows = [asdict(v) for v in verdicts]
         if rows:
             self.write("store gate verdicts", lambda: self.backend.upsert_all(
