@@ -110,6 +110,11 @@ def _unwritable(path: DbLocation, exc: BaseException) -> StorageError:
 
 
 def _locked(path: DbLocation, exc: BaseException) -> StorageError:
+    if isinstance(path, PgUrl):
+        return StorageError(
+            f"the results DB {str(path)!r} kept refusing the write as it conflicted with "
+            f"another writer ({exc}) for {BUSY_TIMEOUT_S:g} s; retry, or look for a "
+            f"session holding locks there (pg_stat_activity)")
     return StorageError(
         f"the results database {str(path)!r} is locked by another process ({exc}) and "
         f"stayed locked for {BUSY_TIMEOUT_S:g} s: the file is fine, do not move it. Wait "
