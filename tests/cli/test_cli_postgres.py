@@ -58,8 +58,12 @@ def test_verbs_print_the_same_on_both_backends(both: tuple[str, str, str], verb:
 
 
 def test_accept_then_history_read_the_same(both: tuple[str, str, str],
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     lite, pg, _ = both
+    # the acceptance's time is printed: the same on both, whatever the clock does between
+    monkeypatch.setattr("pytest_tokperf.storage.store.utc_now",
+                        lambda: "2026-02-01T00:00:00.000000+00:00")
     outs = []
     for db in (lite, pg):
         code, accepted, _ = _out(capsys, ["accept", "--db", db, "t::decode", "--reason",
