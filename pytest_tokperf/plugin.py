@@ -474,7 +474,7 @@ def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings:
     try:
         written = write_session_reports(
             rows, findings, paths, os.environ,
-            db=run.recorder.location, run=run.recorder.run,
+            db=run.recorder.location, run=run.recorder.run, store=run.recorder.store,
         )
     except TokperfError as exc:
         terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)

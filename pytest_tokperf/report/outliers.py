@@ -22,13 +22,13 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.hardware.bands import Band, device_class, quant_family
 from pytest_tokperf.hardware.expected import expected_band
 from pytest_tokperf.prediction import OVERHEAD_BOUND_BYTES
 from pytest_tokperf.storage.exchange import export_rows
+from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
 
 DEFAULT_FACTOR = 1.0
@@ -154,7 +154,7 @@ def _reasons(row: dict[str, Any], settings: dict[str, Any], peers: list[dict[str
     return out
 
 
-def find_outliers(db: Path, *, factor: float = DEFAULT_FACTOR,
+def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
                   drop: float = DEFAULT_DROP) -> list[Outlier]:
     """Results far below their band, then build regressions (see the module docstring)."""
     with ResultStore.open(db) as store:

@@ -73,6 +73,7 @@ from pytest_tokperf.storage.rows import (
     sample_rows,
     series_of,
 )
+from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
 
 ENGINE_NAME = "llama-bench"
@@ -381,7 +382,7 @@ def import_records(store: ResultStore, records: Sequence[LlamaBenchRecord], sour
     return add_run(store, bundle), [i for i, _ in built]
 
 
-def import_llama_bench(db: Path, paths: Iterable[Path], *, device: str | None = None,
+def import_llama_bench(db: DbLocation, paths: Iterable[Path], *, device: str | None = None,
                        gpu_cores: int | None = None) -> tuple[Added, list[ImportedRow]]:
     """Read each llama-bench output file and add it to ``db`` as one run.
 
