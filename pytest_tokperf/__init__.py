@@ -31,9 +31,11 @@ One run (composition root)
                     (cached binaries), ``compare`` (compare-builds), ``bisect``
 
 Domain (each usable alone)
-  ``storage/``      SQLite via sqlite-utils: ``store``, ``schema`` (migrations), ``rows``
-                    (series key), ``history`` (the one store -> points function),
-                    ``exchange`` (export/import/merge/reference runs)
+  ``storage/``      the results DB: ``store`` over one ``backend`` interface (SQLite via
+                    sqlite-utils in ``sqlite_backend``, PostgreSQL via psycopg in
+                    ``postgres``; ``location``: a path or a redacted URL), ``schema``
+                    (migrations), ``rows`` (series key), ``history`` (the one store ->
+                    points function), ``exchange`` (export/import/merge/reference runs)
   ``prediction``    the ceiling for hardware you do not own (``predict``)
   ``engines/``      one adapter per engine behind the ``Engine`` protocol (``base``), the
                     ``registry``, ``wire`` shapes, ``llama_server/`` (adapter, typed speed
@@ -50,7 +52,9 @@ Domain (each usable alone)
   ``hardware/``     NVML, Apple, Linux CPU detection, the catalog (``hardware.csv``), the
                     bandwidth probe, ``reached`` (the highest bandwidth a host has shown),
                     ``placement``/``bandwidth`` (the engine's device -> its bandwidth),
-                    ``bands`` (expected efficiency with sources)
+                    ``bands`` (fixed efficiency bands with sources), ``band_fit`` (the
+                    model fitted on db/public, ``band_fit.json``), ``expected`` (the one
+                    band predict, import and outliers use)
 
 Ground floor (imports nothing of ours)
   ``results``       frozen dataclasses that cross modules

@@ -8,6 +8,7 @@ report); this module resolves settings once, keeps session state in
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def _help(spec: settings_mod.OptionSpec) -> str:
     return text.replace("%", "%%")  # argparse %-formats help strings
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    _refuse_dash_values(pluginmanager)
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
         if spec.switch:
@@ -68,6 +70,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
         "e.g. --tokperf-server-arg=--flash-attn --tokperf-server-arg=on",
     )
+
+
+def _refuse_dash_values(pluginmanager: pytest.PytestPluginManager) -> None:
+    """``--tokperf-bandwidth -5GB/s`` as our one-line error, not argparse's "expected one
+    argument": checked here, while the plugin loads, because pytest parses the arguments
+    (and fails on this) before any later hook runs."""
+    config = pluginmanager.get_plugin("pytestconfig")
+    if not isinstance(config, pytest.Config):
+        return
+    args = [str(a) for a in config.invocation_params.args]
+    try:
+        args += shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:
+        pass  # pytest reports a malformed PYTEST_ADDOPTS itself
+    try:
+        settings_mod.check_dash_values(args)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _project_dir(config: pytest.Config) -> Path:
@@ -454,7 +474,7 @@ def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings:
     try:
         written = write_session_reports(
             rows, findings, paths, os.environ,
-            db=run.recorder.location, run=run.recorder.run,
+            db=run.recorder.location, run=run.recorder.run, store=run.recorder.store,
         )
     except TokperfError as exc:
         terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)

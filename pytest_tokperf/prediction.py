@@ -1,11 +1,14 @@
 """What a model should do on hardware you may not have: the ceiling and a likely range.
 
 ``predict("RTX 4090", footprint, quant="Q4_K_M")`` divides the catalog's bandwidth by
-the bytes per token and scales it by the efficiency band published llama.cpp tables show
-for that quant family on that class of device (``hardware.bands``: F16 on a consumer GPU
-near 88%, Q4 near 68%, a data-centre GPU at batch 1 far lower), each band with its
-source. The memory line says whether the weights and the KV cache at the footprint's
-depth fit in the device's memory.
+the bytes per token and scales it by an efficiency band for that quant family on that
+class of device. Where the class has ``PREDICT_ROWS`` published rows in db/public the
+band is the fitted model's (``hardware.band_fit``: per-token overhead, cost per family,
+depth cost, calibrated on held-out sources), so it follows the model's size and depth;
+elsewhere it is the fixed band of ``hardware.bands`` (F16 on a consumer GPU near 88%,
+Q4 near 68%, a data-centre GPU at batch 1 far lower), each with its source. The output
+says which. The memory line says whether the weights and the KV cache at the
+footprint's depth fit in the device's memory.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any, cast
 
 from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
+from pytest_tokperf.hardware.bands import Band, device_class, quant_family
+from pytest_tokperf.hardware.expected import BandOrigin, BandSource, expected_band
 from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, lookup
 from pytest_tokperf.hardware.units import format_bandwidth, format_gb, parse_bandwidth
 from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
@@ -40,6 +44,10 @@ class Prediction:
     warnings: tuple[str, ...] = ()
     """Where the band does not apply (overhead-bound small model, MoE priced as one quant,
     does not fit), one sentence each."""
+    band_origin: BandOrigin | None = None
+    """``fitted``: the fitted model of db/public; ``fixed``: ``hardware.bands``."""
+    band_detail: str = ""
+    """Why that one, and what the fitted model rests on (rows, sources, held-out check)."""
 
     @property
     def expected_low(self) -> float:
@@ -81,6 +89,12 @@ def _resolve(
     )
 
 
+FITTED_DEPTH_NOTE = (
+    "the ceiling counts the KV read at this depth and the fitted model adds its depth "
+    "cost (attention work beyond the KV bytes), so the band is the one at this depth"
+)
+"""What the fitted band does with depth."""
+
 DEPTH_NOTE = (
     "the ceiling counts the KV read at this depth, so the band is the depth-0 one: "
     "published rows keep their efficiency when the KV is counted (db/public, llama.cpp "
@@ -101,6 +115,7 @@ def predict(
     gpu_cores: int | None = None,
     quant: str | float | None = None,
     expert_sizes: bool = False,
+    band_source: BandSource = "auto",
 ) -> Prediction:
     """Ceiling and expected decode range for ``footprint`` on ``hardware``.
 
@@ -110,21 +125,26 @@ def predict(
     ("Q4_K_M", "F16" or bits per weight) on the hardware's device class.
     ``expert_sizes``: a MoE footprint was priced with its expert weights apart
     (``estimate_footprint(expert_parameters=...)``); a GGUF footprint always is.
+    ``band_source="fixed"`` takes the fixed band even where a fitted one exists.
     """
     label, bandwidth, entry = _resolve(hardware, gpu_cores)
+    ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
     band: Band | None = None
+    origin: BandOrigin | None = None
+    detail = ""
     if efficiencies is None:
         cls = device_class(entry.kind, entry.name) if entry else "unknown"
-        band = band_for(quant_family(quant), cls)
+        expected = expected_band(cls, quant_family(quant), 1.0 / ceiling.decode_tokens_per_s,
+                                 footprint.depth_tokens, band_source)
+        band, origin, detail = expected.band, expected.origin, expected.detail
         efficiencies = band.fractions
     if not efficiencies:
         raise ConfigError("efficiencies must name at least one fraction, e.g. (0.5, 0.8)")
     for fraction in efficiencies:
         if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1.5:
             raise ConfigError(f"efficiency {fraction!r} must be a fraction in (0, 1.5]")
-    ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
     needed = footprint.resident_bytes + footprint.kv_bytes
-    warnings = _warnings(footprint, entry, needed, expert_sizes)
+    warnings = _warnings(footprint, entry, needed, expert_sizes, origin)
     return Prediction(
         hardware=label,
         entry=entry,
@@ -135,18 +155,24 @@ def predict(
         memory_available_bytes=entry.memory_bytes if entry else None,
         band=band,
         warnings=warnings,
+        band_origin=origin,
+        band_detail=detail,
     )
 
 
 def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
-              expert_sizes: bool) -> tuple[str, ...]:
+              expert_sizes: bool, origin: BandOrigin | None) -> tuple[str, ...]:
     out = []
     if entry is not None and entry.kind != "cpu" and fp.weights_bytes < OVERHEAD_BOUND_BYTES:
+        consequence = (
+            "the fitted band counts that cost, from few public rows this small; measure it"
+            if origin == "fitted" else
+            "so the band (from multi-GB models) overstates it; measure it, do not read it "
+            "from here")
         out.append(
             f"{format_gb(fp.weights_bytes)} of weights per token is under "
             f"{OVERHEAD_BOUND_BYTES / 1e9:g} GB: on a GPU decode is then bound by the fixed "
-            "per-token cost (kernel launches, synchronisation), not by memory, so the band "
-            "(from multi-GB models) overstates it; measure it, do not read it from here")
+            f"per-token cost (kernel launches, synchronisation), not by memory: {consequence}")
     # only an estimate can be a MoE of unknown shape: a model file names its experts, and
     # a dense file's active share is below 1 too (the embedding table is gathered)
     if (fp.architecture == "estimate" and fp.active_parameters < fp.total_parameters
@@ -191,8 +217,10 @@ def format_prediction(pred: Prediction) -> str:
     if pred.band is not None:
         at_depth = f" at depth {fp.depth_tokens}" if fp.depth_tokens else ""
         lines.append(f"efficiency band: {pred.band.describe()}{at_depth}")
+        lines.append(f"  band from: {pred.band_detail}")
         if fp.depth_tokens:
-            lines.append(f"  at depth: {DEPTH_NOTE}")
+            note = FITTED_DEPTH_NOTE if pred.band_origin == "fitted" else DEPTH_NOTE
+            lines.append(f"  at depth: {note}")
         if pred.band.derived:
             lines.append(f"  derived: {pred.band.derived}")
         lines.extend(f"  source: {source}" for source in pred.band.sources)
@@ -248,7 +276,10 @@ def prediction_to_dict(pred: Prediction) -> dict[str, Any]:
             "sources": list(pred.band.sources),
             "derived": pred.band.derived or None,
             "depth_tokens": fp.depth_tokens,
-            "depth_note": DEPTH_NOTE if fp.depth_tokens else None,
+            "depth_note": None if not fp.depth_tokens else (
+                FITTED_DEPTH_NOTE if pred.band_origin == "fitted" else DEPTH_NOTE),
+            "origin": pred.band_origin,
+            "origin_detail": pred.band_detail,
         },
         "warnings": [*pred.warnings, *fp.warnings],
     }

@@ -77,6 +77,9 @@ class GenerationRequest:
     chat: bool = False
     """Send the prompt as a user message through the engine's chat endpoint and model
     template, so a reasoning model thinks and the engine separates its thinking."""
+    clock: Callable[[], object] | None = field(default=None, compare=False, repr=False)
+    """Reads the engine process's own clock (``hardware.process_clock``) where tokperf
+    started the server: the stream calls it at the first content chunk and at the end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,9 @@ class Generation:
     client_s_per_event: float | None = None
     """The client's own time per streamed event (reading, parsing, recording): when it
     nears the interval between chunks, the client, not the engine, sets the pace."""
+    clock_marks: tuple[tuple[float, object], ...] | None = None
+    """(client time, ``request.clock()``) when the request was sent, at the first content
+    chunk and at the end of the stream (the first may be missing); None without a clock."""
 
 
 LOADED_SHARE = 0.25
@@ -246,6 +252,39 @@ class Sample:
     """That round's wall time, first send to last token of any stream."""
     load: MachineLoad | None = None
     """The machine during this repetition's round (None: not sampled)."""
+    decode_wait_s: float | None = None
+    """During decode, the time the engine's working threads were ready to run but waited
+    for a CPU that another process held (``hardware.process_clock``; None where tokperf
+    cannot read the engine's threads: an attached server, no Linux schedstat)."""
+    decode_wait_share: float | None = None
+    """``decode_wait_s`` over the decode window: 0.3 = neighbours took 30% of it."""
+    ttft_wait_s: float | None = None
+    """The same wait between sending the request and its first token."""
+
+    @property
+    def net_ttft_s(self) -> float | None:
+        """TTFT less the time the engine waited for a CPU before its first token."""
+        if self.ttft_wait_s is None:
+            return None
+        net = self.ttft_s - self.ttft_wait_s
+        return net if net > 0 else None
+
+    @property
+    def net_prefill_tokens_per_s(self) -> float | None:
+        """The prompt over ``net_ttft_s`` (None without the engine's clock)."""
+        net = self.net_ttft_s
+        return self.prompt_tokens / net if net and self.prompt_tokens else None
+
+    @property
+    def net_decode_tokens_per_s(self) -> float | None:
+        """The judged decode figure net of the time the engine waited for a CPU: what it
+        does with the CPUs to itself (None without the engine's clock)."""
+        rate = (self.engine_decode_tokens_per_s if self.engine_decode_tokens_per_s
+                else self.decode_tokens_per_s)
+        if rate is None or self.decode_wait_s is None or self.generated_tokens < 2:
+            return None
+        per_token = 1 / rate - self.decode_wait_s / (self.generated_tokens - 1)
+        return 1 / per_token if per_token > 0 else None
 
     @property
     def chars_per_s(self) -> float | None:

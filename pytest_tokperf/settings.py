@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +25,7 @@ from pytest_tokperf.transport.credentials import (
     redact_url,
 )
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.storage.location import DbLocation, is_pg_url, parse_pg_url
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.placement import Device
@@ -178,7 +179,7 @@ class Baseline:
 
     kind: BaselineKind
     engine_version: str | None = None
-    db: Path | None = None
+    db: DbLocation | None = None
 
     @property
     def label(self) -> str:
@@ -204,12 +205,14 @@ def parse_baseline(value: str | None, where: str = "option --tokperf-baseline") 
             raise ConfigError(f"--tokperf-baseline {value!r} from {where} names no engine version; "
                               f"e.g. engine=b11434")
         return Baseline("engine", engine_version=version)
+    if is_pg_url(value):
+        return Baseline("db", db=parse_pg_url(value, f"--tokperf-baseline from {where}"))
     path = Path(value).expanduser()
     if path.is_file():
         return Baseline("db", db=path)
     raise ConfigError(
         f"--tokperf-baseline {value!r} from {where} is neither 'history', 'engine=VERSION', "
-        f"'off' nor an existing results DB file"
+        f"'off', an existing results DB file nor a postgresql:// URL"
     )
 
 
@@ -278,8 +281,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "variation over its repetitions) is 'unstable', never 'pass'", _SHARE, 0.05,
                "F"),
     OptionSpec("warmup", "discarded warm-up runs per workload", _whole(0, 1 << 20, "1"), 1, "N"),
-    OptionSpec("db", "results database (default .tokperf/results.db in the rootdir when an "
-               "ini file sets it, else in the current directory; 'off' writes nothing)",
+    OptionSpec("db", "results database: an SQLite file (default .tokperf/results.db in the "
+               "rootdir when an ini file sets it, else in the current directory) or a "
+               "postgresql://USER@HOST/DBNAME URL a fleet of runners shares (password from "
+               "PGPASSWORD or ~/.pgpass); 'off' writes nothing",
                _text, None, "PATH", True),
     OptionSpec("startup_timeout", "seconds to wait for a started server's /health",
                _SECONDS, 120.0, "S"),
@@ -354,6 +359,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
                _bool, False, "BOOL", True, switch=True),
 )
 
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+"""What argparse (pytest's option parser) takes as a value although it starts with '-'."""
+REPEATED_VALUE_FLAGS = ("--tokperf-server-arg",)
+
+
+def check_dash_values(args: Sequence[str]) -> None:
+    """Refuse ``--tokperf-bandwidth -5GB/s``: a value after a space that starts with '-'
+    (and is no plain negative number) is read by argparse as another option, and pytest
+    says only "expected one argument". Run on the raw arguments before pytest parses
+    them: a bad value gets the error ``--tokperf-bandwidth=-5GB/s`` gets; a good one (a
+    path or server argument that starts with '-') is told to use '='."""
+    specs = {spec.flag: spec for spec in OPTIONS if not spec.switch}
+    for flag, value in zip(args, args[1:]):
+        if not (isinstance(flag, str) and isinstance(value, str)) or len(value) < 2 \
+                or not value.startswith("-") or _NEGATIVE_NUMBER.fullmatch(value):
+            continue
+        spec = specs.get(flag)
+        if spec is None and flag not in REPEATED_VALUE_FLAGS:
+            continue
+        if spec is not None:
+            spec.parse(value, f"option {flag}", flag)
+        raise ConfigError(
+            f"{flag} {value!r}: a value after a space that starts with '-' is read by pytest "
+            f"as another option; write {flag}={value}")
+
+
 MARKER_ARGUMENTS: dict[str, Parser] = {
     "repetitions": _COUNT,
     "warmup": _whole(0, 1 << 20, "1"),
@@ -399,7 +430,8 @@ class Settings:
     repetitions: int | None
     """Exactly this many; None: adaptive (``target_interval``, ``min``/``max_repetitions``)."""
     warmup: int
-    db: Path | None
+    db: DbLocation | None
+    """An SQLite file, or a PostgreSQL database (``PgUrl``) a fleet shares."""
     startup_timeout: float
     request_timeout: float
     bandwidth: float | None
@@ -476,6 +508,7 @@ def resolve(
     with ``check_engine_name``, once a registry with the hook's engines exists).
     """
     values: dict[str, Any] = {}
+    db_where = "option --tokperf-db"
     for spec in OPTIONS:
         raw: Any = cli(spec.name)
         where = f"option {spec.flag}"
@@ -486,6 +519,8 @@ def resolve(
             if ini_value not in (None, ""):
                 raw, where = str(ini_value), f"ini option {spec.ini}"
         values[spec.name] = spec.default if raw is None else spec.parse(str(raw), where, spec.flag)
+        if spec.name == "db":
+            db_where = where
     engine = values["engine"]
     if engine_names is not None:
         check_engine_name(engine, engine_names)
@@ -493,7 +528,7 @@ def resolve(
         values["engine"] = "llama-server"
     _check_attached_model(values)
     values["threads"] = values["threads"] or (os.cpu_count() or 1)
-    values["db"] = _db_path(values["db"], rootdir)
+    values["db"] = _db_path(values["db"], rootdir, db_where)
     if values["bandwidth_file"] is not None or values["engine"] is not None:
         values["bandwidth_file"] = _bandwidth_file(values["bandwidth_file"])  # cache dir: lazily
     if values["min_repetitions"] > values["max_repetitions"]:
@@ -579,9 +614,12 @@ def _bandwidth_file(value: str | None) -> Path | None:
     return Path(value).expanduser()
 
 
-def _db_path(value: str | None, rootdir: Path) -> Path | None:
+def _db_path(value: str | None, rootdir: Path, where: str = "option --tokperf-db"
+             ) -> DbLocation | None:
     if value is None:
         return rootdir / ".tokperf" / "results.db"
     if value.strip().lower() in ("off", "none", "no", ""):
         return None
+    if is_pg_url(value):
+        return parse_pg_url(value, f"--tokperf-db from {where}")
     return Path(value).expanduser()

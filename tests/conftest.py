@@ -21,7 +21,7 @@ import pytest_tokperf
 # imported; a library imported again then has new exception classes that the kept
 # modules do not catch (httpx maps httpcore's errors by class). So everything the plugin
 # may import is imported once, up front, and kept.
-for _module in ("scipy.stats", "httpx", "httpcore", "sqlite_utils", "numpy", "gguf"):
+for _module in ("scipy.stats", "httpx", "httpcore", "sqlite_utils", "numpy", "gguf", "psycopg"):
     importlib.import_module(_module)
 for _info in pkgutil.walk_packages(pytest_tokperf.__path__, "pytest_tokperf."):
     if not _info.name.endswith(".plots"):  # matplotlib is optional
@@ -80,3 +80,6 @@ def llama_server(
 @pytest.fixture
 def llama_url(llama_server: ServerProcess) -> str:
     return llama_server.url
+
+
+from tests.support.postgres import pg_cluster as pg_cluster, pg_url as pg_url  # noqa: E402

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +40,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_tokperf.bench.ab import ABResult, ab_document, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.ab import ABResult, ab_document, pair_metrics, pairs_of, run_paired_ab
+from pytest_tokperf.bench.measure import MeasureOptions, attach_process_clock, run_workload
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
 from pytest_tokperf.engines.base import Engine
@@ -52,6 +53,8 @@ from pytest_tokperf.model.writer import MAIN_MODEL, cached_model
 from pytest_tokperf.results import Workload, judged_decode_values
 from pytest_tokperf.stats.comparing import compare
 from pytest_tokperf.stats.metric import DECODE, TTFT
+from pytest_tokperf.stats.paired import judge_ab
+from pytest_tokperf.stats.verdict import Comparison
 
 AVX2_OFF = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF")
 
@@ -78,6 +81,8 @@ def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path) -> Iterato
                               startup_timeout_s=300)
             started.append(start_llama_server(spec))
         engines = [create_engine("llama-server", s.url) for s in started]
+        for engine, server in zip(engines, started, strict=True):
+            attach_process_clock(engine, server.process.pid)
         yield engines
         for e in engines:
             e.close()
@@ -86,12 +91,32 @@ def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path) -> Iterato
             s.stop()
 
 
+@contextmanager
+def neighbours(n: int) -> Iterator[None]:
+    """``n`` processes spinning on the CPUs for as long as the block runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def sequential(binary: Path, model: Path, workload: Workload, threads: int, logs: Path,
                salt: int) -> tuple[list[float], list[float]]:
     """One session alone: start, measure, stop; (decode values, TTFT values)."""
     with servers([(binary, model)], threads, logs) as (engine,):
         r = run_workload(engine, workload, MeasureOptions(salt_base=salt))
     return judged_decode_values(r.samples), [s.ttft_s for s in r.samples]
+
+
+def wall_verdicts(ab: ABResult) -> list[Comparison]:
+    """The same pairs judged on the wall clock (what the A/B judged before the engines'
+    own clock): one repetition per side per pair, in order."""
+    rounds = [([b], [c]) for b, c in zip(ab.baseline.samples, ab.candidate.samples, strict=True)]
+    pairs = {m.name: pairs_of(rounds, m, net=False) for m in pair_metrics()}
+    return list(judge_ab({k: p for k, p in pairs.items() if p.n}).values())
 
 
 def bytes_ratio(a: Path, b: Path) -> float:
@@ -111,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-pairs", type=int, default=0,
                    help="bytes cases: one extra long A/B of this many pairs of 4x the tokens "
                    "for an independent speed ratio (0: skip)")
+    p.add_argument("--neighbours", type=int, default=0,
+                   help="busy-loop processes kept running during each A/B (a shared runner's "
+                   "other jobs): the wall-clock and the net-of-wait verdicts are printed side by side")
     p.add_argument("--save", default="/tmp/tokperf-bench-ab",
                    help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
     a = p.parse_args(argv)
@@ -124,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
     print(f"{a.runs} runs x {a.pairs} pairs, prompt {a.prompt}, {a.tokens} tokens, "
-          f"threads {a.threads}; logs {logs}")
+          f"threads {a.threads}, {a.neighbours} busy neighbours; logs {logs}")
     for case in a.case or ["null", "bytes6"]:
         base_bin = cand_bin = default.binary
         base_model = cand_model = layered(MAIN_MODEL.n_layer)
@@ -144,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{1 / ratio - 1:+.2%} if bandwidth-bound)")
         print(f"   changed: {build_changes(base_bin, cand_bin)}")
         counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "prefill", "ttft")}
+        wall_counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "prefill", "ttft")}
         gate_counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "ttft")}
         walls, ccr = [], []
         widths: dict[str, list[float]] = {m: [] for m in ("decode", "prefill", "ttft")}
         for run in range(a.runs):
             started = time.monotonic()
-            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c):
+            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c), \
+                    neighbours(a.neighbours):
                 ab: ABResult = run_paired_ab(b, c, workload, MeasureOptions(salt_base=run * 1000),
                                              baseline_model_given=base_model != cand_model)
             wall = time.monotonic() - started
@@ -164,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                 line.append(f"{v.metric} {v.verdict} {v.relative_change:+.1%} (±{width:.1%})")
             print(f"   run {run + 1}: A/B {'; '.join(line)}; {ab.pairs} pairs, {wall:.0f} s",
                   flush=True)
+            if ab.clock:
+                wall_line = []
+                for w in wall_verdicts(ab):
+                    wall_counts[w.metric][w.verdict] += 1
+                    wall_line.append(f"{w.metric} {w.verdict} {w.relative_change:+.1%} "
+                                     f"(±{(w.ci_high - w.ci_low) / 2:.1%})")
+                print(f"          {ab.clock}\n          the same pairs on the wall clock: "
+                      f"{'; '.join(wall_line)}", flush=True)
             if a.no_sequential:
                 continue
             # today's gate and compare-commits on sequential sessions of the same workload:
@@ -186,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{seq_wall:.0f} s", flush=True)
         print(f"   A/B verdicts over {a.runs} runs: " + "; ".join(
             f"{m} {dict(c)}" for m, c in counts.items()))
+        if any(wall_counts.values()):
+            print("   the same pairs on the wall clock: " + "; ".join(
+                f"{m} {dict(c)}" for m, c in wall_counts.items()))
         print(f"   A/B wall time per verdict: median {statistics.median(walls):.0f} s; interval "
               "half-width (99.8%) median: " + ", ".join(
                   f"{m} ±{statistics.median(w):.1%}" for m, w in widths.items() if w))
@@ -202,10 +243,10 @@ def main(argv: list[str] | None = None) -> int:
             with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c):
                 ab = run_paired_ab(b, c, long_w, MeasureOptions(salt_base=99_000),
                                    baseline_model_given=True)
-            v = ab.verdict("decode")
-            assert v is not None
+            lv = ab.verdict("decode")
+            assert lv is not None
             print(f"   long run ({a.long_pairs} pairs x {a.tokens * 4} tokens): decode speed "
-                  f"ratio {1 + v.relative_change:.4f} [{1 + v.ci_low:.4f}, {1 + v.ci_high:.4f}] "
+                  f"ratio {1 + lv.relative_change:.4f} [{1 + lv.ci_low:.4f}, {1 + lv.ci_high:.4f}] "
                   f"vs bytes-predicted {1 / ratio:.4f}")
     return 0
 

@@ -3,7 +3,8 @@
 Six parts, each printing one line per case and a count (issue 24's targets):
 
 - faults: misbehaving fake engines on 127.0.0.1 (stalls, trickles, endless or huge
-  bodies, streams past n_predict or cut short, wrong engines, TLS on an http port),
+  bodies, streams past n_predict or cut short or cut mid-chunk, wrong engines, TLS on an
+  http port, an https engine and HTTP proxies that trickle their answer's head),
   each through both readers where both apply: bounded = ended within its own limit
   + 2 s with one line (no traceback);
 - hostile GGUFs: ``bench_gguf``'s corpus (crafted counts, block counts, a FIFO),
@@ -53,6 +54,8 @@ class Case:
     """A fragment the error line must name (the bad value)."""
     ini: str = ""
     test: str = TEST
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables set for the run."""
 
 
 def cases(tmp: Path) -> list[Case]:
@@ -105,6 +108,20 @@ def cases(tmp: Path) -> list[Case]:
         ("--tokperf-device", "tpu"), ("--tokperf-engine-version", "latest"),
         ("--tokperf-engine", "LLAMA-SERVER"), ("--tokperf-baseline", "engine"),
         ("--tokperf-fail-on-regression", "maybe"),
+        # a value after a space that starts with '-': pytest's parser took it for an option
+        ("--tokperf-max-body", "-8MiB"), ("--tokperf-request-timeout", "-inf"),
+        ("--tokperf-idle-timeout", "-nan"), ("--tokperf-min-efficiency", "-0.5"),
+        ("--tokperf-columns", "-5"), ("--tokperf-startup-timeout", "-1e3"),
+        # empty, whitespace, unicode, units
+        ("--tokperf-bandwidth", ""), ("--tokperf-bandwidth", " "),
+        ("--tokperf-bandwidth", "1,008GB/s"),
+        ("--tokperf-bandwidth", "1008GB/s/s"), ("--tokperf-agreement", "5%"),
+        ("--tokperf-min-effect", "5%"), ("--tokperf-max-body", "8 MiB/s"),
+        ("--tokperf-device", "cuda:0 cuda:1"), ("--tokperf-api-key-env", ""),
+        ("--tokperf-threads", "99999"), ("--tokperf-columns", "59"),
+        ("--tokperf-target-interval", "0"), ("--tokperf-max-repetitions", "0"),
+        ("--tokperf-ab-min-effect", "1"), ("--tokperf-baseline-engine-version", "latest"),
+        ("--tokperf-engine", ""),
     ]:
         out.append(Case(f"pytest {flag} {value}", [*PYTEST, flag, value, *URL], value))
     out += [
@@ -121,6 +138,45 @@ def cases(tmp: Path) -> list[Case]:
                              ("http://host:port", "host:port"), ("http://", "http://"),
                              ("127.0.0.1:8080", "127.0.0.1:8080"), ("", "''"),
                              ("http://user:pw@[::1", "[::1")]],
+        Case("pytest --tokperf-bandwidth '1008GB/s' + zero-width space",
+             [*PYTEST, *URL, "--tokperf-bandwidth", "1008GB/s\u200b"], "1008GB/s\\u200b"),
+        Case("pytest --tokperf-server-arg --flash-attn",
+             [*PYTEST, *URL, "--tokperf-server-arg", "--flash-attn"], "--flash-attn"),
+        *[Case(f"pytest --tokperf-url {url!r}", [*PYTEST, "--tokperf-url", url, "--tokperf-db",
+                                               "off"], shown)
+          for url, shown in [("file:///etc/passwd", "file:///etc/passwd"),
+                             ("javascript:alert(1)", "javascript:alert(1)"),
+                             ("http://:8080", "http://:8080"),
+                             ("http://127.0.0.1:-1", "127.0.0.1:-1"),
+                             ("http://127.0.0.1:8080\t", "127.0.0.1:8080"),
+                             ("http://user:pw@127.0.0.1:99999", "99999")]],
+        Case("pytest --tokperf-baseline-url ftp://x", [*PYTEST, *URL, "--tokperf-baseline-url",
+             "ftp://x"], "ftp://x"),
+        Case("pytest --tokperf-baseline-url http://[::1", [*PYTEST, *URL,
+             "--tokperf-baseline-url", "http://[::1"], "[::1"),
+        Case("env PYTEST_TOKPERF_URL=http://[::1", [*PYTEST, "--tokperf-db", "off"], "[::1",
+             env=(("PYTEST_TOKPERF_URL", "http://[::1"),)),
+        Case("env PYTEST_TOKPERF_BANDWIDTH=8Tb/s", [*PYTEST, *URL], "8Tb/s",
+             env=(("PYTEST_TOKPERF_BANDWIDTH", "8Tb/s"),)),
+        Case("env PYTEST_TOKPERF_MAX_BODY=-1", [*PYTEST, *URL], "-1",
+             env=(("PYTEST_TOKPERF_MAX_BODY", "-1"),)),
+        Case("ini tokperf_bandwidth = -5GB/s", [*PYTEST, *URL], "-5GB/s",
+             ini="tokperf_bandwidth = -5GB/s"),
+        Case("ini tokperf_request_timeout = inf", [*PYTEST, *URL], "inf",
+             ini="tokperf_request_timeout = inf"),
+        *[Case(f"marker {kwargs}", [*PYTEST, *URL], shown,
+               test=f"import pytest\n@pytest.mark.tokperf({kwargs})\n" + TEST)
+          for kwargs, shown in [("min_efficiency=1.6", "1.6"), ("depth_tokens=-1", "-1"),
+                                ("prompt_tokens=0", "prompt_tokens"),
+                                ("cached_prefix_tokens='x'", "'x'"), ("chat=2", "chat"),
+                                ("warmup=-1", "-1"), ("repetitions=True", "True"),
+                                ("repetitions=float('nan')", "nan")]],
+        Case("tokperf bench --bandwidth -5GB/s", [*TOKPERF, "bench", "--bandwidth", "-5GB/s",
+             "--url", "http://127.0.0.1:9"], "-5GB/s"),
+        Case("tokperf bench --warmup -1e3", [*TOKPERF, "bench", "--warmup", "-1e3", "--url",
+             "http://127.0.0.1:9"], "-1e3"),
+        Case("tokperf predict --hardware -5GB/s", [*TOKPERF, "predict", "--hardware", "-5GB/s",
+             "--params", "8e9"], "-5GB/s"),
         Case("pytest --tokperf-speculative-url http://[::1", [*PYTEST, *URL,
              "--tokperf-speculative-url", "http://[::1"], "[::1"),
         Case("pytest --tokperf-model missing.gguf --tokperf-url", [*PYTEST, *URL,
@@ -221,7 +277,8 @@ def run(case: Case, tmp: Path) -> tuple[int, str, bool]:
     (work / "test_bad.py").write_text(case.test)
     if case.ini:
         (work / "pytest.ini").write_text(f"[pytest]\n{case.ini}\n")
-    done = subprocess.run(case.argv, cwd=work, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(case.argv, cwd=work, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **dict(case.env)})
     text = done.stdout + done.stderr
     errors = [line for line in text.splitlines()
               if line.startswith(("ERROR: ", "tokperf ", "E   ")) or "Error:" in line
@@ -356,7 +413,7 @@ def ggufs() -> tuple[int, int]:
             good += ok
             print(f"{'ok ' if ok else 'BAD'} {row['result']:>8} {float(row['parse_s']):6.3f} s "  # type: ignore[arg-type]
                   f"{float(row['peak_mb']):6.0f} MB  {case.name[:60]}")  # type: ignore[arg-type]
-            path.unlink(missing_ok=True)
+            bench_gguf.cleanup(path)
     print(f"hostile GGUFs: {good}/{total} read or refused as expected within 2 s and 200 MB")
     return good, total
 

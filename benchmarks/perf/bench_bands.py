@@ -1,72 +1,52 @@
 """How well do the efficiency bands hold on the public record? The per-group table.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/perf/bench_bands.py [--public db/public]
+    PYTHONPATH=. .venv/bin/python benchmarks/perf/bench_bands.py [--public db/public] [--write]
 
 Imports db/public (published llama-bench rows, each with its source) into a scratch
-DB, keeps the dense decode rows that have a ceiling (not those with -nkvo 1 or a host
-the source names), and prints per device class and
-quant family: rows, sources, the static band of ``hardware.bands`` and how many rows it
-contains, then the fitted model of ``hardware.band_fit`` (fixed per-token overhead,
-big-model efficiency per family, band) and its leave-one-source-out check: the share of
-each source's rows inside the band fitted without that source. No engine, no network.
+DB, keeps the rows ``storage.band_rows`` fits on (dense decode rows with a ceiling; not
+-nkvo 1, not a GPU behind a host the source names), and prints per device class and
+quant family the static band of ``hardware.bands`` and how many rows it contains; then
+the fitted model of ``hardware.band_fit`` (big-model efficiency per family, depth cost,
+per-token overhead per class) and, per class: rows, sources, the calibrated band, the
+leave-one-source-out share inside (each source judged by a model fitted and calibrated
+without it), the median band of those held-out rows as efficiency and as high/low, and
+the rows above the ceiling. ``--write`` stores the model in
+``pytest_tokperf/hardware/band_fit.json``, which ``predict`` reads. No engine, no network.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from pytest_tokperf.hardware.band_fit import Observation, fit, leave_one_source_out
-from pytest_tokperf.hardware.bands import band_for, device_class, quant_family
-from pytest_tokperf.storage.exchange import export_rows
+from pytest_tokperf.hardware.band_fit import (
+    COVERAGE,
+    FITTED_FILE,
+    Observation,
+    fit,
+    leave_one_source_out,
+    model_to_dict,
+)
+from pytest_tokperf.hardware.bands import band_for
+from pytest_tokperf.storage.band_rows import band_observations
 from pytest_tokperf.storage.llama_bench_import import import_llama_bench
-from pytest_tokperf.storage.store import ResultStore
-
-
-NOT_HEALTHY = ("no_kv_offload", "host")
-"""Configurations no band is for: the KV cache in system RAM, a GPU behind a host the
-source names as the bottleneck (a Raspberry Pi, a RISC-V board)."""
-
-
-def observations(db: Path) -> list[Observation]:
-    out = []
-    with ResultStore.open(db) as store:
-        for row in export_rows(store):
-            if row.get("efficiency") is None or not row.get("generate_tokens"):
-                continue
-            if "moe" in str(row.get("engine_model_name") or "").lower():
-                continue
-            settings = json.loads(row["engine_settings"])
-            if any(json.loads(settings.get(f"lb.{k}", "null")) for k in NOT_HEALTHY):
-                continue
-            family = quant_family(row.get("model_file_type"))
-            decode = row.get("engine_decode_tokens_per_s_median")
-            if family is None or decode is None:
-                continue
-            kv = (row.get("footprint_kv_bytes_per_position") or 0) * (row.get("depth_tokens") or 0)
-            out.append(Observation(
-                source=json.loads(settings.get("lb.source_url", '"local"')),
-                device_class=device_class(row.get("hardware_kind"), row.get("hardware_name")),
-                family=family,
-                bytes_per_token=float(row["footprint_weights_bytes"]) + kv,
-                bandwidth_bytes_per_s=float(row["ceiling_bandwidth_bytes_per_s"]),
-                tokens_per_s=float(decode),
-            ))
-    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--public", default="db/public")
+    parser.add_argument("--write", action="store_true",
+                        help=f"store the fitted model in {FITTED_FILE.name} for predict")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "public.db"
         import_llama_bench(db, [Path(args.public)])
-        obs = observations(db)
+        obs = band_observations(db)
     print(f"{len(obs)} dense decode rows with a ceiling, "
           f"{len({o.source for o in obs})} sources")
     print("\nstatic bands (hardware.bands) per device class / quant family:")
@@ -82,20 +62,35 @@ def main() -> int:
         print(f"  {cls:15} {family:7} {len(rows):4d} {len({o.source for o in rows}):4d} "
               f"{band.low:4.0%}-{band.high:3.0%} {inside:3d}/{len(rows):<3d} "
               f"{effs[len(effs) // 2]:10.0%}")
-    models = fit(obs)
+    model = fit(obs)
     held = leave_one_source_out(obs)
-    print("\nfitted model 1/tok_s = a_q x bytes/bandwidth + o, band = 5th-95th pct of "
-          "measured/model:")
-    print(f"  {'class':15} {'rows':>4} {'srcs':>4} {'o (ms)':>7} {'eff by family (1/a)':30} "
-          f"{'band':>11} {'LOSO inside':>12} {'>ceiling':>8}")
-    for cls, model in models.items():
-        effs = ", ".join(f"{f} {1 / a:.0%}" for f, a in model.cost_per_family.items())
-        h = held[cls]
-        frac = "-" if h.fraction_inside is None else f"{h.inside}/{h.checked} {h.fraction_inside:.0%}"
-        sources = len({o.source for o in obs if o.device_class == cls})
-        print(f"  {cls:15} {model.rows:4d} {sources:4d} {model.overhead_s * 1e3:7.2f} "
-              f"{effs:30} {model.ratio_low:5.2f}-{model.ratio_high:4.2f}x {frac:>12} "
-              f"{h.above_ceiling:8d}")
+    print("\nfitted model 1/tok_s = bytes/bandwidth x (a_q + k x depth/1000) + o_c, pooled "
+          "a_q and k:")
+    print("  efficiency of a big model (1/a_q): " + ", ".join(
+        f"{f} {1 / a:.0%}" for f, a in model.cost_per_family.items()))
+    print(f"  depth cost k: {model.depth_cost:.4f} per 1000 tokens")
+    print("\nper device class: band = held-out log residuals' split-conformal "
+          f"{(1 - COVERAGE) / 2:.0%}-{1 - (1 - COVERAGE) / 2:.0%}; LOSO = each source judged "
+          "by a model fitted and calibrated without it")
+    print(f"  {'class':13} {'rows':>4} {'srcs':>4} {'o (ms)':>7} {'band':>11} {'calib.':>9} "
+          f"{'LOSO inside':>13} {'median band (eff)':>17} {'width':>6} {'>ceiling':>8}")
+    for cls, h in held.items():
+        cal = model.calibration.get(cls)
+        band = "-" if cal is None else f"{math.exp(cal.low):.2f}-{math.exp(cal.high):.2f}x"
+        calib = "-" if cal is None else f"{cal.residuals}{' pool' if cal.pooled else ''}"
+        frac = ("-" if h.fraction_inside is None
+                else f"{h.inside}/{h.checked} {h.fraction_inside:.0%}")
+        eff = h.median_efficiency_band
+        effs = "-" if eff is None else f"{eff[0]:.0%}-{eff[1]:.0%}"
+        width = "-" if h.median_ratio is None else f"{h.median_ratio:.2f}x"
+        print(f"  {cls:13} {h.rows:4d} {h.sources:4d} "
+              f"{model.overhead_per_class[cls] * 1e3:7.2f} {band:>11} {calib:>9} "
+              f"{frac:>13} {effs:>17} {width:>6} {h.above_ceiling:8d}")
+    print("\nwidth: median high/low of the held-out rows' bands (1.00x would be a point).")
+    if args.write:
+        FITTED_FILE.write_text(json.dumps(model_to_dict(model, held), indent=1,
+                                          sort_keys=True) + "\n", encoding="utf-8")
+        print(f"wrote {FITTED_FILE}")
     return 0
 
 

@@ -36,6 +36,7 @@ from tests.support.gguf_bytes import (  # noqa: E402
     VT,
     array,
     gstr,
+    header,
     kv,
     kv_array,
     kv_str,
@@ -195,11 +196,137 @@ def _tensor_lie(path: Path) -> Path:
 
 
 BLOCKS = "llama.block_count"
+ALIGN = "general.alignment"
 
 
 def _fifo(path: Path) -> Path:
     os.mkfifo(path)
     return path
+
+
+def _raw(data: bytes) -> Callable[[Path], Path]:
+    def build(path: Path) -> Path:
+        path.write_bytes(data)
+        return path
+    return build
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _symlink_loop(path: Path) -> Path:
+    path.symlink_to(path.name)
+    return path
+
+
+def _symlink_device(path: Path) -> Path:
+    path.symlink_to("/dev/zero")
+    return path
+
+
+SMALL_KVS = [ARCH, kv(BLOCKS, VT.UINT32, struct.pack("<I", 1)),
+             kv_str("general.name", "small")]
+SMALL_TABLE = (tensor_info("output_norm.weight", [8], QT.F32, 0)
+               + tensor_info("blk.0.w", [8], QT.F32, 32))
+
+
+def _small(path: Path) -> Path:
+    """Three keys, two tensors: cut at each section boundary below."""
+    return write_tensors(path, SMALL_KVS, [NORM, ("blk.0.w", [8], QT.F32)])
+
+
+def _entry(name: str, dims_blob: bytes, n_dims: int, qtype: int, offset: int = 0) -> bytes:
+    return gstr(name) + struct.pack("<I", n_dims) + dims_blob + struct.pack("<IQ", qtype, offset)
+
+
+def cleanup(path: Path) -> None:
+    """Remove a case's file (or folder, or link)."""
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _reader_cases() -> list[Case]:
+    """The reader's own checks, one file each: every section boundary, every field."""
+    keys_end = 24 + sum(len(k) for k in SMALL_KVS)
+    data_start = -(-(keys_end + len(SMALL_TABLE)) // 32) * 32
+
+    def tensors(*entries: bytes, data: int = 64) -> Callable[[Path], Path]:
+        return lambda p: write_file(p, [ARCH], list(entries), data_bytes=data)
+
+    def keys(*kvs: bytes) -> Callable[[Path], Path]:
+        return lambda p: write_tensors(p, [ARCH, *kvs], [NORM])
+
+    return [
+        Case("zero-length file", "refused", _raw(b"")),
+        Case("23 bytes (short of the header)", "refused", _raw(b"GGUF" + bytes(19))),
+        Case("magic GGML", "refused", _raw(b"GGML" + bytes(60))),
+        Case("version 1", "refused", _raw(header(0, 0, version=1) + bytes(8))),
+        Case("version 2^31", "refused", _raw(header(0, 0, version=2**31) + bytes(8))),
+        Case("a directory named model.gguf", "refused", _directory),
+        Case("symlink loop", "refused", _symlink_loop),
+        Case("symlink to /dev/zero", "refused", _symlink_device),
+        Case("cut after the 24-byte header", "refused", _cut(_small, 24)),
+        Case("cut inside the first key", "refused", _cut(_small, 34)),
+        Case("cut between the keys and the tensor table", "refused", _cut(_small, keys_end)),
+        Case("cut inside the tensor table", "refused", _cut(_small, keys_end + 20)),
+        Case("cut where the tensor data starts", "refused", _cut(_small, data_start)),
+        Case("duplicate key general.architecture", "refused",
+             keys(kv_str("general.architecture", "qwen2"))),
+        Case("key with an empty name", "refused", keys(kv("", VT.UINT32, bytes(4)))),
+        Case("key name not UTF-8", "refused", keys(kv(b"\xff\xfe", VT.UINT32, bytes(4)))),
+        Case("value type 99", "refused",
+             lambda p: write_file(p, [ARCH, kv("general.x", 99, bytes(8))])),
+        Case("alignment 0", "refused", keys(kv(ALIGN, VT.UINT32, struct.pack("<I", 0)))),
+        Case("alignment 3 (not a power of two)", "refused",
+             keys(kv(ALIGN, VT.UINT32, struct.pack("<I", 3)))),
+        Case("alignment as a string", "refused", keys(kv_str(ALIGN, "32"))),
+        Case("alignment 2^31", "refused", keys(kv(ALIGN, VT.UINT32, struct.pack("<I", 2**31)))),
+        Case("n_dims 5", "refused", tensors(_entry("t", struct.pack("<5Q", 1, 1, 1, 1, 8), 5,
+                                                   QT.F32))),
+        Case("n_dims 2^32-1", "refused", tensors(_entry("t", b"", 2**32 - 1, QT.F32))),
+        Case("ggml type 9999", "refused", tensors(tensor_info("t", [8], 9999, 0))),
+        Case("ggml type 4 (Q4_2, removed)", "refused", tensors(tensor_info("t", [32], 4, 0))),
+        Case("dims product 2^65", "refused",
+             tensors(tensor_info("t", [2**32, 2**32, 2], QT.F32, 0))),
+        Case("tensor name length 2^40", "refused", tensors(gstr(b"t", 2**40) + bytes(64))),
+        Case("tensor name not UTF-8", "refused", tensors(tensor_info(b"\xff\xfe", [8], QT.F32, 0))),
+        Case("the same tensor twice", "refused", lambda p: write_tensors(p, [ARCH], [NORM, NORM])),
+        Case("two tensors at one offset", "refused",
+             tensors(tensor_info("a", [64], QT.F32, 0), tensor_info("b", [64], QT.F32, 0),
+                     data=256)),
+        Case("tensor offset not aligned", "refused", tensors(tensor_info("a", [8], QT.F32, 4))),
+        Case("tensor data 1 byte past the end", "refused",
+             tensors(tensor_info("a", [16], QT.F32, 0), data=63)),
+        Case("block_count 30000 with 3 tensors", "refused",
+             lambda p: write_tensors(p, [ARCH, kv(BLOCKS, VT.UINT32, struct.pack("<I", 30000))],
+                                     [NORM, ("blk.0.w", [8], QT.F32), ("blk.1.w", [8], QT.F32)])),
+        Case("sliding-window pattern of 2^40 bools", "refused",
+             lambda p: write_file(p, [ARCH, kv_array("llama.attention.sliding_window_pattern",
+                                                     VT.BOOL, 2**40)])),
+        Case("OK: block_count a string (read as missing)", "accepted",
+             keys(kv_str(BLOCKS, "32"))),
+        Case("OK: block_count NaN (read as missing)", "accepted",
+             keys(kv(BLOCKS, VT.FLOAT32, struct.pack("<f", float("nan"))))),
+        Case("OK: head_count -1 (read as missing)", "accepted",
+             keys(kv("llama.attention.head_count", VT.INT32, struct.pack("<i", -1)))),
+        Case("OK: context_length 2^64-1", "accepted",
+             keys(kv("llama.context_length", VT.UINT64, struct.pack("<Q", 2**64 - 1)))),
+        Case("OK: architecture of 1 MiB", "accepted",
+             lambda p: write_tensors(p, [kv_str("general.architecture", "x" * MiB)], [NORM])),
+        Case("OK: 1M head counts for 2 layers", "accepted",
+             lambda p: write_tensors(p, [ARCH, kv(BLOCKS, VT.UINT32, struct.pack("<I", 2)),
+                                         kv_array("llama.attention.head_count", VT.UINT32,
+                                                  1 << 20, bytes(4 << 20))],
+                                     [NORM, ("blk.0.w", [8], QT.F32), ("blk.1.w", [8], QT.F32)])),
+        Case("OK: a tensor with a zero dimension", "accepted",
+             lambda p: write_tensors(p, [ARCH], [("t", [0, 8], QT.F32), NORM])),
+        Case("OK: header only, block_count 80", "accepted",
+             lambda p: write_file(p, [ARCH, kv(BLOCKS, VT.UINT32, struct.pack("<I", 80))])),
+    ]
 
 
 def corpus() -> list[Case]:
@@ -253,6 +380,7 @@ def corpus() -> list[Case]:
         Case("tensor blk.999999999.w", "refused",
              lambda p: write_tensors(p, [ARCH], [NORM, ("blk.999999999.w", [8], QT.F32)])),
         Case("FIFO named model.gguf", "refused", _fifo),
+        *_reader_cases(),
         Case("OK: test model (67 MB)", "accepted", _test_model),
         Case("OK: gemma-3-4b shape + 262k tokens", "accepted",
              lambda p: write_gemma3_4b(p, tokens=262_144)),
@@ -318,7 +446,7 @@ def main() -> int:
         if args.reader_too and path.is_file() and path.stat().st_size < 8 * MiB:
             print(f"    gguf.GGUFReader: {reader(path)}")
         if args.keep is None and path.parent == folder:
-            path.unlink(missing_ok=True)
+            cleanup(path)
     if not rows:
         print("no case matched")
         return 1

@@ -59,7 +59,10 @@ class ABResult:
     wall_s: float = 0.0
     rounds: tuple[tuple[tuple[float | None, ...], tuple[float | None, ...]], ...] = ()
     """Per pair, (baseline, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
-    prefill tok/s, TTFT s (None where a side lacks one)."""
+    prefill tok/s, TTFT s (None where a side lacks one), as judged (see ``clock``)."""
+    clock: str = ""
+    """Which clock the figures are on: "" for wall time; else which metrics are net of the
+    engines' wait for a CPU and how much of the decode windows that wait took."""
 
     def verdict(self, metric: str) -> Comparison | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
@@ -104,9 +107,23 @@ class ABResult:
         if self.models_differ:
             text += f"; {self.models_differ}"
         text += f"; {self.load_text()}"
+        if self.clock:
+            text += f"; {self.clock}"
         if self.stopped:
             text += f"; {self.stopped}"
         return text
+
+
+def _clock_text(nets: Mapping[str, bool], shares: tuple[float, float] | None) -> str:
+    judged = [m for m in PAIR_METRICS if nets.get(m)]
+    if not judged:
+        return ""
+    text = (f"{', '.join(judged)} judged net of the engines' wait for a CPU "
+            "(hardware.process_clock)")
+    if shares is not None:
+        text += (f": other processes held the CPU for {shares[0]:.0%} of the baseline's and "
+                 f"{shares[1]:.0%} of the candidate's decode time")
+    return text
 
 
 def _interval(v: Comparison) -> str:
@@ -125,25 +142,57 @@ def pair_metrics(min_effect: float = PAIRED_MIN_EFFECT) -> tuple[Metric, ...]:
     return tuple(Metric(m.name, m.higher_is_better, min_effect) for m in (DECODE, PREFILL, TTFT))
 
 
-def _figure(samples: tuple[Sample, ...] | list[Sample], metric: str) -> float | None:
-    """One pair side's figure: the mean over the round's streams."""
-    if metric == "decode":
+def _figure(samples: tuple[Sample, ...] | list[Sample], metric: str, net: bool = False
+            ) -> float | None:
+    """One pair side's figure: the mean over the round's streams; ``net``: net of the
+    engine's wait for a CPU (``Sample.net_decode_tokens_per_s`` and the like)."""
+    if net:
+        values: list[float | None] = [
+            s.net_decode_tokens_per_s if metric == "decode" else
+            s.net_prefill_tokens_per_s if metric == "prefill" else s.net_ttft_s
+            for s in samples]
+    elif metric == "decode":
         engine = [s.engine_decode_tokens_per_s for s in samples]
-        values = engine if all(engine) else [s.decode_tokens_per_s for s in samples]
+        values = list(engine) if all(engine) else [s.decode_tokens_per_s for s in samples]
     elif metric == "prefill":
         engine = [s.engine_prefill_tokens_per_s for s in samples]
-        values = engine if all(engine) else [s.prefill_tokens_per_s for s in samples]
+        values = list(engine) if all(engine) else [s.prefill_tokens_per_s for s in samples]
     else:
         values = [s.ttft_s for s in samples]
     got = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     return statistics.fmean(got) if got and len(got) == len(values) else None
 
 
-def pairs_of(rounds: list[tuple[list[Sample], list[Sample]]], metric: Metric) -> Pairs:
-    """The pairs of ``metric`` where both sides of a round have the figure."""
+Rounds = list[tuple[list[Sample], list[Sample]]]
+
+
+def net_clock(rounds: Rounds, metric: str = "decode") -> bool:
+    """True when every side of every round has ``metric`` net of the engine's wait for a
+    CPU (both servers started here on Linux): the A/B then judges that figure, which a
+    neighbour's share of the CPUs cannot move, instead of the wall-clock one."""
+    return bool(rounds) and all(
+        _figure(side, metric, net=True) is not None for pair in rounds for side in pair)
+
+
+def wait_shares(rounds: Rounds) -> tuple[float, float] | None:
+    """Mean share of the decode windows each side's engine waited for a CPU."""
+    shares: tuple[list[float], list[float]] = ([], [])
+    for pair in rounds:
+        for i, side in enumerate(pair):
+            shares[i].extend(s.decode_wait_share for s in side if s.decode_wait_share is not None)
+    if not shares[0] or not shares[1]:
+        return None
+    return statistics.fmean(shares[0]), statistics.fmean(shares[1])
+
+
+def pairs_of(rounds: Rounds, metric: Metric, net: bool | None = None) -> Pairs:
+    """The pairs of ``metric`` where both sides of a round have the figure; net of the
+    engines' wait for a CPU when ``net`` (None: whenever ``net_clock`` says it can be)."""
+    if net is None:
+        net = net_clock(rounds, metric.name)
     b, c = [], []
     for base, cand in rounds:
-        x, y = _figure(base, metric.name), _figure(cand, metric.name)
+        x, y = _figure(base, metric.name, net), _figure(cand, metric.name, net)
         if x is not None and y is not None:
             b.append(x)
             c.append(y)
@@ -230,7 +279,7 @@ class PairedAB:
                                       tag=f"pair {index + 1}")
             self._rounds.append((got["baseline"], got["candidate"]))
             if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
-                width = ratio_interval(pairs_of(self._rounds, DECODE))
+                width = ratio_interval(pairs_of(self._rounds, DECODE))  # net where it can be
                 if width is not None and width <= self.options.target_interval:
                     stopped = (f"stopped at {len(self._rounds)} pairs: decode ratio known to "
                                f"±{width:.1%} (95%)")
@@ -259,14 +308,18 @@ class PairedAB:
         tol = self.options.agreement_tolerance
         base = summarize(done, infos["baseline"], [s for b, _ in self._rounds for s in b], tol)
         cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
-        pairs = {m.name: pairs_of(self._rounds, m) for m in pair_metrics(self.min_effect)}
+        nets = {m: net_clock(self._rounds, m) for m in PAIR_METRICS}
+        pairs = {m.name: pairs_of(self._rounds, m, nets[m.name])
+                 for m in pair_metrics(self.min_effect)}
         verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha)
-        figures = tuple((tuple(_figure(b, m) for m in PAIR_METRICS),
-                         tuple(_figure(c, m) for m in PAIR_METRICS)) for b, c in self._rounds)
+        figures = tuple((tuple(_figure(b, m, nets[m]) for m in PAIR_METRICS),
+                         tuple(_figure(c, m, nets[m]) for m in PAIR_METRICS))
+                        for b, c in self._rounds)
         outcome = ABResult(baseline=base, candidate=cand, verdicts=tuple(verdicts.values()),
                            pairs=len(self._rounds), stopped=stopped,
                            models_differ=self.models_differ, changed=self.changed,
-                           wall_s=time.monotonic() - started, rounds=figures)
+                           wall_s=time.monotonic() - started, rounds=figures,
+                           clock=_clock_text(nets, wait_shares(self._rounds)))
         return replace(outcome, candidate=replace(cand, notes=(*cand.notes, outcome.describe())))
 
 
@@ -325,6 +378,7 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
         "changed": ab.changed,
         "models_differ": ab.models_differ,
         "stopped": ab.stopped,
+        "clock": ab.clock,
         "wall_s": round(ab.wall_s, 2),
         "summary": ab.describe(),
     } for test_id, ab in results]}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.hardware.load import LoadSampler
+from pytest_tokperf.hardware.process_clock import ProcessClock, ThreadTimes, window
 from pytest_tokperf.results import (
     BenchResult,
     EngineInfo,
@@ -207,6 +209,7 @@ def to_sample(generation: Generation) -> Sample:
         (b - a) / n for a, b, n in zip(times, times[1:], generation.chunk_tokens[1:], strict=False)
     )
     engine = generation.engine
+    wait = _decode_wait(generation)
     reasoning_tokens = answer_ttft = None
     if any(generation.chunk_reasoning):
         flags = generation.chunk_reasoning
@@ -230,7 +233,32 @@ def to_sample(generation: Generation) -> Sample:
         draft_accepted_tokens=engine.draft_accepted_tokens if engine else None,
         reasoning_tokens=reasoning_tokens,
         answer_ttft_s=answer_ttft,
+        decode_wait_s=wait[1][0] if wait and wait[1] else None,
+        decode_wait_share=wait[1][1] if wait and wait[1] else None,
+        ttft_wait_s=wait[0][0] if wait and wait[0] else None,
     )
+
+
+Wait = tuple[float, float] | None
+
+
+def _decode_wait(generation: Generation) -> tuple[Wait, Wait] | None:
+    """(before the first token, during decode), each (wait s, wait share): the engine's
+    wait for a CPU, from the readings of its clock; None without them."""
+    marks = generation.clock_marks
+    if marks is None or len(marks) < 2:
+        return None
+    readings = [(t, m) for t, m in marks if isinstance(m, ThreadTimes)]
+    if len(readings) != len(marks):
+        return None
+
+    def between(a: tuple[float, ThreadTimes], b: tuple[float, ThreadTimes]) -> Wait:
+        times = window(a[1], b[1], b[0] - a[0])
+        return None if times is None else (times.wait_s, times.wait_share)
+
+    decode = between(readings[-2], readings[-1])
+    ttft = between(readings[0], readings[1]) if len(readings) == 3 else None
+    return ttft, decode
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -376,6 +404,21 @@ def client_cost_note(generations: list[Generation]) -> str | None:
             f"the engine, sets the decode speed; judge the engine's own figure")
 
 
+_CLOCKS: weakref.WeakKeyDictionary[Engine, ProcessClock] = weakref.WeakKeyDictionary()
+
+
+def attach_process_clock(engine: Engine, pid: int) -> None:
+    """Read ``pid``'s threads around each decode window measured on ``engine`` (a server
+    tokperf started, whose process computes the tokens: llama-server, mlx_lm), so each
+    repetition knows how long the engine waited for a CPU (``Sample.decode_wait_s``)."""
+    _CLOCKS[engine] = ProcessClock(pid)
+
+
+def _clock_of(engine: Engine) -> Callable[[], object] | None:
+    clock = _CLOCKS.get(engine)
+    return clock.read if clock is not None else None
+
+
 def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation]:
     """One generation per request, all streams at once when there are several."""
     if len(requests) == 1:
@@ -436,6 +479,7 @@ def run_workload(
                 timeout_s=options.timeout_s,
                 reuse_prefix=warm,
                 chat=workload.chat,
+                clock=_clock_of(engine),
             )
             for stream in range(n)
         ]

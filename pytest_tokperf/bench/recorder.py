@@ -1,11 +1,14 @@
 """Bridge between a run and the results store: one run row, many recorded results.
 
 The run row is created on the first result (a session that measures nothing writes
-nothing); every ``record`` call commits before it returns. Each result is first written
-to the run's journal (``storage.journal``); one the database cannot take (a full disk,
-a lock held past the busy timeout) stays there, ``unstored`` counts it and
-``lost_line`` says how to import it. Nothing here raises ``StorageError`` after the
-database was opened: a measured result is never traded for a traceback.
+nothing). On SQLite every ``record`` call commits before it returns; on PostgreSQL the
+run's rows are one transaction that ``close`` commits (``ResultStore.finish_run``), so
+runners sharing the server never see a half-written run and a killed one leaves none.
+Each result is first written to the run's journal (``storage.journal``, fsynced): one
+the database cannot take (a full disk, a lock held past the busy timeout, a commit the
+server refused) stays there, ``unstored`` counts it and ``lost_line`` says how to
+import it. Nothing here raises ``StorageError`` after the database was opened: a
+measured result is never traded for a traceback.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 from pytest_tokperf.storage.journal import Journal, journal_line
+from pytest_tokperf.storage.location import DbLocation, local_base
 from pytest_tokperf.storage.store import ResultStore, Stored
 
 
 @dataclass
 class Recorder:
     store: ResultStore | None
-    location: Path | None
+    location: DbLocation | None
     pytest_version: str | None = None
     models: ModelFiles = field(default_factory=ModelFiles)
     run_id_preset: str | None = None
@@ -38,9 +42,11 @@ class Recorder:
     store_error: str | None = field(default=None, init=False)
     """The database's last refusal, for ``lost_line``."""
     _announced: int = field(default=0, init=False)
+    _held: list[str] = field(default_factory=list, init=False)
+    """Test ids stored in a run not committed yet (PostgreSQL): lost if the commit fails."""
 
     @classmethod
-    def open(cls, path: Path | None, pytest_version: str | None = None,
+    def open(cls, path: DbLocation | None, pytest_version: str | None = None,
              models: ModelFiles | None = None) -> Recorder:
         """Open (creating or migrating) the DB at ``path``; None writes nothing."""
         if path is None:
@@ -97,7 +103,7 @@ class Recorder:
             if self.run_id_preset is not None:
                 run = replace(run, run_id=self.run_id_preset)
             self._run = run
-            self.journal = Journal.beside(self.location, run)
+            self.journal = Journal.beside(local_base(self.location), run)
             self._try(lambda: store.begin_run(run))
         model = self.model(model_path, result, identity)
         efficiency = decode_efficiency(result, ceiling)
@@ -116,6 +122,8 @@ class Recorder:
             efficiency=efficiency, verdict=verdict, created_at=created_at))
         if stored is None:
             self.unstored.append(test_id)
+        elif store.backend.holds_run:
+            self._held.append(test_id)
         return stored
 
     def _try(self, write: Callable[[], Stored | None]) -> Stored | None:
@@ -152,6 +160,9 @@ class Recorder:
         if self._run is not None:
             run_id = self._run.run_id
             self._try(lambda: store.finish_run(run_id))  # a missing end time loses nothing
+            if store.run_lost:  # the commit failed: none of the run is in the database
+                self.unstored += self._held
+            self._held = []
         try:
             store.close()
         except (StorageError, OSError) as exc:
@@ -166,3 +177,4 @@ class Recorder:
             return None
         self._announced = len(self.unstored)
         return self.lost_line()
+

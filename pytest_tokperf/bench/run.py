@@ -276,7 +276,8 @@ class BenchRun:
     def record(
         self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict
     ) -> Recorded:
-        """Store one result (committed on return), then judge it against its history.
+        """Store one result (committed on return; on PostgreSQL with the run at its end),
+        then judge it against its history.
 
         What the engine and the run noticed while measuring it (partial offload, two models
         loaded, no ceiling and why) joins the result's notes, so it is stored and shown

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pytest_tokperf.bench.measure import attach_process_clock
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.builds.cmake import binary_version
 from pytest_tokperf.launch.process import (
@@ -27,6 +28,11 @@ from pytest_tokperf.engines.wire import not_ready_error
 from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
+
+COMPUTES_IN_PROCESS = ("llama-server", "mlx")
+"""Engines whose tokens are computed by threads of the process tokperf starts, so its
+clock (``hardware.process_clock``) tells their wait for a CPU; vLLM computes in a child
+process and Ollama in a runner it spawns."""
 
 
 
@@ -211,7 +217,9 @@ class EngineSession:
         self._launch = spec
         self._server = start_llama_server(spec)
         pairs = (*self._settings_pairs(), ("log_path", str(spec.log_path)))
-        return self._make(name, self._server.url, tuple(sorted(pairs)))
+        engine = self._make(name, self._server.url, tuple(sorted(pairs)))
+        attach_process_clock(engine, self._server.process.pid)
+        return engine
 
     def draft_path(self, choice: str | None = None) -> Path:
         """The draft GGUF for ``choice`` (a path, ``self`` or ``small``; default
@@ -279,6 +287,7 @@ class EngineSession:
                      ("log_path", str(spec.log_path)))
             try:
                 engine = self._make("llama-server", server.url, tuple(sorted(pairs)))
+                attach_process_clock(engine, server.process.pid)
             except BaseException:
                 server.stop()
                 raise
@@ -365,7 +374,10 @@ class EngineSession:
             pairs["clean_flags"] = clean
         if not plan.detaches:
             pairs["log_path"] = str(log_path)
-        return self._make(name, plan.url, tuple(sorted(pairs.items())))
+        engine = self._make(name, plan.url, tuple(sorted(pairs.items())))
+        if name in COMPUTES_IN_PROCESS and isinstance(self._server, ServerProcess):
+            attach_process_clock(engine, self._server.process.pid)
+        return engine
 
     def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
         s = self.settings

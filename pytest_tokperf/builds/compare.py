@@ -40,6 +40,7 @@ from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.comparing import compare_many
 from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
 from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.storage.location import DbLocation, PgUrl, local_base
 
 METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
 RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
@@ -99,8 +100,9 @@ def selection_key(pytest_args: Sequence[str], metrics: Sequence[str]) -> str:
 class Journal:
     """``<db>.builds.jsonl``: which build and selection each stored run measured."""
 
-    def __init__(self, db: Path) -> None:
-        self.path = db.with_name(db.name + ".builds.jsonl")
+    def __init__(self, db: DbLocation) -> None:
+        base = local_base(db)
+        self.path = base.with_name(base.name + ".builds.jsonl")
         self._digests: dict[tuple[str, int, int], str] = {}
 
     def digest(self, binary: Path) -> str:
@@ -141,7 +143,7 @@ class Journal:
             out.write(json.dumps(asdict(session)) + "\n")
 
 
-def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dict[Target, list[float]]:
+def _run_values(db: DbLocation, run_ids: Sequence[str], metrics: Sequence[str]) -> dict[Target, list[float]]:
     """Each target's samples in these runs, with the regression gate's figures (engine
     decode where every repetition has it, else the client's; client TTFT)."""
     from pytest_tokperf.storage.history import metric_values  # the gate's rule, one owner
@@ -152,7 +154,7 @@ def _run_values(db: Path, run_ids: Sequence[str], metrics: Sequence[str]) -> dic
     out: dict[Target, list[float]] = {}
     with ResultStore.open(db) as store:
         workloads = {key: Series.from_text(text).workload_key for key, text in
-                     store.db.execute("SELECT series_key, series_text FROM series").fetchall()}
+                     store.tuples("SELECT series_key, series_text FROM series")}
         for latest in store.latest_per_series():
             for row in store.history(latest.series_key):
                 if row.run_id not in wanted:
@@ -170,7 +172,7 @@ class BuildRunner:
     """Runs the selection as pytest sessions on builds, journalled, into ``db``."""
 
     def __init__(
-        self, db: Path, pytest_args: Sequence[str], *, progress: Progress = print,
+        self, db: DbLocation, pytest_args: Sequence[str], *, progress: Progress = print,
         metrics: Sequence[str] = ("decode", "ttft"), python: str = sys.executable,
         log_dir: Path | None = None, env: Mapping[str, str] | None = None,
     ) -> None:
@@ -189,7 +191,7 @@ class BuildRunner:
         self.selection = selection_key(self.pytest_args, self.metrics)
         self.progress = progress
         self.python = python
-        self.log_dir = log_dir or db.parent / "logs"
+        self.log_dir = log_dir or local_base(db).parent / "logs"
         self.env = dict(env or {})
         self.journal = Journal(db)
 
@@ -207,15 +209,25 @@ class BuildRunner:
         args = self.pytest_args
         engine = [] if any(a.startswith("--tokperf-engine") for a in args) else [
             "--tokperf-engine", "llama-server"]
+        # a PostgreSQL URL goes in the environment (db_env), not the command line
+        db = [] if isinstance(self.db, PgUrl) else [f"--tokperf-db={self.db}"]
         return [self.python, "-m", "pytest", *args, *engine,
-                f"--tokperf-server-bin={build.binary}", f"--tokperf-db={self.db}",
+                f"--tokperf-server-bin={build.binary}", *db,
                 "--tokperf-baseline=off", "-p", "no:cacheprovider", "-q"]
+
+    def db_env(self) -> dict[str, str]:
+        """The session's environment: a PostgreSQL URL (maybe with a password) is passed
+        as PYTEST_TOKPERF_DB, out of the command line other users' ``ps`` shows."""
+        if isinstance(self.db, PgUrl):
+            return {"PYTEST_TOKPERF_DB": self.db.dsn}
+        return {}
 
     def run_session(self, build: Build, number: int) -> Session:
         from pytest_tokperf.environment import utc_now
         from pytest_tokperf.storage.store import ResultStore
 
-        self.db.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.db, Path):
+            self.db.parent.mkdir(parents=True, exist_ok=True)
         with ResultStore.open(self.db) as store:
             before = {r.run.run_id for r in store.runs()}
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +237,7 @@ class BuildRunner:
         started = time.monotonic()
         with open(log, "w", encoding="utf-8") as out:
             proc = subprocess.run(self.command(build), stdout=out, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **self.env}, check=False)
+                                  env={**os.environ, **self.env, **self.db_env()}, check=False)
         seconds = time.monotonic() - started
         with ResultStore.open(self.db) as store:
             new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)

@@ -74,7 +74,8 @@ def add_parser(verbs: Any) -> None:
                    "cpu, cuda:N, metal, rocm:N, vulkan:N (default: what the engine reports)")
     p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
     p.add_argument("--db", metavar="PATH",
-                   help=f"results DB (default {DEFAULT_DB}; 'off' writes nothing)")
+                   help=f"results DB: an SQLite file (default {DEFAULT_DB}) or a postgresql:// "
+                   "URL; 'off' writes nothing")
     p.set_defaults(func=bench)
 
 

@@ -16,9 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON
+from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON, db_location
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.storage.location import DbLocation
 
 
 
@@ -99,12 +100,12 @@ def _selection(args: argparse.Namespace) -> list[str]:
                       "`tokperf compare-builds 11292 11434 -- benchmarks/test_main.py`")
 
 
-def run_db(args: argparse.Namespace) -> Path:
+def run_db(args: argparse.Namespace) -> DbLocation:
     """The DB compare-builds and bisect write: ``--db``, default ``.tokperf/results.db``.
 
     (Not a ``set_defaults(db=...)``: the shared parent's action object would take that
     default for every verb.)"""
-    return Path(args.db or DEFAULT_DB)
+    return db_location(args.db or DEFAULT_DB)
 
 
 def _runner(args: argparse.Namespace) -> Any:

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.storage.location import DbLocation, is_pg_url, parse_pg_url
 
 DEFAULT_DB = ".tokperf/results.db"
 """Where pytest, ``tokperf bench``, ``compare-builds`` and ``bisect`` write results."""
@@ -22,8 +23,9 @@ JSON.add_argument("--json", action="store_true", help="print JSON instead of tex
 
 DB = argparse.ArgumentParser(add_help=False)
 DB.add_argument("--db", metavar="PATH", default=None,
-                help=f"results DB (default {DEFAULT_DB}, where pytest and `tokperf bench` "
-                "write)")
+                help=f"results DB: an SQLite file (default {DEFAULT_DB}, where pytest and "
+                "`tokperf bench` write) or a postgresql://USER@HOST/DBNAME URL (password "
+                "from PGPASSWORD or ~/.pgpass)")
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("make-model", "predict")),
@@ -69,15 +71,15 @@ def db_then_pattern(args: argparse.Namespace, words: list[str],
                     what: str = "SERIES") -> tuple[str, str | None]:
     """``[DB] [SERIES]`` positionals: the DB first when there are two, or when the only one
     is an SQLite file or names one (``*.db``, ``*.sqlite``: a series pattern never does, and
-    a missing ``nope.db`` is then refused as a missing DB, not searched for as a series);
-    the rest is the pattern."""
+    a missing ``nope.db`` is then refused as a missing DB, not searched for as a series),
+    or is a ``postgresql://`` URL; the rest is the pattern."""
     if len(words) > 2:
         raise ConfigError(f"too many arguments {words!r}: give at most a DB and a {what} "
                           f"(or --db PATH and a {what})")
     if len(words) == 2:
         return chosen_db(args, words[0]), words[1]
     if len(words) == 1 and args.db is None and (
-            is_sqlite_file(words[0]) or words[0].endswith(DB_SUFFIXES)):
+            is_sqlite_file(words[0]) or words[0].endswith(DB_SUFFIXES) or is_pg_url(words[0])):
         return words[0], None
     return chosen_db(args), words[0] if words else None
 
@@ -87,8 +89,23 @@ def missing_db_hint(path: str) -> ConfigError:
                        f"one to {DEFAULT_DB}, or pass --db PATH")
 
 
-def readable_db(path: str) -> Path:
-    """``path`` as a Path, or the missing-file error that names ``--db``."""
+def is_db_word(word: str) -> bool:
+    """A word that can only mean a DB: an SQLite file, ``*.db``/``*.sqlite``, a URL."""
+    return is_sqlite_file(word) or word.endswith(DB_SUFFIXES) or is_pg_url(word)
+
+
+def db_location(path: str) -> DbLocation:
+    """A DB a verb writes: a ``PgUrl`` for a ``postgresql://`` URL (checked), else a Path."""
+    if is_pg_url(path):
+        return parse_pg_url(path, "--db")
+    return Path(path).expanduser()
+
+
+def readable_db(path: str) -> DbLocation:
+    """``path`` as a DB to read: a checked ``PgUrl``, or a Path that exists (else the
+    missing-file error that names ``--db``)."""
+    if is_pg_url(path):
+        return parse_pg_url(path, "--db")
     db = Path(path).expanduser()
     if not db.is_file():
         raise missing_db_hint(path)

@@ -2,8 +2,9 @@
 
 Each handler reads the results DB through ``storage`` (``store``, ``exchange``) and judges with
 ``stats``/``changepoints``/``calibration``; plain text by default, ``--json`` for scripts.
-Every verb takes ``--db`` (default ``.tokperf/results.db``); the verbs that only read
-open it read-only and refuse a file that is no tokperf DB, leaving it as it is.
+Every verb takes ``--db`` (default ``.tokperf/results.db``): an SQLite file or a
+``postgresql://`` URL, the same verbs and output on either; the verbs that only read
+open it read-only and refuse a DB that is no tokperf DB, leaving it as it is.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pytest_tokperf.cli.common import (
     JSON,
     METRICS_HELP,
     chosen_db,
+    db_location,
     db_then_pattern,
-    is_sqlite_file,
+    is_db_word,
     readable_db,
 )
 from pytest_tokperf.cli.output import emit, table
@@ -72,7 +74,7 @@ def series_labels(store: ResultStore, rows: list[HistoryRow]) -> dict[str, str]:
     same test (``+draft``, ``depth=4096``...): two rows never read alike."""
     from pytest_tokperf.storage.rows import Series
 
-    texts = dict(store.db.execute("SELECT series_key, series_text FROM series").fetchall())
+    texts = dict(store.tuples("SELECT series_key, series_text FROM series"))
     by_test: dict[str, list[str]] = {}
     for r in rows:
         by_test.setdefault(r.test_id, []).append(r.series_key)
@@ -177,8 +179,7 @@ def _stored_version(store: ResultStore, label: str | None) -> str | None:
 
     if label is None:
         return None
-    stored = store.db.execute(
-        "SELECT DISTINCT engine_version, engine_build FROM environments").fetchall()
+    stored = store.tuples("SELECT DISTINCT engine_version, engine_build FROM environments")
     if any(label in pair for pair in stored):
         return label
 
@@ -306,7 +307,7 @@ def accept(args: argparse.Namespace) -> int:
     """Record a deliberate new level: the gate's baseline starts at the accepted result."""
     db, pattern = db_then_pattern(args, args.words)
     _open(db).close()  # a tokperf DB, or refused before anything is written
-    store = ResultStore.open(Path(db))
+    store = ResultStore.open(db_location(db))
     if not args.reason.strip():
         raise ConfigError("--reason is empty: say why the new level is accepted (it is stored "
                           "with who and when)")
@@ -345,11 +346,10 @@ def import_(args: argparse.Namespace) -> int:
 
     files = list(args.files)
     positional = None
-    if args.db is None and len(files) > 1 and (
-            is_sqlite_file(files[0]) or files[0].endswith((".db", ".sqlite", ".sqlite3"))):
+    if args.db is None and len(files) > 1 and is_db_word(files[0]):
         positional = files.pop(0)  # the old form: tokperf import DB FILES...
-    db = Path(chosen_db(args, positional))
-    if db.is_file():
+    db = db_location(chosen_db(args, positional))
+    if isinstance(db, Path) and db.is_file():
         _open(str(db)).close()  # a tokperf DB, or refused before anything is written
     added = Added()
     for source in files:
@@ -365,14 +365,15 @@ def merge(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import merge as merge_dbs
 
     dbs = ([args.db] if args.db else []) + list(args.dbs)
-    if len(dbs) != 2:
-        raise ConfigError(f"merge takes two DBs (--db A B, or A B), got {dbs!r}")
-    out = Path(args.output)
-    if out.is_file():
+    if len(dbs) not in (1, 2):
+        raise ConfigError(f"merge takes one or two DBs (--db A B, or A B, or A alone to copy "
+                          f"it), got {len(dbs)}: {', '.join(map(str, map(db_location, dbs)))}")
+    out = db_location(args.output)
+    if isinstance(out, Path) and out.is_file():
         _open(str(out)).close()  # a tokperf DB, or refused before anything is written
-    added = merge_dbs(readable_db(dbs[0]), readable_db(dbs[1]), out)
-    emit(args, {**asdict(added), "output": args.output},
-          [f"{args.output}: {added.runs} runs, {added.results} results, {added.samples} samples"])
+    added = merge_dbs(readable_db(dbs[0]), readable_db(dbs[1]) if len(dbs) == 2 else None, out)
+    emit(args, {**asdict(added), "output": str(out)},
+          [f"{out}: {added.runs} runs, {added.results} results, {added.samples} samples"])
     return 0
 
 
@@ -384,7 +385,7 @@ def save_reference(args: argparse.Namespace) -> int:
     run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
     if run_id is None:
         raise ConfigError(f"{db!r} holds no runs to save")
-    path = write_reference_run(Path(db), run_id, Path(args.directory))
+    path = write_reference_run(readable_db(db), run_id, Path(args.directory))
     emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
     return 0
 
@@ -521,12 +522,17 @@ def add_parsers(verbs: Any) -> None:
     p.set_defaults(func=import_)
 
     p = verbs.add_parser(
-        "merge", parents=both, help="merge two results DBs, deduplicated by run id",
-        description="Write the runs of two results DBs into --output (created or added to), "
-        "each run once. The inputs are only read.",
-        usage="tokperf merge [--db A] B --output OUT, or tokperf merge A B --output OUT")
-    p.add_argument("dbs", nargs="+", metavar="DB", help="the DBs to merge (two in all, with --db)")
-    p.add_argument("--output", "-o", required=True, help="the merged DB")
+        "merge", parents=both, help="merge results DBs, deduplicated by run id",
+        description="Write the runs of one or two results DBs into --output (created or "
+        "added to), each run once. The inputs are only read. Any of them may be an SQLite "
+        "file or a postgresql:// URL: `tokperf merge postgresql://HOST/fleet -o fleet.db` "
+        "copies a fleet's store into a file Datasette browses; `tokperf merge runner.db -o "
+        "postgresql://HOST/fleet` loads a runner's file into it.",
+        usage="tokperf merge [--db A] [B] --output OUT, or tokperf merge A [B] --output OUT")
+    p.add_argument("dbs", nargs="+", metavar="DB",
+                   help="the DBs to merge (one or two in all, with --db)")
+    p.add_argument("--output", "-o", required=True,
+                   help="the merged DB (an SQLite file or a postgresql:// URL)")
     p.set_defaults(func=merge)
 
     p = verbs.add_parser(

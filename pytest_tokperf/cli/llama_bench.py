@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pytest_tokperf.cli.common import db_location
 from pytest_tokperf.cli.output import emit, table
 
 DEFAULT_DB = ".tokperf/results.db"
@@ -21,11 +22,13 @@ def add_parsers(verbs: Any) -> None:
         description="Read llama-bench's own output in any of its forms (-o json, jsonl, csv, "
         "sql, md; the form is told from the content) and store each test row as a result: "
         "its repetitions, the device resolved in the hardware catalog, the ceiling, the "
-        "efficiency, the verdict against the band of its quant family and device class, and "
+        "efficiency, the verdict against its expected band (the fitted model's where the "
+        "device class has 20 public rows, else the band of its quant family and class), and "
         "a series key, so history, compare, changes and report work on it. A folder stands "
         "for the llama-bench files in it. Importing a file again adds nothing.")
     p.add_argument("files", nargs="+", metavar="FILE", help="llama-bench output files or folders")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB: an SQLite file (default "
+                   f"{DEFAULT_DB}) or a postgresql:// URL")
     p.add_argument("--device", help="the chip every row ran on, as the hardware catalog names "
                    "it (e.g. 'RTX 4090', 'Apple M2 Max'): the md form has no gpu_info")
     p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
@@ -35,13 +38,15 @@ def add_parsers(verbs: Any) -> None:
     p = verbs.add_parser(
         "outliers", help="results far below the band of their chip class, and build regressions",
         description="Every stored decode result (pytest runs and imported llama-bench rows) "
-        "whose efficiency is under the low end of the band of its quant family and device "
-        "class, with the figure it should reach and the reasons the data offers (small "
+        "whose efficiency is under the low end of its expected band (the one predict shows: "
+        "fitted where the device class has 20 public rows, else that of its quant family and "
+        "class), with the figure it should reach and the reasons the data offers (small "
         "model, KV depth, the same chip faster on another backend or build, the host); then "
         "each build whose efficiency fell against the best earlier build of its series. "
         "This is how a chip the engine does not yet support well, or a driver regression, "
         "shows up. Exit 0 either way.")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB: an SQLite file (default "
+                   f"{DEFAULT_DB}) or a postgresql:// URL")
     p.add_argument("--factor", type=float, default=1.0,
                    help="flag below FACTOR x the band's low end (default 1.0; 0.8: only "
                    "rows 20%% under it)")
@@ -59,10 +64,10 @@ def _pct(value: float | None) -> str:
 def _import(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.llama_bench_import import import_llama_bench
 
-    added, rows = import_llama_bench(Path(args.db), [Path(f) for f in args.files],
+    added, rows = import_llama_bench(db_location(args.db), [Path(f) for f in args.files],
                                      device=args.device, gpu_cores=args.gpu_cores)
     data = {
-        "db": args.db, "runs_added": added.runs, "results_added": added.results,
+        "db": str(db_location(args.db)), "runs_added": added.runs, "results_added": added.results,
         "samples_added": added.samples,
         "rows": [{
             "source": r.record.source, "form": r.record.form, "test_id": r.test_id,
@@ -76,7 +81,7 @@ def _import(args: argparse.Namespace) -> int:
             "verdict": r.verdict,
         } for r in rows],
     }
-    lines = [f"{args.db}: added {added.runs} run(s), {added.results} result(s), "
+    lines = [f"{db_location(args.db)}: added {added.runs} run(s), {added.results} result(s), "
              f"{added.samples} sample(s) from {len(rows)} llama-bench row(s)"]
     body = [(r.record.test_name, r.hardware.name if r.hardware else "-",
              f"{r.record.get('avg_ts'):.2f}",
@@ -94,13 +99,14 @@ def _outliers(args: argparse.Namespace) -> int:
     from pytest_tokperf.errors import ConfigError
     from pytest_tokperf.report.outliers import find_outliers
 
-    if not Path(args.db).is_file():
+    db = db_location(args.db)
+    if isinstance(db, Path) and not db.is_file():
         raise ConfigError(f"results DB {args.db!r} does not exist; fill one with "
                           "`tokperf import-llama-bench FILE --db PATH` or a pytest run")
     if not 0 < args.factor <= 2 or not 0 < args.drop < 1:
         raise ConfigError(f"--factor {args.factor!r} must be in (0, 2] and --drop "
                           f"{args.drop!r} in (0, 1)")
-    found = find_outliers(Path(args.db), factor=args.factor, drop=args.drop)
+    found = find_outliers(db, factor=args.factor, drop=args.drop)
     data = [{
         "kind": o.kind, "result_id": o.result_id, "test_id": o.test_id,
         "hardware": o.hardware, "build": o.build, "tokens_per_s": o.tokens_per_s,
@@ -110,8 +116,8 @@ def _outliers(args: argparse.Namespace) -> int:
                                               "high": o.band.high},
         "reasons": list(o.reasons), "source": o.source,
     } for o in found]
-    lines = [f"{len(found)} outlier(s) in {args.db}" if found
-             else f"no outliers in {args.db}: every judged result is inside its band"]
+    lines = [f"{len(found)} outlier(s) in {db}" if found
+             else f"no outliers in {db}: every judged result is inside its band"]
     for o in found:
         target = (f"should reach >= {o.should_reach_tokens_per_s:.1f} tok/s"
                   + (f" (typical {o.typical_tokens_per_s:.1f})" if o.typical_tokens_per_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -188,8 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("predict", parents=[JSON],
                          help="decode ceiling of a model on some hardware",
                          description="Ceiling = bandwidth / bytes read per token, with the "
-                         "expected range at typical efficiencies and the memory needed. The "
-                         "model is a GGUF file, or parameters + quant for 'before you buy'.")
+                         "expected range and the memory needed. The range is the fitted "
+                         "model's band where the device class has 20 published rows "
+                         "(db/public), else a fixed band per quant family and class; 'band "
+                         "from:' says which. The model is a GGUF file, or parameters + quant "
+                         "for 'before you buy'.")
     p.add_argument("--hardware", required=True,
                    help="catalog name (e.g. 'RTX 4090', 'Apple M4 Max') or a bandwidth "
                    "('1008GB/s')")
@@ -237,13 +241,32 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+_DASH_VALUE = re.compile(r"-(?:[\d.]|inf|nan)", re.IGNORECASE)
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def glue_dash_values(args: Sequence[str]) -> list[str]:
+    """``--bandwidth -5GB/s`` as ``--bandwidth=-5GB/s``: argparse takes a value that
+    starts with '-' (and is no plain negative number) for an option and says only
+    "expected one argument"; glued to its option, the verb's own check names it."""
+    out: list[str] = []
+    for arg in args:
+        flag = out[-1] if out else ""
+        if flag.startswith("--") and "=" not in flag and _DASH_VALUE.match(arg) \
+                and not _NEGATIVE_NUMBER.fullmatch(arg):
+            out[-1] = f"{flag}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from pytest_tokperf.cli.builds import attach_pytest_args, split_pytest_args
 
     parser = build_parser()
     own, rest = split_pytest_args(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(own)
+        args = parser.parse_args(glue_dash_values(own))
         if args.verb is None:
             parser.print_help()
             sys.stdout.flush()

@@ -114,7 +114,8 @@ class HttpAdapter:
         self._client = make_client(timeout_s, transport, endpoint, max_body_bytes)
         self._streams = StreamClient(
             self._client, StreamLimits(idle_s=idle_timeout_s), headers=endpoint.headers,
-            query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None)
+            query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None,
+            engine=str(getattr(self, "name", "")))
         self._settings = settings
         self._model = model
 
@@ -151,6 +152,7 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
         transport=BoundedTransport(transport, max_body_bytes=max_body_bytes,
                                    stdlib=transport is None),
         limits=httpx.Limits(max_keepalive_connections=0),
+        trust_env=False,  # the transport takes the environment's proxy itself, bounded
         headers=dict(endpoint.headers),
         params=endpoint.params,
         event_hooks=hooks,

@@ -221,8 +221,10 @@ class LMStudio(OpenAICompatible):
         url = f"{self.base_url}/api/v1/chat"
         log = ChunkLog(request, url)
         end: dict[str, Any] | None = None
+        last: object = None
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 stats=log.stats):
+            last = event
             kind = event.get("type")
             content = event.get("content")
             if kind in ("message.delta", "reasoning.delta") and isinstance(content, str):
@@ -230,7 +232,7 @@ class LMStudio(OpenAICompatible):
             elif kind == "chat.end":
                 end = json_object(event, "result")
         if end is None:
-            raise EngineProtocolError(f"{url} ended the stream without its chat.end event")
+            raise log.cut_short(self.name, "its chat.end event", last)
         if not log.times_s:
             raise EngineProtocolError(f"{url} streamed no generated tokens ({end!r:.200})")
         timings = chat_end_timings(json_object(end, "stats"))

@@ -338,8 +338,10 @@ class Ollama(HttpAdapter):
         url = f"{self.base_url}/api/generate"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
+        last: object = None
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 ndjson=True, stats=log.stats):
+            last = event
             answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
             log.add(now, 1 if answer or thought else 0, thought + answer,
                     reasoning=bool(thought) and not answer)
@@ -347,7 +349,7 @@ class Ollama(HttpAdapter):
                 final = event
                 break
         if final is None:
-            raise EngineProtocolError(f"{url} closed the stream without the final done:true object")
+            raise log.cut_short(self.name, "the final done:true object", last)
         if not log.times_s:
             raise EngineProtocolError(
                 f"{url} streamed no generated tokens (done_reason {final.get('done_reason')!r})"

@@ -227,6 +227,14 @@ class ChunkLog:
     text: list[str] = field(default_factory=list)
     reasoning: list[bool] = field(default_factory=list)
     stats: StreamStats = field(default_factory=StreamStats)
+    sent_mark: tuple[float, object] | None = None
+    """(time, the engine's clock) when the request was made, when it has a clock."""
+    first_mark: tuple[float, object] | None = None
+    """(time, the engine's clock) at the first content chunk, when the request has a clock."""
+
+    def __post_init__(self) -> None:
+        if self.request is not None and self.request.clock is not None:
+            self.sent_mark = (self.sent_s, self.request.clock())
 
     def cut_short(self, engine: str, marker: str, last: object) -> EngineProtocolError:
         """The error for a stream that ended without ``marker``, the engine's documented
@@ -243,6 +251,8 @@ class ChunkLog:
         if text:
             self.text.append(text)
         if n_tokens > 0:
+            if not self.times_s and self.request is not None and self.request.clock is not None:
+                self.first_mark = (now_s, self.request.clock())
             self.times_s.append(now_s)
             self.tokens.append(n_tokens)
             self.reasoning.append(reasoning)
@@ -252,6 +262,11 @@ class ChunkLog:
         """What was logged, as the ``Generation`` of ``request``; without an engine count
         the generated tokens are the ones the chunks carried."""
         assert self.request is not None, "a ChunkLog makes a Generation only for a request"
+        marks: tuple[tuple[float, object], ...] | None = None
+        if self.first_mark is not None and self.request.clock is not None:
+            marks = (self.first_mark, (time.perf_counter(), self.request.clock()))
+            if self.sent_mark is not None:
+                marks = (self.sent_mark, *marks)
         return Generation(
             request=self.request,
             sent_s=self.sent_s,
@@ -264,6 +279,7 @@ class ChunkLog:
             engine=engine,
             chunk_reasoning=tuple(self.reasoning) if any(self.reasoning) else (),
             client_s_per_event=self.stats.busy_s_per_event,
+            clock_marks=marks,
         )
 
 

@@ -197,27 +197,39 @@ def _per_layer(value: int | list[int] | None, n_layer: int, default: int) -> tup
 
 
 MAX_LAYERS = MAX_TENSORS
-"""What a file can hold: every block has a tensor, and no more than ``MAX_TENSORS``
-tensors are read (models have a few hundred blocks)."""
+"""No more layers than tensors are read (models have a few hundred blocks)."""
+
+
+def layer_bound(header: GGUFHeader) -> int:
+    """The most layers ``header``'s file can hold. Each layer has at least one tensor, so
+    a file with tensors holds as many layers as it lists tensors, or, when its table lists
+    only some blocks' (a trimmed file read for its attention layout), as many as its
+    header could list tensor entries (``MIN_TENSOR_INFO_BYTES`` each). A header-only file
+    (no tensors) holds whatever its block count says, up to ``MAX_LAYERS``."""
+    if not header.tensors:
+        return MAX_LAYERS
+    header_bytes = min(header.data_offset, header.file_bytes)
+    return min(MAX_LAYERS, max(len(header.tensors), header_bytes // MIN_TENSOR_INFO_BYTES))
 
 
 def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTensor]) -> int:
     """The block count (stated, else the highest ``blk.N`` + 1), refused above
-    ``MAX_LAYERS`` (the tensors a file can hold) before any per-layer tuple is built.
-
-    Not tied to the tensor count: files that list only some blocks' tensors (a header
-    read for its attention layout, a test's minimal file) are read as they are.
-    """
+    ``layer_bound`` before anything is built per layer."""
     stated = keys.number(gguf.Keys.LLM.BLOCK_COUNT)
     n_layer = stated or _layer_count(tensors)
-    if n_layer > MAX_LAYERS:
+    bound = layer_bound(header)
+    if n_layer > bound:
         source = (f"its key {keys.name(gguf.Keys.LLM.BLOCK_COUNT)!r}" if stated
                   else "its tensor names (blk.N.*)")
+        header_bytes = min(header.data_offset, header.file_bytes)
+        why = (f"each layer has at least one tensor; it lists {len(tensors)}, and its "
+               f"{header_bytes}-byte header could list at most "
+               f"{header_bytes // MIN_TENSOR_INFO_BYTES} tensor entries of "
+               f"{MIN_TENSOR_INFO_BYTES} bytes" if tensors else "it lists no tensors")
         raise ModelFileError(
             f"model file {str(header.path)!r} claims {n_layer} layers by {source}, more "
-            f"than a file can hold (each layer has a tensor, and at most {MAX_LAYERS} "
-            f"tensors are read; it has {len(tensors)}): the header is corrupt or crafted; "
-            f"download or convert the model again")
+            f"than the file can hold ({bound}: {why}; at most {MAX_LAYERS} layers are "
+            f"read): the header is corrupt or crafted; download or convert the model again")
     return n_layer
 
 

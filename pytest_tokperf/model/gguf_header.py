@@ -114,6 +114,11 @@ class GGUFHeader:
 
 
 def _stat(path: Path) -> int:
+    if not path.exists() and path.is_symlink():
+        raise ModelFileError(
+            f"model path {str(path)!r} is a symbolic link that leads nowhere (to a missing "
+            f"file, or round in a loop); point it at the .gguf file, or pass the file itself"
+        )
     if not path.exists():
         raise ModelFileError(
             f"model file {str(path)!r} does not exist; pass the path of a .gguf file"

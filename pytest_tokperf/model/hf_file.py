@@ -219,6 +219,14 @@ def load_hf(path: str | Path) -> HFModel:
                                      f"which tokperf cannot size")
             tensors.append(HFTensor(name, dtype, tuple(int(n) for n in entry.get("shape", ())),
                                     file.name))
+    layers = config.get("num_hidden_layers")
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int)
+                               or not 0 <= layers <= len(tensors)):
+        raise ModelFileError(
+            f"{str(config_path)!r} says num_hidden_layers {layers!r}, which its weights cannot "
+            f"hold (each layer has at least one tensor; the safetensors files list "
+            f"{len(tensors)}): the config is corrupt or belongs to another model; download it "
+            f"again")
     return HFModel(path=folder, config=tuple(sorted(config.items())), tensors=tuple(tensors),
                    file_bytes=total, content_hash=digest.hexdigest())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_tokperf.bench.gate import GateFinding
 from pytest_tokperf.report.table import Row
@@ -21,6 +22,10 @@ from pytest_tokperf.report.formats import (
     write_step_summary,
 )
 from pytest_tokperf.results import RunInfo
+from pytest_tokperf.storage.location import DbLocation
+
+if TYPE_CHECKING:
+    from pytest_tokperf.storage.store import ResultStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +51,12 @@ def write_session_reports(
     paths: ReportPaths,
     env: Mapping[str, str],
     *,
-    db: Path | None = None,
+    db: DbLocation | None = None,
     run: RunInfo | None = None,
+    store: ResultStore | None = None,
 ) -> list[Path]:
-    """Write every requested report; returns the paths written."""
+    """Write every requested report; returns the paths written. ``store``: the run's
+    open store (on PostgreSQL only its connection sees the run before it is committed)."""
     figures: list[ResultFigures] = [figures_from_row(row) for row in rows]
     changes = gate_changes(findings)
     written: list[Path] = []
@@ -64,14 +71,16 @@ def write_session_reports(
         paths.json.write_text(dumps_report(report_json(figures, changes, run=run)), encoding="utf-8")
         written.append(paths.json)
     if paths.html is not None:
-        written.append(_html(figures, changes, paths.html, db, run))
+        written.append(_html(figures, changes, paths.html, db, run, store))
     return written
 
 
 def _html(figures: list[ResultFigures], changes: list[SeriesChange], path: Path,
-          db: Path | None, run: RunInfo | None) -> Path:
+          db: DbLocation | None, run: RunInfo | None, open_store: ResultStore | None) -> Path:
     from pytest_tokperf.report.html import build_html_report, render_html, write_html
 
+    if open_store is not None and run is not None:
+        return build_html_report(open_store, path, run_id=run.run_id, extra_changes=changes)
     if db is not None and run is not None:
         from pytest_tokperf.storage.store import ResultStore
 

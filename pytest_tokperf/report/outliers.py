@@ -3,8 +3,9 @@
 ``find_outliers(db)`` reads every stored decode result with a ceiling (pytest runs and
 imported llama-bench rows alike, ``exchange.export_rows``) and reports two things:
 
-* **below the band**: efficiency under ``factor x`` the low end of the band of the
-  row's quant family and device class (``hardware.bands``), with the figure it should
+* **below the band**: efficiency under ``factor x`` the low end of the row's expected
+  band (``hardware.expected``: the fitted model's where the device class has the public
+  rows, else the fixed band of its quant family and class), with the figure it should
   reach (``ceiling x band low`` and ``x typical``) and the reasons the data itself
   offers: a model under ~1 GB (overhead-bound), KV at depth not counted, the same chip
   faster on another backend or build in the same data, a host named by the source.
@@ -21,12 +22,13 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
+from pytest_tokperf.hardware.bands import Band, device_class, quant_family
+from pytest_tokperf.hardware.expected import expected_band
 from pytest_tokperf.prediction import OVERHEAD_BOUND_BYTES
 from pytest_tokperf.storage.exchange import export_rows
+from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
 
 DEFAULT_FACTOR = 1.0
@@ -86,7 +88,10 @@ def _band(row: dict[str, Any]) -> Band | None:
     if "moe" in str(row.get("engine_model_name") or "").lower():
         return None
     kind, name = row.get("hardware_kind"), row.get("hardware_name")
-    return band_for(quant_family(row.get("model_file_type")), device_class(kind, name))
+    ceiling = row.get("ceiling_decode_tokens_per_s")
+    return expected_band(device_class(kind, name), quant_family(row.get("model_file_type")),
+                         1.0 / float(ceiling) if ceiling else None,
+                         int(row.get("depth_tokens") or 0)).band
 
 
 def _decode(row: dict[str, Any]) -> float | None:
@@ -114,7 +119,7 @@ def _reasons(row: dict[str, Any], settings: dict[str, Any], peers: list[dict[str
     weights = row.get("footprint_weights_bytes") or 0
     if row.get("hardware_kind") != "cpu" and weights and weights < OVERHEAD_BOUND_BYTES:
         out.append(f"{weights / 1e9:.2f} GB of weights per token: overhead-bound (kernel "
-                   "launches and synchronisation per token), the band is for multi-GB models")
+                   "launches and synchronisation per token)")
     if _lb(settings, "no_kv_offload"):
         out.append("the KV cache is in system RAM (-nkvo 1): every token reads it over PCIe")
     depth = row.get("depth_tokens") or 0
@@ -149,7 +154,7 @@ def _reasons(row: dict[str, Any], settings: dict[str, Any], peers: list[dict[str
     return out
 
 
-def find_outliers(db: Path, *, factor: float = DEFAULT_FACTOR,
+def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
                   drop: float = DEFAULT_DROP) -> list[Outlier]:
     """Results far below their band, then build regressions (see the module docstring)."""
     with ResultStore.open(db) as store:

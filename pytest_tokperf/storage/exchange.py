@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_tokperf.errors import StorageError
+from pytest_tokperf.storage.location import DbLocation, PgUrl
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.rows import (
@@ -76,21 +77,20 @@ def _encode(row: Row) -> Row:
 
 def read_runs(store: ResultStore, run_ids: Iterable[str] | None = None) -> Iterator[RunBundle]:
     """Every run in ``store`` (or those named) as bundles, in start order."""
-    db = store.db
     wanted = None if run_ids is None else set(run_ids)
-    for run in db.table("runs").rows_where(order_by="started_at, run_id"):
+    for run in store.query("SELECT * FROM runs ORDER BY started_at, run_id"):
         if wanted is not None and run["run_id"] not in wanted:
             continue
         bundles = []
-        for result in db.query(
+        for result in store.query(
             "SELECT results.*, series.series_text FROM results JOIN series USING (series_key)"
             " WHERE run_id = ? ORDER BY results.id",
-            [run["run_id"]],
+            (run["run_id"],),
         ):
-            env = next(db.table("environments").rows_where("id = ?", [result["environment_id"]]))
-            samples = db.table("samples").rows_where(
-                "result_id = ?", [result["id"]], order_by="repetition"
-            )
+            env = store.query("SELECT * FROM environments WHERE id = ?",
+                              (result["environment_id"],))[0]
+            samples = store.query("SELECT * FROM samples WHERE result_id = ? ORDER BY repetition",
+                                  (result["id"],))
             bundles.append(
                 ResultBundle(
                     series_text=result.pop("series_text"),
@@ -107,10 +107,9 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
     run_id = bundle.run["run_id"]
 
     def body() -> Added:
-        db = store.db
-        known = db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        known = store.query("SELECT 1 AS found FROM runs WHERE run_id = ?", (run_id,))
         if not known:
-            db.table("runs").insert(bundle.run)
+            store.backend.insert("runs", bundle.run)
         added = Added(runs=0 if known else 1)
         for item in bundle.results:
             key = (
@@ -119,11 +118,11 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
                 item.result["series_key"],
                 item.result["created_at"],
             )
-            if db.execute(
-                "SELECT 1 FROM results WHERE run_id = ? AND test_id = ? AND series_key = ?"
-                " AND created_at = ?",
+            if store.query(
+                "SELECT 1 AS found FROM results WHERE run_id = ? AND test_id = ?"
+                " AND series_key = ? AND created_at = ?",
                 key,
-            ).fetchone():
+            ):
                 continue
             env = {**item.environment, "env_hash": environment_hash(item.environment)}
             series = series_row(Series.from_text(item.series_text))
@@ -135,7 +134,7 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
     return store.write(f"import run {run_id!r}", body)
 
 
-def dump_run(db: Path, run_id: str) -> str:
+def dump_run(db: DbLocation, run_id: str) -> str:
     """The text form of one stored run (see the module docstring)."""
     with ResultStore.open_read_only(db) as store:
         found = list(read_runs(store, [run_id]))
@@ -157,7 +156,7 @@ def _run_text(bundle: RunBundle) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_reference_run(db: Path, run_id: str, directory: Path) -> Path:
+def write_reference_run(db: DbLocation, run_id: str, directory: Path) -> Path:
     """Write one run into ``directory`` as ``<run_id>.jsonl`` (the ``db/runs`` dataset)."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{run_id}.jsonl"
@@ -198,10 +197,9 @@ def parse_runs(text: str, source: str) -> list[RunBundle]:
 
 
 def _export_columns(store: ResultStore) -> list[str]:
-    db = store.db
-    columns = [f"results.{c}" for c in db.table("results").columns_dict if c != "environment_id"]
-    columns += [f"runs.{c}" for c in db.table("runs").columns_dict if c != "run_id"]
-    columns += [f"environments.{c}" for c in db.table("environments").columns_dict
+    columns = [f"results.{c}" for c in store.columns("results") if c != "environment_id"]
+    columns += [f"runs.{c}" for c in store.columns("runs") if c != "run_id"]
+    columns += [f"environments.{c}" for c in store.columns("environments")
                 if c != "id" and c not in PER_RESULT_COLUMNS]  # those are on the result
     return [*columns, "series.series_text"]
 
@@ -213,12 +211,12 @@ def export_rows(store: ResultStore) -> Iterator[Row]:
         " JOIN runs USING (run_id) JOIN environments ON environments.id = results.environment_id"
         " JOIN series USING (series_key) ORDER BY results.created_at, results.id"
     )
-    for row in store.db.query(sql):
+    for row in store.query(sql):
         row["result_id"] = row.pop("id")
         yield row
 
 
-def export_results(db: Path, fmt: Literal["csv", "json"], out: Path) -> int:
+def export_results(db: DbLocation, fmt: Literal["csv", "json"], out: Path) -> int:
     """Write every result as CSV or a JSON list; returns the number of rows.
 
     JSON columns are JSON values in the JSON export and JSON text in the CSV. Samples
@@ -240,9 +238,8 @@ def export_results(db: Path, fmt: Literal["csv", "json"], out: Path) -> int:
 
 
 def _runs_from_export(store: ResultStore, rows: list[Row]) -> list[RunBundle]:
-    db = store.db
-    run_cols, env_cols = db.table("runs").columns_dict, db.table("environments").columns_dict
-    result_cols = set(db.table("results").columns_dict) - set(_RESULT_IDS)
+    run_cols, env_cols = store.columns("runs"), store.columns("environments")
+    result_cols = set(store.columns("results")) - set(_RESULT_IDS)
     runs: dict[str, RunBundle] = {}
     for raw in rows:
         row = _encode(raw)
@@ -258,7 +255,7 @@ def _runs_from_export(store: ResultStore, rows: list[Row]) -> list[RunBundle]:
     return list(runs.values())
 
 
-def import_dataset(db: Path, path: Path) -> Added:
+def import_dataset(db: DbLocation, path: Path) -> Added:
     """Load a run text file (``.jsonl``) or a JSON export (no samples) into ``db``."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -285,23 +282,35 @@ def import_dataset(db: Path, path: Path) -> Added:
         return sum((add_run(store, b) for b in bundles), Added())
 
 
-def load_reference_runs(directory: Path, db: Path) -> Added:
+def load_reference_runs(directory: Path, db: DbLocation) -> Added:
     """Load every ``*.jsonl`` in ``directory`` (the ``db/runs`` dataset) into ``db``."""
     return sum((import_dataset(db, p) for p in sorted(directory.glob("*.jsonl"))), Added())
 
 
-def merge(a: Path, b: Path, out: Path) -> Added:
-    """Merge two result databases into ``out`` (created or added to), deduping by run id."""
-    for source in (a, b):
-        if not source.is_file():
+def _same(a: DbLocation, b: DbLocation) -> bool:
+    if isinstance(a, PgUrl) or isinstance(b, PgUrl):
+        return a == b
+    return a.resolve() == b.resolve()
+
+
+def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:
+    """Merge result databases into ``out`` (created or added to), deduping by run id.
+
+    Any of them may be an SQLite file or a PostgreSQL database: ``merge(PG, None,
+    fleet.db)`` copies a fleet's store into one file Datasette reads, ``merge(a.db, None,
+    PG)`` loads a runner's file into the fleet's.
+    """
+    sources = [s for s in (a, b) if s is not None]
+    for source in sources:
+        if isinstance(source, Path) and not source.is_file():
             raise StorageError(f"merge input {str(source)!r} does not exist")
-        if source.resolve() == out.resolve():
+        if _same(source, out):
             raise StorageError(f"merge output {str(out)!r} is also an input; name a new file")
-    for source in (a, b):  # both are tokperf DBs before the output is created
+    for source in sources:  # all are tokperf DBs before the output is created
         ResultStore.open_read_only(source).close()
     added = Added()
     with ResultStore.open(out) as target:
-        for source in (a, b):
+        for source in sources:
             with ResultStore.open_read_only(source) as store:
                 for bundle in read_runs(store):
                     added += add_run(target, bundle)

@@ -221,11 +221,11 @@ class JudgedEfficiency:
 def judged_efficiencies(store: ResultStore) -> dict[int, JudgedEfficiency]:
     """Per result id, its efficiency against the host's reached bandwidth (see
     ``JudgedEfficiency``): the one figure ``tokperf history`` shows."""
-    rows = store.db.execute(
+    rows = store.tuples(
         "SELECT r.id, r.efficiency, r.ceiling_bandwidth_bytes_per_s, r.ceiling_bandwidth_source,"
         " r.measured_bandwidth_bytes_per_s, ru.host, e.hardware_name FROM results r"
         " JOIN runs ru ON ru.run_id = r.run_id"
-        " JOIN environments e ON e.id = r.environment_id").fetchall()
+        " JOIN environments e ON e.id = r.environment_id")
     reached: dict[tuple[str, str | None], float] = {}
     for _, _, ceiling_bw, source, probe_bw, host, hardware in rows:
         for bw in (ceiling_bw if source == "measured" else None, probe_bw):

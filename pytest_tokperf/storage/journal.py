@@ -105,6 +105,7 @@ class Journal:
             self.paths.append(self.path)
 
     def _append(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

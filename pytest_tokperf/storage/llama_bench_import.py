@@ -24,8 +24,9 @@ Where each llama-bench field goes:
   names no layer shape: a record that carries ``n_layer``, ``n_head_kv``, ``head_dim``
   (and ``sliding_window``/``sliding_layers``) from the model's config gets its KV read
   counted, sliding-window layers by their window; without them it is not (the ceiling
-  is then above the true one: still an upper bound). The verdict is the efficiency against the band of the
-  row's quant family and device class (``hardware.bands``).
+  is then above the true one: still an upper bound). The verdict is the efficiency against the
+  row's expected band (``hardware.expected``: the fitted model's where the device class
+  has the public rows, else the fixed band of its quant family and class).
 * the series: test ``llama-bench <test> [<device>]`` with the model, quant and settings;
   speed settings the series key has no field for (``no_kv_offload``, ``n_cpu_moe``,
   ``tensor_buft_overrides``, ``poll``, ``cpu_strict``) join the test id when set.
@@ -46,7 +47,8 @@ from typing import Any
 from pytest_tokperf.ceiling import check_efficiency, compute_ceiling, decode_efficiency
 from pytest_tokperf.environment import UNKNOWN_VERSION, package_version
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.hardware.bands import Band, band_for, device_class, quant_family
+from pytest_tokperf.hardware.bands import Band, device_class, quant_family
+from pytest_tokperf.hardware.expected import expected_band
 from pytest_tokperf.hardware.catalog import lookup
 from pytest_tokperf.results import (
     BenchResult,
@@ -71,6 +73,7 @@ from pytest_tokperf.storage.rows import (
     sample_rows,
     series_of,
 )
+from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
 
 ENGINE_NAME = "llama-bench"
@@ -117,9 +120,23 @@ def active_parameters_of(model_type: str | None) -> float | None:
     return float(found["active"]) * (1e9 if found["unit"] == "B" else 1e6)
 
 
+_OLD_BACKEND_FLAGS = (
+    ("cuda", "CUDA"), ("metal", "Metal"), ("vulkan", "Vulkan"), ("opencl", "OpenCL"),
+    ("sycl", "SYCL"), ("kompute", "Kompute"), ("blas", "BLAS"),
+)
+"""llama-bench before ``backends`` (2023-early 2024) printed one boolean per backend."""
+
+
+def backends_of(fields: dict[str, Any]) -> list[str]:
+    """``backends`` split (``"Metal,BLAS"``), or the old per-backend booleans set."""
+    if fields.get("backends"):
+        return [b for b in re.split(r"[,/ ]+", str(fields["backends"])) if b]
+    return [name for key, name in _OLD_BACKEND_FLAGS if fields.get(key) in (True, 1, "1")]
+
+
 def device_of(fields: dict[str, Any]) -> tuple[str, bool]:
     """The device text a record ran on and whether it is a GPU (layers offloaded)."""
-    backends = {b.lower() for b in re.split(r"[,/ ]+", str(fields.get("backends") or "")) if b}
+    backends = {b.lower() for b in backends_of(fields)}
     on_gpu = bool(backends - {"cpu", "blas"}) and fields.get("n_gpu_layers") != 0
     if fields.get("device"):
         return str(fields["device"]), on_gpu
@@ -212,7 +229,7 @@ def _engine(f: dict[str, Any]) -> EngineInfo:
     if int(f.get("n_prompt") or 0) and int(f.get("n_gen") or 0):
         kept.update({SETTING_PREFIX + k: dumps(f[k]) for k in ("samples_ts", "samples_ns")
                      if k in f})
-    backends = [b for b in re.split(r"[,/ ]+", str(f.get("backends") or "")) if b]
+    backends = backends_of(f)
     tokperf = {
         "backend": next((b for b in backends if b.lower() not in ("blas",)), None),
         "flash_attn": _flash(f.get("flash_attn")),
@@ -276,13 +293,17 @@ def is_moe(f: dict[str, Any]) -> bool:
     return "moe" in text or active_parameters_of(text.upper()) is not None
 
 
-def band_of(f: dict[str, Any], hardware: HardwareInfo | None) -> Band | None:
-    """The dense band of the row's quant family and device class; None for a MoE (no band
-    covers scattered expert reads) or an unknown device."""
+def band_of(f: dict[str, Any], hardware: HardwareInfo | None,
+            ceiling: Ceiling | None = None) -> Band | None:
+    """The expected band of the row (``hardware.expected``: the fitted model's where its
+    device class has the public rows, else the fixed band of its quant family and class);
+    None for a MoE (no band covers scattered expert reads) or an unknown device."""
     if hardware is None or is_moe(f):
         return None
-    return band_for(quant_family(quant_of(f.get("model_type"))),
-                    device_class(hardware.kind, hardware.name))
+    stream_s = None if ceiling is None else 1.0 / ceiling.decode_tokens_per_s
+    depth = 0 if ceiling is None else ceiling.footprint.depth_tokens
+    return expected_band(device_class(hardware.kind, hardware.name),
+                         quant_family(quant_of(f.get("model_type"))), stream_s, depth).band
 
 
 def judge(result: BenchResult, ceiling: Ceiling | None, band: Band | None
@@ -300,7 +321,7 @@ def imported_row(record: LlamaBenchRecord) -> tuple[ImportedRow, ResultBundle]:
     result = bench_result(record)
     hardware = resolve_hardware(f)
     ceiling = ceiling_of(f, hardware)
-    band = band_of(f, hardware)
+    band = band_of(f, hardware, ceiling)
     eff, verdict = judge(result, ceiling, band)
     model = model_info(f)
     device = device_of(f)[0] or "unknown device"
@@ -361,7 +382,7 @@ def import_records(store: ResultStore, records: Sequence[LlamaBenchRecord], sour
     return add_run(store, bundle), [i for i, _ in built]
 
 
-def import_llama_bench(db: Path, paths: Iterable[Path], *, device: str | None = None,
+def import_llama_bench(db: DbLocation, paths: Iterable[Path], *, device: str | None = None,
                        gpu_cores: int | None = None) -> tuple[Added, list[ImportedRow]]:
     """Read each llama-bench output file and add it to ``db`` as one run.
 

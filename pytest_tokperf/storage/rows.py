@@ -412,12 +412,19 @@ def ceiling_from_row(row: Row) -> Ceiling | None:
     )
 
 
+SAMPLE_NOT_STORED = ("decode_wait_s", "decode_wait_share", "ttft_wait_s")
+"""Sample fields with no column yet: the engine's wait for a CPU, which the same-run A/B
+judges while both servers run (and its JSON keeps)."""
+
+
 def sample_rows(samples: tuple[Sample, ...]) -> list[Row]:
     """``samples`` rows without their ``result_id``."""
     rows = []
     for index, sample in enumerate(samples):
         row = asdict(sample)
         row.pop("load")  # in the result's machine_load column
+        for name in SAMPLE_NOT_STORED:
+            row.pop(name, None)
         row["inter_token_s"] = dumps(list(sample.inter_token_s))
         rows.append({"repetition": index, **row})
     return rows

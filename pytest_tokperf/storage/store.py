@@ -1,10 +1,15 @@
-"""The results store: every measurement with its environment, in one SQLite file.
+"""The results store: every measurement with its environment, in one SQLite file or
+one PostgreSQL database a fleet shares.
 
-sqlite-utils only; nothing here uses pytest. Each ``record`` is one short ``BEGIN IMMEDIATE``
-transaction committed before it returns, so a crash, Ctrl-C or SIGKILL later keeps
-it; WAL and a busy timeout let pytest-xdist workers share one file. The schema is in
-``schema``, value <-> row mapping and the series key in ``rows``,
-export/import/merge in ``exchange``.
+Nothing here uses pytest, and no SQL dialect: the database is a ``backend.Backend``
+(``sqlite_backend``: sqlite-utils, the default; ``postgres``: psycopg 3, opened for a
+``postgresql://`` URL). On SQLite each ``record`` is one short ``BEGIN IMMEDIATE``
+transaction committed before it returns, so a crash, Ctrl-C or SIGKILL later keeps it;
+WAL and a busy timeout let pytest-xdist workers share one file. On PostgreSQL a run's
+rows are held in one transaction from ``begin_run`` to ``finish_run`` (each write in a
+savepoint of it), so concurrent writers never see a half-written run and a killed one
+leaves none; the journal keeps the results meanwhile. The schema is in ``schema``,
+value <-> row mapping and the series key in ``rows``, export/import/merge in ``exchange``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from sqlite_utils import Database
 
@@ -60,7 +65,10 @@ from pytest_tokperf.storage.rows import (
     split_environment,
     with_result_columns,
 )
-from pytest_tokperf.storage.schema import MIGRATIONS, SCHEMA_VERSION
+from pytest_tokperf.storage.backend import Backend
+from pytest_tokperf.storage.location import DbLocation, PgUrl
+from pytest_tokperf.storage.schema import SCHEMA_VERSION
+from pytest_tokperf.storage.sqlite_backend import SqliteBackend
 
 BUSY_TIMEOUT_S = 30.0
 BULK_CACHE_KIB = 64 * 1024
@@ -73,7 +81,7 @@ _HISTORY_FIGURES = """
 WITH chosen AS (
   SELECT * FROM series_history
   WHERE series_key = :key
-    AND (NOT :since_accepted
+    AND (:since_accepted = 0
          OR NOT EXISTS (SELECT 1 FROM acceptances WHERE series_key = :key)
          OR (created_at, result_id) >= (
               SELECT r.created_at, r.id FROM acceptances a JOIN results r ON r.id = a.result_id
@@ -82,7 +90,7 @@ WITH chosen AS (
     AND (:engine_version IS NULL OR engine_version = :engine_version
          OR engine_build = :engine_version)
   ORDER BY created_at DESC, result_id DESC
-  LIMIT :limit
+  {limit}
 )
 SELECT chosen.*, s.ttft_s AS sample_ttft_s, s.prefill_tokens_per_s AS sample_prefill,
        s.decode_tokens_per_s AS sample_decode, s.engine_decode_tokens_per_s AS sample_engine,
@@ -95,7 +103,7 @@ _SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_e
                    "sample_generated", "sample_round", "sample_round_wall")
 
 
-def _unwritable(path: Path, exc: BaseException) -> StorageError:
+def _unwritable(path: DbLocation, exc: BaseException) -> StorageError:
     return StorageError(
         f"cannot write the results database {str(path)!r}: {exc}. Point pytest --tokperf-db "
         f"or tokperf --db (or {DB_ENV_VAR}, or ini tokperf_db) at a writable file, or set it to 'off' "
@@ -103,7 +111,12 @@ def _unwritable(path: Path, exc: BaseException) -> StorageError:
     )
 
 
-def _locked(path: Path, exc: BaseException) -> StorageError:
+def _locked(path: DbLocation, exc: BaseException) -> StorageError:
+    if isinstance(path, PgUrl):
+        return StorageError(
+            f"the results DB {str(path)!r} kept refusing the write as it conflicted with "
+            f"another writer ({exc}) for {BUSY_TIMEOUT_S:g} s; retry, or look for a "
+            f"session holding locks there (pg_stat_activity)")
     return StorageError(
         f"the results database {str(path)!r} is locked by another process ({exc}) and "
         f"stayed locked for {BUSY_TIMEOUT_S:g} s: the file is fine, do not move it. Wait "
@@ -111,7 +124,11 @@ def _locked(path: Path, exc: BaseException) -> StorageError:
         f"--tokperf-db for this run.")
 
 
-def _not_a_database(path: Path, exc: BaseException) -> StorageError:
+def _not_a_database(path: DbLocation, exc: BaseException) -> StorageError:
+    if isinstance(path, PgUrl):
+        return StorageError(f"cannot read the results DB {str(path)!r}: {exc}. Check the server "
+                            f"and the role's rights, or name another DB (pytest --tokperf-db, "
+                            f"tokperf --db).")
     return StorageError(
         f"{str(path)!r} is not a readable SQLite results database ({exc}). Move it aside "
         f"(a new one is created) or name another file (pytest --tokperf-db, tokperf --db)."
@@ -121,18 +138,38 @@ def _not_a_database(path: Path, exc: BaseException) -> StorageError:
 class ResultStore:
     """One open results database. Not thread-safe: one per process or thread."""
 
-    def __init__(self, db: Database, path: Path) -> None:
-        self.db = db
+    def __init__(self, backend: Backend | Database, path: DbLocation) -> None:
+        self.backend: Backend = SqliteBackend(backend) if isinstance(backend, Database) \
+            else backend
         self.path = path
+        self._held = False
+        """A run's transaction is open (``Backend.holds_run``)."""
+        self.run_lost = False
+        """A held run's commit failed: none of it is stored (its journal keeps it)."""
+
+    @property
+    def db(self) -> Database:
+        """The sqlite-utils ``Database`` of an SQLite store (the bulk path, tests)."""
+        if isinstance(self.backend, SqliteBackend):
+            return self.backend.db
+        raise StorageError(f"{str(self.path)!r} is a PostgreSQL DB: this needs an SQLite file "
+                           f"(tokperf merge {self.path} OUT.db copies it into one)")
+
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
 
     @classmethod
-    def open(cls, path: Path, *, check_writable: bool = False) -> ResultStore:
+    def open(cls, path: DbLocation, *, check_writable: bool = False) -> ResultStore:
         """Open or create ``path``, creating parent folders and migrating the schema.
 
         ``check_writable``: prove now that a result can be written (a run about to measure
         asks for it), so a read-only file is refused before any work, not after it. An
-        SQLite file that holds tables but is no tokperf DB is refused untouched.
+        SQLite file that holds tables but is no tokperf DB is refused untouched. A
+        ``PgUrl`` opens that PostgreSQL database (its tables are created when it has none).
         """
+        if isinstance(path, PgUrl):
+            return cls._open_postgres(path, check_writable=check_writable)
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +180,7 @@ class ResultStore:
             db = Database(conn, execute_plugins=False)
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             db.execute("PRAGMA foreign_keys = ON")
-            store = cls(db, path)
+            store = cls(SqliteBackend(db), path)
             store._check_version(store._user_version())
             store._check_ours(allow_empty=True)
             store._enable_wal()
@@ -163,14 +200,44 @@ class ResultStore:
         return store
 
     @classmethod
-    def open_read_only(cls, path: Path) -> ResultStore:
-        """Open an existing tokperf DB for reading only (SQLite ``mode=ro``): nothing is
-        written to the file, whatever it holds.
+    def _open_postgres(cls, url: PgUrl, *, check_writable: bool = False,
+                       read_only: bool = False) -> ResultStore:
+        from pytest_tokperf.storage.postgres import PostgresBackend
+
+        backend = PostgresBackend(url, read_only=read_only)
+        store = cls(backend, url)
+        try:
+            version = backend.schema_version()
+            store._check_version(version)
+            store._check_ours(allow_empty=not read_only)
+            if read_only and version < SCHEMA_VERSION:
+                raise StorageError(
+                    f"the results DB {url.shown!r} has schema {version}, older than this "
+                    f"pytest-tokperf's {SCHEMA_VERSION}: open it once to write (a pytest run "
+                    f"or `tokperf import --db URL`) to migrate it")
+            if not read_only:
+                store._migrate()
+            if check_writable:
+                backend.check_writable()
+        except StorageError:
+            backend.close()
+            raise
+        except backend.errors as exc:
+            backend.close()
+            raise _not_a_database(url, exc) from exc
+        return store
+
+    @classmethod
+    def open_read_only(cls, path: DbLocation) -> ResultStore:
+        """Open an existing tokperf DB for reading only (SQLite ``mode=ro``, a PostgreSQL
+        session in read-only transactions): nothing is written, whatever it holds.
 
         A file that is not a tokperf DB (another program's SQLite file, an empty one) is
         refused. One written by an older pytest-tokperf is copied into memory and migrated
         there, so it reads like a current one and stays as it is on disk.
         """
+        if isinstance(path, PgUrl):
+            return cls._open_postgres(path, read_only=True)
         path = Path(path)
         if not path.is_file():
             raise StorageError(f"results DB {str(path)!r} does not exist")
@@ -182,7 +249,7 @@ class ResultStore:
         try:
             db = Database(conn, execute_plugins=False)
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            store = cls(db, path)
+            store = cls(SqliteBackend(db), path)
             version = store._user_version()
             store._check_version(version)
             store._check_ours(allow_empty=False)
@@ -191,7 +258,7 @@ class ResultStore:
                 conn.backup(memory)
                 conn.close()
                 conn = memory
-                store = cls(Database(memory, execute_plugins=False), path)
+                store = cls(SqliteBackend(Database(memory, execute_plugins=False)), path)
                 store._migrate()
         except StorageError:
             conn.close()
@@ -206,9 +273,7 @@ class ResultStore:
         first open) with tables of its own, or, when ``allow_empty`` is off, no tables."""
         if self._user_version() > 0:
             return
-        tables = [r[0] for r in self.db.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-            " AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()]
+        tables = self.backend.foreign_tables()
         if not tables and allow_empty:
             return
         held = (f"holds other tables ({', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''})"
@@ -242,7 +307,7 @@ class ResultStore:
                 time.sleep(0.05)
 
     def _user_version(self) -> int:
-        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        return self.backend.schema_version()
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
@@ -260,53 +325,89 @@ class ResultStore:
                 self._check_version(version)
                 if version == SCHEMA_VERSION:
                     return
-                MIGRATIONS[version](self.db)
-                self.db.execute(f"PRAGMA user_version = {version + 1}")
+                self.backend.migrate_step(version)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.backend.begin()
         try:
             yield
-            self.db.commit()
+            self.backend.commit()
         except BaseException:
-            self.db.rollback()
+            self.backend.rollback()
             raise
 
     def write(self, action: str, body: Callable[[], _T]) -> _T:
         """Run ``body`` in one immediate transaction, retrying while the file is locked.
 
-        ``action`` completes the error message: "cannot {action} in PATH".
+        ``action`` completes the error message: "cannot {action} in PATH". Inside a held
+        run (``Backend.holds_run``) it is a savepoint of the run's transaction instead.
         """
+        if self._held:
+            return self._savepoint(action, body)
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
             try:
                 with self._transaction():
                     return body()
-            except sqlite3.OperationalError as exc:
-                locked = "locked" in str(exc) or "busy" in str(exc)
+            except self.backend.errors as exc:
+                locked = self.backend.busy(exc)
                 if locked and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
                 if locked:
                     raise _locked(self.path, exc) from exc
                 raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
-            except sqlite3.DatabaseError as exc:
-                raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
+
+    def _savepoint(self, action: str, body: Callable[[], _T]) -> _T:
+        """``body`` in a savepoint of the held run: a failed write undoes only itself."""
+        backend = self.backend
+        try:
+            backend.execute("SAVEPOINT tokperf_write")
+            out = body()
+            backend.execute("RELEASE SAVEPOINT tokperf_write")
+        except backend.errors as exc:
+            try:
+                backend.execute("ROLLBACK TO SAVEPOINT tokperf_write")
+            except backend.errors:
+                pass  # the connection is gone: the run's transaction with it
+            raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
+        return out
 
     def _read(self, sql: str, params: tuple[object, ...] | dict[str, object] = ()) -> list[Row]:
         try:
-            cursor = self.db.execute(sql, params)
+            cursor = self.backend.execute(sql, params)
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
-        except sqlite3.DatabaseError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+        except self.backend.errors as exc:
+            if self.backend.busy(exc) or "locked" in str(exc) or "busy" in str(exc):
                 raise _locked(self.path, exc) from exc
             raise _not_a_database(self.path, exc) from exc
 
+    def query(self, sql: str, params: tuple[object, ...] | dict[str, object] = ()) -> list[Row]:
+        """Rows of a read-only query (SQL both backends read: ``?``/``:name`` placeholders)."""
+        return self._read(sql, params)
+
+    def tuples(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """``query`` as tuples, in the select list's order."""
+        return [tuple(r.values()) for r in self._read(sql, params)]
+
+    def columns(self, table: str) -> list[str]:
+        """The columns of ``table``, in schema order."""
+        return self.backend.columns(table)
+
     def begin_run(self, run: RunInfo) -> None:
-        """Store the run; calling it again with the same id (an xdist worker) is a no-op."""
-        self.write("store run", lambda: self.db.table("runs").insert(run_row(run), ignore=True))
+        """Store the run; calling it again with the same id (an xdist worker) is a no-op.
+
+        On a backend that holds runs (PostgreSQL) this opens the run's transaction:
+        nothing of it is visible to others until ``finish_run`` commits it."""
+        if self.backend.holds_run and not self._held:
+            try:
+                self.backend.begin()
+            except self.backend.errors as exc:
+                raise StorageError(f"cannot store run in {str(self.path)!r}: {exc}") from exc
+            self._held = True
+        self.write("store run", lambda: self.backend.insert_ignore("runs", run_row(run)))
 
     def record(
         self,
@@ -321,7 +422,8 @@ class ResultStore:
         verdict: Verdict,
         created_at: str | None = None,
     ) -> Stored:
-        """Store one result with its environment and samples; committed on return.
+        """Store one result with its environment and samples; committed on return (on
+        PostgreSQL: with its run, at ``finish_run``).
         ``created_at`` (default: now) is the journal's, so an import of the journal
         after this succeeded adds nothing twice."""
         series = series_of(test_id, result, model)
@@ -335,7 +437,8 @@ class ResultStore:
         }
 
         def body() -> int:
-            if not self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+            if not self.backend.execute("SELECT 1 FROM runs WHERE run_id = ?",
+                                        [run_id]).fetchone():
                 raise StorageError(
                     f"run {run_id!r} is not in {str(self.path)!r}: call begin_run() first"
                 )
@@ -350,12 +453,12 @@ class ResultStore:
         ``environment_row`` or an older reference run does): they go on the result row,
         where the result has none of its own, and the environment is stored once.
         """
-        self.db.table("series").insert(series, ignore=True)
+        self.backend.insert_shared("series", series)
         identity, per_result = split_environment(env)
         result = {**result, **{k: v for k, v in per_result.items() if result.get(k) is None},
                   "environment_id": self._environment_id(identity)}
-        result_id = cast(int, self.db.table("results").insert(result).last_rowid)
-        self.db.table("samples").insert_all({**s, "result_id": result_id} for s in samples)
+        result_id = cast(int, self.backend.insert("results", result))
+        self.backend.insert_all("samples", ({**s, "result_id": result_id} for s in samples))
         return result_id
 
     def insert_rows(self, table: str, rows: Iterable[Row]) -> int:
@@ -421,19 +524,37 @@ class ResultStore:
         return sql, lambda r: (r[only],)
 
     def _environment_id(self, env: Row) -> int:
-        self.db.table("environments").insert(env, ignore=True)
-        found = self.db.execute(
+        self.backend.insert_shared("environments", env)
+        found = self.backend.execute(
             "SELECT id FROM environments WHERE env_hash = ?", [env["env_hash"]]
         ).fetchone()
         return int(found[0])
 
     def finish_run(self, run_id: str) -> None:
-        self.write(
-            "finish run",
-            lambda: self.db.execute(
-                "UPDATE runs SET finished_at = ? WHERE run_id = ?", [utc_now(), run_id]
-            ),
-        )
+        """Stamp the run's end; on a backend that holds runs, commit the run's transaction
+        (``StorageError`` when the server refuses: the results are in the journal)."""
+        try:
+            self.write(
+                "finish run",
+                lambda: self.backend.execute(
+                    "UPDATE runs SET finished_at = ? WHERE run_id = ?", [utc_now(), run_id]
+                ),
+            )
+        finally:  # a missing end time loses nothing: the run is committed all the same
+            self.commit_run(run_id)
+
+    def commit_run(self, run_id: str) -> None:
+        """Commit a held run's transaction (nothing to do on SQLite, or when none is held);
+        ``StorageError`` when the server refuses it: none of the run is stored."""
+        if not self._held:
+            return
+        self._held = False
+        try:
+            self.backend.commit()
+        except self.backend.errors as exc:
+            self.run_lost = True
+            raise StorageError(f"cannot commit run {run_id!r} in {str(self.path)!r}: "
+                               f"{exc}") from exc
 
     def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
         """A series' results, oldest first; ``limit`` keeps the newest ``limit``."""
@@ -491,9 +612,13 @@ class ResultStore:
         leaves one run out; ``engine_version`` keeps results whose version or build is
         that; ``limit`` keeps the newest ``limit`` of what is left.
         """
-        rows = self._read(_HISTORY_FIGURES, {
-            "key": series_key, "since_accepted": since_accepted, "exclude_run_id": exclude_run_id,
-            "engine_version": engine_version, "limit": -1 if limit is None else limit})
+        params: dict[str, object] = {
+            "key": series_key, "since_accepted": int(since_accepted),
+            "exclude_run_id": exclude_run_id, "engine_version": engine_version}
+        if limit is not None:
+            params["limit"] = limit
+        rows = self._read(_HISTORY_FIGURES.format(
+            limit="" if limit is None else "LIMIT :limit"), params)
         out: list[tuple[HistoryRow, list[SampleFigures]]] = []
         for row in rows:
             figures = [row.pop(name) for name in _SAMPLE_ALIASES]
@@ -515,15 +640,16 @@ class ResultStore:
 
     def set_verdict(self, result_id: int, verdict: Verdict) -> None:
         """Replace a result's verdict (a test's explicit assertion decided after recording)."""
-        self.write("update a verdict", lambda: self.db.execute(
+        self.write("update a verdict", lambda: self.backend.execute(
             "UPDATE results SET verdict = ? WHERE id = ?", [verdict, result_id]))
 
     def save_gate_verdicts(self, verdicts: Iterable[GateVerdict]) -> None:
-        """Store (or replace) the gate's final verdicts; committed on return."""
+        """Store (or replace) the gate's final verdicts; committed on return (on
+        PostgreSQL: with the run)."""
         rows = [asdict(v) for v in verdicts]
         if rows:
-            self.write("store gate verdicts", lambda: self.db.table("gate_verdicts").upsert_all(
-                rows, pk=("result_id", "metric")))
+            self.write("store gate verdicts", lambda: self.backend.upsert_all(
+                "gate_verdicts", rows, pk=("result_id", "metric")))
 
     def gate_verdicts(self, result_ids: Iterable[int]) -> dict[int, tuple[GateVerdict, ...]]:
         """The stored gate verdicts of these results, by result id (metric order)."""
@@ -548,7 +674,7 @@ class ResultStore:
         row = {"series_key": series_key, "result_id": result_id, "accepted_at": at,
                "accepted_by": accepted_by, "reason": reason}
         new_id = self.write("record an acceptance",
-                            lambda: self.db.table("acceptances").insert(row).last_rowid)
+                            lambda: self.backend.insert("acceptances", row))
         return Acceptance(id=cast(int, new_id), series_key=series_key, result_id=result_id,
                           accepted_at=at, accepted_by=accepted_by, reason=reason)
 
@@ -611,7 +737,15 @@ class ResultStore:
         )
 
     def close(self) -> None:
-        self.db.close()
+        """Close the database; a run still held (never finished) is rolled back."""
+        try:
+            if self._held:
+                self._held = False
+                self.backend.rollback()
+        except self.backend.errors:
+            pass
+        finally:
+            self.backend.close()
 
     def __enter__(self) -> ResultStore:
         return self

@@ -5,11 +5,13 @@ Every adapter's httpx client sends through ``BoundedTransport``, so a ``GET /hea
 limits as a stream:
 
 - the request's read timeout (``--tokperf-request-timeout``, or the shorter one a probe
-  asks for) is a TOTAL deadline from sending to the body's last byte. httpx restarts its
-  read timeout on every byte, so a server that trickles one byte every 2 s would never
-  time out; here a plain-http request is read by the stdlib reader (``rawhttp``), whose
-  every read blocks only until the deadline, and any other (https, a test's transport)
-  is checked on every chunk and its socket shut down by a watchdog at the deadline;
+  asks for) is a TOTAL deadline from sending to the body's last byte, status line and
+  headers included. httpx restarts its read timeout on every byte, so a server that
+  trickles one byte every 2 s would never time out; here every http and https request,
+  direct or through the environment's proxy, is read by the stdlib reader
+  (``rawhttp``), whose every step blocks only until the deadline. A transport a caller
+  passes in (a test's ``MockTransport``) is its own: its body is checked on every chunk
+  and its socket, where it has one, shut down by a watchdog at the deadline;
 - a body that is not a stream may not exceed ``max_body_bytes`` (8 MiB unless
   ``--tokperf-max-body`` says otherwise): the answer is refused, never buffered whole.
 
@@ -170,18 +172,22 @@ class _CheckedBody(httpx.SyncByteStream):
 
 class BoundedTransport(httpx.BaseTransport):
     """``inner`` (httpx's own transport unless a test gives one) under the policy above;
-    plain-http requests without a proxy go through the stdlib reader when ``stdlib``."""
+    http and https requests go through the stdlib reader when ``stdlib`` (through the
+    environment's proxy when ``proxies``; the client itself must not read the
+    environment, ``trust_env=False``, or httpx routes proxied URLs past this transport)."""
 
     def __init__(self, inner: httpx.BaseTransport | None = None, *,
-                 max_body_bytes: int = MAX_BODY_BYTES, stdlib: bool = True) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, stdlib: bool = True,
+                 proxies: bool = True) -> None:
         self._stdlib = stdlib and inner is None
         self._inner = inner if inner is not None else httpx.HTTPTransport()
+        self._proxies = proxies
         self.max_body_bytes = max_body_bytes
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url.copy_with(query=None))
         deadline = _Deadline(url, _deadline_s(request))
-        if self._stdlib and request.url.scheme == "http":
+        if self._stdlib and request.url.scheme in ("http", "https"):
             return self._raw(request, url, deadline)
         response = self._inner.handle_request(request)
         stream = response.stream
@@ -199,7 +205,7 @@ class BoundedTransport(httpx.BaseTransport):
                         if k.lower() not in _OWN_HEADERS)
         try:
             raw = open_raw(str(request.url), request.read(), headers, deadline.wait_s,
-                           method=request.method)
+                           method=request.method, proxies=self._proxies)
         except TimeoutError as exc:
             if time.perf_counter() >= deadline.end_s - 0.05:
                 raise DeadlineExceeded(_expired(url, deadline.total_s), request=request) \
@@ -230,5 +236,6 @@ class BoundedTransport(httpx.BaseTransport):
 def bounded_get(url: str, timeout_s: float) -> httpx.Response:
     """One GET under the policy (``timeout_s`` total, the default byte cap), for probes
     outside an adapter such as a started server's ``/health``."""
-    with httpx.Client(transport=BoundedTransport(), timeout=timeout_s, trust_env=False) as client:
+    with httpx.Client(transport=BoundedTransport(proxies=False), timeout=timeout_s,
+                      trust_env=False) as client:
         return client.get(url)

@@ -1,21 +1,31 @@
 """The smallest HTTP/1.1 client that can read a token stream fast and with bounded cost.
 
-One POST per connection (``Connection: close``, as the adapters' httpx clients keep
+One request per connection (``Connection: close``, as the adapters' httpx clients keep
 no connection alive either), the answer framed by chunked transfer encoding, a
-``Content-Length`` or the end of the connection. Every blocking step (connect, send,
-each read) is given a timeout by the caller's ``wait_s(now)``, which raises once a
-limit has passed, so no read outlives the stream's deadline or idle limit. A trickled
-status line or body cannot stretch this: every read is bounded by the time left. The status
-line and headers are capped at 64 KiB and a chunk-size line at 4 KiB; body data is
-handed on as it arrives, never buffered whole.
+``Content-Length`` or the end of the connection. Every blocking step (connect, the TLS
+handshake, a proxy's ``CONNECT``, send, each read) is given a timeout by the caller's
+``wait_s(now)``, which raises once a limit has passed, so no read outlives the stream's
+deadline or idle limit. A trickled status line, header or body cannot stretch this: every
+read is bounded by the time left, on every path (plain http, https, and either through
+an HTTP proxy from the environment: ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
+``NO_PROXY``, as httpx reads them). The status line and headers are capped at 64 KiB and
+a chunk-size line at 4 KiB; body data is handed on as it arrives, never buffered whole.
+Certificates are checked as httpx checks them (``httpx.create_ssl_context``: certifi, or
+``SSL_CERT_FILE`` / ``SSL_CERT_DIR``).
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import socket
+import ssl
 import time
+import urllib.request
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+import httpx
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 << 10
@@ -31,10 +41,43 @@ class MalformedResponse(ValueError):
     """The bytes are not an HTTP/1.x response (or not a well-formed one)."""
 
 
+class ProxyError(ConnectionError):
+    """The proxy from the environment could not be reached or refused the tunnel; the
+    message names the proxy (without its credentials) and the variable to change."""
+
+
+def default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
 def refused_hint(url: str) -> str:
     parts = urlsplit(url)
-    return (f"nothing listens on {parts.hostname}:{parts.port or 80}; start the engine there, "
-            f"or fix --tokperf-url")
+    return (f"nothing listens on {parts.hostname}:{parts.port or default_port(parts.scheme)}; "
+            f"start the engine there, or fix --tokperf-url")
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy that ``url`` goes through by the environment (``HTTP_PROXY``,
+    ``HTTPS_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``), as httpx would take it; None
+    for a direct connection."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+_CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def tls_context() -> ssl.SSLContext:
+    """httpx's default client context, made once per ``SSL_CERT_FILE``/``SSL_CERT_DIR``."""
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _CONTEXTS.get(key)
+    if context is None:
+        context = _CONTEXTS[key] = httpx.create_ssl_context()
+    return context
 
 
 class RawResponse:
@@ -156,45 +199,145 @@ class RawResponse:
 
 
 def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS,
-             method: str = "POST") -> RawResponse:
+             method: str = "POST", proxies: bool = True) -> RawResponse:
     """Send ``body`` as JSON to ``url`` (``method``, POST unless told) and read the
-    answer's status line and headers."""
+    answer's status line and headers; through the environment's proxy when ``proxies``."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    port = parts.port or 80
+    port = parts.port or default_port(parts.scheme)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    authority = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    authority = _authority(host, parts.port)
+    proxy = proxy_for(url) if proxies else None
+    extra: list[str] = []
+    if proxy is not None and parts.scheme == "http":
+        target = f"http://{authority}{target}"
+        extra += _proxy_auth(proxy)
     lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}", f"User-Agent: {USER_AGENT}",
              "Accept: text/event-stream, application/x-ndjson, application/json",
              "Accept-Encoding: identity", "Content-Type: application/json",
-             f"Content-Length: {len(body)}", "Connection: close"]
+             f"Content-Length: {len(body)}", "Connection: close", *extra]
     lines += [f"{name}: {value}" for name, value in headers]
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-    sock = socket.create_connection(
-        (host, port), timeout=min(CONNECT_TIMEOUT_S, wait_s(time.perf_counter())))
+    sock = _connect(parts.scheme, host, port, proxy, wait_s)
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(wait_s(time.perf_counter()))
         sock.sendall(request)
-        buf = b""
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                status, fields = _parse_head(buf[:end])
-                buf = buf[end + 4:]
-                if 100 <= status < 200:
-                    continue
-                return RawResponse(sock, status, fields, buf)
-            if len(buf) > MAX_HEAD_BYTES:
-                raise MalformedResponse("a status line and headers longer than 64 KiB")
-            sock.settimeout(wait_s(time.perf_counter()))
-            more = sock.recv(READ_BYTES)
-            if not more:
-                raise ConnectionResetError("the server closed the connection without answering")
-            buf += more
+        status, fields, buf = _read_head(sock, wait_s)
+        return RawResponse(sock, status, fields, buf)
     except BaseException:
         sock.close()
         raise
+
+
+def _authority(host: str, port: int | None) -> str:
+    return (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+
+
+def _connect(scheme: str, host: str, port: int, proxy: str | None,
+             wait_s: WaitS) -> socket.socket:
+    """A connection ready for the request: direct, or to the proxy (a ``CONNECT``
+    tunnel for https); TLS to the engine for https. Every step within ``wait_s``."""
+    if proxy is None:
+        sock = _tcp(host, port, wait_s)
+        return _tls(sock, host, wait_s) if scheme == "https" else sock
+    shown = _shown(proxy)
+    pparts = urlsplit(proxy)
+    if pparts.scheme not in ("http", "https"):
+        raise ProxyError(f"the proxy {shown} from the environment is not an http:// or "
+                         f"https:// proxy; tokperf tunnels through HTTP proxies only: set "
+                         f"NO_PROXY={host} (or unset the proxy variable) to connect directly")
+    phost = pparts.hostname or ""
+    try:
+        pport = pparts.port or default_port(pparts.scheme)
+        sock = _tcp(phost, pport, wait_s)
+    except (ConnectionRefusedError, socket.gaierror, ValueError) as exc:
+        raise ProxyError(f"the proxy {shown} from the environment cannot be reached ({exc}); "
+                         f"start it, fix HTTP_PROXY/HTTPS_PROXY, or set NO_PROXY={host}") \
+            from exc
+    try:
+        if pparts.scheme == "https":
+            sock = _tls(sock, phost, wait_s)
+        if scheme != "https":
+            return sock
+        tunnel = _authority(host, port)
+        lines = [f"CONNECT {tunnel} HTTP/1.1", f"Host: {tunnel}", f"User-Agent: {USER_AGENT}",
+                 *_proxy_auth(proxy)]
+        sock.settimeout(wait_s(time.perf_counter()))
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        status, _, _ = _read_head(sock, wait_s, tunnel=True)
+        if not 200 <= status < 300:
+            raise ProxyError(f"the proxy {shown} from the environment answered CONNECT "
+                             f"{tunnel} with HTTP {status}"
+                             + ("; give it credentials (http://user:password@proxy)"
+                                if status == 407 else f"; set NO_PROXY={host} to connect "
+                                f"directly"))
+        return _tls(sock, host, wait_s)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _tcp(host: str, port: int, wait_s: WaitS) -> socket.socket:
+    sock = socket.create_connection(
+        (host, port), timeout=min(CONNECT_TIMEOUT_S, wait_s(time.perf_counter())))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _tls(sock: socket.socket, host: str, wait_s: WaitS) -> socket.socket:
+    """``sock`` wrapped in TLS for ``host``, the handshake within ``wait_s`` (CPython's
+    handshake timeout is one deadline for the whole exchange, not per read)."""
+    try:
+        secure = tls_context().wrap_socket(sock, server_hostname=host,
+                                           do_handshake_on_connect=False)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        secure.settimeout(wait_s(time.perf_counter()))
+        secure.do_handshake()
+    except BaseException:
+        secure.close()
+        raise
+    return secure
+
+
+def _shown(proxy: str) -> str:
+    parts = urlsplit(proxy)
+    netloc = parts.netloc.rpartition("@")[2]
+    return repr(f"{parts.scheme}://{netloc}")
+
+
+def _proxy_auth(proxy: str) -> list[str]:
+    parts = urlsplit(proxy)
+    if parts.username is None:
+        return []
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return [f"Proxy-Authorization: Basic {base64.b64encode(pair).decode()}"]
+
+
+def _read_head(sock: socket.socket, wait_s: WaitS,
+               tunnel: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers and whatever body bytes came with them, each read within
+    ``wait_s`` (1xx answers skipped). ``tunnel``: a proxy's answer to ``CONNECT``."""
+    buf = b""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            status, fields = _parse_head(buf[:end])
+            buf = buf[end + 4:]
+            if 100 <= status < 200:
+                continue
+            return status, fields, buf
+        if len(buf) > MAX_HEAD_BYTES:
+            raise MalformedResponse("a status line and headers longer than 64 KiB")
+        sock.settimeout(wait_s(time.perf_counter()))
+        more = sock.recv(READ_BYTES)
+        if not more:
+            if tunnel:
+                raise ProxyError("the proxy closed the connection without answering CONNECT")
+            raise ConnectionResetError("the server closed the connection without answering")
+        buf += more
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

@@ -15,11 +15,12 @@ Every stream obeys three limits, whatever the server does:
   says how many events came, not at the request deadline.
 
 Two readers share one event parser. The stdlib reader (``http.client``-free: a socket,
-a chunked decoder and ``bytes.split``) is the hot path for plain-http engines without a
-proxy: httpx/h11 spend several microseconds on each HTTP chunk, and llama-server sends
-one chunk per token (``benchmarks/perf/bench_client.py`` measures both). httpx reads the
-rest (https, proxies from the environment, a test's ``transport``). Both map every
-transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
+a chunked decoder and ``bytes.split``) reads every http and https stream, direct or
+through the environment's proxy: httpx/h11 spend several microseconds on each HTTP
+chunk, and llama-server sends one chunk per token (``benchmarks/perf/bench_client.py``
+measures both), and its every read is bounded by the time left, status line included.
+httpx reads a stream only through a ``transport`` given to the adapter (a test's). Both
+map every transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
 each event with the arrival time of the read that completed it, and add the time the
 client spends between reads (parsing, the adapter's bookkeeping) to ``StreamStats``.
 """
@@ -30,11 +31,9 @@ import json
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -149,16 +148,6 @@ def _check_answer(url: str, status: int, content_type: str, body: Callable[[], s
 # -- the client ------------------------------------------------------------------------
 
 
-def _proxied(url: str) -> bool:
-    """True when httpx would send ``url`` through a proxy from the environment."""
-    proxies = urllib.request.getproxies_environment()
-    scheme = urlsplit(url).scheme
-    if not (proxies.get(scheme) or proxies.get("all")):
-        return False
-    host = urlsplit(url).hostname or ""
-    return not urllib.request.proxy_bypass(host)
-
-
 @dataclass
 class StreamClient:
     """How one adapter streams: its httpx client, the headers and query it must send,
@@ -170,7 +159,8 @@ class StreamClient:
     query: str = field(default="", repr=False)
     scrub: Callable[[str], str] = field(default=str, repr=False)
     stdlib: bool = True
-    _direct: dict[str, bool] = field(default_factory=dict, repr=False)
+    engine: str = ""
+    """The adapter's name (``vllm``), said by an error that ends a stream midway."""
 
     def events(self, url: str, body: dict[str, Any], request: GenerationRequest,
                on_error: OnError | None = None, *, ndjson: bool = False,
@@ -187,6 +177,7 @@ class StreamClient:
         reader = self._stdlib if self._stdlib_for(url) else self._httpx
         cap = event_cap(request.generate_tokens)
         events = reader(url, body, clock, parser, on_error)
+        last: dict[str, Any] | None = None
         try:
             for item in events:
                 if stats.events > cap:
@@ -195,7 +186,15 @@ class StreamClient:
                         f"tokens asked (the cap is {cap}: the tokens asked plus a margin for "
                         f"role, usage and final events): cut off. The engine ignores the "
                         f"token limit it was sent (n_predict / max_tokens / num_predict)")
+                last = item[1]
                 yield item
+        except _Lost as exc:
+            who = f"{self.engine} at {url}" if self.engine else url
+            raise EngineUnavailable(self.scrub(
+                f"{who} lost the connection during generation after {stats.events} streamed "
+                f"event(s) of {request.generate_tokens} tokens asked (the last event: "
+                f"{last!r:.200}): {exc.reason}; the engine died or the connection was cut, so "
+                f"this repetition failed; see the engine's log")) from exc.__cause__
         except EngineError as exc:
             message = self.scrub(str(exc))
             if message != str(exc):
@@ -205,13 +204,9 @@ class StreamClient:
             events.close()
 
     def _stdlib_for(self, url: str) -> bool:
-        """Plain http without a proxy from the environment: the stdlib reader's case."""
-        if not self.stdlib or not url.startswith("http://"):
-            return False
-        netloc = urlsplit(url).netloc
-        if netloc not in self._direct:
-            self._direct[netloc] = not _proxied(url)
-        return self._direct[netloc]
+        """http and https, direct or through the environment's proxy: the stdlib
+        reader's case (httpx reads only a stream through a transport given to it)."""
+        return self.stdlib and url.startswith(("http://", "https://"))
 
     # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
 
@@ -273,7 +268,7 @@ class StreamClient:
                                      f"({refused_hint(url)})")
         if not connected:
             return EngineUnavailable(f"cannot reach {url}: {exc}")
-        return EngineUnavailable(f"lost {url} during generation: {exc}")
+        return _Lost(str(exc) or type(exc).__name__)
 
     # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
 
@@ -323,9 +318,17 @@ class StreamClient:
         except httpx.HTTPError as exc:
             if watchdog.fired:
                 raise clock.expired(time.perf_counter()) from exc
-            raise EngineUnavailable(f"lost {url} during generation: {exc}") from exc
+            raise _Lost(str(exc) or type(exc).__name__) from exc
         finally:
             watchdog.stop()
+
+
+class _Lost(EngineUnavailable):
+    """The connection ended mid-stream; ``StreamClient.events`` says who and after what."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _read_capped(response: httpx.Response) -> str:

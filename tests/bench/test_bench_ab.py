@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_tokperf.bench.ab import like_for_like, run_paired_ab
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, MeasurementError
+from pytest_tokperf.hardware.process_clock import ThreadTimes
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
 
 PHASES = (1.0, 1.6, 1.0, 1.6, 1.6, 1.0, 1.6, 1.6, 1.0, 1.0, 1.6, 1.0)
@@ -134,3 +137,51 @@ def test_the_same_engine_object_on_both_sides_is_refused() -> None:
     base, _, _ = _pair()
     with pytest.raises(ConfigError, match="same engine object"):
         run_paired_ab(base, base, Workload(16, 11))  # type: ignore[arg-type]
+
+
+class _Crowded(_Engine):
+    """An engine whose process clock is read: on every ``crowd``-th request a neighbour
+    holds the CPU for half of its decode (the wall time doubles, the clock says so)."""
+
+    def __init__(self, *args: object, crowd: int = 0, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.crowd = crowd
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        g = super().generate(request)
+        crowded = self.crowd and self.calls % self.crowd == 0
+        span = g.chunk_times_s[-1] - g.chunk_times_s[0]
+        wait = span if crowded else 0.0  # the neighbour doubles the decode window
+        assert g.engine is not None and g.engine.decode_s is not None
+        timings = replace(g.engine, decode_s=g.engine.decode_s + wait)
+        first = g.chunk_times_s[0]
+        times = (first, *(first + (t - first) * (2 if crowded else 1) for t in g.chunk_times_s[1:]))
+        run_ns = int(span * 1e9)
+        marks = ((0.0, ThreadTimes({1: (0, 0)})), (first, ThreadTimes({1: (int(first * 1e9), 0)})),
+                 (times[-1], ThreadTimes({1: (int(first * 1e9) + run_ns, int(wait * 1e9))})))
+        return replace(g, chunk_times_s=times, engine=timings, clock_marks=marks)
+
+
+def test_a_neighbour_taking_the_cpu_is_not_the_candidates_regression() -> None:
+    """Every second candidate request loses half its decode to another process: on the
+    wall clock that is a large regression; net of the engine's wait for a CPU the two
+    builds are the same, and the A/B says which clock it judged."""
+    m = Machine()
+    base = _Crowded("base", m, 0.01)
+    cand = _Crowded("cand", m, 0.01, crowd=2)
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
+    decode = ab.verdict("decode")
+    assert decode is not None and not decode.flagged, decode.reason
+    assert abs(decode.relative_change) < 0.01
+    assert "decode, prefill, ttft judged net of the engines' wait for a CPU" in ab.describe()
+    assert "0% of the baseline's and 25% of the candidate's decode time" in ab.describe()
+    wall = [t.engine_decode_tokens_per_s / s.engine_decode_tokens_per_s
+            for s, t in zip(ab.baseline.samples, ab.candidate.samples)
+            if s.engine_decode_tokens_per_s and t.engine_decode_tokens_per_s]
+    assert min(wall) < 0.55  # what the wall clock would have judged
+
+
+def test_without_the_engines_clock_the_a_b_judges_wall_time() -> None:
+    base, cand, _ = _pair(step_c=0.0106)
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
+    assert ab.clock == "" and "judged net" not in ab.describe()

@@ -94,3 +94,17 @@ def test_console_script_help() -> None:
                          capture_output=True, text=True, check=True).stdout
     for verb in ("install-engine", "make-model", "predict"):
         assert verb in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench", "--bandwidth", "-5GB/s"], "cannot read memory bandwidth '-5GB/s'"),
+    (["bench", "--warmup", "-1e3"], "--tokperf-warmup '-1e3' from option --tokperf-warmup is "
+                                    "not a whole number"),
+])
+def test_a_negative_value_after_a_space_reaches_the_verbs_check(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse took '-5GB/s' for an option: "expected one argument", no value named."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err

@@ -38,11 +38,16 @@ def test_a_completion_stream_without_its_stop_event_fails() -> None:
     with FakeFaultyLlama("short") as fake:
         engine = create_engine("llama-server", fake.url, timeout_s=10.0)
         try:
-            with pytest.raises(EngineProtocolError, match="without a final"):
+            with pytest.raises(EngineProtocolError) as caught:
                 engine.generate(GenerationRequest(prompt_tokens=4, generate_tokens=32,
                                                   timeout_s=10.0))
         finally:
             engine.close()
+    message = str(caught.value)  # it said only "URL closed the stream without a final event"
+    assert message.startswith(f"llama-server at {fake.url}/completion: the stream ended after "
+                              f"{SHORT_TOKENS} of 32 tokens without a final (stop) event "
+                              f"(the last event: {{"), message
+    assert "this repetition failed" in message
 
 
 BENCH = """

@@ -141,6 +141,8 @@ def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession)
     url = started.engine().base_url
     raised = killed_mid_stream(started, tokens=1500, after_s=2.0)
     assert isinstance(raised, EngineError), repr(raised)
-    # vLLM's chunked body breaks off mid-chunk: the reader's own error, naming the server's
-    # URL (not yet the engine's name: a transport error does not know it)
-    assert url in str(raised) and "during generation" in str(raised)
+    # vLLM's chunked body breaks off mid-chunk: the stream's error names the engine, the
+    # URL and what it had sent
+    assert f"vllm at {url}/v1/completions lost the connection during generation after " \
+        in str(raised), str(raised)
+    assert "the last event" in str(raised) and "this repetition failed" in str(raised)

@@ -193,3 +193,22 @@ def test_predict_reads_a_folder(folder: Path, capsys: pytest.CaptureFixture[str]
     assert main(["predict", "--hardware", "10GB/s", "--model", str(folder), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["weights_bytes_per_token"] == hf_footprint(load_hf(folder)).weights_bytes
+
+
+@pytest.mark.parametrize("layers", [2**40, 1e30, "lots", -1])
+def test_a_layer_count_the_weights_cannot_hold_is_refused(
+    tmp_path: Path, folder: Path, layers: object
+) -> None:
+    """num_hidden_layers = 2^40 built a per-layer list ([False] * n): MemoryError; a string
+    or a float was a ValueError or OverflowError traceback."""
+    import shutil
+
+    copy = Path(shutil.copytree(folder, tmp_path / "m"))
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    import re
+
+    with pytest.raises(ModelFileError, match=re.escape(f"says num_hidden_layers {layers!r}, "
+                                                       f"which its weights cannot hold")):
+        footprint_of = load_hf(copy)
+        hf_footprint(footprint_of, 4096)

@@ -1,6 +1,6 @@
 """Hostile model paths and counts: a FIFO is refused, not opened; a block count the file
-no file can hold (more than the tensors read) is refused before any per-layer tuple is
-built.
+cannot hold (a layer has at least one tensor: more than it lists, or than its header
+could list) is refused before any per-layer tuple is built.
 
 A 20 KB GGUF with ``llama.block_count`` = 2^32-1, 2^60 or 1e30, or a tensor named
 ``blk.999999999.w``, used to build ``(value,) * n_layer``: MemoryError or
@@ -43,6 +43,15 @@ def test_a_fifo_is_refused_without_opening_it(fifo: Path) -> None:
         bounded(lambda: load_gguf(fifo), 1.0)
 
 
+@pytest.mark.parametrize("target", ["m.gguf", "missing.gguf"], ids=["loop", "dangling"])
+def test_a_symlink_that_leads_nowhere_says_so(tmp_path: Path, target: str) -> None:
+    """It said the file "does not exist", while `ls` shows it."""
+    link = tmp_path / "m.gguf"
+    link.symlink_to(target)
+    with pytest.raises(ModelFileError, match="is a symbolic link that leads nowhere"):
+        load_gguf(link)
+
+
 def test_tokperf_predict_on_a_fifo_ends_with_one_line(fifo: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest_tokperf.cli.main", "predict",
                            "--hardware", "1000GB/s", "--model", str(fifo)],
@@ -60,9 +69,9 @@ def test_tokperf_predict_on_a_fifo_ends_with_one_line(fifo: Path) -> None:
 ], ids=["u32-max", "2^60", "1e30-float", "max+1"])
 def test_a_block_count_the_file_cannot_hold_is_refused(tmp_path: Path, count: bytes) -> None:
     path = write_tensors(tmp_path / "m.gguf", [ARCH, count], TENSORS)
-    message = refused(path, "layers by its key 'llama.block_count', more than a file can hold "
-                            r"\(each layer has a tensor, and at most 32768 tensors are read; "
-                            r"it has 3\)")
+    message = refused(path, "layers by its key 'llama.block_count', more than the file can "
+                            r"hold \(\d+: each layer has at least one tensor; it lists 3, and "
+                            r"its \d+-byte header could list at most \d+ tensor entries")
     assert "corrupt or crafted" in message
 
 
@@ -70,7 +79,26 @@ def test_a_block_count_the_file_cannot_hold_is_refused(tmp_path: Path, count: by
 def test_a_tensor_index_the_file_cannot_hold_is_refused(tmp_path: Path, index: str) -> None:
     tensors = [*TENSORS, (f"blk.{index}.w", (64, 64), QT.F16)]
     path = write_tensors(tmp_path / "m.gguf", [ARCH], tensors)
-    refused(path, r"layers by its tensor names \(blk.N.\*\), more than a file can hold")
+    refused(path, r"layers by its tensor names \(blk.N.\*\), more than the file can hold")
+
+
+@pytest.mark.parametrize("count", [1000, MAX_LAYERS])
+def test_a_block_count_above_the_tensors_the_file_could_list_is_refused(
+    tmp_path: Path, count: int
+) -> None:
+    """Within the 32768 the reader allows, yet more layers than this small file's three
+    tensors, or its header of a few hundred bytes, could be: refused too."""
+    path = write_tensors(tmp_path / "m.gguf", [ARCH, kv_u32(BLOCKS, count)], TENSORS)
+    refused(path, f"claims {count} layers by its key 'llama.block_count', more than the "
+                  r"file can hold \(\d+: each layer has at least one tensor; it lists 3")
+
+
+def test_a_header_only_file_keeps_its_block_count(tmp_path: Path) -> None:
+    """No tensors at all (a header read for its layout): the stated count, up to 32768."""
+    path = write_tensors(tmp_path / "m.gguf", [ARCH, kv_u32(BLOCKS, 80)], [])
+    assert load_gguf(path).n_layer == 80
+    path = write_tensors(tmp_path / "m.gguf", [ARCH, kv_u32(BLOCKS, MAX_LAYERS + 1)], [])
+    refused(path, "it lists no tensors; at most 32768 layers are read")
 
 
 def test_an_honest_block_count_is_read(tmp_path: Path) -> None:

@@ -86,6 +86,7 @@ def test_the_wheel_ships_the_catalog(installed: Installed) -> None:
 
     names = zipfile.ZipFile(installed.wheel).namelist()
     assert "pytest_tokperf/hardware/hardware.csv" in names
+    assert "pytest_tokperf/hardware/band_fit.json" in names  # predict's fitted bands
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = zipfile.ZipFile(installed.wheel).read(metadata).decode()
     assert re.search(r"^Requires-Dist: nvidia-ml-py", requires, re.MULTILINE)

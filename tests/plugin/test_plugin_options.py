@@ -317,3 +317,25 @@ def test_xdist_workers_are_refused_for_measurements(pytester: pytest.Pytester) -
                                  "would run 2 workers*pass -n 0*"])
     plain = pytester.runpytest("-n", "2", "-p", "no:randomly")  # no engine: -n is fine
     plain.assert_outcomes(skipped=1)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tokperf-bandwidth", "-5GB/s"], "ERROR: --tokperf-bandwidth from option "
+     "--tokperf-bandwidth: cannot read memory bandwidth '-5GB/s'; use '1008GB/s'*"),
+    (["--tokperf-max-body", "-8MiB"], "ERROR: --tokperf-max-body '-8MiB' from option "
+     "--tokperf-max-body is not a size from 64KiB to 4GiB*"),
+    (["--tokperf-request-timeout", "-1e3"], "ERROR: --tokperf-request-timeout '-1e3' from "
+     "option --tokperf-request-timeout is not a number of seconds*"),
+    (["--tokperf-server-arg", "--flash-attn"], "ERROR: --tokperf-server-arg '--flash-attn': "
+     "a value after a space that starts with '-' is read by pytest as another option; write "
+     "--tokperf-server-arg=--flash-attn"),
+])
+def test_a_value_after_a_space_that_starts_with_a_dash_is_named(
+    pytester: pytest.Pytester, argv: list[str], message: str
+) -> None:
+    """pytest's parser takes '-5GB/s' for an option and said "expected one argument"."""
+    pytester.makepyfile(TOUCH)
+    result = pytester.runpytest(*argv)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "expected one argument" not in result.stderr.str()

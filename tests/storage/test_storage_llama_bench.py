@@ -233,3 +233,24 @@ def test_a_file_without_times_imported_from_another_path_adds_nothing(tmp_path: 
     added, _ = import_llama_bench(db, [paths[0]])
     again, _ = import_llama_bench(db, [paths[1]])
     assert added.results == 2 and (again.runs, again.results) == (0, 0)
+
+
+def test_an_old_record_names_its_backend_by_booleans(tmp_path: Path) -> None:
+    """llama-bench of 2023 (b1275) printed cuda/metal/blas flags, not ``backends``."""
+    from pytest_tokperf.storage.llama_bench_import import backends_of, device_of
+
+    old = {"cuda": True, "metal": False, "gpu_blas": True, "blas": True, "n_gpu_layers": 99,
+           "cpu_info": "13th Gen Intel(R) Core(TM) i9-13900K",
+           "gpu_info": "NVIDIA GeForce RTX 3090 Ti"}
+    assert backends_of(old) == ["CUDA", "BLAS"]
+    assert device_of(old) == ("NVIDIA GeForce RTX 3090 Ti", True)
+    assert device_of({**old, "cuda": False}) == ("13th Gen Intel(R) Core(TM) i9-13900K", False)
+    assert backends_of({"backends": "Metal,BLAS", "cuda": True}) == ["Metal", "BLAS"]
+    public = Path(__file__).resolve().parents[2] / "db" / "public"
+    _, rows = import_llama_bench(tmp_path / "o.db",
+                                 [public / "llama.cpp-llama-bench-readme-b1275.jsonl"])
+    decode = next(r for r in rows if r.efficiency is not None)
+    assert decode.hardware is not None and decode.hardware.kind == "gpu"
+    assert decode.ceiling is not None
+    # the median of its five repetitions (130.019 ... 132.293), as for a pytest run
+    assert decode.efficiency == pytest.approx(131.295 / decode.ceiling.decode_tokens_per_s)

@@ -16,6 +16,8 @@ llama-server and streams ``/completion`` in one of these ways:
   ``Authorization`` header (as a careless proxy might);
 - ``overrun``: a hundred times ``n_predict`` tokens (an engine that ignores the limit);
 - ``short``: 7 tokens, then the connection closes without a final event (a killed server).
+- ``broken``: 3 tokens, then half a chunk, and the connection is shut (a server killed
+  mid-write, as vLLM's uvicorn is: the body breaks off inside a chunk).
 
 and answers ``GET /props`` in one of these ways (else like llama-server):
 
@@ -34,6 +36,7 @@ stops when the client hangs up or the fake is closed.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from typing import Any
 
@@ -163,6 +166,14 @@ class FakeFaultyLlama(FakeServer):
                 h.sse(token_event(i))
             h.sse(final_event(n * 100))
             h.end_stream()
+            return
+        if mode == "broken":
+            for i in range(PREFIX_TOKENS):
+                h.sse(token_event(i))
+            h.wfile.write(b"40\r\ndata: {\"content\"")
+            h.wfile.flush()
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
             return
         if mode == "short":
             for i in range(SHORT_TOKENS):

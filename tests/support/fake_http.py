@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -98,10 +99,19 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     fake: FakeServer
 
+    def get_request(self) -> tuple[Any, Any]:
+        """With ``fake.tls``, each connection speaks TLS (the handshake happens in the
+        handler's thread, on its first read)."""
+        sock, address = super().get_request()
+        if self.fake.tls is not None:
+            sock = self.fake.tls.wrap_socket(sock, server_side=True,
+                                             do_handshake_on_connect=False)
+        return sock, address
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up (keep-alive closed, stream abandoned) is not news."""
         exc = sys.exc_info()[1]
-        if not isinstance(exc, (ConnectionError, TimeoutError)):
+        if not isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
             super().handle_error(request, client_address)
 
 
@@ -110,6 +120,8 @@ class FakeServer:
 
     token_s = 0.003
     prefill_s_per_token = 0.00002
+    tls: ssl.SSLContext | None = None
+    """A server context: the fake answers https (``fake_routes.tls_server``)."""
 
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
@@ -121,7 +133,7 @@ class FakeServer:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls is not None else 'http'}://{host}:{port}"
 
     def __enter__(self) -> FakeServer:
         self._server = _Server(("127.0.0.1", 0), Handler)

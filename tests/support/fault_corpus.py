@@ -31,6 +31,7 @@ def fault_corpus() -> list[Fault]:
     from tests.support.fake_engines import FakeOllama
     from tests.support.fake_faults import FakeFaultyLlama, FakeKilledMLX
     from tests.support.fake_http import FakeHtml
+    from tests.support.fake_routes import FakeProxy, over_tls
 
     from pytest_tokperf.engines.llama_server.adapter import LlamaServer
     from pytest_tokperf.engines.registry import create_engine
@@ -77,6 +78,8 @@ def fault_corpus() -> list[Fault]:
             Fault(f"{reader}: drip 1 byte / 50 ms", 1.0, gen(reader), fake("drip"), "no token for 1 s"),
             Fault(f"{reader}: streams 100x n_predict", 3.0, gen(reader), fake("overrun"), "events for 16 tokens asked"),
             Fault(f"{reader}: stream ends early", 3.0, gen(reader), fake("short"), "without a final"),
+            Fault(f"{reader}: connection cut mid-chunk", 3.0, gen(reader), fake("broken"),
+                  "llama-server at http://"),
             Fault(f"{reader}: /props one byte per 0.2 s", 3.0, info(reader), fake("props_drip"), "total deadline"),
             Fault(f"{reader}: /props endless", 30.0, info(reader, 30.0), fake("props_endless"), "8 MiB"),
             Fault(f"{reader}: /props 100 MB", 30.0, info(reader, 30.0), fake("props_huge"), "8 MiB"),
@@ -86,7 +89,21 @@ def fault_corpus() -> list[Fault]:
             Fault(f"{reader}: /props error echoes the password split", 5.0,
                   info(reader, 5.0, password=True), fake("props_split_secret"), "access denied"),
         ]
+    def tls(mode: str) -> Callable[[], object]:
+        return lambda: over_tls(FakeFaultyLlama(mode))
+
+    def proxy(mode: str, https: bool = True) -> Callable[[], object]:
+        return lambda: FakeProxy(over_tls(FakeFaultyLlama()) if https else FakeFaultyLlama(),
+                                 mode)
+
     out += [
+        Fault("https: /props head one byte per 0.2 s", 3.0, info("stdlib"), tls("props_head_drip"),
+              "total deadline"),
+        Fault("proxy CONNECT answered one byte per 0.2 s: /props", 3.0, info("stdlib"),
+              proxy("trickle"), "total deadline"),
+        Fault("http proxy answers one byte per 0.2 s: /props", 3.0, info("stdlib"),
+              proxy("trickle", https=False), "total deadline"),
+        Fault("proxy answers CONNECT with 407", 3.0, info("stdlib"), proxy("deny"), "407"),
         Fault("stdlib: /props head one byte per 0.2 s", 3.0, info("stdlib"), fake("props_head_drip"),
               "total deadline"),
         Fault("mlx killed after 7 of 32 tokens", 5.0,

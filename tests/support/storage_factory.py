@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from pytest_tokperf.storage.location import PgUrl
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.rows import (
     environment_row,
@@ -193,13 +194,14 @@ def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -
                                samples=samples)
 
 
-def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
-                 test_id: str = "t::decode", speculative: bool = False,
+def fill_history(db: Path | PgUrl, levels: list[tuple[str, float]], seed: int = 1, *,
+                 test_id: str = "t::decode", speculative: bool = False, finish: bool = False,
                  load: MachineLoad | None = None,
                  ) -> tuple[ResultStore, str]:
     """A DB with one run per (build, decode level), 5 samples each at CV 1%;
-    ``speculative``: with a draft model (another series of the same test); ``load``: every
-    run measured on a machine in that state."""
+    ``speculative``: with a draft model (another series of the same test); ``finish``:
+    each run finished (committed, on PostgreSQL); ``load``: every run measured on a
+    machine in that state."""
     rng = random.Random(seed)
     store = ResultStore.open(db)
     key = ""
@@ -215,6 +217,8 @@ def fill_history(db: Path, levels: list[tuple[str, float]], seed: int = 1, *,
             result = dataclasses.replace(result, engine=engine)
         store.record(run.run_id, test_id, result, model=make_model(), hardware=make_hardware(),
                      ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
+        if finish:
+            store.finish_run(run.run_id)
         key = series_key(test_id, result, make_model())
     return store, key
 

@@ -2,7 +2,8 @@
 a refused connection says "refused", the wrong engine is named, and no secret is shown.
 
 Fake engines on 127.0.0.1 (``fake_faults``) misbehave; both stream readers are tried
-(the stdlib one, and httpx as https, proxies and a given ``transport`` use it). Limits
+(the stdlib one, which reads http, https and proxied streams, and httpx, which a given
+``transport`` uses). Limits
 here are short (idle 0.5 s, request 2 s); ``bounded`` fails a test that has not ended
 20 s after its own limit, so a regression shows as a failure, not as a hung suite.
 No speed is asserted: the messages say which limit fired.
@@ -323,3 +324,19 @@ def test_an_ndjson_stall_ends_at_the_idle_limit() -> None:
                 bounded(lambda: engine.generate(request), 60)
         finally:
             engine.close()
+
+
+@pytest.mark.parametrize("fake", [("broken",)], indirect=True)
+def test_a_connection_cut_mid_chunk_names_the_engine_and_what_it_sent(
+    fake: FakeFaultyLlama, reader: str
+) -> None:
+    """vLLM killed mid-write: the body breaks off inside a chunk. The message said only
+    "lost URL during generation"; it names the engine, the events and the last one."""
+    with pytest.raises(EngineUnavailable) as error:
+        generate(llama(fake.url, reader), total_s=TOTAL_S)
+    message = str(error.value)
+    assert message.startswith(f"llama-server at {fake.url}/completion lost the connection "
+                              f"during generation after {PREFIX_TOKENS} streamed event(s) of "
+                              f"16 tokens asked (the last event: {{"), message
+    assert "'content': ' t2'" in message and "this repetition failed" in message
+    assert "\n" not in message

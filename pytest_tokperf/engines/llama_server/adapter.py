@@ -197,13 +197,15 @@ class LlamaServer(HttpAdapter):
         url = f"{self.base_url}/completion"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
+        last: object = None
         for now, event in self._streams.events(url, body, request, stats=log.stats):
+            last = event
             n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
             log.add(now, n, str(event.get("content", "")))
             if event.get("stop"):
                 final = event
         if final is None:
-            raise EngineProtocolError(f"{url} closed the stream without a final (stop) event")
+            raise log.cut_short(self.name, "a final (stop) event", last)
         timings = _timings(final.get("timings"))
         return log.generation(
             generated_tokens=timings.generated_tokens if timings else final.get("tokens_predicted"),
@@ -227,7 +229,9 @@ class LlamaServer(HttpAdapter):
         url = f"{self.base_url}/v1/chat/completions"
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
+        last: object = None
         for now, event in self._streams.events(url, body, request, stats=log.stats):
+            last = event
             choices = event.get("choices")
             first = choices[0] if isinstance(choices, list) and choices else None
             delta = first.get("delta") if isinstance(first, dict) else None
@@ -239,7 +243,7 @@ class LlamaServer(HttpAdapter):
             if "timings" in event or "usage" in event:
                 final = event
         if final is None:
-            raise EngineProtocolError(f"{url} ended the stream without its usage/timings chunk")
+            raise log.cut_short(self.name, "its usage/timings chunk", last)
         timings = _timings(final.get("timings"))
         usage = final.get("usage")
         usage = usage if isinstance(usage, dict) else {}

@@ -1,0 +1,108 @@
+"""An engine process's own clock: how long its threads ran and how long they waited for a CPU.
+
+On a shared machine a neighbour takes the CPU from the engine, and the wall time of a
+repetition grows by the time the engine's threads were ready to run but not running. Linux
+counts both per thread in ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds on the CPU,
+nanoseconds waiting on a run queue, time slices), so two readings around a decode window
+tell how much of that window a neighbour took: ``wait``. The decode figure net of that wait
+is what the engine would have done had the CPUs been its own; the same-run A/B judges it
+beside the wall-clock figure (``stats.paired``), which a neighbour's bursts would swamp.
+
+What it does not cancel: memory-bandwidth phases and cache pressure are on-CPU time (a
+stalled load is running time), so the pair, not this clock, cancels those.
+
+Only where tokperf knows the engine's PID (a server it started) and ``/proc`` has
+schedstat (Linux); elsewhere ``read`` is None and the figures fall back to wall time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+BUSY_SHARE = 0.05
+"""A thread counts as one of the engine's working threads in a window when it ran at least
+this share of it (llama-server's HTTP and idle slot threads sleep through decode)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTimes:
+    """Per thread id: (ns on a CPU, ns waiting on a run queue) at one moment."""
+
+    at: dict[int, tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowTimes:
+    """What the engine's working threads did over a window of ``span_s`` seconds."""
+
+    span_s: float
+    run_s: float
+    """Mean time on a CPU per working thread."""
+    wait_s: float
+    """Mean time waiting for a CPU per working thread: the neighbours' share."""
+    threads: int
+
+    @property
+    def net_span_s(self) -> float:
+        """The window less the time the engine waited for a CPU (never below its run time)."""
+        return max(self.span_s - self.wait_s, self.run_s, 1e-9)
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the window the engine's threads spent waiting for a CPU."""
+        return self.wait_s / self.span_s if self.span_s > 0 else 0.0
+
+
+def parse_schedstat(text: str) -> tuple[int, int] | None:
+    """``"<run ns> <wait ns> <slices>"`` -> (run, wait); None when the text is not that."""
+    parts = text.split()
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+class ProcessClock:
+    """Reads one process's per-thread schedstat; ``read`` is None where it cannot."""
+
+    def __init__(self, pid: int, proc: Path = PROC) -> None:
+        self.pid = pid
+        self._tasks = proc / str(pid) / "task"
+
+    def read(self) -> ThreadTimes | None:
+        try:
+            names = os.listdir(self._tasks)
+        except OSError:
+            return None
+        at: dict[int, tuple[int, int]] = {}
+        for name in names:
+            try:
+                found = parse_schedstat((self._tasks / name / "schedstat").read_text())
+            except (OSError, ValueError):
+                continue
+            if found is not None and name.isdigit():
+                at[int(name)] = found
+        return ThreadTimes(at) if at else None
+
+
+def window(first: ThreadTimes, last: ThreadTimes, span_s: float) -> WindowTimes | None:
+    """The working threads' mean run and wait between two readings ``span_s`` apart; None
+    when no thread ran a ``BUSY_SHARE`` of the window (or the readings share no thread)."""
+    if span_s <= 0:
+        return None
+    busy: list[tuple[int, int]] = []
+    for tid, (run1, wait1) in last.at.items():
+        if tid not in first.at:
+            continue
+        run0, wait0 = first.at[tid]
+        run, wait = run1 - run0, wait1 - wait0
+        if run >= BUSY_SHARE * span_s * 1e9 and wait >= 0:
+            busy.append((run, wait))
+    if not busy:
+        return None
+    n = len(busy)
+    return WindowTimes(span_s=span_s, run_s=sum(r for r, _ in busy) / n / 1e9,
+                       wait_s=sum(w for _, w in busy) / n / 1e9, threads=n)
