@@ -105,9 +105,9 @@ class Generation:
     client_s_per_event: float | None = None
     """The client's own time per streamed event (reading, parsing, recording): when it
     nears the interval between chunks, the client, not the engine, sets the pace."""
-    clock_marks: tuple[tuple[float, object], ...] | None = None
+    clock_marks: tuple[tuple[float, object], tuple[float, object], tuple[float, object]] | None = None
     """(client time, ``request.clock()``) when the request was sent, at the first content
-    chunk and at the end of the stream (the first may be missing); None without a clock."""
+    chunk and at the end of the stream; None without a clock."""
 
 
 LOADED_SHARE = 0.25

@@ -40,7 +40,7 @@ from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.hardware.load import LoadSampler
-from pytest_tokperf.hardware.process_clock import ProcessClock, ThreadTimes, window
+from pytest_tokperf.hardware.process_clock import ProcessClock, ThreadTimes, WindowTimes, window
 from pytest_tokperf.results import (
     BenchResult,
     EngineInfo,
@@ -209,7 +209,7 @@ def to_sample(generation: Generation) -> Sample:
         (b - a) / n for a, b, n in zip(times, times[1:], generation.chunk_tokens[1:], strict=False)
     )
     engine = generation.engine
-    wait = _decode_wait(generation)
+    ttft_times, decode_times = _waits(generation)
     reasoning_tokens = answer_ttft = None
     if any(generation.chunk_reasoning):
         flags = generation.chunk_reasoning
@@ -233,32 +233,22 @@ def to_sample(generation: Generation) -> Sample:
         draft_accepted_tokens=engine.draft_accepted_tokens if engine else None,
         reasoning_tokens=reasoning_tokens,
         answer_ttft_s=answer_ttft,
-        decode_wait_s=wait[1][0] if wait and wait[1] else None,
-        decode_wait_share=wait[1][1] if wait and wait[1] else None,
-        ttft_wait_s=wait[0][0] if wait and wait[0] else None,
+        decode_wait_s=decode_times.wait_s if decode_times else None,
+        decode_wait_share=decode_times.wait_share if decode_times else None,
+        ttft_wait_s=ttft_times.wait_s if ttft_times else None,
     )
 
 
-Wait = tuple[float, float] | None
-
-
-def _decode_wait(generation: Generation) -> tuple[Wait, Wait] | None:
-    """(before the first token, during decode), each (wait s, wait share): the engine's
-    wait for a CPU, from the readings of its clock; None without them."""
-    marks = generation.clock_marks
-    if marks is None or len(marks) < 2:
-        return None
-    readings = [(t, m) for t, m in marks if isinstance(m, ThreadTimes)]
-    if len(readings) != len(marks):
-        return None
-
-    def between(a: tuple[float, ThreadTimes], b: tuple[float, ThreadTimes]) -> Wait:
-        times = window(a[1], b[1], b[0] - a[0])
-        return None if times is None else (times.wait_s, times.wait_share)
-
-    decode = between(readings[-2], readings[-1])
-    ttft = between(readings[0], readings[1]) if len(readings) == 3 else None
-    return ttft, decode
+def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | None]:
+    """The engine's working threads before the first token and during decode, from the
+    readings of its clock (None, None without them)."""
+    if generation.clock_marks is None:
+        return None, None
+    (t0, sent), (t1, first), (t2, end) = generation.clock_marks
+    if not (isinstance(sent, ThreadTimes) and isinstance(first, ThreadTimes)
+            and isinstance(end, ThreadTimes)):
+        return None, None
+    return window(sent, first, t1 - t0), window(first, end, t2 - t1)
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -262,11 +262,9 @@ class ChunkLog:
         """What was logged, as the ``Generation`` of ``request``; without an engine count
         the generated tokens are the ones the chunks carried."""
         assert self.request is not None, "a ChunkLog makes a Generation only for a request"
-        marks: tuple[tuple[float, object], ...] | None = None
-        if self.first_mark is not None and self.request.clock is not None:
-            marks = (self.first_mark, (time.perf_counter(), self.request.clock()))
-            if self.sent_mark is not None:
-                marks = (self.sent_mark, *marks)
+        marks = None
+        if self.sent_mark is not None and self.first_mark is not None and self.request.clock:
+            marks = (self.sent_mark, self.first_mark, (time.perf_counter(), self.request.clock()))
         return Generation(
             request=self.request,
             sent_s=self.sent_s,
