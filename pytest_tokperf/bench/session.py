@@ -217,9 +217,7 @@ class EngineSession:
         self._launch = spec
         self._server = start_llama_server(spec)
         pairs = (*self._settings_pairs(), ("log_path", str(spec.log_path)))
-        engine = self._make(name, self._server.url, tuple(sorted(pairs)))
-        attach_process_clock(engine, self._server.process.pid)
-        return engine
+        return self._make(name, self._server.url, tuple(sorted(pairs)), self._server)
 
     def draft_path(self, choice: str | None = None) -> Path:
         """The draft GGUF for ``choice`` (a path, ``self`` or ``small``; default
@@ -286,8 +284,7 @@ class EngineSession:
             pairs = (*self._settings_pairs(), ("draft_model", path.name),
                      ("log_path", str(spec.log_path)))
             try:
-                engine = self._make("llama-server", server.url, tuple(sorted(pairs)))
-                attach_process_clock(engine, server.process.pid)
+                engine = self._make("llama-server", server.url, tuple(sorted(pairs)), server)
             except BaseException:
                 server.stop()
                 raise
@@ -374,21 +371,24 @@ class EngineSession:
             pairs["clean_flags"] = clean
         if not plan.detaches:
             pairs["log_path"] = str(log_path)
-        engine = self._make(name, plan.url, tuple(sorted(pairs.items())))
-        if name in COMPUTES_IN_PROCESS and isinstance(self._server, ServerProcess):
-            attach_process_clock(engine, self._server.process.pid)
-        return engine
+        return self._make(name, plan.url, tuple(sorted(pairs.items())), self._server)
 
-    def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...]) -> Engine:
+    def _make(self, name: str, url: str, pairs: tuple[tuple[str, str], ...],
+              server: ServerProcess | DetachedServer | None = None) -> Engine:
+        """The engine at ``url``; where tokperf started ``server`` and the engine computes in
+        that process, the measurement reads its clock (``attach_process_clock``)."""
         s = self.settings
         # A local path is never sent as a model name: mlx_lm would try to load it as a new
         # model, vLLM knows its model by the --model string it was given; with none asked
         # for, each serves (and names) the one it loaded.
         model = None if (s.model in BUILTIN_MODELS or name == "llama-server"
                          or Path(s.model).expanduser().exists()) else s.model
-        return create_engine(name, url, timeout_s=s.request_timeout, settings=pairs, model=model,
-                             registry=self.registry, idle_timeout_s=s.idle_timeout,
-                             api_key=s.api_key, max_body_bytes=s.max_body)
+        engine = create_engine(name, url, timeout_s=s.request_timeout, settings=pairs,
+                               model=model, registry=self.registry, idle_timeout_s=s.idle_timeout,
+                               api_key=s.api_key, max_body_bytes=s.max_body)
+        if name in COMPUTES_IN_PROCESS and isinstance(server, ServerProcess):
+            attach_process_clock(engine, server.process.pid)
+        return engine
 
     def close(self) -> None:
         for server, engine in self._drafts.values():

@@ -20,6 +20,8 @@ ARGS = ["--tokperf-engine", "llama-server", "--tokperf-model", "test", "--tokper
 def test_a_baseline_binary_turns_every_call_into_an_ab(
         pytester: pytest.Pytester, server_binary: Path) -> None:
     pytester.makepyfile("""
+        import pathlib
+
         def test_short(tok_bench):
             r = tok_bench(prompt_tokens=32, generate_tokens=8, repetitions=4, warmup=1)
             assert r.ab is not None and r.ab.pairs == 4
@@ -27,6 +29,9 @@ def test_a_baseline_binary_turns_every_call_into_an_ab(
             assert r.ab.baseline.engine.base_url != r.ab.candidate.engine.base_url
             assert r.ab.verdict("decode") is not None
             assert r.efficiency is not None and r.efficiency > 0  # the candidate's own ceiling
+            # both servers started here: on Linux the A/B reads their threads' clocks
+            if pathlib.Path("/proc/self/schedstat").exists():
+                assert r.ab.clock.startswith("decode, prefill, ttft judged net of the engines'"), r.ab.clock
     """)
     result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-baseline-server-bin={server_binary}")
     result.assert_outcomes(passed=1)
