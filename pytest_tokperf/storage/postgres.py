@@ -183,8 +183,13 @@ class PostgresBackend:
     def schema_version(self) -> int:
         if self._in_transaction:  # a migrator: the others wait here until it commits
             self.conn.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
-        found = self.conn.execute("SELECT to_regclass('tokperf_schema')").fetchone()
-        if found is None or found[0] is None:
+        # pg_class read through this statement's snapshot, not to_regclass: a name lookup
+        # goes through the backend's catalog cache, which keeps "no such table" from before
+        # the wait and so reran a migration the other opener had just committed
+        found = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relname = 'tokperf_schema'"
+            " AND relnamespace = current_schema()::regnamespace)").fetchone()
+        if found is None or not found[0]:
             return 0
         row = self.conn.execute("SELECT max(version) FROM tokperf_schema").fetchone()
         return int(row[0] or 0) if row else 0

@@ -207,9 +207,9 @@ class ResultStore:
         backend = PostgresBackend(url, read_only=read_only)
         store = cls(backend, url)
         try:
+            store._check_ours(allow_empty=not read_only)
             version = backend.schema_version()
             store._check_version(version)
-            store._check_ours(allow_empty=not read_only)
             if read_only and version < SCHEMA_VERSION:
                 raise StorageError(
                     f"the results DB {url.shown!r} has schema {version}, older than this "
@@ -271,9 +271,11 @@ class ResultStore:
     def _check_ours(self, *, allow_empty: bool) -> None:
         """Refuse a file that is not a tokperf DB: schema 0 (tokperf sets 1 and up at its
         first open) with tables of its own, or, when ``allow_empty`` is off, no tables."""
+        # tables first, then the version: a concurrent opener's first migration commits
+        # both at once, so tables seen here mean the version read next sees it too
+        tables = self.backend.foreign_tables()
         if self._user_version() > 0:
             return
-        tables = self.backend.foreign_tables()
         if not tables and allow_empty:
             return
         held = (f"holds other tables ({', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''})"
