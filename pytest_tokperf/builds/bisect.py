@@ -12,9 +12,15 @@ endpoints is what a bisect assumes, so they pool):
   at or before it;
 * better than bad (``improvement``) and not worse than good: it is good;
 * anything else (inconclusive, within the minimum effect of both, or between both
-  levels): one more session of the midpoint and of both neighbours, up to
-  ``max_sessions``; still undecided, the search stops and says which releases
-  remain. It never guesses.
+  levels): the step goes on in *rounds*, each one session of the nearest known good
+  release, of the midpoint and of the nearest known bad one, back to back (the order
+  reversed every other round), up to ``max_sessions`` of the midpoint. From three
+  rounds on the midpoint is judged against each neighbour by its per-round ratios
+  (``stats.paired``), not by pooling its sessions with ones measured minutes earlier:
+  on a shared machine the level drifts in phases that last minutes (three sessions of
+  one release run back to back can sit in one slow phase and read +40% on an unchanged
+  build), and a round sees one phase on all three. Still undecided, the search stops
+  and says which releases remain. It never guesses.
 
 A release is built and measured once however often it is consulted, so with ``n``
 releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints.
@@ -43,6 +49,7 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.comparing import compare, compare_many
 from pytest_tokperf.stats.metric import Metric
+from pytest_tokperf.stats.paired import Pairs, judge_pairs
 from pytest_tokperf.stats.verdict import Comparison
 
 Outcome = Literal["good", "bad", "undecided"]
@@ -190,17 +197,30 @@ def bisect_releases(
         return [g for n in known[side]
                 for g in _target_groups(measure(n, count[n]), target, n)]
 
+    def session_figure(number: int) -> float:
+        """The target's median in ``number``'s newest session, measured now."""
+        wanted = count.get(number, 0) + 1
+        return session_medians(_target_groups(measure(number, wanted), target, number))[-1]
+
     steps: list[Step] = []
     while hi - lo > 1:
         mid = (lo + hi) // 2
         k = sessions
+        rounds: dict[int, list[float]] = {order[lo]: [], order[mid]: [], order[hi]: []}
         while True:
             left = hi - lo - 1
             progress(f"step: b{order[mid]} ({left} release{'s' * (left != 1)} between "
-                     f"b{order[lo]} and b{order[hi]}), {k} session{'s' * (k != 1)}")
-            current = session_medians(_target_groups(measure(order[mid], k), target, order[mid]))
-            vs_good = compare(session_medians(reference("good")), current, metric)
-            vs_bad = compare(session_medians(reference("bad")), current, metric)
+                     f"b{order[lo]} and b{order[hi]}), {k} session{'s' * (k != 1)}"
+                     + (f", round {len(rounds[order[mid]])} with both neighbours"
+                        if rounds[order[mid]] else ""))
+            if not rounds[order[mid]]:
+                current = session_medians(_target_groups(measure(order[mid], k), target,
+                                                         order[mid]))
+                vs_good = compare(session_medians(reference("good")), current, metric)
+                vs_bad = compare(session_medians(reference("bad")), current, metric)
+            else:
+                vs_good = judge_pairs(Pairs.of(metric, rounds[order[lo]], rounds[order[mid]]))
+                vs_bad = judge_pairs(Pairs.of(metric, rounds[order[hi]], rounds[order[mid]]))
             outcome = _outcome(vs_good, vs_bad)
             steps.append(Step(order[mid], k, vs_good, vs_bad, outcome))
             progress(f"  b{order[mid]}: {outcome} (vs good: {vs_good.verdict} "
@@ -209,8 +229,10 @@ def bisect_releases(
             if outcome != "undecided" or k >= max_sessions:
                 break
             k += 1
-            for ref in (order[lo], order[hi]):
-                measure(ref, min(max_sessions, count[ref] + 1))
+            # a round: the three back to back, so that one phase of the machine is in all
+            line = (order[lo], order[mid], order[hi])
+            for number in line if len(rounds[order[mid]]) % 2 == 0 else reversed(line):
+                rounds[number].append(session_figure(number))
         if outcome == "undecided":
             figures = _figures(count, lab, target)
             return BisectResult("undecided", good, bad, target, endpoints, tuple(steps),
@@ -226,10 +248,15 @@ def bisect_releases(
 
 
 def _outcome(vs_good: Comparison, vs_bad: Comparison) -> Outcome:
+    """Bad: worse than good, not better than bad and not worse than it either; good the
+    mirror. A midpoint outside both levels is no level of a one-step history (most often
+    a phase of the machine over its sessions): undecided, so it goes on in rounds."""
     worse = vs_good.verdict == "regression"
     better = vs_bad.verdict == "improvement"
-    if worse != better:
-        return "bad" if worse else "good"
+    if worse and not better and vs_bad.verdict != "regression":
+        return "bad"
+    if better and not worse and vs_good.verdict != "improvement":
+        return "good"
     return "undecided"
 
 

@@ -352,7 +352,8 @@ def add_parsers(verbs: Any) -> None:
         "bisect", parents=[DB, JSON], help="find the first release where a benchmark got slower",
         description="Binary search over the registry's releases from --good to --bad, "
         "building as needed; each step is judged by the regression statistics, and a step "
-        "that stays inconclusive gets more sessions (up to --max-sessions), never a guess. "
+        "that stays inconclusive goes on in rounds of the midpoint and both neighbours back to "
+        "back, judged by their per-round ratios (up to --max-sessions), never a guess. "
         "Resumable: run the same command again after an interruption.")
     p.usage = "tokperf bisect --good V1 --bad V2 [options] [-- PYTEST_ARGS]"
     p.add_argument("--good", required=True, help="a release known to be fast")
@@ -362,6 +363,8 @@ def add_parsers(verbs: Any) -> None:
     p.add_argument("--sessions", type=int, default=3,
                    help="sessions per release to start (3, the least the judge decides on)")
     p.add_argument("--max-sessions", type=int, default=8,
-                   help="sessions per release before a step is called undecided (8)")
+                   help="sessions of a midpoint before its step is called undecided (8): "
+                   "those past --sessions are rounds, each with one more session of both "
+                   "neighbours; three rounds are the least the paired judge decides on")
     run_options(p)
     p.set_defaults(func=bisect)

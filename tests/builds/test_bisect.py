@@ -175,3 +175,33 @@ def test_bisect_over_32_fake_releases_finds_the_slowdown(
     again = json.loads(capsys.readouterr().out)
     assert again == result
     assert journal_path.read_text().splitlines() == journal
+
+
+class PhaseLab(FakeLab):
+    """A ``FakeLab`` on a shared machine: the sessions of ``number`` measured before it
+    was consulted ``after`` times more sit in a slow phase (``factor`` on the level), as
+    three sessions run back to back can on a runner whose neighbours come and go."""
+
+    def __init__(self, step: int, slow: int, factor: float, sessions: int = 3, **kw: object) -> None:
+        super().__init__(step, **kw)  # type: ignore[arg-type]
+        self.slow, self.factor, self.slow_sessions = slow, factor, sessions
+
+    def groups(self, number: int, sessions: int) -> Groups:
+        out = super().groups(number, sessions)
+        if number == self.slow:
+            out[DECODE_T] = [[v * self.factor for v in g] if i < self.slow_sessions else g
+                             for i, g in enumerate(out[DECODE_T])]
+        return out
+
+
+@pytest.mark.parametrize("factor", [0.9, 0.6])
+def test_a_slow_phase_over_a_good_midpoint_is_measured_out_in_rounds(factor: float) -> None:
+    # the first midpoint (115) is good, but its three sessions ran in a slow phase: 10%
+    # slower reads between both levels, 40% slower reads worse than the bad release
+    lab = PhaseLab(120, slow=115, factor=factor, drift=0.005, cv=0.01)
+    result = bisect_releases(RELEASES, 100, 131, lab, progress=lambda _: None)
+    assert (result.status, result.last_good, result.first_bad) == ("found", 119, 120)
+    first = [s for s in result.steps if s.number == 115]
+    assert first[0].outcome == "undecided" and first[-1].outcome == "good"
+    assert len(first) >= 4  # decided by its rounds: three with both neighbours at least
+    assert "paired over 3 ABBA pairs" in first[-1].vs_bad.reason
