@@ -197,10 +197,9 @@ def bisect_releases(
         return [g for n in known[side]
                 for g in _target_groups(measure(n, count[n]), target, n)]
 
-    def session_figure(number: int) -> float:
-        """The target's median in ``number``'s newest session, measured now."""
-        wanted = count.get(number, 0) + 1
-        return session_medians(_target_groups(measure(number, wanted), target, number))[-1]
+    def medians(number: int, sessions: int) -> list[float]:
+        """The target's median in each of ``number``'s first ``sessions`` sessions."""
+        return session_medians(_target_groups(measure(number, sessions), target, number))
 
     steps: list[Step] = []
     while hi - lo > 1:
@@ -214,8 +213,7 @@ def bisect_releases(
                      + (f", round {len(rounds[order[mid]])} with both neighbours"
                         if rounds[order[mid]] else ""))
             if not rounds[order[mid]]:
-                current = session_medians(_target_groups(measure(order[mid], k), target,
-                                                         order[mid]))
+                current = medians(order[mid], k)
                 vs_good = compare(session_medians(reference("good")), current, metric)
                 vs_bad = compare(session_medians(reference("bad")), current, metric)
             else:
@@ -232,7 +230,7 @@ def bisect_releases(
             # a round: the three back to back, so that one phase of the machine is in all
             line = (order[lo], order[mid], order[hi])
             for number in line if len(rounds[order[mid]]) % 2 == 0 else reversed(line):
-                rounds[number].append(session_figure(number))
+                rounds[number].append(medians(number, count.get(number, 0) + 1)[-1])
         if outcome == "undecided":
             figures = _figures(count, lab, target)
             return BisectResult("undecided", good, bad, target, endpoints, tuple(steps),
