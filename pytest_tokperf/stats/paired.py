@@ -14,6 +14,14 @@ one-way random-effects variance of the grand mean (between-start + within-start 
 so the interval includes the process component whatever its size. With one start the
 pairs are the unit (df = pairs - 1).
 
+Pairs in a row are not always independent: on a shared VM the machine's level moves on a
+scale of seconds and a side can drift against the other over a few pairs (campaign of
+200-pair A/Bs on the 2-core VM, December 2026: lag-1 correlation of the pair log-ratios
++0.06 to +0.21). With one start and at least ``SERIAL_MIN_PAIRS`` pairs the standard error
+is therefore the Newey-West (Bartlett kernel) long-run one, never below the plain one
+(``serial_factor``): a positive correlation widens the interval, a negative one (ABBA's
+alternating order) does not narrow it.
+
 Minimum effect: a pair cancels the machine's phase, so the A/B resolves steps of 1-2%
 where a history across sessions resolves ~17%; its default minimum effect is
 ``PAIRED_MIN_EFFECT`` (2%): a real 3% step is then a regression, not "unchanged, below
@@ -40,6 +48,10 @@ PAIRED_MIN_EFFECT = 0.02
 
 MIN_PAIRS = 3
 """Fewer pairs (or, with several starts, fewer starts than 2) leave a verdict inconclusive."""
+
+SERIAL_MIN_PAIRS = 20
+"""From this many pairs (one start) the SE allows for correlation between pairs in a row;
+below it the autocovariances are too noisy to estimate."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +92,24 @@ class Pairs:
         return [float(np.mean(v)) for v in by.values()]
 
 
+def serial_factor(d: Sequence[float] | np.ndarray) -> float:
+    """Variance inflation for pairs in a row: the Newey-West long-run variance of ``d``
+    (Bartlett weights, lag ``floor(4 (n/100)^(2/9))``) over its plain variance, at least 1;
+    1 below ``SERIAL_MIN_PAIRS`` pairs or without spread."""
+    x = np.asarray(d, dtype=float)
+    n = len(x)
+    if n < SERIAL_MIN_PAIRS:
+        return 1.0
+    x = x - x.mean()
+    gamma0 = float(x @ x) / n
+    if not gamma0 > 0:
+        return 1.0
+    lags = max(1, math.floor(4 * (n / 100) ** (2 / 9)))
+    long_run = gamma0 + 2 * sum((1 - k / (lags + 1)) * float(x[k:] @ x[:-k]) / n
+                                for k in range(1, lags + 1))
+    return float(max(1.0, long_run / gamma0))
+
+
 def paired_shift(pairs: Pairs) -> Shift:
     """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc)."""
     d = np.asarray(pairs.log_ratios, dtype=float)
@@ -97,10 +127,12 @@ def paired_shift(pairs: Pairs) -> Shift:
     pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
     # noise_cv as the judge reads it: a side's own spread, so that two independent samples
     # of n give the paired variance sd_d^2 / n (repetitions_needed counts pairs then).
-    noise = pair_sd / math.sqrt(2) if math.isfinite(pair_sd) else math.nan
+    # pairs in a row: their correlation widens the SE (and the pairs a verdict needs)
+    inflate = serial_factor(d) if pairs.starts < 2 else 1.0
+    noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
         return Shift(estimate, math.nan, math.nan, n, n, "no spread", 0.0)
-    return Shift(estimate, sd / math.sqrt(len(units)), float(len(units) - 1), n, n,
+    return Shift(estimate, sd * math.sqrt(inflate / len(units)), float(len(units) - 1), n, n,
                  "pooled", noise)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
+from pytest_tokperf.stats import paired
 from pytest_tokperf.stats.paired import (
     PAIRED_MIN_EFFECT,
     Pairs,
@@ -16,6 +17,7 @@ from pytest_tokperf.stats.paired import (
     judge_pairs,
     paired_shift,
     ratio_interval,
+    serial_factor,
 )
 
 AB_DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
@@ -104,3 +106,48 @@ def test_ratio_interval_narrows_with_pairs() -> None:
     many = ratio_interval(Pairs.of(AB_DECODE, *_phased(40, 0.0, seed=5)))
     assert few is not None and many is not None and many < few
     assert ratio_interval(Pairs.of(AB_DECODE, [1.0], [1.0])) is None
+
+
+def _drifting(n: int, rho: float, seed: int) -> tuple[list[float], list[float]]:
+    """A/A pairs whose log-ratio drifts as an AR(1) of lag-1 correlation ``rho`` (a side
+    that slides against the other over a few pairs), SD 10% a pair."""
+    rng = np.random.default_rng(seed)
+    e = rng.normal(0, 0.10 * math.sqrt(1 - rho * rho), n)
+    d = np.empty(n)
+    d[0] = rng.normal(0, 0.10)
+    for i in range(1, n):
+        d[i] = rho * d[i - 1] + e[i]
+    base = 20.0 * np.exp(rng.normal(0, 0.05, n))
+    return list(base), list(base * np.exp(d))
+
+
+def _alarms(rho: float, inflate: bool, monkeypatch: pytest.MonkeyPatch) -> float:
+    if not inflate:
+        monkeypatch.setattr(paired, "serial_factor", lambda d: 1.0)
+    flagged = 0
+    for seed in range(400):
+        base, cand = _drifting(200, rho, seed)
+        v = judge_pairs(Pairs.of(Metric("decode", True, 0.001), base, cand), alpha=0.05)
+        flagged += v.verdict in ("regression", "improvement")
+    monkeypatch.undo()
+    return flagged / 400
+
+
+def test_pairs_that_drift_together_do_not_raise_false_alarms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # at lag-1 correlation 0.2 (the campaign's worst) the plain SE flags an A/A at 5%
+    # three times as often as alpha (15% of 400 here); the long-run SE brings it to 7.5%
+    plain = _alarms(0.2, False, monkeypatch)
+    robust = _alarms(0.2, True, monkeypatch)
+    assert plain > 0.12, plain
+    assert robust < 0.09, robust
+
+
+def test_independent_pairs_keep_their_interval() -> None:
+    rng = np.random.default_rng(5)
+    d = rng.normal(0, 0.1, 200)
+    assert serial_factor(d) < 1.2
+    assert serial_factor(d[:19]) == 1.0  # below SERIAL_MIN_PAIRS: no correction
+    alternating = np.array([0.05, -0.05] * 50)  # ABBA order effect: never narrows
+    assert serial_factor(alternating) == 1.0
+    assert serial_factor(np.zeros(50)) == 1.0
