@@ -186,6 +186,17 @@ class MachineLoad:
                     f"share unknown ({queue} with the engine's threads, {steal})")
         return f"other processes used {others:.1f} of {self.cpus} CPUs {during} ({queue}, {steal})"
 
+    def brief(self) -> str:
+        """The same reading in a few words, for a line that shows two of them side by side
+        ("others 1.6 of 2 CPUs, run queue 5.0, steal 0%, busy")."""
+        if not self.known:
+            return "unknown"
+        others = self.others_cpus
+        busy = f"others {others:.1f}" if others is not None else f"busy {self.busy_cpus or 0:.1f}"
+        queue = f", run queue {self.run_queue:.1f}" if self.run_queue is not None else ""
+        flag = ", busy" if self.loaded else ""
+        return f"{busy} of {self.cpus} CPUs{queue}, steal {self.steal or 0:.0%}{flag}"
+
     def warning(self) -> str | None:
         """The sentence a figure measured on a loaded machine carries, else None."""
         if not self.loaded:

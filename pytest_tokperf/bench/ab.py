@@ -81,14 +81,7 @@ class ABResult:
         """The machine during each side's repetitions: pairs cancel a load that both sides
         saw alike, not one that fell on a single side."""
         def one(r: BenchResult) -> str:
-            if r.load is None or not r.load.known:
-                return "unknown"
-            others = r.load.others_cpus
-            busy = (f"others {others:.1f}" if others is not None
-                    else f"busy {r.load.busy_cpus or 0:.1f}")
-            queue = f", run queue {r.load.run_queue:.1f}" if r.load.run_queue is not None else ""
-            flag = ", busy" if r.load.loaded else ""
-            return f"{busy} of {r.load.cpus} CPUs{queue}, steal {r.load.steal or 0:.0%}{flag}"
+            return r.load.brief() if r.load is not None else "unknown"
 
         return f"machine: baseline {one(self.baseline)}; candidate {one(self.candidate)}"
 

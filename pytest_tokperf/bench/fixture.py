@@ -138,10 +138,9 @@ class TokBenchResult:
         return decode_interval(judged_decode_values(self.result.samples))
 
     def _busy(self) -> str:
-        """The clause a failed floor carries when the neighbours had the machine."""
+        """What a failed check adds when the neighbours had the machine ("" when not)."""
         load = self.result.load
-        warning = load.warning() if load is not None else None
-        return f"; {warning}" if warning else ""
+        return (load.warning() if load is not None else None) or ""
 
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
@@ -168,7 +167,7 @@ class TokBenchResult:
         if check.status == "fail":
             first, _, rest = check.message.partition("\n")
             busy = self._busy()
-            raise AssertionError(first + (f"\n{busy[2:]}" if busy else "") + (f"\n{rest}" if rest else ""))
+            raise AssertionError(first + (f"\n{busy}" if busy else "") + (f"\n{rest}" if rest else ""))
         if check.status == "suspect":
             warnings.warn(check.message, TokperfWarning, stacklevel=2)
 
@@ -178,8 +177,8 @@ class TokBenchResult:
         check = check_ttft(self.ttft_s, max_s, self.result.workload.prompt_tokens)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(f"{check.message} (median of {self.result.ttft_s.n})"
-                                 + self._busy())
+            raise AssertionError(_with(f"{check.message} (median of {self.result.ttft_s.n})",
+                                       self._busy()))
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:
         """Fail when decode is slower than a reader can bear (default 5 tok/s)."""
@@ -191,7 +190,12 @@ class TokBenchResult:
         check = check_usable(decode, min_tokens_per_s)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(check.message + self._busy())
+            raise AssertionError(_with(check.message, self._busy()))
+
+
+def _with(message: str, clause: str) -> str:
+    """``message``, then ``clause`` after a semicolon when there is one."""
+    return f"{message}; {clause}" if clause else message
 
 
 WORKLOAD_DEFAULTS: dict[str, int | bool] = {
