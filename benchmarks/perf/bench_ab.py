@@ -5,14 +5,21 @@ Cases (each an A/B of a baseline and a candidate llama-server, ``--threads`` eac
 * ``null``: the same binary and model on both sides (A/A): any flag is a false alarm;
 * ``bytes6``: the same binary serving two generated models that differ only in their layer
   count (16 vs 17 layers at the default width): the candidate streams ~5.8% more bytes per
-  token, so its decode is that much slower (physics, not a guess): must be "regression";
+  token, so its decode is that much slower (physics, not a guess): must be "regression".
+  The two servers load their models with ``--load-mode none`` (``--mmap`` to map them):
+  mapped from the page cache, the two files are backed by 2 MiB pages to different degrees;
 * ``bytes3``: 32 vs 33 layers (~3%): "regression" or "inconclusive", never "unchanged";
 * ``avx2``: b11434 built with ``-DGGML_NATIVE=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF`` against
   the default build on the default model: decode unchanged or inconclusive, prefill/TTFT
   a regression.
 
 Each run starts both servers, measures ``--pairs`` ABBA pairs (``bench.ab``) and prints
-per metric the verdict, the interval's width and the wall time. Beside each A/B run, with
+per metric the verdict, the interval's width and the wall time; the cases take turns run
+by run, and the end prints a table per case: verdicts found / false / missed per metric,
+the decode change and half-width, the wall time per A/B. The defaults (200 pairs of 8
+tokens after a 4-token prompt, 2 threads a side: about 3 minutes a run) are the
+configuration measured in docs/ab.md: on this VM the level moves within a second, so many
+short pairs resolve more per minute than few long ones. Beside each A/B run, with
 the same servers started one at a time (sequential sessions): today's history gate
 (``stats.compare`` of the candidate session against the baseline sessions as earlier
 versions) and llama.cpp's compare-commits figure (ratio of the two sessions' means).
@@ -21,7 +28,8 @@ pairs, pooled) to compare with the bytes ratio.
 
 Run::
 
-    PYTHONPATH=$PWD python benchmarks/perf/bench_ab.py --case null --case bytes6 --runs 3
+    PYTHONPATH=$PWD python benchmarks/perf/bench_ab.py --case null --case bytes6 --runs 10 \
+        --no-sequential
 """
 
 from __future__ import annotations
@@ -40,8 +48,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_tokperf.bench.ab import ABResult, ab_document, pair_metrics, pairs_of, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions, attach_process_clock, run_workload
+from scipy.stats import chi2
+
+from pytest_tokperf.bench.ab import (
+    PAIR_METRICS,
+    ABResult,
+    ab_document,
+    pair_metrics,
+    pairs_of,
+    run_paired_ab,
+)
+from pytest_tokperf.bench.measure import (
+    MeasureOptions,
+    attach_process_clock,
+    run_workload,
+)
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
 from pytest_tokperf.engines.base import Engine
@@ -53,7 +74,7 @@ from pytest_tokperf.model.writer import MAIN_MODEL, cached_model
 from pytest_tokperf.results import Workload, judged_decode_values
 from pytest_tokperf.stats.comparing import compare
 from pytest_tokperf.stats.metric import DECODE, TTFT
-from pytest_tokperf.stats.paired import judge_ab
+from pytest_tokperf.stats.paired import Pairs, judge_ab, paired_shift
 from pytest_tokperf.stats.verdict import Comparison
 
 AVX2_OFF = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF")
@@ -72,13 +93,14 @@ def avx2_off_binary() -> Path | None:
 
 
 @contextmanager
-def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path) -> Iterator[list[Engine]]:
+def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path,
+            extra: tuple[str, ...] = ()) -> Iterator[list[Engine]]:
     started = []
     try:
         for i, (binary, model) in enumerate(sides):
             spec = LaunchSpec(binary=binary, model=model, threads=threads, parallel=1,
                               context_size=1024, log_path=logs / f"side{i}-{time.time_ns()}.log",
-                              startup_timeout_s=300)
+                              startup_timeout_s=300, extra_args=extra)
             started.append(start_llama_server(spec))
         engines = [create_engine("llama-server", s.url) for s in started]
         for engine, server in zip(engines, started, strict=True):
@@ -123,14 +145,96 @@ def bytes_ratio(a: Path, b: Path) -> float:
     return footprint(load_gguf(b)).weights_bytes / footprint(load_gguf(a)).weights_bytes
 
 
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One A/B case: its two sides, and which verdicts count as found / as false alarms."""
+
+    name: str
+    base_bin: Path
+    base_model: Path
+    cand_bin: Path
+    cand_model: Path
+
+    @property
+    def bytes_ratio(self) -> float:
+        return bytes_ratio(self.base_model, self.cand_model)
+
+    def scored(self, metric: str, verdict: str) -> str:
+        """'found' (the known step called as it is), 'false' (a change flagged where there
+        is none), 'missed' (a step called unchanged) or '' (honest: inconclusive)."""
+        flagged = verdict in ("regression", "improvement")
+        if self.name == "null" or (self.name == "avx2" and metric == "decode"):
+            return "false" if flagged else ""
+        if verdict == "regression":
+            return "found"
+        if verdict == "improvement":
+            return "false"
+        return "missed" if verdict == "unchanged" else ""
+
+
+def decode_shift(ab: ABResult) -> tuple[float, float]:
+    """The run's decode log-ratio and its standard error (as the A/B judged them)."""
+    i = PAIR_METRICS.index("decode")
+    base: list[float] = []
+    cand: list[float] = []
+    for b, c in ab.rounds:
+        x, y = b[i], c[i]
+        if x and y:
+            base.append(x)
+            cand.append(y)
+    shift = paired_shift(Pairs.of(DECODE, base, cand))
+    return shift.log_shift, shift.std_error
+
+
+def between_starts(shifts: list[tuple[float, float]]) -> str:
+    """Do the runs (each a fresh start of both servers) agree as their own intervals say?
+    The spread of the run estimates against the mean in-run variance: a ratio well above 1
+    means each start carries a level of its own, and one start per A/B is overconfident."""
+    if len(shifts) < 3:
+        return "fewer than 3 runs: the spread between starts is not estimated"
+    means = [m for m, _ in shifts]
+    between = statistics.variance(means)
+    within = statistics.fmean(se * se for _, se in shifts)
+    ratio = between / within
+    p = float(chi2.sf(ratio * (len(means) - 1), len(means) - 1))
+    part = math.sqrt(max(0.0, between - within))
+    return (f"run-to-run SD of the decode log-ratio {math.sqrt(between):.2%} against "
+            f"{math.sqrt(within):.2%} inside a run: variance ratio {ratio:.2f} "
+            f"(p={p:.2g}); a start's own level ~{part:.2%} SD")
+
+
+def cases(names: list[str], default: Path) -> list[Case]:
+    out = []
+    main_model = layered(MAIN_MODEL.n_layer)
+    for name in names:
+        if name == "bytes6":
+            out.append(Case(name, default, layered(16), default, layered(17)))
+        elif name == "bytes3":
+            out.append(Case(name, default, layered(32), default, layered(33)))
+        elif name == "avx2":
+            found = avx2_off_binary()
+            if found is None:
+                print(f"== {name}: skipped, the AVX2-off build is not cached (tokperf "
+                      f"install-engine cannot make it; see docs/ab.md)")
+                continue
+            out.append(Case(name, default, main_model, found, main_model))
+        else:
+            out.append(Case(name, default, main_model, default, main_model))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--case", action="append", choices=["null", "bytes6", "bytes3", "avx2"])
-    p.add_argument("--runs", type=int, default=3, help="A/B runs per case")
-    p.add_argument("--pairs", type=int, default=8, help="ABBA pairs per A/B run")
-    p.add_argument("--tokens", type=int, default=24)
-    p.add_argument("--prompt", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--runs", type=int, default=3,
+                   help="A/B runs per case; the cases take turns, run by run, so a machine "
+                   "phase falls on all of them alike")
+    p.add_argument("--pairs", type=int, default=200, help="ABBA pairs per A/B run")
+    p.add_argument("--tokens", type=int, default=8,
+                   help="tokens generated per request: the machine's level moves within a "
+                   "second here, so many short pairs resolve more per minute than few long ones")
+    p.add_argument("--prompt", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-sequential", action="store_true",
                    help="skip the history-gate / compare-commits sessions beside each run")
     p.add_argument("--long-pairs", type=int, default=0,
@@ -139,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--neighbours", type=int, default=0,
                    help="busy-loop processes kept running during each A/B (a shared runner's "
                    "other jobs): the wall-clock and the net-of-wait verdicts are printed side by side")
+    p.add_argument("--mmap", action="store_true",
+                   help="bytes cases: map the models from the page cache (llama-server's "
+                   "default) instead of --load-mode none; the kernel backs each file's page "
+                   "cache with 2 MiB pages to its own, changing degree, which measured here "
+                   "moved the 16 vs 17 layer ratio between -6%% and -1%% (docs/ab.md)")
     p.add_argument("--save", default="/tmp/tokperf-bench-ab",
                    help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
     a = p.parse_args(argv)
@@ -152,52 +261,55 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
     print(f"{a.runs} runs x {a.pairs} pairs, prompt {a.prompt}, {a.tokens} tokens, "
-          f"threads {a.threads}, {a.neighbours} busy neighbours; logs {logs}")
-    for case in a.case or ["null", "bytes6"]:
-        base_bin = cand_bin = default.binary
-        base_model = cand_model = layered(MAIN_MODEL.n_layer)
-        if case == "bytes6":
-            base_model, cand_model = layered(16), layered(17)
-        elif case == "bytes3":
-            base_model, cand_model = layered(32), layered(33)
-        elif case == "avx2":
-            found = avx2_off_binary()
-            if found is None:
-                print(f"\n== {case}: skipped, the AVX2-off build is not cached")
-                continue
-            cand_bin = found
-        ratio = bytes_ratio(base_model, cand_model)
-        print(f"\n== {case}: baseline {base_model.name}, candidate {cand_model.name}; "
+          f"threads {a.threads}, {a.neighbours} busy neighbours; bytes cases "
+          f"{'mapped from the page cache' if a.mmap else 'loaded with --load-mode none'}; "
+          f"logs {logs}")
+    todo = cases(a.case or ["null", "bytes6"], default.binary)
+    # two model files: each server reads its own into its own memory (b11434 spells
+    # --no-mmap as --load-mode none); one file on both sides shares its pages either way
+    own = ("--load-mode", "none")
+    for case in todo:
+        ratio = case.bytes_ratio
+        print(f"== {case.name}: baseline {case.base_model.name}, candidate {case.cand_model.name}; "
               f"bytes per token candidate/baseline {ratio:.4f} (decode expected "
-              f"{1 / ratio - 1:+.2%} if bandwidth-bound)")
-        print(f"   changed: {build_changes(base_bin, cand_bin)}")
-        counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "prefill", "ttft")}
-        wall_counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "prefill", "ttft")}
-        gate_counts: dict[str, Counter[str]] = {m: Counter() for m in ("decode", "ttft")}
-        walls, ccr = [], []
-        widths: dict[str, list[float]] = {m: [] for m in ("decode", "prefill", "ttft")}
-        for run in range(a.runs):
+              f"{1 / ratio - 1:+.2%} if bandwidth-bound); changed: "
+              f"{build_changes(case.base_bin, case.cand_bin)}")
+    metrics = ("decode", "prefill", "ttft")
+    counts = {c.name: {m: Counter[str]() for m in metrics} for c in todo}
+    wall_counts = {c.name: {m: Counter[str]() for m in metrics} for c in todo}
+    gate_counts = {c.name: {m: Counter[str]() for m in ("decode", "ttft")} for c in todo}
+    walls: dict[str, list[float]] = {c.name: [] for c in todo}
+    ccr: dict[str, list[float]] = {c.name: [] for c in todo}
+    widths = {c.name: {m: list[float]() for m in metrics} for c in todo}
+    changes = {c.name: {m: list[float]() for m in metrics} for c in todo}
+    shifts: dict[str, list[tuple[float, float]]] = {c.name: [] for c in todo}
+    for run in range(a.runs):
+        for case in (todo if run % 2 == 0 else todo[::-1]):
+            name = case.name
             started = time.monotonic()
-            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c), \
-                    neighbours(a.neighbours):
+            with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
+                         a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
+                         ) as (b, c), neighbours(a.neighbours):
                 ab: ABResult = run_paired_ab(b, c, workload, MeasureOptions(salt_base=run * 1000),
-                                             baseline_model_given=base_model != cand_model)
+                                             baseline_model_given=case.base_model != case.cand_model)
             wall = time.monotonic() - started
-            walls.append(wall)
-            (save / f"{case}-{time.strftime('%H%M%S')}-{run}.json").write_text(
-                json.dumps(ab_document([(case, ab)]), indent=1))
+            walls[name].append(wall)
+            shifts[name].append(decode_shift(ab))
+            (save / f"{name}-{time.strftime('%H%M%S')}-{run}.json").write_text(
+                json.dumps(ab_document([(name, ab)]), indent=1))
             line = []
             for v in ab.verdicts:
-                counts[v.metric][v.verdict] += 1
+                counts[name][v.metric][v.verdict] += 1
                 width = (v.ci_high - v.ci_low) / 2
-                widths[v.metric].append(width)
+                widths[name][v.metric].append(width)
+                changes[name][v.metric].append(v.relative_change)
                 line.append(f"{v.metric} {v.verdict} {v.relative_change:+.1%} (±{width:.1%})")
-            print(f"   run {run + 1}: A/B {'; '.join(line)}; {ab.pairs} pairs, {wall:.0f} s",
+            print(f"   {name} run {run + 1}: A/B {'; '.join(line)}; {ab.pairs} pairs, {wall:.0f} s",
                   flush=True)
             if ab.clock:
                 wall_line = []
                 for w in wall_verdicts(ab):
-                    wall_counts[w.metric][w.verdict] += 1
+                    wall_counts[name][w.metric][w.verdict] += 1
                     wall_line.append(f"{w.metric} {w.verdict} {w.relative_change:+.1%} "
                                      f"(±{(w.ci_high - w.ci_low) / 2:.1%})")
                 print(f"          {ab.clock}\n          the same pairs on the wall clock: "
@@ -208,46 +320,64 @@ def main(argv: list[str] | None = None) -> int:
             # baseline, candidate, baseline (the history gate needs earlier versions).
             seq_w = dataclasses.replace(workload, repetitions=max(3, a.pairs // 2))
             s0 = time.monotonic()
-            b1 = sequential(base_bin, base_model, seq_w, a.threads, logs, run * 1000 + 500)
-            c1 = sequential(cand_bin, cand_model, seq_w, a.threads, logs, run * 1000 + 600)
-            b2 = sequential(base_bin, base_model, seq_w, a.threads, logs, run * 1000 + 700)
+            b1 = sequential(case.base_bin, case.base_model, seq_w, a.threads, logs, run * 1000 + 500)
+            c1 = sequential(case.cand_bin, case.cand_model, seq_w, a.threads, logs, run * 1000 + 600)
+            b2 = sequential(case.base_bin, case.base_model, seq_w, a.threads, logs, run * 1000 + 700)
             seq_wall = time.monotonic() - s0
             gate_line = []
             for i, metric in ((0, DECODE), (1, TTFT)):
                 verdict = compare([b1[i], b2[i]], c1[i], metric)
-                gate_counts[metric.name][verdict.verdict] += 1
+                gate_counts[name][metric.name][verdict.verdict] += 1
                 gate_line.append(f"{metric.name} {verdict.verdict} {verdict.relative_change:+.1%}")
             cc = statistics.fmean(c1[0]) / statistics.fmean(b1[0])
-            ccr.append(cc)
+            ccr[name].append(cc)
             print(f"          history gate (2 baseline sessions, 1 candidate): "
                   f"{'; '.join(gate_line)}; compare-commits decode B/A {cc:.3f}; "
                   f"{seq_wall:.0f} s", flush=True)
-        print(f"   A/B verdicts over {a.runs} runs: " + "; ".join(
-            f"{m} {dict(c)}" for m, c in counts.items()))
-        if any(wall_counts.values()):
+    for case in todo:
+        name = case.name
+        print(f"\n== {name} over {a.runs} runs")
+        print("   A/B verdicts: " + "; ".join(f"{m} {dict(c)}" for m, c in counts[name].items()))
+        if any(wall_counts[name].values()):
             print("   the same pairs on the wall clock: " + "; ".join(
-                f"{m} {dict(c)}" for m, c in wall_counts.items()))
-        print(f"   A/B wall time per verdict: median {statistics.median(walls):.0f} s; interval "
+                f"{m} {dict(c)}" for m, c in wall_counts[name].items()))
+        print(f"   A/B wall time per verdict: median {statistics.median(walls[name]):.0f} s; interval "
               "half-width (99.8%) median: " + ", ".join(
-                  f"{m} ±{statistics.median(w):.1%}" for m, w in widths.items() if w))
-        if gate_counts["decode"]:
-            print(f"   history gate over {a.runs} runs: " + "; ".join(
-                f"{m} {dict(c)}" for m, c in gate_counts.items()))
-        if ccr:
-            spread = statistics.stdev(ccr) if len(ccr) > 1 else math.nan
-            print("   compare-commits decode B/A: " + ", ".join(f"{x:.3f}" for x in ccr)
+                  f"{m} ±{statistics.median(w):.1%}" for m, w in widths[name].items() if w))
+        print(f"   between server starts: {between_starts(shifts[name])}")
+        if any(gate_counts[name].values()):
+            print("   history gate: " + "; ".join(
+                f"{m} {dict(c)}" for m, c in gate_counts[name].items()))
+        if ccr[name]:
+            spread = statistics.stdev(ccr[name]) if len(ccr[name]) > 1 else math.nan
+            print("   compare-commits decode B/A: " + ", ".join(f"{x:.3f}" for x in ccr[name])
                   + f" (SD {spread:.3f})")
-        if a.long_pairs and case.startswith("bytes"):
+        if a.long_pairs and name.startswith("bytes"):
             long_w = dataclasses.replace(workload, generate_tokens=a.tokens * 4,
                                          repetitions=a.long_pairs)
-            with servers([(base_bin, base_model), (cand_bin, cand_model)], a.threads, logs) as (b, c):
+            with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
+                         a.threads, logs) as (b, c):
                 ab = run_paired_ab(b, c, long_w, MeasureOptions(salt_base=99_000),
                                    baseline_model_given=True)
             lv = ab.verdict("decode")
             assert lv is not None
             print(f"   long run ({a.long_pairs} pairs x {a.tokens * 4} tokens): decode speed "
                   f"ratio {1 + lv.relative_change:.4f} [{1 + lv.ci_low:.4f}, {1 + lv.ci_high:.4f}] "
-                  f"vs bytes-predicted {1 / ratio:.4f}")
+                  f"vs bytes-predicted {1 / case.bytes_ratio:.4f}")
+    print("\n| case | runs | " + " | ".join(f"{m}: found / false / missed" for m in metrics)
+          + " | decode change, median (range) | decode half-width, median | wall per A/B |")
+    print("|---|---|" + "---|" * (len(metrics) + 3))
+    for case in todo:
+        name = case.name
+        cells = []
+        for m in metrics:
+            score = Counter(case.scored(m, v) for v, k in counts[name][m].items() for _ in range(k))
+            cells.append(f"{score['found']} / {score['false']} / {score['missed']}")
+        ch = changes[name]["decode"]
+        print(f"| {name} | {len(walls[name])} | " + " | ".join(cells)
+              + f" | {statistics.median(ch):+.1%} ({min(ch):+.1%} to {max(ch):+.1%})"
+              f" | ±{statistics.median(widths[name]['decode']):.1%}"
+              f" | {statistics.median(walls[name]):.0f} s |")
     return 0
 
 
