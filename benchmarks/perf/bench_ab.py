@@ -51,7 +51,6 @@ from pathlib import Path
 from scipy.stats import chi2
 
 from pytest_tokperf.bench.ab import (
-    PAIR_METRICS,
     ABResult,
     ab_document,
     pair_metrics,
@@ -74,7 +73,7 @@ from pytest_tokperf.model.writer import MAIN_MODEL, cached_model
 from pytest_tokperf.results import Workload, judged_decode_values
 from pytest_tokperf.stats.comparing import compare
 from pytest_tokperf.stats.metric import DECODE, TTFT
-from pytest_tokperf.stats.paired import Pairs, judge_ab, paired_shift
+from pytest_tokperf.stats.paired import judge_ab
 from pytest_tokperf.stats.verdict import Comparison
 
 AVX2_OFF = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF")
@@ -173,17 +172,10 @@ class Case:
 
 
 def decode_shift(ab: ABResult) -> tuple[float, float]:
-    """The run's decode log-ratio and its standard error (as the A/B judged them)."""
-    i = PAIR_METRICS.index("decode")
-    base: list[float] = []
-    cand: list[float] = []
-    for b, c in ab.rounds:
-        x, y = b[i], c[i]
-        if x and y:
-            base.append(x)
-            cand.append(y)
-    shift = paired_shift(Pairs.of(DECODE, base, cand))
-    return shift.log_shift, shift.std_error
+    """The run's decode log-ratio and its standard error, as the A/B judged them."""
+    verdict = ab.verdict("decode")
+    shift = verdict.shift if verdict is not None else None
+    return (shift.log_shift, shift.std_error) if shift is not None else (math.nan, math.nan)
 
 
 def between_starts(shifts: list[tuple[float, float]]) -> str:
