@@ -85,9 +85,12 @@ def layered(n: int) -> Path:
     return cached_model(spec)
 
 
+def avx2_off_flags() -> tuple[str, ...]:
+    return tuple(f for f in cmake_flags() if not f.startswith("-DGGML_NATIVE")) + AVX2_OFF
+
+
 def avx2_off_binary() -> Path | None:
-    flags = tuple(f for f in cmake_flags() if not f.startswith("-DGGML_NATIVE")) + AVX2_OFF
-    found = installed_llama_server(flags=flags)
+    found = installed_llama_server(flags=avx2_off_flags())
     return found.binary if found else None
 
 
@@ -206,8 +209,11 @@ def cases(names: list[str], default: Path) -> list[Case]:
         elif name == "avx2":
             found = avx2_off_binary()
             if found is None:
-                print(f"== {name}: skipped, the AVX2-off build is not cached (tokperf "
-                      f"install-engine cannot make it; see docs/ab.md)")
+                print(f"== {name}: skipped, the AVX2-off build is not cached; build it "
+                      "(minutes; tokperf install-engine has no flags option) with\n"
+                      "   PYTHONPATH=$PWD:benchmarks/perf python -c 'from bench_ab import "
+                      "avx2_off_flags; from pytest_tokperf.builds.install import "
+                      "install_llama_server; install_llama_server(flags=avx2_off_flags())'")
                 continue
             out.append(Case(name, default, main_model, found, main_model))
         else:
