@@ -1,0 +1,241 @@
+"""A release dataset the VM's phases cannot fool: every release A/B'd against one reference.
+
+Across sessions this VM's memory bandwidth sits in phases (session means of one release
+spread 12%), so releases measured in separate sessions cannot show a 5% step
+(``bench_release_pairs.py``). Here every release is measured in a same-run A/B against
+one fixed reference build (b11434, the default build), both servers up at once on the
+default model: the phase falls on both sides of every pair and cancels, and what is
+stored is the release's decode / prefill / TTFT relative to the reference.
+
+Each release in ``--releases`` (a ``ReleaseIndex.select`` spec; default 30 releases spread
+over the registry's range) is built (``builds.install``, cached; minutes each on 2 cores),
+then measured, one release at a time, never while building. Each A/B is written at once
+to ``--data/b<N>-<stamp>.json`` (a failure later loses nothing), and a release already in
+``--data`` is skipped unless ``--again``: the dataset grows across sessions, and a fresh
+VM rebuilds only what it still needs. ``--budget-min`` stops before starting a release
+that would not finish in time (a build plus an A/B is about 10 minutes here).
+
+``--report`` (also printed after measuring) judges the stored documents without measuring:
+per release its change against the reference with the verdict, then each step between
+consecutive releases: the difference of their two log-ratios, its standard error the two
+A/Bs' in quadrature plus twice the variance a server start carries of its own (``--start-sd``,
+the between-start SD that ``bench_ab.py`` prints for a build pair; a release measured more
+than once shows it directly), judged by ``stats.verdict.judge`` with a Bonferroni
+correction over all steps. A flagged step prints the upstream span it narrows to and the
+``tokperf bisect`` command that narrows it further.
+
+Run::
+
+    PYTHONPATH=$PWD python benchmarks/perf/bench_releases_ab.py --budget-min 90
+    PYTHONPATH=$PWD python benchmarks/perf/bench_releases_ab.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench_ab import layered, servers
+
+from pytest_tokperf.bench.ab import ab_document, run_paired_ab
+from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.builds.identity import build_changes, build_identity
+from pytest_tokperf.builds.install import LLAMA_BUILD_NUMBER, install_llama_server
+from pytest_tokperf.builds.paired import judge_documents
+from pytest_tokperf.builds.releases import release_index
+from pytest_tokperf.errors import TokperfError
+from pytest_tokperf.model.writer import MAIN_MODEL
+from pytest_tokperf.paths import cache_root
+from pytest_tokperf.results import Workload
+from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, PREFILL, TTFT, Metric
+from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import judge
+
+DATA = Path("db/runs/releases-ab")
+METRICS = {m.name: Metric(m.name, m.higher_is_better, PAIRED_MIN_EFFECT)
+           for m in (DECODE, PREFILL, TTFT)}
+PER_RELEASE_MIN = 10.0
+"""A build (7-9 minutes on 2 cores) plus one A/B (2-3 minutes): what --budget-min counts."""
+
+
+def stored(data: Path) -> dict[int, list[Path]]:
+    """The documents in ``data`` by release number, oldest first within a release."""
+    found: dict[int, list[Path]] = defaultdict(list)
+    for path in sorted(data.glob("b*.json")):
+        match = re.fullmatch(r"b(\d+)-.*\.json", path.name)
+        if match:
+            found[int(match.group(1))].append(path)
+    return dict(found)
+
+
+def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path) -> Path:
+    """Build release ``number``, A/B it against ``reference``; the path of its document."""
+    started = time.monotonic()
+    built = install_llama_server(number, progress=lambda s: print(f"   {s}", flush=True))
+    build_s = time.monotonic() - started
+    model = layered(MAIN_MODEL.n_layer)
+    workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
+                        repetitions=a.pairs, warmup=1)
+    t0 = time.monotonic()
+    with servers([(reference, model), (built.binary, model)], a.threads, logs) as (b, c):
+        ab = run_paired_ab(b, c, workload, MeasureOptions(salt_base=number),
+                           changed=build_changes(reference, built.binary))
+    ab_s = time.monotonic() - t0
+    ref_id, rel_id = build_identity(reference), build_identity(built.binary)
+    doc: dict[str, Any] = {
+        "format": "tokperf-release-ab/1",
+        "release": number,
+        "reference": {"label": ref_id.label, "sha256": ref_id.sha256,
+                      "cmake_flags": list(ref_id.cmake_flags or ())},
+        "candidate": {"label": rel_id.label, "sha256": rel_id.sha256,
+                      "cmake_flags": list(rel_id.cmake_flags or ())},
+        "model": model.name,
+        "threads": a.threads,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {"machine": platform.machine(), "system": platform.platform()},
+        "load": ab.load_text(),
+        "build_s": round(build_s, 1),
+        "ab_s": round(ab_s, 1),
+        **ab_document([(f"b{number}-vs-b{a.reference}", ab)]),
+    }
+    a.data.mkdir(parents=True, exist_ok=True)
+    path = a.data / f"b{number}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"   b{number}: {ab.describe()}; build {build_s:.0f} s, A/B {ab_s:.0f} s -> {path}",
+          flush=True)
+    return path
+
+
+def judged(paths: list[Path]) -> dict[str, Any]:
+    """One release's documents pooled (each document a server start), judged per metric."""
+    docs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    return {r.metric: r.comparison for r in judge_documents(docs, list(METRICS))}
+
+
+def step(prev: Shift, cur: Shift, start_sd: float, tests: int) -> Shift:
+    """The change from one release to the next, both measured against the reference."""
+    se = math.sqrt(prev.std_error ** 2 + cur.std_error ** 2 + 2 * start_sd ** 2)
+    return Shift(log_shift=cur.log_shift - prev.log_shift, std_error=se,
+                 df=min(prev.df, cur.df), n_baseline=prev.n_current, n_current=cur.n_current,
+                 method="pooled", noise_cv=math.nan, tests=tests)
+
+
+def start_level(runs: dict[int, list[Path]]) -> str:
+    """The spread between repeated A/Bs of one release, where the data has them."""
+    repeated = {n: p for n, p in runs.items() if len(p) > 1}
+    if not repeated:
+        return "no release is measured twice yet: the between-start SD is --start-sd's"
+    parts = []
+    for n, paths in sorted(repeated.items()):
+        shifts = [judged([p])["decode"].shift for p in paths]
+        values = [s.log_shift for s in shifts if s is not None]
+        if len(values) > 1:
+            parts.append(f"b{n} decode {', '.join(f'{math.expm1(v):+.1%}' for v in values)}"
+                         f" (SD {statistics.stdev(values):.2%})")
+    return "repeated releases: " + "; ".join(parts)
+
+
+def report(data: Path, start_sd: float, alpha: float) -> int:
+    runs = stored(data)
+    if not runs:
+        print(f"{data}: no release A/B stored yet (run without --report to measure)")
+        return 1
+    by_release = {n: judged(paths) for n, paths in sorted(runs.items())}
+    numbers = sorted(by_release)
+    print(f"{len(numbers)} releases against the reference, {sum(map(len, runs.values()))} A/Bs"
+          f" ({data}); change = release / reference - 1, paired per request:")
+    print("| release | A/Bs | " + " | ".join(METRICS) + " |")
+    print("|---|---|" + "---|" * len(METRICS))
+    for n in numbers:
+        cells = []
+        for name in METRICS:
+            c = by_release[n].get(name)
+            cells.append("-" if c is None else f"{c.relative_change:+.1%} "
+                         f"[{c.ci_low:+.1%}, {c.ci_high:+.1%}] {c.verdict}")
+        print(f"| b{n} | {len(runs[n])} | " + " | ".join(cells) + " |")
+    if len(numbers) < 2:
+        print("\nsteps between consecutive releases: none yet (one release stored)")
+        return 0
+    tests = (len(numbers) - 1) * len(METRICS)
+    print(f"\nsteps between consecutive releases ({tests} judged, Bonferroni; a server start's "
+          f"own level {start_sd:.2%} SD a side; {start_level(runs)}):")
+    flagged = 0
+    for prev, cur in itertools.pairwise(numbers):
+        for name, metric in METRICS.items():
+            a, b = by_release[prev].get(name), by_release[cur].get(name)
+            if a is None or b is None or a.shift is None or b.shift is None:
+                continue
+            verdict = judge(step(a.shift, b.shift, start_sd, tests), metric, alpha=alpha)
+            if verdict.verdict in ("regression", "improvement"):
+                flagged += 1
+                print(f"   b{prev} -> b{cur} {name}: {verdict.verdict} "
+                      f"{verdict.relative_change:+.1%} [{verdict.ci_low:+.1%}, "
+                      f"{verdict.ci_high:+.1%}]: upstream builds b{prev + 1}..b{cur}; narrow it "
+                      f"with `tokperf bisect --good {prev} --bad {cur}`")
+    if not flagged:
+        print("   none flagged")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--releases", default="9093..11434/30",
+                   help="which releases (ReleaseIndex.select: 9093..11434/30, b9093,b10380, ...)")
+    p.add_argument("--reference", type=int, default=LLAMA_BUILD_NUMBER,
+                   help="the build every release is A/B'd against (its default build)")
+    p.add_argument("--data", type=Path, default=DATA, help="where the A/B documents live")
+    p.add_argument("--report", action="store_true", help="judge what is stored; measure nothing")
+    p.add_argument("--again", action="store_true",
+                   help="measure releases already stored once more (a between-session check)")
+    p.add_argument("--budget-min", type=float, default=math.inf,
+                   help=f"stop before a release that would end past this (about "
+                   f"{PER_RELEASE_MIN:.0f} minutes each)")
+    p.add_argument("--pairs", type=int, default=200)
+    p.add_argument("--tokens", type=int, default=8)
+    p.add_argument("--prompt", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--start-sd", type=float, default=0.01,
+                   help="a server start's own level (log SD a side) added to each step's "
+                   "error; bench_ab.py's avx2 case prints it for a build pair")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    a = p.parse_args(argv)
+    if a.report:
+        return report(a.data, a.start_sd, a.alpha)
+    started = time.monotonic()
+    index = release_index(cache_root())
+    chosen = [r.number for r in index.select(a.releases)]
+    have = stored(a.data)
+    todo = [n for n in chosen if a.again or n not in have]
+    print(f"{len(chosen)} releases chosen ({index.source}); {len(chosen) - len(todo)} already "
+          f"in {a.data}; {len(todo)} to build and measure against b{a.reference}")
+    reference = install_llama_server(a.reference, index=index).binary
+    logs = Path(tempfile.mkdtemp(prefix="tokperf-releases-ab-"))
+    for n in todo:
+        used = (time.monotonic() - started) / 60
+        if used + PER_RELEASE_MIN > a.budget_min:
+            print(f"stopping: {used:.0f} of {a.budget_min:.0f} minutes used; "
+                  f"{len(todo) - todo.index(n)} releases left for a later session")
+            break
+        print(f"== b{n}", flush=True)
+        try:
+            measure(n, reference, a, logs)
+        except TokperfError as exc:
+            print(f"   b{n}: not measured: {exc}", flush=True)
+    print()
+    return report(a.data, a.start_sd, a.alpha)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
