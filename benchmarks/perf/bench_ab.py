@@ -10,8 +10,9 @@ Cases (each an A/B of a baseline and a candidate llama-server, ``--threads`` eac
   mapped from the page cache, the two files are backed by 2 MiB pages to different degrees;
 * ``bytes3``: 32 vs 33 layers (~3%): "regression" or "inconclusive", never "unchanged";
 * ``avx2``: b11434 built with ``-DGGML_NATIVE=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF`` against
-  the default build on the default model: decode unchanged or inconclusive, prefill/TTFT
-  a regression.
+  the default build on the default model: prefill/TTFT a regression; the issue expects
+  decode unchanged or inconclusive and the table scores a decode flag as false, but decode
+  here is partly core-bound and loses ~4% at 2 threads, ~8% at 1 (docs/ab.md).
 
 Each run starts both servers, measures ``--pairs`` ABBA pairs (``bench.ab``) and prints
 per metric the verdict, the interval's width and the wall time; the cases take turns run
