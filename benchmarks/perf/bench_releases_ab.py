@@ -48,24 +48,22 @@ from typing import Any
 
 from bench_ab import layered, servers
 
-from pytest_tokperf.bench.ab import ab_document, run_paired_ab
+from pytest_tokperf.bench.ab import ab_document, pair_metrics, run_paired_ab
 from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.builds.install import LLAMA_BUILD_NUMBER, install_llama_server
 from pytest_tokperf.builds.paired import judge_documents
-from pytest_tokperf.builds.releases import release_index
+from pytest_tokperf.builds.releases import ReleaseIndex, release_index
 from pytest_tokperf.errors import TokperfError
 from pytest_tokperf.model.writer import MAIN_MODEL
 from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Workload
-from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, PREFILL, TTFT, Metric
-from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
 
 DATA = Path("db/runs/releases-ab")
-METRICS = {m.name: Metric(m.name, m.higher_is_better, PAIRED_MIN_EFFECT)
-           for m in (DECODE, PREFILL, TTFT)}
+METRICS = {m.name: m for m in pair_metrics()}
 PER_RELEASE_MIN = 10.0
 """A build (7-9 minutes on 2 cores) plus one A/B (2-3 minutes): what --budget-min counts."""
 
@@ -80,10 +78,12 @@ def stored(data: Path) -> dict[int, list[Path]]:
     return dict(found)
 
 
-def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path) -> Path:
+def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path,
+            index: ReleaseIndex) -> Path:
     """Build release ``number``, A/B it against ``reference``; the path of its document."""
     started = time.monotonic()
-    built = install_llama_server(number, progress=lambda s: print(f"   {s}", flush=True))
+    built = install_llama_server(number, index=index,
+                                 progress=lambda s: print(f"   {s}", flush=True))
     build_s = time.monotonic() - started
     model = layered(MAIN_MODEL.n_layer)
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         print(f"== b{n}", flush=True)
         try:
-            measure(n, reference, a, logs)
+            measure(n, reference, a, logs, index)
         except TokperfError as exc:
             print(f"   b{n}: not measured: {exc}", flush=True)
     print()
