@@ -268,10 +268,14 @@ def _disagreement_note(samples: list[Sample], agreement: float, tolerance: float
                  and s.decode_tokens_per_s > s.engine_decode_tokens_per_s)
     if faster * 2 > len(samples):
         # Tokens cannot reach the client faster than the engine makes them: they were
-        # delivered in bursts, so the client's clock says nothing about decode.
+        # delivered in bursts, so the client's clock says nothing about decode. The
+        # sender can be the starved one: vLLM's API server on a busy 2-core machine sent
+        # nothing for 2.3 s and then 200 tokens in one packet (the kernel's receive
+        # timestamps showed the same gaps as the client's clock).
         return (f"{head}: the client read tokens in bursts, faster than the engine made them; "
-                "the client was starved of CPU (engine threads on every core?) or something "
-                "buffered the stream. Leave the client a core with --tokperf-threads, or "
+                "the client or the server's HTTP front end was starved of CPU (engine "
+                "threads on every core, or a busy machine), or something buffered the "
+                "stream. Leave the client and the server a core with --tokperf-threads, or "
                 "judge the engine's own figure")
     return f"{head}: the client or the connection is adding latency"
 

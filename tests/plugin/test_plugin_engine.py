@@ -32,7 +32,9 @@ def test_decode(tok_bench):
     # ~0.1 s, where a starved client reads in bursts (30% apart with both cores busy).
     assert res.decode_agreement is not None and res.decode_agreement < 0.5, res.notes
     assert all(s.cached_prompt_tokens == 0 for s in res.samples)
-    assert [n for n in res.notes if not n.startswith("client and engine")] == []
+    # nothing else went wrong; a busy machine (a shared CI runner) is said, not failed
+    assert [n for n in res.notes
+            if not n.startswith(("client and engine", "machine busy:"))] == [], res.notes
 """
 
 
