@@ -118,6 +118,9 @@ LOADED_STEAL = 0.05
 STEAL_MIN_CPU_S = 2.0
 """...over a window of at least this many CPU-seconds (wall x CPUs): /proc counts time in
 ticks of 10 ms, so in a 0.2 s window on 2 CPUs one stolen tick reads 2.5%."""
+BUSY_NOTE = "machine busy:"
+"""How a flagged figure's note begins (``MachineLoad.warning``): code that lets a busy
+machine pass (a test on a shared runner) matches on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +204,7 @@ class MachineLoad:
         """The sentence a figure measured on a loaded machine carries, else None."""
         if not self.loaded:
             return None
-        return (f"machine busy: {self.describe()}: this figure may be the neighbours', not "
+        return (f"{BUSY_NOTE} {self.describe()}: this figure may be the neighbours', not "
                 f"the engine's")
 
 

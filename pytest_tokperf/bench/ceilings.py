@@ -41,6 +41,7 @@ from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.hardware.placement import Device, Placement
 from pytest_tokperf.hardware.probe import DEFAULT_DURATION_S
 from pytest_tokperf.results import (
+    BUSY_NOTE,
     Bandwidth,
     BenchResult,
     Ceiling,
@@ -251,7 +252,7 @@ class CeilingSource:
             load = self.busy_now() if self.busy_now is not None else _busy_now()
             during = f"over {load.wall_s:.1f} s before the measurement"
         if load.loaded:
-            return f"machine busy: {load.describe(during)}"
+            return f"{BUSY_NOTE} {load.describe(during)}"
         return None
 
     def probe_after(self, load: MachineLoad | None = None) -> HardwareInfo:

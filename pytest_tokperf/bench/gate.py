@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pytest_tokperf.results import MachineLoad, Sample
+from pytest_tokperf.results import BUSY_NOTE, MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import (
     AGGREGATE,
@@ -197,7 +197,7 @@ def busy_verdict(comparison: Comparison, load: MachineLoad,
         quiet = ("the baseline's runs were quiet" if known and not loaded else
                  "the baseline's runs were not measured as busy")
         return replace(comparison, verdict="inconclusive", shift=None, reason=(
-            f"inconclusive: machine busy: {load.describe()}, {quiet}: the neighbours may "
+            f"inconclusive: {BUSY_NOTE} {load.describe()}, {quiet}: the neighbours may "
             f"have made this change ({comparison.reason}); rerun on a quiet machine, or use "
             f"the same-run A/B")), ""
     if comparison.verdict == "improvement" and loaded:

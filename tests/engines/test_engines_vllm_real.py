@@ -19,7 +19,8 @@ from pytest_tokperf.errors import ConfigError, EngineProtocolError
 from pytest_tokperf.model.hf_file import hf_footprint, load_hf
 from pytest_tokperf.model.hf_writer import cached_hf_model
 from pytest_tokperf.model.spec import ENGINES_MODEL
-from pytest_tokperf.results import GenerationRequest, Sample, Workload
+from pytest_tokperf.results import (GenerationRequest, MachineLoad, Sample, Workload,
+                                    combine_loads)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(missing("vllm") is not None,
                                                    reason=missing("vllm") or "")]
@@ -95,6 +96,7 @@ def test_client_decode_agrees_with_vllms_own_metrics(started: EngineSession) -> 
     # up to 4 rounds; every stream must still carry vLLM's clock and the exact prompt.
     live: list[Sample] = []
     burst: list[Sample] = []
+    loads: list[MachineLoad | None] = []
     for round_ in range(4):
         result = run_workload(started.engine(),
                               Workload(prompt_tokens=16, generate_tokens=512, repetitions=3,
@@ -102,14 +104,16 @@ def test_client_decode_agrees_with_vllms_own_metrics(started: EngineSession) -> 
                               MeasureOptions(salt_base=700 + 10 * round_))
         assert all(s.engine_decode_tokens_per_s for s in result.samples), "no /metrics clock"
         assert all(s.prompt_tokens == 16 for s in result.samples)  # token ids: exact prompts
+        loads.append(result.load)
         for s in result.samples:
             (live if delivered_as_made(s) else burst).append(s)
         if len(live) >= 3:
             break
     late = ", ".join(f"{s.ttft_s - (s.engine_prefill_s or 0.0):.2f} s" for s in burst)
     if not live:
+        load = combine_loads(loads)  # every round's, not the last one's
         pytest.skip(f"vLLM's front end held back the first token of all {len(burst)} streams "
-                    f"(by {late}; {result.load.describe() if result.load else 'load unknown'}):"
+                    f"(by {late}; {load.describe(f'over {len(loads)} rounds') if load else 'load unknown'}):"
                     " the client's clock cannot be checked against vLLM's on this machine now")
     # the library's own agreement figure, over the streams sent as made
     agreement = summarize(result.workload, result.engine, live).decode_agreement
