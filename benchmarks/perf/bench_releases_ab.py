@@ -38,7 +38,6 @@ import json
 import math
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -59,6 +58,7 @@ from pytest_tokperf.model.writer import MAIN_MODEL
 from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Workload
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA
+from pytest_tokperf.stats.paired import pool_runs, start_spread
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
 
@@ -120,32 +120,42 @@ def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path,
 
 
 def judged(paths: list[Path]) -> dict[str, Any]:
-    """One release's documents pooled (each document a server start), judged per metric."""
+    """One document judged per metric, as the A/B judged it when it ran."""
     docs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     return {r.metric: r.comparison for r in judge_documents(docs, list(METRICS))}
 
 
-def step(prev: Shift, cur: Shift, start_sd: float, tests: int) -> Shift:
-    """The change from one release to the next, both measured against the reference."""
-    se = math.sqrt(prev.std_error ** 2 + cur.std_error ** 2 + 2 * start_sd ** 2)
-    return Shift(log_shift=cur.log_shift - prev.log_shift, std_error=se,
+def per_start(paths: list[Path]) -> dict[str, list[Shift]]:
+    """Each document's own shift per metric (a document is one start of both servers)."""
+    out: dict[str, list[Shift]] = defaultdict(list)
+    for path in paths:
+        for name, comparison in judged([path]).items():
+            if comparison.shift is not None and comparison.shift.std_error > 0:
+                out[name].append(comparison.shift)
+    return out
+
+
+def step(prev: Shift, cur: Shift, tests: int) -> Shift:
+    """The change from one release to the next, both measured against the reference (each
+    pooled shift already holds its starts' level)."""
+    return Shift(log_shift=cur.log_shift - prev.log_shift,
+                 std_error=math.hypot(prev.std_error, cur.std_error),
                  df=min(prev.df, cur.df), n_baseline=prev.n_current, n_current=cur.n_current,
                  method="pooled", noise_cv=math.nan, tests=tests)
 
 
 def start_level(runs: dict[int, list[Path]]) -> str:
-    """The spread between repeated A/Bs of one release, where the data has them."""
-    repeated = {n: p for n, p in runs.items() if len(p) > 1}
-    if not repeated:
+    """What the releases measured more than once say of an A/B's own level
+    (``stats.paired.start_spread`` of their decode estimates)."""
+    repeated = {n: per_start(p)["decode"] for n, p in sorted(runs.items()) if len(p) > 1}
+    spread = start_spread(list(repeated.values()))
+    if spread is None:
         return "no release is measured twice yet: the between-start SD is --start-sd's"
-    parts = []
-    for n, paths in sorted(repeated.items()):
-        shifts = [judged([p])["decode"].shift for p in paths]
-        values = [s.log_shift for s in shifts if s is not None]
-        if len(values) > 1:
-            parts.append(f"b{n} decode {', '.join(f'{math.expm1(v):+.1%}' for v in values)}"
-                         f" (SD {statistics.stdev(values):.2%})")
-    return "repeated releases: " + "; ".join(parts)
+    runs_text = "; ".join(f"b{n} " + ", ".join(f"{math.expm1(s.log_shift):+.1%} (SE "
+                                               f"{s.std_error:.2%})" for s in shifts)
+                          for n, shifts in repeated.items() if len(shifts) > 1)
+    return (f"repeated releases: {runs_text}: Cochran's Q {spread.q:.2f} on {spread.df} df "
+            f"(p = {spread.p_value:.2f}), an A/B's own level {spread.sd:.2%} SD")
 
 
 def report(data: Path, start_sd: float, alpha: float) -> int:
@@ -153,7 +163,11 @@ def report(data: Path, start_sd: float, alpha: float) -> int:
     if not runs:
         print(f"{data}: no release A/B stored yet (run without --report to measure)")
         return 1
-    by_release = {n: judged(paths) for n, paths in sorted(runs.items())}
+    tests_each = len(METRICS)
+    by_release = {n: {name: judge(pool_runs(shifts, start_sd, tests=tests_each), METRICS[name],
+                                  alpha=alpha)
+                      for name, shifts in per_start(paths).items()}
+                  for n, paths in sorted(runs.items())}
     numbers = sorted(by_release)
     print(f"{len(numbers)} releases against the reference, {sum(map(len, runs.values()))} A/Bs"
           f" ({data}); change = release / reference - 1, paired per request:")
@@ -170,15 +184,15 @@ def report(data: Path, start_sd: float, alpha: float) -> int:
         print("\nsteps between consecutive releases: none yet (one release stored)")
         return 0
     tests = (len(numbers) - 1) * len(METRICS)
-    print(f"\nsteps between consecutive releases ({tests} judged, Bonferroni; a server start's "
-          f"own level {start_sd:.2%} SD a side; {start_level(runs)}):")
+    print(f"\nsteps between consecutive releases ({tests} judged, Bonferroni; an A/B's own "
+          f"level {start_sd:.2%} SD in each release's error; {start_level(runs)}):")
     flagged = 0
     for prev, cur in itertools.pairwise(numbers):
         for name, metric in METRICS.items():
             a, b = by_release[prev].get(name), by_release[cur].get(name)
             if a is None or b is None or a.shift is None or b.shift is None:
                 continue
-            verdict = judge(step(a.shift, b.shift, start_sd, tests), metric, alpha=alpha)
+            verdict = judge(step(a.shift, b.shift, tests), metric, alpha=alpha)
             if verdict.verdict in ("regression", "improvement"):
                 flagged += 1
                 print(f"   b{prev} -> b{cur} {name}: {verdict.verdict} "
@@ -208,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--start-sd", type=float, default=0.01,
-                   help="a server start's own level (log SD a side) added to each step's "
-                   "error; bench_ab.py's avx2 case prints it for a build pair")
+                   help="an A/B's own level (log SD: both servers' starts) added to each "
+                   "A/B's error; the report estimates it from releases measured twice")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     a = p.parse_args(argv)
     if a.report:

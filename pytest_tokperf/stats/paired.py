@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
@@ -197,3 +198,65 @@ def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
         return None
     lo, hi = shift.interval(1 - confidence)
     return (math.expm1(hi) - math.expm1(lo)) / 2
+
+
+def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Shift:
+    """Several A/B runs of one pair of builds (each its own start of both servers) as one
+    shift. Each run's estimate carries its pairs' error and its start's own level, an SD of
+    ``start_sd`` in log units (``start_spread`` estimates it), so the runs are weighted by
+    ``1 / (SE^2 + start_sd^2)`` and the pooled variance is ``1 / sum(weights)``: one run
+    reads as ``sqrt(SE^2 + start_sd^2)``, and every run added narrows the interval. (Judged
+    with the start as the unit, as ``paired_shift`` does with several blocks, two runs leave
+    1 df and read about +-70% at 99.8%: worse than one run.)"""
+    if not shifts:
+        raise ConfigError("pool_runs: no A/B run to pool")
+    if not (math.isfinite(start_sd) and start_sd >= 0):
+        raise ConfigError(f"start_sd {start_sd!r}: give a log SD of 0 or more, e.g. 0.01")
+    bad = [s.std_error for s in shifts if not (math.isfinite(s.std_error) and s.std_error > 0)]
+    if bad:
+        raise ConfigError(f"pool_runs: a run's standard error is {bad[0]!r}; only runs with a "
+                          "spread can be weighted (a run of identical pairs judges nothing)")
+    weights = [1 / (s.std_error ** 2 + start_sd ** 2) for s in shifts]
+    total = sum(weights)
+    return Shift(log_shift=sum(w * s.log_shift for w, s in zip(weights, shifts, strict=True))
+                 / total, std_error=math.sqrt(1 / total), df=min(s.df for s in shifts),
+                 n_baseline=sum(s.n_baseline for s in shifts),
+                 n_current=sum(s.n_current for s in shifts), method="pooled",
+                 noise_cv=math.nan, sessions_current=len(shifts), tests=tests)
+
+
+@dataclass(frozen=True, slots=True)
+class StartSpread:
+    """How much repeated A/B runs of the same pair disagree beyond their pairs' error.
+
+    ``q`` is Cochran's Q summed over the groups (each group: runs of one pair), ``df`` its
+    degrees of freedom (runs - 1, summed), ``p_value`` the chance of a Q this large if a
+    start carried no level of its own, and ``sd`` the between-start log SD it implies
+    (DerSimonian-Laird moment estimate; 0 when the runs agree as closely as their pairs
+    say)."""
+
+    q: float
+    df: int
+    p_value: float
+    sd: float
+    groups: int
+
+
+def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
+    """``StartSpread`` over ``groups`` of runs (groups of one run are skipped); None when no
+    group has two runs."""
+    q = scale = 0.0
+    df = used = 0
+    for shifts in groups:
+        if len(shifts) < 2:
+            continue
+        w = [1 / s.std_error ** 2 for s in shifts]
+        mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
+        q += sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
+        df += len(shifts) - 1
+        scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)
+        used += 1
+    if not df:
+        return None
+    return StartSpread(q=q, df=df, p_value=float(sps.chi2.sf(q, df)),
+                       sd=math.sqrt(max(0.0, (q - df) / scale)), groups=used)

@@ -16,9 +16,12 @@ from pytest_tokperf.stats.paired import (
     judge_ab,
     judge_pairs,
     paired_shift,
+    pool_runs,
     ratio_interval,
     serial_factor,
+    start_spread,
 )
+from pytest_tokperf.stats.shifts import Shift
 
 AB_DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
 
@@ -151,3 +154,46 @@ def test_independent_pairs_keep_their_interval() -> None:
     alternating = np.array([0.05, -0.05] * 50)  # ABBA order effect: never narrows
     assert serial_factor(alternating) == 1.0
     assert serial_factor(np.zeros(50)) == 1.0
+
+
+def _run(log_shift: float, se: float, pairs: int = 200) -> Shift:
+    return Shift(log_shift=log_shift, std_error=se, df=pairs - 1, n_baseline=pairs,
+                 n_current=pairs, method="pooled", noise_cv=math.nan)
+
+
+def test_pooled_runs_narrow_and_keep_each_starts_level() -> None:
+    one = pool_runs([_run(-0.04, 0.006)], 0.008)
+    assert one.log_shift == pytest.approx(-0.04)
+    assert one.std_error == pytest.approx(0.010)  # hypot(0.6%, 0.8%): the start is in it
+    two = pool_runs([_run(-0.04, 0.006), _run(-0.02, 0.006)], 0.008)
+    assert two.log_shift == pytest.approx(-0.03)
+    assert two.std_error == pytest.approx(0.010 / math.sqrt(2))  # a second run narrows it
+    assert two.n_current == 400 and two.sessions_current == 2
+    # the narrower run weighs more, by 1 / (SE^2 + start^2)
+    mixed = pool_runs([_run(0.0, 0.001), _run(0.1, 0.03)], 0.0)
+    assert mixed.log_shift == pytest.approx(0.1 * (1 / 0.03 ** 2) / (1 / 0.001 ** 2 + 1 / 0.03 ** 2))
+
+
+def test_pool_runs_refuses_what_it_cannot_weigh() -> None:
+    with pytest.raises(ConfigError, match="no A/B run"):
+        pool_runs([], 0.01)
+    with pytest.raises(ConfigError, match=r"start_sd -0\.01"):
+        pool_runs([_run(0.0, 0.01)], -0.01)
+    with pytest.raises(ConfigError, match="standard error is nan"):
+        pool_runs([_run(0.0, math.nan)], 0.01)
+
+
+def test_start_spread_recovers_a_known_start_level() -> None:
+    rng = np.random.default_rng(5)
+    se, level = 0.005, 0.01
+    groups = [[_run(float(rng.normal(0, math.hypot(se, level))), se) for _ in range(3)]
+              for _ in range(200)]
+    spread = start_spread(groups)
+    assert spread is not None and spread.df == 400 and spread.groups == 200
+    assert spread.p_value < 1e-6
+    assert spread.sd == pytest.approx(level, rel=0.15)
+    # runs that agree as closely as their pairs say: no level of their own
+    calm = [[_run(float(rng.normal(0, se)), se) for _ in range(2)] for _ in range(200)]
+    quiet = start_spread(calm)
+    assert quiet is not None and quiet.p_value > 0.001 and quiet.sd < 0.003
+    assert start_spread([[_run(0.0, se)], []]) is None  # nothing repeated: nothing to say
