@@ -17,11 +17,11 @@ that would not finish in time (a build plus an A/B is about 14 minutes here).
 
 ``--report`` (also printed after measuring) judges the stored documents without measuring:
 per release its change against the reference with the verdict, then each step between
-consecutive releases: the difference of their two log-ratios, its standard error the two
-A/Bs' in quadrature plus twice the variance a server start carries of its own (``--start-sd``,
-the between-start SD that ``bench_ab.py`` prints for a build pair; a release measured more
-than once shows it directly), judged by ``stats.verdict.judge`` with a Bonferroni
-correction over all steps. A flagged step prints the upstream span it narrows to and the
+consecutive releases: the difference of their two log-ratios, each release's A/Bs pooled by
+``stats.paired.pool_runs`` with an A/B's own level (``--start-sd``) in every A/B's error.
+By default that level is the upper 95% bound that the releases measured more than once put
+on it (``stats.paired.start_spread``), else 1%. Steps are judged by ``stats.verdict.judge``
+with a Bonferroni correction over all steps. A flagged step prints the upstream span it narrows to and the
 ``tokperf bisect`` command that narrows it further.
 
 Run::
@@ -58,12 +58,15 @@ from pytest_tokperf.model.writer import MAIN_MODEL
 from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Workload
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA
-from pytest_tokperf.stats.paired import pool_runs, start_spread
+from pytest_tokperf.stats.paired import StartSpread, pool_runs, start_spread
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
 
 DATA = Path("db/runs/releases-ab")
 METRICS = {m.name: m for m in pair_metrics()}
+DEFAULT_START_SD = 0.01
+"""An A/B's own level when no release is measured twice: the fifth session's 11 A/As bound
+it at about 0.9% (docs/ab.md)."""
 PER_RELEASE_MIN = 14.0
 """A build (561-644 s measured here on 2 cores, ccache helping little across releases) plus
 one A/B (about 213 s at 200 pairs): what --budget-min counts."""
@@ -144,25 +147,33 @@ def step(prev: Shift, cur: Shift, tests: int) -> Shift:
                  method="pooled", noise_cv=math.nan, tests=tests)
 
 
-def start_level(runs: dict[int, list[Path]]) -> str:
+def start_level(runs: dict[int, list[Path]]) -> tuple[StartSpread | None, str]:
     """What the releases measured more than once say of an A/B's own level
-    (``stats.paired.start_spread`` of their decode estimates)."""
+    (``stats.paired.start_spread`` of their decode estimates), and that in words."""
     repeated = {n: per_start(p)["decode"] for n, p in sorted(runs.items()) if len(p) > 1}
     spread = start_spread(list(repeated.values()))
     if spread is None:
-        return "no release is measured twice yet: the between-start SD is --start-sd's"
+        return None, "no release is measured twice yet"
     runs_text = "; ".join(f"b{n} " + ", ".join(f"{math.expm1(s.log_shift):+.1%} (SE "
                                                f"{s.std_error:.2%})" for s in shifts)
                           for n, shifts in repeated.items() if len(shifts) > 1)
-    return (f"repeated releases: {runs_text}: Cochran's Q {spread.q:.2f} on {spread.df} df "
-            f"(p = {spread.p_value:.2f}), an A/B's own level {spread.sd:.2%} SD")
+    return spread, (f"repeated releases: {runs_text}: Cochran's Q {spread.q:.2f} on "
+                    f"{spread.df} df (p = {spread.p_value:.2f}), an A/B's own level "
+                    f"{spread.sd:.2%} SD, at most {spread.sd_high:.2%} (95%)")
 
 
-def report(data: Path, start_sd: float, alpha: float) -> int:
+def report(data: Path, start_sd: float | None, alpha: float) -> int:
     runs = stored(data)
     if not runs:
         print(f"{data}: no release A/B stored yet (run without --report to measure)")
         return 1
+    spread, spread_text = start_level(runs)
+    if start_sd is not None:
+        source = "--start-sd"
+    elif spread is not None:
+        start_sd, source = spread.sd_high, "the repeated releases' upper bound"
+    else:
+        start_sd, source = DEFAULT_START_SD, "the default: no release measured twice"
     tests_each = len(METRICS)
     by_release = {n: {name: judge(pool_runs(shifts, start_sd, tests=tests_each), METRICS[name],
                                   alpha=alpha)
@@ -185,7 +196,7 @@ def report(data: Path, start_sd: float, alpha: float) -> int:
         return 0
     tests = (len(numbers) - 1) * len(METRICS)
     print(f"\nsteps between consecutive releases ({tests} judged, Bonferroni; an A/B's own "
-          f"level {start_sd:.2%} SD in each release's error; {start_level(runs)}):")
+          f"level of {start_sd:.2%} SD ({source}) in each release's error; {spread_text}):")
     flagged = 0
     for prev, cur in itertools.pairwise(numbers):
         for name, metric in METRICS.items():
@@ -221,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=8)
     p.add_argument("--prompt", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--start-sd", type=float, default=0.01,
+    p.add_argument("--start-sd", type=float, default=None,
                    help="an A/B's own level (log SD: both servers' starts) added to each "
-                   "A/B's error; the report estimates it from releases measured twice")
+                   "A/B's error (default: the upper 95%% bound the releases measured twice "
+                   f"put on it, else {DEFAULT_START_SD * 100:.0f}%%)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     a = p.parse_args(argv)
     if a.report:

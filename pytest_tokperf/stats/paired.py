@@ -231,32 +231,54 @@ class StartSpread:
 
     ``q`` is Cochran's Q summed over the groups (each group: runs of one pair), ``df`` its
     degrees of freedom (runs - 1, summed), ``p_value`` the chance of a Q this large if a
-    start carried no level of its own, and ``sd`` the between-start log SD it implies
+    start carried no level of its own, ``sd`` the between-start log SD it implies
     (DerSimonian-Laird moment estimate; 0 when the runs agree as closely as their pairs
-    say)."""
+    say) and ``sd_high`` its upper 95% bound (Q-profile: the SD at which the generalised Q
+    falls to its chi-square 2.5% point). A few repeats give a wide bound: use ``sd_high``,
+    not ``sd``, as the level a judge allows for."""
 
     q: float
     df: int
     p_value: float
     sd: float
+    sd_high: float
     groups: int
+
+
+def _generalised_q(groups: Sequence[Sequence[Shift]], var: float) -> float:
+    q = 0.0
+    for shifts in groups:
+        w = [1 / (s.std_error ** 2 + var) for s in shifts]
+        mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
+        q += sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
+    return q
 
 
 def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
     """``StartSpread`` over ``groups`` of runs (groups of one run are skipped); None when no
     group has two runs."""
-    q = scale = 0.0
-    df = used = 0
-    for shifts in groups:
-        if len(shifts) < 2:
-            continue
-        w = [1 / s.std_error ** 2 for s in shifts]
-        mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
-        q += sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
-        df += len(shifts) - 1
-        scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)
-        used += 1
-    if not df:
+    used = [list(g) for g in groups if len(g) >= 2]
+    if not used:
         return None
+    scale = 0.0
+    df = 0
+    for shifts in used:
+        w = [1 / s.std_error ** 2 for s in shifts]
+        scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)
+        df += len(shifts) - 1
+    q = _generalised_q(used, 0.0)
+    low_q = float(sps.chi2.ppf(0.025, df))
+    if q <= low_q:
+        high = 0.0
+    else:  # Q(var) falls from q towards 0 as var grows: bracket, then bisect
+        top = max(s.log_shift ** 2 + s.std_error ** 2 for g in used for s in g) + 1e-8
+        while _generalised_q(used, top) > low_q:
+            top *= 4
+        lo, hi = 0.0, top
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _generalised_q(used, mid) > low_q else (lo, mid)
+        high = math.sqrt(hi)
     return StartSpread(q=q, df=df, p_value=float(sps.chi2.sf(q, df)),
-                       sd=math.sqrt(max(0.0, (q - df) / scale)), groups=used)
+                       sd=math.sqrt(max(0.0, (q - df) / scale)), sd_high=high,
+                       groups=len(used))

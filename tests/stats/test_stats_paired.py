@@ -192,8 +192,14 @@ def test_start_spread_recovers_a_known_start_level() -> None:
     assert spread is not None and spread.df == 400 and spread.groups == 200
     assert spread.p_value < 1e-6
     assert spread.sd == pytest.approx(level, rel=0.15)
+    assert spread.sd < spread.sd_high < 1.3 * level  # 400 df: a tight upper bound
     # runs that agree as closely as their pairs say: no level of their own
     calm = [[_run(float(rng.normal(0, se)), se) for _ in range(2)] for _ in range(200)]
     quiet = start_spread(calm)
     assert quiet is not None and quiet.p_value > 0.001 and quiet.sd < 0.003
+    assert quiet.sd_high < 0.004
+    # three repeats that agree say little: the bound stays wide, as it should
+    few = start_spread([[_run(0.000, se), _run(0.003, se)], [_run(0.001, se), _run(-0.002, se)],
+                        [_run(0.002, se), _run(0.0, se)]])
+    assert few is not None and few.sd == 0.0 and 0.005 < few.sd_high < 0.05
     assert start_spread([[_run(0.0, se)], []]) is None  # nothing repeated: nothing to say
