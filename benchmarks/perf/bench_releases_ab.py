@@ -21,8 +21,8 @@ consecutive releases: the difference of their two log-ratios, each release's A/B
 ``stats.paired.pool_runs`` with an A/B's own level (``--start-sd``) in every A/B's error.
 By default that level is the upper 95% bound that the releases measured more than once put
 on it (``stats.paired.start_spread``), else 1%. Steps are judged by ``stats.verdict.judge``
-with a Bonferroni correction over all steps. A flagged step prints the upstream span it narrows to and the
-``tokperf bisect`` command that narrows it further.
+with a Bonferroni correction over all steps. A flagged step prints the upstream span it
+narrows to and the ``tokperf bisect`` command that narrows it further.
 
 Run::
 
@@ -122,19 +122,15 @@ def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path,
     return path
 
 
-def judged(paths: list[Path]) -> dict[str, Any]:
-    """One document judged per metric, as the A/B judged it when it ran."""
-    docs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    return {r.metric: r.comparison for r in judge_documents(docs, list(METRICS))}
-
-
 def per_start(paths: list[Path]) -> dict[str, list[Shift]]:
-    """Each document's own shift per metric (a document is one start of both servers)."""
+    """Each document's own shift per metric, as its A/B judged it when it ran (a document is
+    one start of both servers)."""
     out: dict[str, list[Shift]] = defaultdict(list)
     for path in paths:
-        for name, comparison in judged([path]).items():
-            if comparison.shift is not None and comparison.shift.std_error > 0:
-                out[name].append(comparison.shift)
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for r in judge_documents([doc], list(METRICS)):
+            if r.comparison.shift is not None and r.comparison.shift.std_error > 0:
+                out[r.metric].append(r.comparison.shift)
     return out
 
 
@@ -147,16 +143,17 @@ def step(prev: Shift, cur: Shift, tests: int) -> Shift:
                  method="pooled", noise_cv=math.nan, tests=tests)
 
 
-def start_level(runs: dict[int, list[Path]]) -> tuple[StartSpread | None, str]:
+def start_level(shifts: dict[int, dict[str, list[Shift]]]) -> tuple[StartSpread | None, str]:
     """What the releases measured more than once say of an A/B's own level
     (``stats.paired.start_spread`` of their decode estimates), and that in words."""
-    repeated = {n: per_start(p)["decode"] for n, p in sorted(runs.items()) if len(p) > 1}
+    repeated = {n: by_metric["decode"] for n, by_metric in sorted(shifts.items())
+                if len(by_metric.get("decode", ())) > 1}
     spread = start_spread(list(repeated.values()))
     if spread is None:
         return None, "no release is measured twice yet"
     runs_text = "; ".join(f"b{n} " + ", ".join(f"{math.expm1(s.log_shift):+.1%} (SE "
                                                f"{s.std_error:.2%})" for s in shifts)
-                          for n, shifts in repeated.items() if len(shifts) > 1)
+                          for n, shifts in repeated.items())
     return spread, (f"repeated releases: {runs_text}: Cochran's Q {spread.q:.2f} on "
                     f"{spread.df} df (p = {spread.p_value:.2f}), an A/B's own level "
                     f"{spread.sd:.2%} SD, at most {spread.sd_high:.2%} (95%)")
@@ -167,7 +164,8 @@ def report(data: Path, start_sd: float | None, alpha: float) -> int:
     if not runs:
         print(f"{data}: no release A/B stored yet (run without --report to measure)")
         return 1
-    spread, spread_text = start_level(runs)
+    shifts = {n: per_start(paths) for n, paths in sorted(runs.items())}  # each file read once
+    spread, spread_text = start_level(shifts)
     if start_sd is not None:
         source = "--start-sd"
     elif spread is not None:
@@ -175,10 +173,10 @@ def report(data: Path, start_sd: float | None, alpha: float) -> int:
     else:
         start_sd, source = DEFAULT_START_SD, "the default: no release measured twice"
     tests_each = len(METRICS)
-    by_release = {n: {name: judge(pool_runs(shifts, start_sd, tests=tests_each), METRICS[name],
+    by_release = {n: {name: judge(pool_runs(runs_of, start_sd, tests=tests_each), METRICS[name],
                                   alpha=alpha)
-                      for name, shifts in per_start(paths).items()}
-                  for n, paths in sorted(runs.items())}
+                      for name, runs_of in by_metric.items()}
+                  for n, by_metric in shifts.items()}
     numbers = sorted(by_release)
     print(f"{len(numbers)} releases against the reference, {sum(map(len, runs.values()))} A/Bs"
           f" ({data}); change = release / reference - 1, paired per request:")

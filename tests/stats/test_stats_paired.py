@@ -171,7 +171,8 @@ def test_pooled_runs_narrow_and_keep_each_starts_level() -> None:
     assert two.n_current == 400 and two.sessions_current == 2
     # the narrower run weighs more, by 1 / (SE^2 + start^2)
     mixed = pool_runs([_run(0.0, 0.001), _run(0.1, 0.03)], 0.0)
-    assert mixed.log_shift == pytest.approx(0.1 * (1 / 0.03 ** 2) / (1 / 0.001 ** 2 + 1 / 0.03 ** 2))
+    w_narrow, w_wide = 1 / 0.001 ** 2, 1 / 0.03 ** 2
+    assert mixed.log_shift == pytest.approx(0.1 * w_wide / (w_narrow + w_wide))
 
 
 def test_pool_runs_refuses_what_it_cannot_weigh() -> None:
