@@ -4,9 +4,10 @@ Each session is one pytest run of the selection with build B as the candidate an
 as the baseline (``--tokperf-server-bin B --tokperf-baseline-server-bin A``): every
 ``tok_bench`` call measures both in interleaved pairs (``bench.ab``), and the session
 writes its pairs with ``--tokperf-ab-json``. Every session starts both servers afresh, so
-sessions are the server starts of ``stats.paired``: with several, each target's pairs are
-judged with the session as the unit (a process that carries its own level widens the
-interval instead of fooling it); with one, the pairs are the unit.
+sessions are the server starts of ``stats.paired``: with several, each session's pairs are
+judged on their own and the sessions pooled, each allowed a level of its own
+(``start_sd``, or the sessions' own spread where larger: a process that carries its own
+level widens the interval instead of fooling it); with one, the pairs are the unit.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from pytest_tokperf.builds.compare import Build, BuildRunner
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.errors import ConfigError, EngineError
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, DECODE, PREFILL, TTFT, Metric
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, DECODE, PREFILL, START_SD, TTFT, Metric
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab
 from pytest_tokperf.stats.verdict import Comparison
 
@@ -81,10 +82,11 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
 
 
 def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str], *,
-                    min_effect: float = PAIRED_MIN_EFFECT, alpha: float = DEFAULT_ALPHA
-                    ) -> list[PairedBuildComparison]:
-    """Pool each test's pairs over the sessions (session = block) and judge them; the
-    targets are corrected together (Bonferroni over targets, and over metrics in each)."""
+                    min_effect: float = PAIRED_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+                    start_sd: float = START_SD) -> list[PairedBuildComparison]:
+    """Pool each test's pairs over the sessions (session = server start, each allowed a
+    level of ``start_sd`` or its sessions' own spread) and judge them; the targets are
+    corrected together (Bonferroni over targets, and over metrics in each)."""
     unknown = [m for m in metrics if m not in _METRICS]
     if unknown or not metrics:
         raise ConfigError(f"metric {unknown or list(metrics)!r}: choose from {', '.join(_METRICS)}")
@@ -109,7 +111,7 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
     for (test_id, workload), by_metric in sorted(pooled.items()):
         pairs = {name: Pairs.of(Metric(name, _METRICS[name].higher_is_better, min_effect),
                                 b, c, blocks) for name, (b, c, blocks) in by_metric.items()}
-        verdicts = judge_ab(pairs, alpha=alpha / len(pooled))
+        verdicts = judge_ab(pairs, alpha=alpha / len(pooled), start_sd=start_sd)
         for name, p in pairs.items():
             b, c, _ = by_metric[name]
             out.append(PairedBuildComparison(test_id, _workload_text(workload), name,
@@ -124,7 +126,8 @@ def _workload_text(workload: str) -> str:
 
 
 def compare_builds_paired(runner: BuildRunner, a: Build, b: Build, sessions: int = 1, *,
-                          min_effect: float | None = None) -> PairedComparison:
+                          min_effect: float | None = None, start_sd: float = START_SD
+                          ) -> PairedComparison:
     """``sessions`` A/B sessions of the selection (both servers restarted for each), then
     every test's metrics judged from the pooled pairs."""
     if sessions < 1:
@@ -133,6 +136,7 @@ def compare_builds_paired(runner: BuildRunner, a: Build, b: Build, sessions: int
     paths = tuple(run_paired_session(runner, a, b, n + 1) for n in range(sessions))
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     results = judge_documents(documents, runner.metrics,
-                              min_effect=PAIRED_MIN_EFFECT if min_effect is None else min_effect)
+                              min_effect=PAIRED_MIN_EFFECT if min_effect is None else min_effect,
+                              start_sd=start_sd)
     return PairedComparison(a, b, build_changes(a.binary, b.binary), tuple(results), paths,
                             time.monotonic() - started)

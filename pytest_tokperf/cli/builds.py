@@ -8,6 +8,7 @@ results DB, and judge with ``stats`` (``builds.compare``, ``builds.bisect``).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON, db_location
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.stats.metric import START_SD
 from pytest_tokperf.storage.location import DbLocation
 
 
@@ -189,10 +191,14 @@ def _compare_paired(args: argparse.Namespace) -> int:
     from pytest_tokperf.builds.paired import compare_builds_paired
 
     sessions = 1 if args.rounds is None else args.rounds
+    if not (math.isfinite(args.start_sd) and 0 <= args.start_sd < 100):
+        raise ConfigError(f"--start-sd {args.start_sd!r}: give a percent from 0 to 100, e.g. 1")
+    start_sd = math.log1p(args.start_sd / 100)
     runner = _runner(args)
     provide = _installer(args)
     a, b = (_build_for(spec, provide) for spec in args.builds)
-    found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect)
+    found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect,
+                                  start_sd=start_sd)
     rows = []
     for f in found.results:
         c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
@@ -209,8 +215,10 @@ def _compare_paired(args: argparse.Namespace) -> int:
           *table(("test", "metric", "median A", "median B", "pairs", "verdict",
                   "B/A change [interval]"), rows),
           "the change is the geometric mean of the per-pair ratios B/A; its interval "
-          + ("has the session (a fresh start of both servers) as its unit"
-             if sessions > 1 else "has the pair as its unit (one server start a side)")])
+          + (f"pools the {sessions} sessions (each a fresh start of both servers), each "
+             f"allowed a level of its own of {args.start_sd:g}% or the sessions' own spread "
+             "where larger" if sessions > 1
+             else "has the pair as its unit (one server start a side)")])
     return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found.results) else 0
 
 
@@ -344,6 +352,12 @@ def add_parsers(verbs: Any) -> None:
                    help="paired: A/B sessions, each a fresh start of both servers (default 1: on this "
                    "VM the ratio carries no per-start level, docs/ab.md); "
                    "sessions: sessions per build (default 5; at least 3)")
+    p.add_argument("--start-sd", type=float, default=round(100 * math.expm1(START_SD), 2),
+                   metavar="PCT",
+                   help="paired, several sessions: the level of its own (SD, percent) each "
+                   "session is allowed when the sessions are pooled; the sessions' own spread "
+                   f"is used where larger (default {100 * math.expm1(START_SD):.1f}: measured "
+                   "on a 2-core VM, docs/ab.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
     run_options(p)
     p.set_defaults(func=compare_builds)

@@ -14,6 +14,12 @@ Once the noise is comparable to the minimum effect, the minimum effect stops fil
 and the false-alarm rate is alpha itself (both directions together); asv uses 0.002,
 Otava 0.001."""
 
+START_SD = 0.01
+"""A server start's own level (log SD) that pooling several starts allows for, unless their
+own spread says more. On the 2-core VM (docs/ab.md): 20 A/A runs over two VMs spread at
+most ~0.9% beyond their pairs; releases A/B'd twice put it at 0.3% (upper 95% bound 1.3%
+from 3 quiet repeats)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Metric:

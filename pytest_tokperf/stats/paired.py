@@ -7,12 +7,22 @@ standard error give a ``shifts.Shift`` that ``verdict.judge`` reads in the usual
 resolves).
 
 Server starts (``blocks``): when the pairs come from several starts of both servers, a
-process may carry a level of its own that every pair of that start shares. The unit of
-replication is then the start, not the pair: the estimate is the mean of the block means
-and its standard error their spread over ``sqrt(blocks)`` (df = blocks - 1), which is the
-one-way random-effects variance of the grand mean (between-start + within-start / n),
-so the interval includes the process component whatever its size. With one start the
-pairs are the unit (df = pairs - 1).
+process may carry a level of its own that every pair of that start shares. Each start is
+then judged on its own pairs, and the starts are pooled (``pool_runs``) with each start's
+error widened by a level of its own: ``start_sd`` (default ``START_SD``, measured on the
+2-core VM), or the starts' own spread where larger (DerSimonian-Laird). Where the starts
+disagree beyond ``start_sd`` (their Q with that level allowed, p < ``START_BEYOND``) the
+floor cannot be leant on: the starts' own spread is allowed and they are the unit of the t
+scale (df = starts - 1). Judged with the start as the unit always, two or three agreeing
+starts leave 1-2 df and read +-20-300% at 99.8%: worse than one start. A floor is a
+prior, so it holds where it is true: simulated (200 pairs a start, 7% pair SD), A/A
+false alarms are 0-1 in 300 with a true level of 0-1% and 2-5 starts, and a -5% step is
+found 282-300 times in 300; at twice the floor (2%) they rise to 2-6% (2-5 starts), at 4x
+to 3-13%. One start (the pairs as the unit) assumes no start level at all, so pooling is
+never less careful than one start. Give a machine's own figure with ``start_sd`` (e.g.
+the start level the releases report measures). With one start the pairs are the unit
+(df = pairs - 1). A start with fewer than two pairs, or with no spread, sends the whole
+judgement back to the block means as the unit.
 
 Pairs in a row are not always independent: on a shared VM the machine's level moves on a
 scale of seconds and a side can drift against the other over a few pairs (campaign of
@@ -40,7 +50,7 @@ from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, fmt_p, pct
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p, pct
 from pytest_tokperf.stats.shifts import Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, judge
 
@@ -92,6 +102,13 @@ class Pairs:
             by.setdefault(block, []).append(d)
         return [float(np.mean(v)) for v in by.values()]
 
+    def per_start(self) -> list[Pairs]:
+        """One ``Pairs`` (a single block) for each server start, in the order first seen."""
+        by: dict[int, list[float]] = {}
+        for block, d in zip(self.blocks, self.log_ratios):
+            by.setdefault(block, []).append(d)
+        return [Pairs(self.metric, tuple(v), (0,) * len(v)) for v in by.values()]
+
 
 def serial_factor(d: Sequence[float] | np.ndarray) -> float:
     """Variance inflation for pairs in a row: the Newey-West long-run variance of ``d``
@@ -111,12 +128,56 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
     return float(max(1.0, long_run / gamma0))
 
 
-def paired_shift(pairs: Pairs) -> Shift:
-    """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc)."""
+
+START_BEYOND = 0.05
+"""Starts that disagree beyond ``start_sd`` at this level (their generalised Q with each
+start's error widened by ``start_sd``) are the unit of the t scale: the figure allowed for
+a start is then the data's, not a measured floor's."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartLevel:
+    """How several starts were pooled: ``allowed`` is the level (log SD) each start's error
+    was widened by (``floor``, or ``own`` where larger), ``own`` the starts' own
+    DerSimonian-Laird estimate, and ``unit`` is true where the starts disagree beyond the
+    floor (p < ``START_BEYOND``), so the starts set the df."""
+
+    allowed: float
+    own: float
+    unit: bool
+    floor: float
+
+
+def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], StartLevel] | None:
+    """Each start's own shift and the level pooling allows for; None with fewer than two
+    starts, or where a start has no spread to weigh it by."""
+    if pairs.starts < 2:
+        return None
+    if not (math.isfinite(start_sd) and start_sd >= 0):
+        raise ConfigError(f"start_sd {start_sd!r}: give a log SD of 0 or more, e.g. 0.01")
+    shifts = [paired_shift(p) for p in pairs.per_start()]
+    if not all(s.std_error > 0 for s in shifts):
+        return None
+    spread = start_spread([shifts])
+    own = spread.sd if spread is not None else 0.0
+    beyond = float(sps.chi2.sf(_generalised_q([shifts], start_sd ** 2), len(shifts) - 1))
+    return shifts, StartLevel(max(start_sd, own), own, beyond < START_BEYOND, start_sd)
+
+
+def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
+    """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc);
+    ``start_sd`` is the level a start is allowed where there are several."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
         return Shift(math.nan, math.nan, math.nan, 0, 0, "no spread", math.nan)
+    pooled = start_level(pairs, start_sd)
+    if pooled is not None:
+        shifts, level = pooled
+        out = pool_runs(shifts, level.allowed)
+        pair_sd = float(d.std(ddof=1))
+        return replace(out, df=float(len(shifts) - 1) if level.unit else out.df,
+                       noise_cv=pair_sd / math.sqrt(2))
     if pairs.starts >= 2:
         units = np.asarray(pairs.block_means())
     else:
@@ -137,11 +198,15 @@ def paired_shift(pairs: Pairs) -> Shift:
                  "pooled", noise)
 
 
-def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """The verdict on one metric's pairs at level ``alpha``."""
+def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD
+                ) -> Comparison:
+    """The verdict on one metric's pairs at level ``alpha``; ``start_sd`` as in
+    ``paired_shift``."""
     check_level(alpha, "alpha")
     m = pairs.metric
-    shift = paired_shift(pairs)
+    shift = paired_shift(pairs, start_sd)
+    pooled = start_level(pairs, start_sd)
+    level = pooled[1] if pooled is not None else None
     if pairs.n < MIN_PAIRS:
         rel = math.expm1(shift.log_shift) if math.isfinite(shift.log_shift) else math.nan
         return Comparison(
@@ -152,23 +217,32 @@ def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA) -> Comparison:
             shift=shift, min_effect=m.min_effect, higher_is_better=m.higher_is_better)
     verdict = judge(shift, m, alpha=alpha)
     if verdict.verdict != "inconclusive" or shift.method == "no spread":
-        return replace(verdict, reason=verdict.reason + _over(pairs))
-    return replace(verdict, reason=_unsettled(pairs, shift, verdict, alpha))
+        return replace(verdict, reason=verdict.reason + _over(pairs, level))
+    return replace(verdict, reason=_unsettled(pairs, level, shift, verdict, alpha))
 
 
-def _from_starts(pairs: Pairs) -> str:
-    return f" from {pairs.starts} server starts a side" if pairs.starts >= 2 else ""
+def _from_starts(pairs: Pairs, level: StartLevel | None) -> str:
+    if pairs.starts < 2:
+        return ""
+    if level is None:
+        return f" from {pairs.starts} server starts a side, the starts as the unit"
+    own = (f"their own spread, {level.own:.1%}, as they disagree beyond {level.floor:.1%} "
+           "(the starts are the unit)" if level.unit
+           else f"{level.allowed:.1%} (their own spread: {level.own:.1%})")
+    return (f" from {pairs.starts} server starts a side, each start allowed a level of its "
+            f"own: {own}")
 
 
-def _over(pairs: Pairs) -> str:
-    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs)})"
+def _over(pairs: Pairs, level: StartLevel | None) -> str:
+    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs, level)})"
 
 
-def _unsettled(pairs: Pairs, shift: Shift, verdict: Comparison, alpha: float) -> str:
+def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Comparison,
+               alpha: float) -> str:
     m = pairs.metric.min_effect
     head = (f"{pairs.metric.name} {pct(verdict.relative_change)} [{pct(verdict.ci_low)}, "
             f"{pct(verdict.ci_high)}]: cannot tell a {m:.0%} change from none over "
-            f"{pairs.n} pairs{_from_starts(pairs)} (p={fmt_p(shift.p_value)}); this A/B resolves about "
+            f"{pairs.n} pairs{_from_starts(pairs, level)} (p={fmt_p(shift.p_value)}); this A/B resolves about "
             f"{detectable_shift(shift, alpha):.1%}")
     if pairs.starts >= 2:
         return head + "; more server starts a side, not more pairs per start, would settle it"
@@ -179,13 +253,14 @@ def _unsettled(pairs: Pairs, shift: Shift, verdict: Comparison, alpha: float) ->
     return head + f"; about {need} pairs would settle it"
 
 
-def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA) -> dict[str, Comparison]:
+def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
+             start_sd: float = START_SD) -> dict[str, Comparison]:
     """Every metric of one A/B, each at ``alpha / k`` for the ``k`` metrics with pairs."""
     check_level(alpha, "alpha")
     k = max(1, sum(1 for p in pairs.values() if p.n))
     out = {}
     for name, p in pairs.items():
-        c = judge_pairs(p, alpha=alpha / k)
+        c = judge_pairs(p, alpha=alpha / k, start_sd=start_sd)
         out[name] = replace(c, correction=f"Bonferroni over {k} metrics" if k > 1 else "")
     return out
 
@@ -206,8 +281,8 @@ def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Sh
     ``start_sd`` in log units (``start_spread`` estimates it), so the runs are weighted by
     ``1 / (SE^2 + start_sd^2)`` and the pooled variance is ``1 / sum(weights)``: one run
     reads as ``sqrt(SE^2 + start_sd^2)``, and every run added narrows the interval. (Judged
-    with the start as the unit, as ``paired_shift`` does with several blocks, two runs leave
-    1 df and read about +-70% at 99.8%: worse than one run.)"""
+    with the start as the unit, two runs leave 1 df and read about +-70% at 99.8%: worse
+    than one run. ``paired_shift`` pools a run's several starts the same way.)"""
     if not shifts:
         raise ConfigError("pool_runs: no A/B run to pool")
     if not (math.isfinite(start_sd) and start_sd >= 0):

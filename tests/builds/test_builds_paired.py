@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +49,30 @@ def test_no_ab_in_the_documents_is_an_error() -> None:
         judge_documents([{"ab": []}], ["decode"])
     with pytest.raises(ConfigError, match="choose from decode, prefill, ttft"):
         judge_documents([{"ab": []}], ["tokens"])
+
+
+def test_a_bad_start_level_is_refused_before_anything_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_tokperf.cli.main import main
+
+    for bad in ("-1", "nan", "150"):
+        assert main(["compare-builds", "11292", "11434", "--start-sd", bad,
+                     "--db", str(tmp_path / "c.db")]) == 2
+        err = capsys.readouterr().err
+        assert f"--start-sd {float(bad)!r}: give a percent from 0 to 100" in err
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_sessions_that_agree_are_pooled_not_judged_on_one_df() -> None:
+    # two sessions that agree (-5.0% and -5.3%), each tight: pooled with the 1% a session is
+    # allowed they find the step, where the sessions as the unit (1 df) read +-300%
+    rows = [(50.0, 47.5), (40.0, 38.0), (51.0, 48.5), (39.0, 37.0), (45.0, 42.8), (44.0, 41.7)]
+    second = [(b, c * 0.997) for b, c in rows]
+    docs = [_doc(rows, [(0.5, 0.5)] * 6), _doc(second, [(0.5, 0.5)] * 6)]
+    found = {f.metric: f for f in judge_documents(docs, ["decode"])}
+    decode = found["decode"].comparison
+    assert found["decode"].sessions == 2
+    assert decode.verdict == "regression"
+    assert "each start allowed a level of its own: 1.0%" in decode.reason
+    loose = {f.metric: f for f in judge_documents(docs, ["decode"], start_sd=0.05)}
+    assert loose["decode"].comparison.verdict == "inconclusive"  # a larger level: wider

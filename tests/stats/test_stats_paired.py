@@ -22,6 +22,7 @@ from pytest_tokperf.stats.paired import (
     start_spread,
 )
 from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import judge
 
 AB_DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
 
@@ -63,8 +64,9 @@ def test_ttft_longer_is_a_regression() -> None:
     assert judge_pairs(Pairs.of(Metric("ttft", False, 0.02), base, cand)).verdict == "regression"
 
 
-def test_server_starts_are_the_unit_when_there_are_several() -> None:
-    # Two starts whose ratio levels differ: with starts as the unit the interval is wide.
+def test_server_starts_that_disagree_are_the_unit() -> None:
+    # Two starts whose ratio levels differ (+3%, -2.8%) far beyond the 1% a start is
+    # allowed: the starts are the unit, and the interval is wide.
     base = [50.0] * 8
     cand = [51.5, 51.6, 51.4, 51.5, 48.6, 48.5, 48.7, 48.6]
     pairs = Pairs.of(AB_DECODE, base, cand, blocks=[0, 0, 0, 0, 1, 1, 1, 1])
@@ -74,7 +76,59 @@ def test_server_starts_are_the_unit_when_there_are_several() -> None:
     assert shift.std_error > flat.std_error
     verdict = judge_pairs(pairs)
     assert verdict.verdict == "inconclusive"
-    assert "server starts" in verdict.reason
+    assert "disagree beyond 1.0% (the starts are the unit)" in verdict.reason
+    assert "more server starts a side" in verdict.reason
+
+
+def _starts(step: float, level: float, starts: int, seed: int, n: int = 200
+            ) -> tuple[list[float], list[float], list[int]]:
+    """``starts`` A/B starts of ``n`` pairs (7% pair SD, a 10% machine level shared by the
+    pair), each start carrying its own level of SD ``level``, the candidate ``step`` off."""
+    rng = np.random.default_rng(seed)
+    base, cand, blocks = [], [], []
+    for s in range(starts):
+        own = rng.normal(0, level)
+        b = 30 * np.exp(rng.normal(0, 0.1, n))
+        base += list(b)
+        cand += list(b * (1 + step) * np.exp(own + rng.normal(0, 0.07, n)))
+        blocks += [s] * n
+    return base, cand, blocks
+
+
+def test_agreeing_starts_are_pooled_with_the_level_a_start_is_allowed() -> None:
+    base, cand, blocks = _starts(-0.05, 0.0, 2, seed=3)
+    pairs = Pairs.of(AB_DECODE, base, cand, blocks)
+    shift = paired_shift(pairs)
+    assert shift.df > 100  # the pairs set the t scale, not 2 starts' 1 df
+    # each start reads as hypot(its SE, 1%), and the two narrow it by sqrt(2)
+    ses = [paired_shift(p).std_error for p in pairs.per_start()]
+    assert shift.std_error == pytest.approx(
+        1 / math.sqrt(sum(1 / (se ** 2 + 0.01 ** 2) for se in ses)))
+    verdict = judge_pairs(pairs)
+    assert verdict.verdict == "regression"
+    assert "each start allowed a level of its own: 1.0%" in verdict.reason
+    # the starts as the unit (the old rule: 1 df) could not see it
+    means = pairs.block_means()
+    old = judge(Shift(float(np.mean(means)), float(np.std(means, ddof=1)) / math.sqrt(2), 1.0,
+                      400, 400, "pooled", 0.05), AB_DECODE)
+    assert old.verdict == "inconclusive"
+    # a start of one pair cannot be weighed: back to the starts as the unit
+    few = Pairs.of(AB_DECODE, base[:201], cand[:201], blocks[:201])
+    assert paired_shift(few).df == 1
+    with pytest.raises(ConfigError, match=r"start_sd -0\.01"):
+        paired_shift(pairs, start_sd=-0.01)
+
+
+def test_pooled_starts_hold_their_error_rates_where_the_level_is_as_measured() -> None:
+    # Simulated, 60 A/Bs a row: with starts carrying the 1% the default allows, an A/A of
+    # 2-3 starts flags at most once and a -5% step is found nearly always.
+    for starts in (2, 3):
+        flagged = sum(judge_pairs(Pairs.of(AB_DECODE, *_starts(0.0, 0.01, starts, seed))).flagged
+                      for seed in range(60))
+        found = sum(judge_pairs(Pairs.of(AB_DECODE, *_starts(-0.05, 0.01, starts, seed))
+                                ).verdict == "regression" for seed in range(60))
+        assert flagged <= 1, starts
+        assert found >= 54, starts
 
 
 def test_too_few_pairs_are_inconclusive() -> None:
