@@ -191,14 +191,17 @@ class MachineLoad:
 
     def brief(self) -> str:
         """The same reading in a few words, for a line that shows two of them side by side
-        ("others 1.6 of 2 CPUs, run queue 5.0, steal 0%, busy")."""
+        ("others 1.6 of 2 CPUs, run queue 5.0, steal 0%, busy"; where the engine's process
+        is not known, "all processes 1.9 of 2 CPUs, the engine's share unknown, ...")."""
         if not self.known:
             return "unknown"
         others = self.others_cpus
-        busy = f"others {others:.1f}" if others is not None else f"busy {self.busy_cpus or 0:.1f}"
+        busy = (f"others {others:.1f} of {self.cpus} CPUs" if others is not None else
+                f"all processes {self.busy_cpus or 0:.1f} of {self.cpus} CPUs, the engine's "
+                "share unknown")
         queue = f", run queue {self.run_queue:.1f}" if self.run_queue is not None else ""
         flag = ", busy" if self.loaded else ""
-        return f"{busy} of {self.cpus} CPUs{queue}, steal {self.steal or 0:.0%}{flag}"
+        return f"{busy}{queue}, steal {self.steal or 0:.0%}{flag}"
 
     def warning(self) -> str | None:
         """The sentence a figure measured on a loaded machine carries, else None."""

@@ -61,6 +61,7 @@ from pytest_tokperf.bench.ab import (
 from pytest_tokperf.bench.measure import (
     MeasureOptions,
     attach_process_clock,
+    attached_pids,
     run_workload,
 )
 from pytest_tokperf.builds.identity import build_changes
@@ -132,7 +133,8 @@ def sequential(binary: Path, model: Path, workload: Workload, threads: int, logs
                salt: int) -> tuple[list[float], list[float]]:
     """One session alone: start, measure, stop; (decode values, TTFT values)."""
     with servers([(binary, model)], threads, logs) as (engine,):
-        r = run_workload(engine, workload, MeasureOptions(salt_base=salt))
+        r = run_workload(engine, workload, MeasureOptions(salt_base=salt,
+                                                           engine_pids=attached_pids(engine)))
     return judged_decode_values(r.samples), [s.ttft_s for s in r.samples]
 
 
@@ -289,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
                          a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
                          ) as (b, c), neighbours(a.neighbours):
-                ab: ABResult = run_paired_ab(b, c, workload, MeasureOptions(salt_base=run * 1000),
+                options = MeasureOptions(salt_base=run * 1000, engine_pids=attached_pids(b, c))
+                ab: ABResult = run_paired_ab(b, c, workload, options,
                                              baseline_model_given=case.base_model != case.cand_model)
             wall = time.monotonic() - started
             walls[name].append(wall)
@@ -356,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                                          repetitions=a.long_pairs)
             with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
                          a.threads, logs) as (b, c):
-                ab = run_paired_ab(b, c, long_w, MeasureOptions(salt_base=99_000),
+                ab = run_paired_ab(b, c, long_w, MeasureOptions(salt_base=99_000,
+                                                                engine_pids=attached_pids(b, c)),
                                    baseline_model_given=True)
             lv = ab.verdict("decode")
             assert lv is not None

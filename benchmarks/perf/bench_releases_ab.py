@@ -48,7 +48,7 @@ from typing import Any
 from bench_ab import layered, servers
 
 from pytest_tokperf.bench.ab import ab_document, pair_metrics, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.bench.measure import MeasureOptions, attached_pids
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.builds.install import LLAMA_BUILD_NUMBER, install_llama_server
 from pytest_tokperf.builds.paired import judge_documents
@@ -94,7 +94,8 @@ def measure(number: int, reference: Path, a: argparse.Namespace, logs: Path,
                         repetitions=a.pairs, warmup=1)
     t0 = time.monotonic()
     with servers([(reference, model), (built.binary, model)], a.threads, logs) as (b, c):
-        ab = run_paired_ab(b, c, workload, MeasureOptions(salt_base=number),
+        ab = run_paired_ab(b, c, workload, MeasureOptions(salt_base=number,
+                                                             engine_pids=attached_pids(b, c)),
                            changed=build_changes(reference, built.binary))
     ab_s = time.monotonic() - t0
     ref_id, rel_id = build_identity(reference), build_identity(built.binary)

@@ -408,6 +408,13 @@ def attach_process_clock(engine: Engine, pid: int) -> None:
     _CLOCKS[engine] = ProcessClock(pid)
 
 
+def attached_pids(*engines: Engine) -> tuple[int, ...]:
+    """The server processes ``attach_process_clock`` gave ``engines`` (those without one are
+    left out): a script that starts its own servers names them in
+    ``MeasureOptions.engine_pids``, so their CPU time is told apart from the neighbours'."""
+    return tuple(c.pid for c in (_CLOCKS.get(e) for e in engines) if c is not None)
+
+
 def _clock_of(engine: Engine) -> Callable[[], object] | None:
     clock = _CLOCKS.get(engine)
     return clock.read if clock is not None else None
