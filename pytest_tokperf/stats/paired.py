@@ -97,10 +97,7 @@ class Pairs:
         return len(set(self.blocks))
 
     def block_means(self) -> list[float]:
-        by: dict[int, list[float]] = {}
-        for block, d in zip(self.blocks, self.log_ratios):
-            by.setdefault(block, []).append(d)
-        return [float(np.mean(v)) for v in by.values()]
+        return [float(np.mean(p.log_ratios)) for p in self.per_start()]
 
     def per_start(self) -> list[Pairs]:
         """One ``Pairs`` (a single block) for each server start, in the order first seen."""
@@ -126,7 +123,6 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
     long_run = gamma0 + 2 * sum((1 - k / (lags + 1)) * float(x[k:] @ x[:-k]) / n
                                 for k in range(1, lags + 1))
     return float(max(1.0, long_run / gamma0))
-
 
 
 START_BEYOND = 0.05
@@ -167,24 +163,30 @@ def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], 
 def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
     """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc);
     ``start_sd`` is the level a start is allowed where there are several."""
+    return _shift_and_level(pairs, start_sd)[0]
+
+
+def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel | None]:
+    """``paired_shift`` and the ``StartLevel`` it pooled with (None: one start, or the
+    block means as the unit), from one pass over the starts."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
-        return Shift(math.nan, math.nan, math.nan, 0, 0, "no spread", math.nan)
+        return Shift(math.nan, math.nan, math.nan, 0, 0, "no spread", math.nan), None
     pooled = start_level(pairs, start_sd)
     if pooled is not None:
         shifts, level = pooled
         out = pool_runs(shifts, level.allowed)
         pair_sd = float(d.std(ddof=1))
         return replace(out, df=float(len(shifts) - 1) if level.unit else out.df,
-                       noise_cv=pair_sd / math.sqrt(2))
+                       noise_cv=pair_sd / math.sqrt(2)), level
     if pairs.starts >= 2:
         units = np.asarray(pairs.block_means())
     else:
         units = d
     estimate = float(units.mean())
     if len(units) < 2:
-        return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan)
+        return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan), None
     sd = float(units.std(ddof=1))
     pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
     # noise_cv as the judge reads it: a side's own spread, so that two independent samples
@@ -193,9 +195,9 @@ def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
     inflate = serial_factor(d) if pairs.starts < 2 else 1.0
     noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
-        return Shift(estimate, math.nan, math.nan, n, n, "no spread", 0.0)
+        return Shift(estimate, math.nan, math.nan, n, n, "no spread", 0.0), None
     return Shift(estimate, sd * math.sqrt(inflate / len(units)), float(len(units) - 1), n, n,
-                 "pooled", noise)
+                 "pooled", noise), None
 
 
 def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD
@@ -204,9 +206,7 @@ def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float =
     ``paired_shift``."""
     check_level(alpha, "alpha")
     m = pairs.metric
-    shift = paired_shift(pairs, start_sd)
-    pooled = start_level(pairs, start_sd)
-    level = pooled[1] if pooled is not None else None
+    shift, level = _shift_and_level(pairs, start_sd)
     if pairs.n < MIN_PAIRS:
         rel = math.expm1(shift.log_shift) if math.isfinite(shift.log_shift) else math.nan
         return Comparison(
