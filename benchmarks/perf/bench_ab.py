@@ -20,7 +20,9 @@ by run, and the end prints a table per case: verdicts found / false / missed per
 the decode change and half-width, the wall time per A/B. The defaults (200 pairs of 8
 tokens after a 4-token prompt, 2 threads a side: about 3 minutes a run) are the
 configuration measured in docs/ab.md: on this VM the level moves within a second, so many
-short pairs resolve more per minute than few long ones. Beside each A/B run, with
+short pairs resolve more per minute than few long ones. ``--budget-s 570`` instead stops
+each run by the clock (server starts included), as a CI job with a time limit would: as
+many pairs as the machine fits, at most ``--pairs``. Beside each A/B run, with
 the same servers started one at a time (sequential sessions): today's history gate
 (``stats.compare`` of the candidate session against the baseline sessions as earlier
 versions) and llama.cpp's compare-commits figure (ratio of the two sessions' means).
@@ -231,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="A/B runs per case; the cases take turns, run by run, so a machine "
                    "phase falls on all of them alike")
     p.add_argument("--pairs", type=int, default=200, help="ABBA pairs per A/B run")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="each A/B run, its two server starts included, measures pairs until "
+                   "this many seconds have passed (at most --pairs): a CI job's time limit. "
+                   "Default: exactly --pairs pairs")
     p.add_argument("--tokens", type=int, default=8,
                    help="tokens generated per request: the machine's level moves within a "
                    "second here, so many short pairs resolve more per minute than few long ones")
@@ -261,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="tokperf-bench-ab-"))
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
-    print(f"{a.runs} runs x {a.pairs} pairs, prompt {a.prompt}, {a.tokens} tokens, "
+    if a.budget_s is not None and not (math.isfinite(a.budget_s) and a.budget_s > 0):
+        p.error(f"--budget-s {a.budget_s}: give a positive number of seconds (e.g. 570 for "
+                f"runs of at most 10 minutes), or leave it out for exactly --pairs pairs")
+    budget = "" if a.budget_s is None else f" or {a.budget_s:.0f} s a run, whichever first"
+    print(f"{a.runs} runs x {a.pairs} pairs{budget}, prompt {a.prompt}, {a.tokens} tokens, "
           f"threads {a.threads}, {a.neighbours} busy neighbours; bytes cases "
           f"{'mapped from the page cache' if a.mmap else 'loaded with --load-mode none'}; "
           f"logs {logs}")
@@ -291,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
                          a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
                          ) as (b, c), neighbours(a.neighbours):
-                options = MeasureOptions(salt_base=run * 1000, engine_pids=attached_pids(b, c))
+                left = None if a.budget_s is None else max(1.0, a.budget_s - (time.monotonic() - started))
+                options = MeasureOptions(salt_base=run * 1000, engine_pids=attached_pids(b, c),
+                                         budget_s=left)
                 ab: ABResult = run_paired_ab(b, c, workload, options,
                                              baseline_model_given=case.base_model != case.cand_model)
             wall = time.monotonic() - started

@@ -246,6 +246,10 @@ class PairedAB:
         (``options.adaptive``) until the decode ratio's 95% interval is within
         ``options.target_interval``, at least ``MIN_PAIRS``, at most ``workload.repetitions``."""
         validate_workload(workload)
+        budget = self.options.budget_s
+        if budget is not None and not (math.isfinite(budget) and budget > 0):
+            raise ConfigError(f"an A/B's time budget must be a positive number of seconds, "
+                              f"not {budget!r}; leave it unset for a fixed number of pairs")
         started = time.monotonic()
         self._rounds = []
         sides: tuple[tuple[Side, Engine], ...] = (("baseline", self.baseline),
@@ -271,6 +275,12 @@ class PairedAB:
                 got[name] = self._one(name, engine, one, salted, infos, started, workload,
                                       tag=f"pair {index + 1}")
             self._rounds.append((got["baseline"], got["candidate"]))
+            spent = time.monotonic() - started
+            if (budget is not None and spent >= budget and len(self._rounds) >= least
+                    and len(self._rounds) % 2 == 0 and index + 1 < workload.repetitions):
+                stopped = (f"stopped at {len(self._rounds)} of {workload.repetitions} pairs: "
+                           f"the time budget of {budget:.0f} s was spent ({spent:.0f} s)")
+                break
             if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
                 width = ratio_interval(pairs_of(self._rounds, DECODE))  # net where it can be
                 if width is not None and width <= self.options.target_interval:

@@ -87,6 +87,11 @@ class MeasureOptions:
     target_interval: float = DEFAULT_TARGET_INTERVAL
     min_repetitions: int = DEFAULT_MIN_REPETITIONS
     max_cv: float = DEFAULT_MAX_CV
+    budget_s: float | None = None
+    """A same-run A/B (``bench.ab``) measures pairs until this many seconds have passed
+    since it began (warm-up included), then stops at the next even pair count: a gate
+    that must fit a CI job's time. A stop by the clock, not by the figures, so the
+    interval keeps its meaning. None: no limit (``Workload.repetitions`` pairs)."""
     engine_pids: tuple[int, ...] = ()
     """The engine's server processes, when tokperf started them: their CPU time is taken
     out of the machine's to leave the neighbours' (``hardware.load``)."""

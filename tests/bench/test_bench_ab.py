@@ -106,6 +106,42 @@ def test_adaptive_pairs_stop_when_the_ratio_is_known() -> None:
     assert "decode ratio known to" in ab.stopped
 
 
+class _Clock:
+    """``time`` for bench.ab: every reading is ``step`` seconds after the last."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_a_time_budget_stops_the_pairs_at_an_even_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_tokperf.bench.ab as ab_module
+
+    monkeypatch.setattr(ab_module, "time", _Clock(10.0))  # a pair every 10 s
+    base, cand, _ = _pair()
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=40, warmup=0),  # type: ignore[arg-type]
+                       MeasureOptions(budget_s=55.0))
+    # 50 s after 5 pairs (odd: one more), 60 s after 6: stopped there, not at 40
+    assert ab.pairs == 6
+    assert ab.stopped == "stopped at 6 of 40 pairs: the time budget of 55 s was spent (60 s)"
+    assert ab.stopped in ab.describe()
+    roomy = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
+                          MeasureOptions(budget_s=1e6))
+    assert roomy.pairs == 4 and roomy.stopped == ""
+
+
+@pytest.mark.parametrize("budget", [0.0, -5.0, float("nan"), float("inf")])
+def test_a_budget_that_is_not_a_positive_time_is_refused(budget: float) -> None:
+    base, cand, _ = _pair()
+    with pytest.raises(ConfigError, match=f"not {budget!r}"):
+        run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
+                      MeasureOptions(budget_s=budget))
+    assert base.calls == 0  # refused before anything was measured
+
+
 def test_different_models_are_refused_naming_what_differs() -> None:
     base, cand, _ = _pair(model="/m/other.gguf", threads="4")
     with pytest.raises(ConfigError, match=r"not a like-for-like pair: model: baseline 'model.gguf', "
