@@ -67,6 +67,7 @@ from pytest_tokperf.bench.measure import (
     run_workload,
 )
 from pytest_tokperf.builds.identity import build_changes
+from pytest_tokperf.builds.paired import judge_documents
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.engines.registry import create_engine
@@ -76,7 +77,7 @@ from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.model.writer import MAIN_MODEL, cached_model
 from pytest_tokperf.results import Workload, judged_decode_values
 from pytest_tokperf.stats.comparing import compare
-from pytest_tokperf.stats.metric import DECODE, TTFT
+from pytest_tokperf.stats.metric import DECODE, TTFT, pct
 from pytest_tokperf.stats.paired import judge_ab
 from pytest_tokperf.stats.verdict import Comparison
 
@@ -237,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="each A/B run, its two server starts included, measures pairs until "
                    "this many seconds have passed (at most --pairs): a CI job's time limit. "
                    "Default: exactly --pairs pairs")
+    p.add_argument("--starts", type=int, default=1,
+                   help="server starts per run, the pairs (and --budget-s) split between them "
+                   "and the starts pooled as compare-builds --rounds pools its sessions: a "
+                   "start whose two sides read their own memory can carry a level of its own "
+                   "(docs/ab.md, eighth session)")
     p.add_argument("--tokens", type=int, default=8,
                    help="tokens generated per request: the machine's level moves within a "
                    "second here, so many short pairs resolve more per minute than few long ones")
@@ -267,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="tokperf-bench-ab-"))
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
+    if a.starts < 1:
+        p.error(f"--starts {a.starts}: give 1 or more server starts per run")
     if a.budget_s is not None and not (math.isfinite(a.budget_s) and a.budget_s > 0):
         p.error(f"--budget-s {a.budget_s}: give a positive number of seconds (e.g. 570 for "
                 f"runs of at most 10 minutes), or leave it out for exactly --pairs pairs")
@@ -298,29 +306,52 @@ def main(argv: list[str] | None = None) -> int:
         for case in (todo if run % 2 == 0 else todo[::-1]):
             name = case.name
             started = time.monotonic()
-            with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
-                         a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
-                         ) as (b, c), neighbours(a.neighbours):
-                left = None if a.budget_s is None else max(1.0, a.budget_s - (time.monotonic() - started))
-                options = MeasureOptions(salt_base=run * 1000, engine_pids=attached_pids(b, c),
-                                         budget_s=left)
-                ab: ABResult = run_paired_ab(b, c, workload, options,
-                                             baseline_model_given=case.base_model != case.cand_model)
+            starts: list[ABResult] = []
+            for start in range(a.starts):
+                with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
+                             a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
+                             ) as (b, c), neighbours(a.neighbours):
+                    # each start gets its share of the run's budget, what an earlier one
+                    # left unspent included
+                    left = None if a.budget_s is None else max(
+                        1.0, a.budget_s * (start + 1) / a.starts - (time.monotonic() - started))
+                    options = MeasureOptions(salt_base=run * 1000 + start * 100_000,
+                                             engine_pids=attached_pids(b, c), budget_s=left)
+                    one: ABResult = run_paired_ab(
+                        b, c, workload, options,
+                        baseline_model_given=case.base_model != case.cand_model)
+                starts.append(one)
+                shifts[name].append(decode_shift(one))
+                suffix = f"-s{start}" if a.starts > 1 else ""
+                (save / f"{name}-{time.strftime('%H%M%S')}-{run}{suffix}.json").write_text(
+                    json.dumps(ab_document([(name, one)]), indent=1))
             wall = time.monotonic() - started
             walls[name].append(wall)
-            shifts[name].append(decode_shift(ab))
-            (save / f"{name}-{time.strftime('%H%M%S')}-{run}.json").write_text(
-                json.dumps(ab_document([(name, ab)]), indent=1))
+            ab = starts[0]
+            if a.starts == 1:
+                verdicts = list(ab.verdicts)
+            else:  # the starts pooled as compare-builds --rounds pools its sessions
+                docs = [ab_document([(name, one)]) for one in starts]
+                for doc in docs:
+                    for entry in doc["ab"]:
+                        entry["workload"] = {**entry["workload"], "repetitions": 0}
+                verdicts = [r.comparison for r in judge_documents(docs, metrics)]
+            pairs = sum(one.pairs for one in starts)
             line = []
-            for v in ab.verdicts:
+            for v in verdicts:
                 counts[name][v.metric][v.verdict] += 1
                 width = (v.ci_high - v.ci_low) / 2
                 widths[name][v.metric].append(width)
                 changes[name][v.metric].append(v.relative_change)
                 line.append(f"{v.metric} {v.verdict} {v.relative_change:+.1%} (±{width:.1%})")
-            print(f"   {name} run {run + 1}: A/B {'; '.join(line)}; {ab.pairs} pairs, {wall:.0f} s",
-                  flush=True)
-            if ab.clock:
+            over = f" over {a.starts} starts" if a.starts > 1 else ""
+            print(f"   {name} run {run + 1}: A/B {'; '.join(line)}; {pairs} pairs{over}, "
+                  f"{wall:.0f} s", flush=True)
+            if a.starts > 1:
+                print("          each start: " + "; ".join(
+                      f"{pct(v.relative_change)} ({one.pairs} pairs)"
+                      for one in starts if (v := one.verdict("decode")) is not None), flush=True)
+            elif ab.clock:
                 wall_line = []
                 for w in wall_verdicts(ab):
                     wall_counts[name][w.metric][w.verdict] += 1

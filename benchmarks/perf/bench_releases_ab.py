@@ -57,7 +57,7 @@ from pytest_tokperf.errors import TokperfError
 from pytest_tokperf.model.writer import MAIN_MODEL
 from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Workload
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, interval_text
 from pytest_tokperf.stats.paired import StartSpread, pool_runs, start_spread
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
@@ -188,7 +188,7 @@ def report(data: Path, start_sd: float | None, alpha: float) -> int:
         for name in METRICS:
             c = by_release[n].get(name)
             cells.append("-" if c is None else f"{c.relative_change:+.1%} "
-                         f"[{c.ci_low:+.1%}, {c.ci_high:+.1%}] {c.verdict}")
+                         f"{interval_text(c.ci_low, c.ci_high)} {c.verdict}")
         print(f"| b{n} | {len(runs[n])} | " + " | ".join(cells) + " |")
     if len(numbers) < 2:
         print("\nsteps between consecutive releases: none yet (one release stored)")
@@ -206,8 +206,8 @@ def report(data: Path, start_sd: float | None, alpha: float) -> int:
             if verdict.verdict in ("regression", "improvement"):
                 flagged += 1
                 print(f"   b{prev} -> b{cur} {name}: {verdict.verdict} "
-                      f"{verdict.relative_change:+.1%} [{verdict.ci_low:+.1%}, "
-                      f"{verdict.ci_high:+.1%}]: upstream builds b{prev + 1}..b{cur}; narrow it "
+                      f"{verdict.relative_change:+.1%} "
+                      f"{interval_text(verdict.ci_low, verdict.ci_high)}: upstream builds b{prev + 1}..b{cur}; narrow it "
                       f"with `tokperf bisect --good {prev} --bad {cur}`")
     if not flagged:
         print("   none flagged")

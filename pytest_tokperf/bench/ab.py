@@ -201,7 +201,9 @@ def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
     model_b, model_c = _model(baseline), _model(candidate)
     models = ""
     if model_b and model_c and model_b != model_c:
-        models = f"the models differ: baseline {model_b!r}, candidate {model_c!r}"
+        models = (f"the models differ: baseline {model_b!r}, candidate {model_c!r} (each side "
+                  f"reads its own weights, so one server start can carry a level of its own: "
+                  f"repeat over starts before trusting a few percent, docs/ab.md)")
         if not baseline_model_given:
             differ.append(f"model: baseline {model_b!r}, candidate {model_c!r}")
     sb, sc = dict(baseline.settings), dict(candidate.settings)

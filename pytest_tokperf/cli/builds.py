@@ -189,6 +189,7 @@ def compare_builds(args: argparse.Namespace) -> int:
 def _compare_paired(args: argparse.Namespace) -> int:
     """compare-builds on the same-run A/B (``builds.paired``)."""
     from pytest_tokperf.builds.paired import compare_builds_paired
+    from pytest_tokperf.stats.metric import interval_text, pct
 
     sessions = 1 if args.rounds is None else args.rounds
     if not (math.isfinite(args.start_sd) and 0 <= args.start_sd < 100):
@@ -204,7 +205,7 @@ def _compare_paired(args: argparse.Namespace) -> int:
         c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
         rows.append((f.test_id, f.metric, f"{f.median_a:.4g} {unit}", f"{f.median_b:.4g} {unit}",
                      str(f.pairs), c.verdict,
-                     f"{c.relative_change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"))
+                     f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"))
     data = {"a": a.label, "b": b.label, "changed": found.changed, "wall_s": round(found.wall_s, 1),
             "ab_json": [str(p) for p in found.documents],
             "results": [asdict(f) for f in found.results]}

@@ -50,7 +50,8 @@ from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p, pct
+from pytest_tokperf.stats.metric import (DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p,
+                                         interval_text, pct, resolved)
 from pytest_tokperf.stats.shifts import Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, judge
 
@@ -240,10 +241,12 @@ def _over(pairs: Pairs, level: StartLevel | None) -> str:
 def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Comparison,
                alpha: float) -> str:
     m = pairs.metric.min_effect
-    head = (f"{pairs.metric.name} {pct(verdict.relative_change)} [{pct(verdict.ci_low)}, "
-            f"{pct(verdict.ci_high)}]: cannot tell a {m:.0%} change from none over "
-            f"{pairs.n} pairs{_from_starts(pairs, level)} (p={fmt_p(shift.p_value)}); this A/B resolves about "
-            f"{detectable_shift(shift, alpha):.1%}")
+    seen = detectable_shift(shift, alpha)
+    head = (f"{pairs.metric.name} {pct(verdict.relative_change)} "
+            f"{interval_text(verdict.ci_low, verdict.ci_high)}: cannot tell a {m:.0%} change "
+            f"from none over {pairs.n} pairs{_from_starts(pairs, level)} "
+            f"(p={fmt_p(shift.p_value)}); this A/B resolves "
+            + (f"about {seen:.1%}" if resolved(seen) else "no change within ±1000%"))
     if pairs.starts >= 2:
         return head + "; more server starts a side, not more pairs per start, would settle it"
     try:
