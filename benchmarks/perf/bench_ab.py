@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             name = case.name
             started = time.monotonic()
             starts: list[ABResult] = []
+            per_start = max(4, a.pairs // a.starts)
             for start in range(a.starts):
                 with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
                              a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                     options = MeasureOptions(salt_base=run * 1000 + start * 100_000,
                                              engine_pids=attached_pids(b, c), budget_s=left)
                     one: ABResult = run_paired_ab(
-                        b, c, workload, options,
+                        b, c, dataclasses.replace(workload, repetitions=per_start), options,
                         baseline_model_given=case.base_model != case.cand_model)
                 starts.append(one)
                 shifts[name].append(decode_shift(one))
