@@ -50,6 +50,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from scipy.stats import chi2
 
@@ -67,8 +68,8 @@ from pytest_tokperf.bench.measure import (
     run_workload,
 )
 from pytest_tokperf.builds.identity import build_changes
-from pytest_tokperf.builds.paired import judge_documents
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
+from pytest_tokperf.builds.paired import judge_documents
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.launch.process import LaunchSpec, start_llama_server
@@ -307,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             name = case.name
             started = time.monotonic()
             starts: list[ABResult] = []
+            docs: list[dict[str, Any]] = []
             per_start = max(4, a.pairs // a.starts)
             for start in range(a.starts):
                 with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
@@ -323,19 +325,16 @@ def main(argv: list[str] | None = None) -> int:
                         baseline_model_given=case.base_model != case.cand_model)
                 starts.append(one)
                 shifts[name].append(decode_shift(one))
+                docs.append(ab_document([(name, one)]))
                 suffix = f"-s{start}" if a.starts > 1 else ""
                 (save / f"{name}-{time.strftime('%H%M%S')}-{run}{suffix}.json").write_text(
-                    json.dumps(ab_document([(name, one)]), indent=1))
+                    json.dumps(docs[-1], indent=1))
             wall = time.monotonic() - started
             walls[name].append(wall)
             ab = starts[0]
             if a.starts == 1:
                 verdicts = list(ab.verdicts)
             else:  # the starts pooled as compare-builds --rounds pools its sessions
-                docs = [ab_document([(name, one)]) for one in starts]
-                for doc in docs:
-                    for entry in doc["ab"]:
-                        entry["workload"] = {**entry["workload"], "repetitions": 0}
                 verdicts = [r.comparison for r in judge_documents(docs, metrics)]
             pairs = sum(one.pairs for one in starts)
             line = []

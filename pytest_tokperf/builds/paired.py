@@ -93,7 +93,10 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
     pooled: dict[tuple[str, str], dict[str, tuple[list[float], list[float], list[int]]]] = {}
     for session, doc in enumerate(documents):
         for ab in doc.get("ab", []):
-            key = (str(ab["test_id"]), json.dumps(ab["workload"], sort_keys=True))
+            # what was asked, not how many pairs a session measured before it stopped
+            # (adaptive, or by its time budget): those sessions are one workload
+            shape = {k: v for k, v in ab["workload"].items() if k != "repetitions"}
+            key = (str(ab["test_id"]), json.dumps(shape, sort_keys=True))
             names = list(ab["metrics"])
             for row in ab["rounds"]:
                 for name in metrics:

@@ -36,6 +36,17 @@ def test_sessions_are_the_unit_of_the_pooled_pairs() -> None:
     assert decode.median_a == pytest.approx(45.0)
 
 
+def test_sessions_that_stopped_at_different_counts_are_one_workload() -> None:
+    # an adaptive or time-budgeted session stores the pairs it measured as its
+    # repetitions: 6 in one session, 4 in the other, still one test's pairs
+    rows = [(50.0, 47.5), (40.0, 38.0), (51.0, 48.5), (39.0, 37.0), (45.0, 42.8), (44.0, 41.7)]
+    six, four = _doc(rows, [(0.5, 0.5)] * 6), _doc(rows[:4], [(0.5, 0.5)] * 4)
+    six["ab"][0]["workload"] = {**WORKLOAD, "repetitions": 6}
+    found = judge_documents([six, four], ["decode"])
+    assert len(found) == 1
+    assert (found[0].pairs, found[0].sessions) == (10, 2)
+
+
 def test_one_session_judges_its_pairs() -> None:
     docs = [_doc([(50.0, 47.0), (40.0, 37.7), (51.0, 48.1), (39.0, 36.7), (45.0, 42.4),
                   (44.0, 41.5)], [(0.5, 0.5)] * 3 + [(0.6, 0.601)] * 3)]
