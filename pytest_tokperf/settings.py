@@ -351,6 +351,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "the machine's phase, so it resolves far less than the history gate)",
                _number(0, 1, closed_hi=False, what="a fraction",
                        example="0.02 means a 2% change"), 0.02, "F"),
+    OptionSpec("ab_budget", "same-run A/B: each tok_bench call measures pairs until this many "
+               "seconds have passed (its warm-up included), then stops at the next even pair "
+               "count: a CI job's time limit on whatever machine it meets (the stop follows the "
+               "clock, not the figures, so the interval keeps its meaning). The repetitions "
+               "are still the most: give a large --tokperf-repetitions (e.g. 2000) to let the "
+               "clock decide", _SECONDS, None, "S"),
     OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
                "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
@@ -467,6 +473,8 @@ class Settings:
     baseline_url: str | None = None
     baseline_model: str | None = None
     ab_min_effect: float = 0.02
+    ab_budget: float | None = None
+    """Seconds each same-run A/B may measure pairs for (``MeasureOptions.budget_s``)."""
     ab_json: str | None = None
 
     @property
@@ -575,6 +583,12 @@ def _check_ab(values: Mapping[str, Any]) -> None:
         raise ConfigError("the candidate is attached with --tokperf-url, so tokperf cannot start "
                           "a like-for-like baseline beside it; run the baseline too and pass "
                           "--tokperf-baseline-url URL")
+    if values.get("ab_budget") is not None and not given and values["baseline_model"] is None:
+        raise ConfigError(f"--tokperf-ab-budget {values['ab_budget']:g}: no same-run A/B is "
+                          "asked for, so nothing would stop by it; add a baseline "
+                          "(--tokperf-baseline-engine-version N, --tokperf-baseline-server-bin "
+                          "PATH, --tokperf-baseline-url URL or --tokperf-baseline-model PATH) "
+                          "or drop the budget")
     if (values["baseline_url"] is None and values["baseline_model"] is not None
             and values["engine"] not in (None, "llama-server")):
         raise ConfigError(f"--tokperf-baseline-model: tokperf starts a baseline only for "

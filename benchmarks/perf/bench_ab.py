@@ -262,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
                    "default) instead of --load-mode none; the kernel backs each file's page "
                    "cache with 2 MiB pages to its own, changing degree, which measured here "
                    "moved the 16 vs 17 layer ratio between -6%% and -1%% (docs/ab.md)")
+    p.add_argument("--own-memory", action="store_true",
+                   help="every case loads with --load-mode none, the null case too: an A/A "
+                   "where each side reads its own copy of one file, to see whether own memory "
+                   "alone gives a server start a level of its own (docs/ab.md)")
     p.add_argument("--save", default="/tmp/tokperf-bench-ab",
                    help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
     a = p.parse_args(argv)
@@ -274,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="tokperf-bench-ab-"))
     workload = Workload(prompt_tokens=a.prompt, generate_tokens=a.tokens,
                         repetitions=a.pairs, warmup=1)
+    if a.mmap and a.own_memory:
+        p.error("--mmap and --own-memory ask for opposite loads; give one")
     if a.starts < 1:
         p.error(f"--starts {a.starts}: give 1 or more server starts per run")
     if a.budget_s is not None and not (math.isfinite(a.budget_s) and a.budget_s > 0):
@@ -281,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"runs of at most 10 minutes), or leave it out for exactly --pairs pairs")
     budget = "" if a.budget_s is None else f" or {a.budget_s:.0f} s a run, whichever first"
     print(f"{a.runs} runs x {a.pairs} pairs{budget}, prompt {a.prompt}, {a.tokens} tokens, "
-          f"threads {a.threads}, {a.neighbours} busy neighbours; bytes cases "
+          f"threads {a.threads}, {a.neighbours} busy neighbours; "
+          f"{'every case' if a.own_memory else 'bytes cases'} "
           f"{'mapped from the page cache' if a.mmap else 'loaded with --load-mode none'}; "
           f"logs {logs}")
     todo = cases(a.case or ["null", "bytes6"], default.binary)
@@ -312,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             per_start = max(4, a.pairs // a.starts)
             for start in range(a.starts):
                 with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
-                             a.threads, logs, () if a.mmap or not name.startswith("bytes") else own
+                             a.threads, logs, own if a.own_memory or (
+                                 not a.mmap and name.startswith("bytes")) else ()
                              ) as (b, c), neighbours(a.neighbours):
                     # each start gets its share of the run's budget, what an earlier one
                     # left unspent included

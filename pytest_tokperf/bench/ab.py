@@ -224,6 +224,11 @@ def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
     return models
 
 
+def _seconds(value: float) -> str:
+    """Whole seconds from 10 s, two figures below (a budget of 0.5 s is not "0 s")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def _model(info: EngineInfo) -> str:
     name = info.model_path or info.model_name or ""
     return Path(name).name if name else ""
@@ -281,7 +286,7 @@ class PairedAB:
             if (budget is not None and spent >= budget and len(self._rounds) >= least
                     and len(self._rounds) % 2 == 0 and index + 1 < workload.repetitions):
                 stopped = (f"stopped at {len(self._rounds)} of {workload.repetitions} pairs: "
-                           f"the time budget of {budget:.0f} s was spent ({spent:.0f} s)")
+                           f"the time budget of {_seconds(budget)} s was spent ({_seconds(spent)} s)")
                 break
             if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
                 width = ratio_interval(pairs_of(self._rounds, DECODE))  # net where it can be

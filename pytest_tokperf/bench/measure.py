@@ -105,7 +105,8 @@ class MeasureOptions:
         """The options a run's settings ask for (adaptivity is decided per call)."""
         return cls(agreement_tolerance=settings.agreement, timeout_s=settings.request_timeout,
                    target_interval=settings.target_interval,
-                   min_repetitions=settings.min_repetitions, max_cv=settings.max_cv)
+                   min_repetitions=settings.min_repetitions, max_cv=settings.max_cv,
+                   budget_s=settings.ab_budget)
 
 
 def decode_interval(values: list[float]) -> float | None:

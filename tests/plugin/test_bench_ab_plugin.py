@@ -67,6 +67,49 @@ def test_baseline_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester
     assert all(len(r["baseline"]) == len(r["candidate"]) == 3 for r in ab["rounds"])
 
 
+BUDGET = """
+def test_bench(tok_bench):
+    r = tok_bench(prompt_tokens=16, generate_tokens=8, repetitions=40, warmup=0)
+    assert r.ab is not None
+    print("PAIRS", r.ab.pairs, "|", r.ab.stopped)
+"""
+
+
+def test_the_ab_budget_stops_every_call_by_the_clock_at_an_even_count(
+        pytester: pytest.Pytester) -> None:
+    # a budget no pair fits in: each call stops as soon as it may (MIN_PAIRS, an even count)
+    with FakeVLLM() as baseline, FakeVLLM() as candidate:
+        pytester.makepyfile(BUDGET)
+        result = pytester.runpytest(*_args(candidate.url, baseline.url,
+                                           "--tokperf-ab-budget=0.001", "-s"))
+        served = [len([r for r in f.requests if r[1] == "/v1/completions"])
+                  for f in (baseline, candidate)]
+    result.assert_outcomes(passed=1)
+    assert served == [4, 4]
+    result.stdout.fnmatch_lines(["*PAIRS 4 | stopped at 4 of 40 pairs: the time budget of 0.001 s "
+                                 "was spent (*s)"])
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
+def test_a_bad_ab_budget_is_refused_by_name(pytester: pytest.Pytester, value: str) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url", "http://127.0.0.1:9",
+                                "--tokperf-baseline-url", "http://127.0.0.1:9",
+                                f"--tokperf-ab-budget={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--tokperf-ab-budget {value!r} from option "
+                                 f"--tokperf-ab-budget is not a number of seconds*"])
+
+
+def test_an_ab_budget_without_a_baseline_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url", "http://127.0.0.1:9",
+                                "--tokperf-ab-budget=300")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokperf-ab-budget 300: no same-run A/B is asked for*"
+                                 "add a baseline*or drop the budget"])
+
+
 def test_two_different_models_are_refused_before_measuring(pytester: pytest.Pytester) -> None:
     with FakeVLLM(model="org/model-a") as baseline, FakeVLLM(model="org/model-b") as candidate:
         pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
