@@ -480,8 +480,7 @@ class Settings:
     @property
     def ab(self) -> bool:
         """True when every tok_bench call is a same-run A/B against a baseline engine."""
-        return any(x is not None for x in (self.baseline_server_bin, self.baseline_engine_version,
-                                           self.baseline_url, self.baseline_model))
+        return any(getattr(self, name) is not None for name in BASELINE_OPTIONS)
 
     def baseline_settings(self) -> Settings:
         """The baseline side's settings: the candidate's, with the baseline's engine and model."""
@@ -568,6 +567,11 @@ def _check_attached_model(values: Mapping[str, Any]) -> None:
             f"--tokperf-model to use what the engine reports")
 
 
+BASELINE_OPTIONS = ("baseline_server_bin", "baseline_engine_version", "baseline_url",
+                    "baseline_model")
+"""Any of these turns the run's tok_bench calls into same-run A/Bs (``Settings.ab``)."""
+
+
 def _check_ab(values: Mapping[str, Any]) -> None:
     """One baseline engine at most; a started baseline needs a started candidate's binary."""
     given = [f"--tokperf-baseline-{n.replace('_', '-')}" for n in ("server_bin", "engine_version", "url")
@@ -583,7 +587,7 @@ def _check_ab(values: Mapping[str, Any]) -> None:
         raise ConfigError("the candidate is attached with --tokperf-url, so tokperf cannot start "
                           "a like-for-like baseline beside it; run the baseline too and pass "
                           "--tokperf-baseline-url URL")
-    if values.get("ab_budget") is not None and not given and values["baseline_model"] is None:
+    if values["ab_budget"] is not None and all(values[n] is None for n in BASELINE_OPTIONS):
         raise ConfigError(f"--tokperf-ab-budget {values['ab_budget']:g}: no same-run A/B is "
                           "asked for, so nothing would stop by it; add a baseline "
                           "(--tokperf-baseline-engine-version N, --tokperf-baseline-server-bin "
