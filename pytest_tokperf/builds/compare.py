@@ -209,18 +209,18 @@ class BuildRunner:
         args = self.pytest_args
         engine = [] if any(a.startswith("--tokperf-engine") for a in args) else [
             "--tokperf-engine", "llama-server"]
-        # a PostgreSQL URL goes in the environment (db_env), not the command line
+        # a PostgreSQL URL goes in the environment (session_env), not the command line
         db = [] if isinstance(self.db, PgUrl) else [f"--tokperf-db={self.db}"]
         return [self.python, "-m", "pytest", *args, *engine,
                 f"--tokperf-server-bin={build.binary}", *db,
                 "--tokperf-baseline=off", "-p", "no:cacheprovider", "-q"]
 
-    def db_env(self) -> dict[str, str]:
-        """The session's environment: a PostgreSQL URL (maybe with a password) is passed
-        as PYTEST_TOKPERF_DB, out of the command line other users' ``ps`` shows."""
-        if isinstance(self.db, PgUrl):
-            return {"PYTEST_TOKPERF_DB": self.db.dsn}
-        return {}
+    def session_env(self) -> dict[str, str]:
+        """A session's environment: ours, the runner's ``env``, and a PostgreSQL URL (maybe
+        with a password) as PYTEST_TOKPERF_DB, out of the command line other users' ``ps``
+        shows. Every session a runner starts (journalled or paired) gets it."""
+        db = {"PYTEST_TOKPERF_DB": self.db.dsn} if isinstance(self.db, PgUrl) else {}
+        return {**os.environ, **self.env, **db}
 
     def run_session(self, build: Build, number: int) -> Session:
         from pytest_tokperf.environment import utc_now
@@ -237,7 +237,7 @@ class BuildRunner:
         started = time.monotonic()
         with open(log, "w", encoding="utf-8") as out:
             proc = subprocess.run(self.command(build), stdout=out, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **self.env, **self.db_env()}, check=False)
+                                  env=self.session_env(), check=False)
         seconds = time.monotonic() - started
         with ResultStore.open(self.db) as store:
             new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)

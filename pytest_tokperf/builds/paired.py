@@ -13,7 +13,6 @@ level widens the interval instead of fooling it); with one, the pairs are the un
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -72,7 +71,7 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, **runner.env}, check=False)
+                              env=runner.session_env(), check=False)
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
     if proc.returncode not in (0, 1) or not document.is_file():
         raise EngineError(f"the A/B session on {a.label} and {b.label} (exit {proc.returncode}) "
