@@ -9,7 +9,7 @@ import pytest
 
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.cli.main import main
-from tests.builds.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+from tests.builds.test_bisect import PAIRED_ARGS, two_builds
 
 pytestmark = pytest.mark.engine
 
@@ -118,13 +118,10 @@ def test_build_identity_tells_a_flag_changed_build_apart(server_binary: Path,
 def test_compare_builds_paired_finds_a_ttft_step(server_binary: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "test_selection.py").write_text(SELECTION)
-    folder = fake_releases(tmp_path / "builds", server_binary, 2, slow_from=2)
-    a, b = str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
+    a, b = two_builds(tmp_path, server_binary, monkeypatch)
     args = ["compare-builds", a, b, "--rounds", "1", "--metric", "ttft", "--db",
             str(tmp_path / "c.db"), "--json", "--", "test_selection.py",
-            *[x if x != "3" else "6" for x in SESSION_ARGS]]
+            *PAIRED_ARGS]
     assert main(args) == 0
     found = json.loads(capsys.readouterr().out)
     assert "binary sha256" in found["changed"]

@@ -143,6 +143,19 @@ def fake_releases(folder: Path, binary: Path, count: int, slow_from: int) -> Pat
     return folder
 
 
+def two_builds(tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A session folder in ``tmp_path`` (cwd, with the selection written) and two wrapper
+    builds of ``binary``, the second with the slow TTFT of ``fake_releases``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_selection.py").write_text(SELECTION)
+    folder = fake_releases(tmp_path / "builds", binary, 2, slow_from=2)
+    return str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
+
+
+PAIRED_ARGS = [x if x != "3" else "6" for x in SESSION_ARGS]
+"""SESSION_ARGS with 6 repetitions: a paired A/B measures an even number of pairs."""
+
+
 @pytest.mark.engine
 def test_bisect_over_32_fake_releases_finds_the_slowdown(
     server_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

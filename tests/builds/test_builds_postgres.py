@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.cli.main import main
-from tests.builds.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+from tests.builds.test_bisect import PAIRED_ARGS, SELECTION, SESSION_ARGS, fake_releases, two_builds
 
 pytestmark = pytest.mark.engine
 
@@ -31,12 +31,9 @@ def _runs(pg_url: str) -> int:
 def test_compare_builds_paired_on_postgres(server_binary: Path, tmp_path: Path, pg_url: str,
                                            monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "test_selection.py").write_text(SELECTION)
-    folder = fake_releases(tmp_path / "builds", server_binary, 2, slow_from=2)
-    a, b = str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
+    a, b = two_builds(tmp_path, server_binary, monkeypatch)
     args = ["compare-builds", a, b, "--rounds", "1", "--metric", "ttft", "--db", pg_url,
-            "--json", "--", "test_selection.py", *[x if x != "3" else "6" for x in SESSION_ARGS]]
+            "--json", "--", "test_selection.py", *PAIRED_ARGS]
     assert main(args) == 0
     found = json.loads(capsys.readouterr().out)
     (ttft,) = found["results"]

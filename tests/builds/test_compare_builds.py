@@ -20,7 +20,7 @@ from pytest_tokperf.builds.compare import (
 )
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError
-from tests.builds.test_bisect import SESSION_ARGS, SELECTION, fake_releases
+from tests.builds.test_bisect import SESSION_ARGS, two_builds
 
 DECODE_T = Target("s1", "test_decode", "decode")
 TTFT_T = Target("s1", "test_decode", "ttft")
@@ -102,10 +102,7 @@ def test_journal_knows_a_binary_by_its_content(tmp_path: Path) -> None:
 def test_compare_two_builds_interleaved(server_binary: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "test_selection.py").write_text(SELECTION)
-    folder = fake_releases(tmp_path / "builds", server_binary, 2, slow_from=2)
-    a, b = str(folder / "llama-server-b1"), str(folder / "llama-server-b2")
+    a, b = two_builds(tmp_path, server_binary, monkeypatch)
     args = ["compare-builds", a, b, "--mode", "sessions", "--db", str(tmp_path / "c.db"), "--",
             "test_selection.py", *SESSION_ARGS]
     assert main([*args[:7], "--json", *args[7:]]) == 0
