@@ -91,6 +91,10 @@ def test_prompts_are_unique_at_their_first_token_and_about_the_asked_length() ->
     assert len({p.split()[0] for p in prompts}) == 50
     assert all(60 <= len(p.split()) + 2 <= 68 for p in prompts)
     assert text_prompt(64, 3) == text_prompt(64, 3)
+    # salts less than 1296 apart differ in their first two characters, so a prefix cache
+    # can share no more than the first character's tokens between them
+    start = 7 * 10**9 + 123
+    assert len({text_prompt(64, s)[:2] for s in range(start, start + 1296)}) == 1296
 
 
 # -- start commands ------------------------------------------------------------------
