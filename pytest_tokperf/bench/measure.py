@@ -40,7 +40,13 @@ from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.hardware.load import LoadSampler
-from pytest_tokperf.hardware.process_clock import ProcessClock, ThreadTimes, WindowTimes, window
+from pytest_tokperf.hardware.process_clock import (
+    ProcessClock,
+    ThreadTimes,
+    WindowTimes,
+    window,
+    working,
+)
 from pytest_tokperf.results import (
     BenchResult,
     EngineInfo,
@@ -254,7 +260,15 @@ def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | No
     if not (isinstance(sent, ThreadTimes) and isinstance(first, ThreadTimes)
             and isinstance(end, ThreadTimes)):
         return None, None
-    return window(sent, first, t1 - t0), window(first, end, t2 - t1)
+    decode = window(first, end, t2 - t1)
+    if decode is None:
+        # A client starved of CPU reads the first token late and the rest in one burst,
+        # after the engine's threads did most of the decode: none of them ran a
+        # BUSY_SHARE of the client's window. Take the request's working threads then, so
+        # the repetition keeps a net figure and an A/B keeps judging decode net of the
+        # wait (one such repetition sent the whole A/B's decode back to wall time).
+        decode = window(first, end, t2 - t1, among=working(sent, end, t2 - t0))
+    return window(sent, first, t1 - t0), decode
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -88,19 +88,29 @@ class ProcessClock:
         return ThreadTimes(at) if at else None
 
 
-def window(first: ThreadTimes, last: ThreadTimes, span_s: float) -> WindowTimes | None:
+def working(first: ThreadTimes, last: ThreadTimes, span_s: float) -> frozenset[int]:
+    """The threads that ran at least a ``BUSY_SHARE`` of the ``span_s`` between two readings."""
+    return frozenset(
+        tid for tid, (run1, _) in last.at.items()
+        if tid in first.at and run1 - first.at[tid][0] >= BUSY_SHARE * span_s * 1e9)
+
+
+def window(first: ThreadTimes, last: ThreadTimes, span_s: float,
+           among: frozenset[int] | None = None) -> WindowTimes | None:
     """The working threads' mean run and wait between two readings ``span_s`` apart; None
-    when no thread ran a ``BUSY_SHARE`` of the window (or the readings share no thread)."""
+    when no thread ran a ``BUSY_SHARE`` of the window (or the readings share no thread).
+    ``among``: the working threads as a wider window chose them, whatever they ran in
+    this one (a window the engine's work mostly fell outside)."""
     if span_s <= 0:
         return None
+    chosen = working(first, last, span_s) if among is None else among
     busy: list[tuple[int, int]] = []
-    for tid, (run1, wait1) in last.at.items():
-        if tid not in first.at:
+    for tid in sorted(chosen):
+        if tid not in first.at or tid not in last.at:
             continue
-        run0, wait0 = first.at[tid]
-        run, wait = run1 - run0, wait1 - wait0
-        if run >= BUSY_SHARE * span_s * 1e9 and wait >= 0:
-            busy.append((run, wait))
+        (run0, wait0), (run1, wait1) = first.at[tid], last.at[tid]
+        if wait1 - wait0 >= 0:
+            busy.append((run1 - run0, wait1 - wait0))
     if not busy:
         return None
     n = len(busy)

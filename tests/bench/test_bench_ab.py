@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_tokperf.bench.ab import like_for_like, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions
+from pytest_tokperf.bench.measure import MeasureOptions, to_sample
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, MeasurementError
 from pytest_tokperf.hardware.process_clock import ThreadTimes
 from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
@@ -217,6 +217,24 @@ def test_a_neighbour_taking_the_cpu_is_not_the_candidates_regression() -> None:
             for s, t in zip(ab.baseline.samples, ab.candidate.samples)
             if s.engine_decode_tokens_per_s and t.engine_decode_tokens_per_s]
     assert min(wall) < 0.55  # what the wall clock would have judged
+
+
+def test_a_starved_client_keeps_the_decode_net_of_the_wait() -> None:
+    """The client got the first token late and the other ten in a burst, after the
+    engine's thread had done most of its decode (it ran 1 ms of the client's 40 ms window
+    and waited 6 ms): the repetition still has a net decode, from the request's working
+    threads, so an A/B does not fall back to wall time for decode (it did, under a build
+    running beside the suite: "prefill, ttft judged net ...")."""
+    g = _Engine("base", Machine(), 0.01).generate(GenerationRequest(16, 11))
+    first = g.chunk_times_s[0]
+    times = (first, *(first + 0.004 * i for i in range(1, 11)))
+    marks = ((0.0, ThreadTimes({1: (0, 0), 2: (0, 0)})),
+             (first, ThreadTimes({1: (40 * 10**6, 4 * 10**6), 2: (10**5, 0)})),
+             (times[-1], ThreadTimes({1: (41 * 10**6, 10 * 10**6), 2: (10**5, 0)})))
+    sample = to_sample(replace(g, chunk_times_s=times, clock_marks=marks))
+    assert sample.decode_wait_s == pytest.approx(0.006)
+    assert sample.net_decode_tokens_per_s is not None
+    assert sample.net_decode_tokens_per_s > sample.engine_decode_tokens_per_s  # type: ignore[operator]
 
 
 def test_without_the_engines_clock_the_a_b_judges_wall_time() -> None:

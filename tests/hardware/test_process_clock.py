@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.hardware.process_clock import ProcessClock, ThreadTimes, parse_schedstat, window
+from pytest_tokperf.hardware.process_clock import (
+    ProcessClock,
+    ThreadTimes,
+    parse_schedstat,
+    window,
+    working,
+)
 
 
 def test_schedstat_text_is_run_and_wait_nanoseconds() -> None:
@@ -37,6 +43,20 @@ def test_no_working_thread_or_no_span_is_no_window() -> None:
     idle = ThreadTimes({1: (0, 0)})
     assert window(idle, idle, 1.0) is None
     assert window(idle, ThreadTimes({1: (10**9, 0)}), 0.0) is None
+
+
+def test_a_wider_windows_threads_are_measured_where_they_barely_ran() -> None:
+    # over the whole request thread 1 worked (0.3 s of 0.5 s); in the last 0.1 s it ran
+    # 2 ms and waited 30 ms: under BUSY_SHARE of that window, so not a working thread of
+    # it, unless the wider window names it
+    sent = ThreadTimes({1: (0, 0), 2: (0, 0)})
+    first = ThreadTimes({1: (298 * 10**6, 10**8), 2: (10**6, 0)})
+    end = ThreadTimes({1: (300 * 10**6, 130 * 10**6), 2: (10**6, 0)})
+    assert working(sent, end, 0.5) == frozenset({1})
+    assert window(first, end, 0.1) is None
+    got = window(first, end, 0.1, among=working(sent, end, 0.5))
+    assert got is not None and got.threads == 1
+    assert got.run_s == pytest.approx(0.002) and got.wait_s == pytest.approx(0.03)
 
 
 def test_a_process_gone_or_no_proc_reads_none(tmp_path: Path) -> None:
