@@ -44,32 +44,32 @@ SALT_LINE_TOKENS = 8
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
-def salt_tag(salt: int) -> str:
-    """The 12 characters that start ``salt``'s prompt and tell it from every other's.
+def salt_head(salt: int) -> str:
+    """The two characters that start ``salt``'s prompt tag: ``salt``'s last two base-36
+    digits, least significant first (the tag's other ten come from the salt's digest).
 
-    The first two are ``salt``'s last two base-36 digits, least significant first; the
-    other ten come from its digest. Salts less than 1296 apart (one call's repetitions,
-    and the calls and tests beside it, which are what a prefix cache still holds) differ
-    by the second character at the latest, so a cache can share at most the tokens that
-    cover the first one with an earlier prompt, whatever the tokenizer. An all-digest tag
-    shared its first two characters with 1 earlier tag in 256 and each such pair two
-    tokens on a byte-level BPE (mlx_lm then served them: "prefill is not cold").
+    Salts less than 1296 apart (one call's repetitions, and the calls and tests beside
+    it, which are what a prefix cache still holds) differ by the second character at the
+    latest, so a cache can share at most the tokens that cover the first one with an
+    earlier prompt, whatever the tokenizer. An all-digest tag shared its first two
+    characters with 1 earlier tag in 256 and each such pair two tokens on a byte-level BPE
+    (mlx_lm then served them: "prefill is not cold").
     """
     low = salt % (36 * 36)
-    digest = hashlib.sha256(f"tokperf-{salt}".encode()).hexdigest()
-    return _BASE36[low % 36] + _BASE36[low // 36] + digest[:10]
+    return _BASE36[low % 36] + _BASE36[low // 36]
 
 
 def text_prompt(n_tokens: int, salt: int) -> str:
     """A text of about ``n_tokens`` tokens whose first line is unique per ``salt``.
 
-    The tag (``salt_tag``) comes first so that a prefix cache can match no more of an
-    earlier prompt than its start-of-text token and the tag's first character. It ends as
-    an open word list, which models tend to continue rather than close, so engines that
-    can only cap the output length rarely stop early.
+    The tag (``salt_head``, then ten characters of the salt's digest) comes first so
+    that a prefix cache can match no more of an earlier prompt than its start-of-text
+    token and the tag's first character. It ends as an open word list, which models tend
+    to continue rather than close, so engines that can only cap the output length rarely
+    stop early.
     """
     digest = hashlib.sha256(f"tokperf-{salt}".encode()).hexdigest()
-    tag = salt_tag(salt)
+    tag = salt_head(salt) + digest[:10]
     words = max(n_tokens - SALT_LINE_TOKENS, 1)
     start = int(digest[12:20], 16) % len(FILLER_WORDS)
     body = " ".join(FILLER_WORDS[(start + i * 7) % len(FILLER_WORDS)] for i in range(words))

@@ -154,7 +154,7 @@ def test_the_plugin_starts_it_and_no_test_reuses_anothers_prompt(
                                 "--tokperf-max-cv", "0.99")
     result.assert_outcomes(passed=2)
     cached = cached_tokens(db)
-    # at most the tokens of the tags' first character can match (wire.salt_tag: with
+    # at most the tokens of the tags' first character can match (wire.salt_head: with
     # tags all from the digest, 1 of 56 runs here had a repetition sharing 2)
     assert len(cached) == 4 and all(c is not None and c <= 1 for c in cached), cached
     rows = stored(db)
