@@ -1,28 +1,7 @@
 """The bandwidth ceiling and the checks against it: pure arithmetic, no I/O.
 
-    decode tokens/s  <=  memory bandwidth / bytes read per generated token
-
-Each decoded token streams the active weights once plus the KV cache of every earlier
-token (``Footprint.total_bytes``). Prompt processing is compute-bound instead:
-``prefill tokens/s <= peak FLOP/s / (2 x active parameters)``, reported when the peak is
-known (the catalog's dense FP16 tensor figure; int8 kernels can in principle go past it,
-so it is a guide, not a gate).
-
-What the formula means beyond one device and one stream
---------------------------------------------------------
-* Tensor parallel over two GPUs: each GPU reads half the weights, but every layer waits
-  on an all-reduce over the link. Expect 1.2-1.6x one GPU's single-stream speed, not 2x;
-  a ceiling of ``2 x bandwidth / bytes`` is not reachable and 60% of it is a good result.
-  Pipeline (layer) split adds capacity, not single-stream speed: the ceiling stays that
-  of one GPU.
-* Partial offload: the token loop runs at the speed of the slowest resident part. With
-  some layers in system RAM, the time per token is the sum of each part's bytes over its
-  own bandwidth (GPU layers / VRAM + CPU layers / RAM, PCIe at 10-25 GB/s where weights
-  cross it), so 80% of layers on the GPU is nowhere near 80% of GPU speed. Compute the
-  ceiling per part and add the times; do not divide total bytes by GPU bandwidth.
-* Batching many requests moves decode toward compute-bound: the formula is per stream.
-* Speculative decoding multiplies the base rate by accepted tokens per verify step; a
-  speculative run can exceed the ceiling legitimately. Check the base with it off.
+``decode tokens/s <= memory bandwidth / bytes read per token`` (weights plus KV read so
+far), per stream; prefill is bounded by ``peak FLOP/s / (2 x active parameters)``.
 """
 
 from __future__ import annotations
@@ -58,12 +37,8 @@ LOW_EFFICIENCY_HINTS = (
 
 @dataclass(frozen=True, slots=True)
 class EfficiencyCheck:
-    """Measured decode against the ceiling: ``pass``, ``fail``, or ``suspect``.
-
-    ``suspect`` means the measurement is implausibly far above the ceiling (over
-    ``SUSPECT_ABOVE``): the bandwidth figure is too low or the bytes are over-counted.
-    It is not ``ok``: a wrong ceiling should be fixed, not passed silently.
-    """
+    """Measured decode against the ceiling: ``pass``, ``fail``, or ``suspect``. ``suspect``:
+    more than ``SUSPECT_ABOVE`` over the ceiling, so the ceiling is wrong."""
 
     status: EfficiencyStatus
     efficiency: float
@@ -127,12 +102,7 @@ def compute_ceiling(
 
 
 def describe_ceiling(ceiling: Ceiling) -> str:
-    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``.
-
-    A model split between GPU and system RAM adds how its effective bandwidth was
-    combined (``hardware.bandwidth.bandwidth_for``): the slowest part bounds decode; a
-    measured (probed) figure adds which probes it is (``hardware.reached``).
-    """
+    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``."""
     fp = ceiling.footprint
     text = (
         f"{format_bandwidth(ceiling.bandwidth.bytes_per_s)} / {format_gb(fp.total_bytes)} "
@@ -151,11 +121,7 @@ def efficiency(measured_tokens_per_s: float, ceiling: Ceiling) -> float:
 
 
 def decode_efficiency(result: BenchResult, ceiling: Ceiling | None) -> float | None:
-    """A result's efficiency: its median judged decode (``BenchResult.judged_decode_tokens_per_s``)
-    over the ceiling; None when either is unknown.
-
-    The one definition every consumer uses (fixture, recorder, table, reports).
-    """
+    """A result's median judged decode over the ceiling; None when either is unknown."""
     decode = result.judged_decode_tokens_per_s
     if ceiling is None or decode is None:
         return None

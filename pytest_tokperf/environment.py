@@ -1,7 +1,6 @@
 """Where a run happens: host, OS, Python, versions, project commit and CI job.
 
-Collected once per pytest session or CLI run into a ``RunInfo``; nothing here fails
-a run: anything that cannot be found is ``None``.
+Collected once per run into a ``RunInfo``; nothing here fails: unknowns are ``None``.
 """
 
 from __future__ import annotations
@@ -76,11 +75,7 @@ def collect_run_info(
     env: Mapping[str, str] | None = None,
     pytest_version: str | None = None,
 ) -> RunInfo:
-    """A fresh ``RunInfo`` (new uuid4 run id, UTC start time) for this process.
-
-    ``pytest_version`` defaults to the installed distribution's (read from metadata, so
-    this module does not import pytest).
-    """
+    """A fresh ``RunInfo`` (new run id, UTC start time); no pytest import."""
     env = os.environ if env is None else env
     provider, job = ci_job(env)
     return RunInfo(

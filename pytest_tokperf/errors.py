@@ -1,12 +1,6 @@
 """The error tree every layer raises, and the plugin's warning category.
 
-Messages name the offending value with ``!r``, say where it came from and what to
-do about it. The plugin turns ``ConfigError`` into a pytest usage error and the
-others into test failures; the CLI prints them without a traceback.
-
-The ground floor of the library: it imports nothing, so the CLI and scripts never load
-pytest. ``TokperfWarning`` is a ``UserWarning``; pytest lists it in its warnings summary
-like any other, and ``-W error::pytest_tokperf.TokperfWarning`` makes it fatal.
+Messages name the value (``!r``), where it came from and what to do. Imports nothing.
 """
 
 from __future__ import annotations

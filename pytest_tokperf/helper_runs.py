@@ -1,14 +1,6 @@
-"""Short helper runs of an engine binary (``--help``, ``--version``, ``--list-devices``),
-bounded in time, output and processes.
+"""Short helper runs of an engine binary (``--help``, ``--version``, ``--list-devices``).
 
-``subprocess.run(..., timeout=)`` kills only the child it started and then waits for
-the pipes to close: a wrapper script's grandchild that holds them keeps it waiting
-forever, and is left running. Here each helper runs in its own session; at its
-timeout, and after it exits, its whole process group is killed, output beyond
-``MAX_OUTPUT_BYTES`` is dropped, and a binary that did not answer in time is not asked
-again in this process (its later checks return None at once), so a binary that never
-answers costs one timeout, not one per check (a timeout of ``SILENT_AFTER_S`` or more:
-a short one proves nothing about a cold start).
+Bounded in time, output and processes; a binary that times out is not asked again.
 """
 
 from __future__ import annotations
@@ -25,8 +17,7 @@ MAX_OUTPUT_BYTES = 1 << 20
 """The most a helper's output is kept (a help text is tens of KiB)."""
 
 SILENT_AFTER_S = 5.0
-"""A binary that does not answer within this long is not asked again (a shorter
-timeout, such as the report header's, proves nothing about a cold start)."""
+"""A binary silent for this long is not asked again (shorter timeouts prove nothing)."""
 
 _silent: set[str] = set()
 """Binaries that did not answer a helper run of ``SILENT_AFTER_S`` or more (this process)."""
@@ -49,9 +40,7 @@ def kill_group(pgid: int, sig: signal.Signals = signal.SIGKILL) -> None:
 
 def run_helper(argv: Sequence[str], timeout_s: float, *,
                stderr: bool = True) -> HelperOutput | None:
-    """Run ``argv`` for at most ``timeout_s`` seconds; None when it cannot start, did not
-    finish in time (or an earlier helper run of the same binary did not). ``stderr``:
-    keep it with stdout in ``text`` (else it is dropped)."""
+    """Run ``argv`` for at most ``timeout_s``; None when it failed to start or finish."""
     binary = str(argv[0])
     if timeout_s <= 0 or binary in _silent:
         return None

@@ -1,6 +1,5 @@
 """Hooks pytest-tokperf calls; implement them in a ``conftest.py`` or a plugin.
 
-The plugin adds these with ``pluginmanager.add_hookspecs`` in ``pytest_addhooks``.
 Each docstring is an example to paste.
 """
 
@@ -19,12 +18,8 @@ if TYPE_CHECKING:
 def pytest_tokperf_add_engines(register: Callable[[str, EngineFactory], None]) -> None:
     """Register more engines for ``--tokperf-engine NAME``; called once, at configure time.
 
-    ``register(name, factory)``: ``factory(config)`` gets an
-    ``pytest_tokperf.engines.registry.EngineConfig`` (``base_url``, ``timeout_s``,
-    ``idle_timeout_s``, ``api_key``, ``model``, ``settings``, ``transport``) and returns
-    an object with the ``Engine``
-    methods (``name``, ``base_url``, ``ready()``, ``info()``, ``generate(request)``,
-    ``close()``). An OpenAI-compatible server needs only a subclass::
+    ``register(name, factory)``: ``factory(config)`` gets an ``EngineConfig`` and returns
+    an ``Engine``. An OpenAI-compatible server needs only a subclass::
 
         # conftest.py
         from pytest_tokperf.engines.openai_compat import OpenAICompatible
@@ -40,6 +35,4 @@ def pytest_tokperf_add_engines(register: Callable[[str, EngineFactory], None]) -
                 settings=config.settings, transport=config.transport,
                 idle_timeout_s=config.idle_timeout_s, api_key=config.api_key,
             ))
-
-    then ``pytest --tokperf-engine my-server --tokperf-url http://127.0.0.1:9000``.
     """

@@ -1,10 +1,6 @@
 """Where the tool keeps its files outside any project checkout: one policy for all.
 
-``cache_root()`` holds built engines (``engines/``), generated models (``models/``), the
-release index and the host's reached bandwidth; ``PYTEST_TOKPERF_CACHE`` overrides it.
-The platform's convention comes from ``platformdirs``: ``$XDG_CACHE_HOME/tokperf`` or
-``~/.cache/tokperf`` on Linux, ``~/Library/Caches/tokperf`` on macOS,
-``%LOCALAPPDATA%\\tokperf\\Cache`` on Windows.
+``cache_root()`` follows ``platformdirs``; ``PYTEST_TOKPERF_CACHE`` overrides it.
 """
 
 from __future__ import annotations
@@ -36,6 +32,5 @@ def models_dir() -> Path:
 
 
 def engine_venvs_dir() -> Path:
-    """Virtual environments of Python engines (``mlx``, ``vllm``) that ``.ci/install-engines``
-    installs and the plugin starts from."""
+    """Virtual environments of Python engines that ``.ci/install-engines`` installs."""
     return cache_root() / "venvs"

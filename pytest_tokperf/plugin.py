@@ -7,6 +7,7 @@ report); this module resolves settings once, keeps session state in
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
@@ -46,25 +47,25 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def _help(spec: settings_mod.OptionSpec) -> str:
+    if spec.use:
+        return f"deprecated: use {spec.use}"
     text = spec.help
     if spec.default is not None and "default" not in text:
         text += f" (default {spec.default})"
-    if spec.env:
-        text += f" [env {spec.env_var}]"
-    return text.replace("%", "%%")  # argparse %-formats help strings
+    return text + (f" [env {spec.env_var}]" if spec.env else "")
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     _refuse_dash_values(pluginmanager)
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
-        if spec.switch:
-            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
-                            action="store_true", help=_help(spec))
-        else:
-            group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None,
-                            metavar=spec.metavar, help=_help(spec))
-        parser.addini(spec.ini, spec.help, default=None)
+        shown = spec.cli and not spec.use  # the others still work, with a warning
+        kind = ({"action": "store_true"} if spec.switch else
+                {"action": "append" if spec.repeat else "store", "metavar": spec.metavar})
+        group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None, **kind,
+                        help=_help(spec).replace("%", "%%") if shown else argparse.SUPPRESS)
+        parser.addini(spec.ini, f"deprecated: use tokperf_{spec.renamed}" if spec.use
+                      else spec.help if shown else _help(spec), default=None)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
@@ -91,10 +92,13 @@ def _refuse_dash_values(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def _project_dir(config: pytest.Config) -> Path:
-    """Where .tokperf/ goes: the rootdir when an ini file fixed it, else the cwd."""
+    """Where .tokperf/ goes: the rootdir when an ini file fixed it, else the project root
+    found from the cwd as every ``tokperf`` verb finds it."""
+    from pytest_tokperf.storage.location import project_root
+
     if config.inipath is not None:
         return Path(config.rootpath)
-    return Path(config.invocation_params.dir)
+    return project_root(Path(config.invocation_params.dir))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -113,6 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
             engine_names=None,  # checked below, with the engines conftests register
+            warn=lambda message: _deprecation(config, message),
         )
         if settings.active and _xdist_workers(config):
             raise ConfigError(
@@ -134,6 +139,16 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[STATE] = PluginState(settings=settings, run=run)
+
+
+def _deprecation(config: pytest.Config, message: str) -> None:
+    """An old option name, in pytest's warnings summary; under ``filterwarnings = error``
+    a line on stderr instead: a renamed option is no reason to stop a run."""
+    try:
+        config.issue_config_time_warning(settings_mod.TokperfDeprecationWarning(message),
+                                         stacklevel=2)
+    except settings_mod.TokperfDeprecationWarning:
+        sys.stderr.write(f"tokperf: {message}\n")
 
 
 def _xdist_workers(config: pytest.Config) -> str | None:
@@ -169,7 +184,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                  + (f", driver {hw.driver}" if hw.driver else "") + f"); bandwidth {source}")
     lines.append(f"tokperf: engine device {_device_line(run)}")
     if s.ab:
-        b = s.baseline_settings()
+        b = s.ab_settings()
         what = (f"attached {b.url}" if b.url else
                 f"started {b.server_bin or b.engine_version or 'the same binary'}, model {b.model}")
         lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the baseline "
@@ -185,7 +200,7 @@ def _device_line(run: BenchRun) -> str:
         return f"{s.device.describe()} (--tokperf-device)"
     if s.url is None:
         return "as the started engine reports it (its devices and offloaded layers), per result"
-    from pytest_tokperf.engines.llama_server.settings import placement_of
+    from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 
     try:
         placement = placement_of(run.session.engine().info())

@@ -1,9 +1,4 @@
-"""Frozen value types that cross module boundaries.
-
-SI units inside (seconds, bytes, tokens per second); conversion happens at the edges.
-Adapters produce ``Generation`` values; ``measure`` turns them into ``Sample`` and
-``BenchResult``; storage, statistics and reports read those.
-"""
+"""Frozen value types that cross module boundaries; SI units inside."""
 
 from __future__ import annotations
 
@@ -16,21 +11,15 @@ Progress = Callable[[str], None]
 """Receives one human-readable line of progress (a terminal line, a log line)."""
 
 Verdict = Literal["pass", "fail", "suspect", "unchecked", "unstable", "error"]
-"""pass/fail against the configured efficiency floor; suspect when the measurement
-beats the ceiling by too much (the ceiling is wrong); unchecked when no floor applies;
-unstable when nothing failed but the judged decode spread too widely over the
-repetitions to support a figure (CV above ``--tokperf-max-cv``; never stored as pass);
-error when the measurement broke off (the samples taken before are still stored)."""
+"""pass/fail against the efficiency floor; suspect: far above the ceiling (the ceiling is
+wrong); unchecked: no floor; unstable: judged decode CV above ``tokperf_max_cv`` (never
+stored as pass); error: the measurement broke off (earlier samples still stored)."""
 
 
 @dataclass(frozen=True, slots=True)
 class EngineTimings:
-    """The engine's own account of one request, normalised to seconds and tokens.
-
-    ``decode_s`` spans first to last generated token, so it holds
-    ``generated_tokens - 1`` intervals; ``prefill_s`` is the engine-side time from
-    the start of prompt processing to the first sampled token.
-    """
+    """The engine's own account of one request: ``decode_s`` spans first to last token (N-1
+    intervals), ``prefill_s`` to the first sampled token."""
 
     prompt_tokens: int | None = None
     cached_prompt_tokens: int | None = None
@@ -61,13 +50,8 @@ class EngineTimings:
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """One streamed generation, pinned to exact token counts where the engine allows.
-
-    ``salt`` makes the prompt unique at its start so no prefix cache can serve it. A
-    prompt is a prefix of every longer prompt with the same salt, so a short request
-    primes the cache for a longer one; ``reuse_prefix`` lets the engine serve the
-    prompt's start from its prefix cache (cold requests never may).
-    """
+    """One streamed generation at exact token counts; ``salt`` makes the prompt's start
+    unique, ``reuse_prefix`` allows the prefix cache."""
 
     prompt_tokens: int
     generate_tokens: int
@@ -75,20 +59,14 @@ class GenerationRequest:
     timeout_s: float = 600.0
     reuse_prefix: bool = False
     chat: bool = False
-    """Send the prompt as a user message through the engine's chat endpoint and model
-    template, so a reasoning model thinks and the engine separates its thinking."""
+    """Through the chat endpoint and model template (reasoning separated)."""
     clock: Callable[[], object] | None = field(default=None, compare=False, repr=False)
-    """Reads the engine process's own clock (``hardware.process_clock``) where tokperf
-    started the server: the stream calls it at the first content chunk and at the end."""
+    """The engine process's own clock, read at the first content chunk and at the end."""
 
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """What the client saw for one request, on its own monotonic clock.
-
-    ``chunk_times_s[i]`` is when the i-th chunk carrying generated content arrived and
-    ``chunk_tokens[i]`` how many tokens it carried (engines may batch several).
-    """
+    """What the client saw for one request: content chunks' arrival times and tokens."""
 
     request: GenerationRequest
     sent_s: float
@@ -100,38 +78,28 @@ class Generation:
     stop_reason: str | None
     engine: EngineTimings | None
     chunk_reasoning: tuple[bool, ...] = ()
-    """Per chunk, True when the engine marked its content as reasoning (thinking);
-    empty when the engine does not separate reasoning."""
+    """Per chunk, True for reasoning content; empty when the engine does not separate it."""
     client_s_per_event: float | None = None
-    """The client's own time per streamed event (reading, parsing, recording): when it
-    nears the interval between chunks, the client, not the engine, sets the pace."""
+    """The client's own time per streamed event (near the chunk gap it sets the pace)."""
     clock_marks: tuple[tuple[float, object], tuple[float, object], tuple[float, object]] | None = None
-    """(client time, ``request.clock()``) when the request was sent, at the first content
-    chunk and at the end of the stream; None without a clock."""
+    """(client time, ``request.clock()``) at send, first content and end; or None."""
 
 
 LOADED_SHARE = 0.25
-"""Other processes using this share of the CPUs (or more) during the repetitions make a
-figure the neighbours' as much as the engine's: it is flagged (``MachineLoad.loaded``)."""
+"""Share of the CPUs used by other processes at which a figure is flagged as loaded."""
 LOADED_STEAL = 0.05
 """The hypervisor taking this share of CPU time (or more) flags a figure the same way..."""
 STEAL_MIN_CPU_S = 2.0
-"""...over a window of at least this many CPU-seconds (wall x CPUs): /proc counts time in
-ticks of 10 ms, so in a 0.2 s window on 2 CPUs one stolen tick reads 2.5%."""
+"""...over a window of at least this many CPU-seconds (wall x CPUs)."""
 BUSY_NOTE = "machine busy:"
-"""How a flagged figure's note begins (``MachineLoad.warning``): code that lets a busy
-machine pass (a test on a shared runner) matches on it."""
+"""How a flagged figure's note begins (code that lets a busy machine pass matches on it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class MachineLoad:
-    """The machine's own state while repetitions ran (``hardware.load``, from /proc).
-
-    CPU figures are CPU-seconds per wall second (1.6 = one and a bit CPUs busy on
-    average); ``busy_cpus`` excludes steal. ``engine_cpus`` is None when the engine's
-    process is not known (an attached server), and then so is ``others_cpus``. Unknown
-    (no /proc: macOS, Windows) is ``busy_cpus`` None, with ``detail`` saying why.
-    """
+    """The machine's state while repetitions ran, in CPU-seconds per wall second;
+    ``engine_cpus`` None: engine unknown; ``busy_cpus`` None: no /proc (``detail`` says
+    why)."""
 
     wall_s: float
     cpus: int
@@ -141,8 +109,7 @@ class MachineLoad:
     steal: float | None = None
     """Share of all CPU time the hypervisor gave to other guests (0.1 = 10%)."""
     run_queue: float | None = None
-    """Other processes' runnable threads (the engine's and tokperf's own taken out), mean
-    of the samples; above ``cpus`` they queue for a CPU."""
+    """Other processes' runnable threads (mean of the samples)."""
     run_queue_max: int | None = None
     load_1m: float | None = None
     samples: int = 0
@@ -159,8 +126,7 @@ class MachineLoad:
 
     @property
     def others_cpus(self) -> float | None:
-        """Other processes' CPU-seconds per wall second: machine busy minus the engine's
-        and tokperf's own (None when the engine's process is not known)."""
+        """Busy CPUs less the engine's and tokperf's (None: engine not known)."""
         if self.busy_cpus is None or self.engine_cpus is None:
             return None
         return max(0.0, self.busy_cpus - self.engine_cpus - (self.own_cpus or 0.0))
@@ -190,9 +156,7 @@ class MachineLoad:
         return f"other processes used {others:.1f} of {self.cpus} CPUs {during} ({queue}, {steal})"
 
     def brief(self) -> str:
-        """The same reading in a few words, for a line that shows two of them side by side
-        ("others 1.6 of 2 CPUs, run queue 5.0, steal 0%, busy"; where the engine's process
-        is not known, "all processes 1.9 of 2 CPUs, the engine's share unknown, ...")."""
+        """The same reading in a few words, for a line that shows two side by side."""
         if not self.known:
             return "unknown"
         others = self.others_cpus
@@ -212,8 +176,7 @@ class MachineLoad:
 
 
 def combine_loads(loads: Sequence[MachineLoad | None]) -> MachineLoad | None:
-    """One reading for several windows (the repetitions of a result): CPU figures
-    weighted by each window's wall time, the run queue by its samples."""
+    """One reading for several windows, weighted by wall time (run queue by samples)."""
     known = [x for x in loads if x is not None and x.known and x.wall_s > 0]
     if not known:
         return next((x for x in loads if x is not None), None)
@@ -261,8 +224,7 @@ class Sample:
     reasoning_tokens: int | None = None
     """Generated tokens the engine streamed as reasoning (None: it does not separate)."""
     answer_ttft_s: float | None = None
-    """Request sent -> first non-reasoning token: what a chat user waits for when the
-    thinking is hidden (None when no answer token arrived or nothing is separated)."""
+    """Request sent -> first non-reasoning token (None when there is none)."""
     round_index: int | None = None
     """Which measured round the request belonged to (concurrent streams share a round)."""
     round_wall_s: float | None = None
@@ -270,9 +232,7 @@ class Sample:
     load: MachineLoad | None = None
     """The machine during this repetition's round (None: not sampled)."""
     decode_wait_s: float | None = None
-    """During decode, the time the engine's working threads were ready to run but waited
-    for a CPU that another process held (``hardware.process_clock``; None where tokperf
-    cannot read the engine's threads: an attached server, no Linux schedstat)."""
+    """Time the engine's threads waited for a CPU during decode (None: not readable)."""
     decode_wait_share: float | None = None
     """``decode_wait_s`` over the decode window: 0.3 = neighbours took 30% of it."""
     ttft_wait_s: float | None = None
@@ -294,8 +254,7 @@ class Sample:
 
     @property
     def net_decode_tokens_per_s(self) -> float | None:
-        """The judged decode figure net of the time the engine waited for a CPU: what it
-        does with the CPUs to itself (None without the engine's clock)."""
+        """Judged decode net of the engine's CPU wait (None without the engine's clock)."""
         rate = (self.engine_decode_tokens_per_s if self.engine_decode_tokens_per_s
                 else self.decode_tokens_per_s)
         if rate is None or self.decode_wait_s is None or self.generated_tokens < 2:
@@ -305,19 +264,14 @@ class Sample:
 
     @property
     def chars_per_s(self) -> float | None:
-        """Characters a reader sees per second during steady decode.
-
-        A token of Korean carries less text than one of English, so the same tok/s
-        reads slower: this is the speed a reader feels.
-        """
+        """Characters a reader sees per second during steady decode."""
         if not self.decode_tokens_per_s or not self.generated_tokens:
             return None
         return self.text_chars / self.generated_tokens * self.decode_tokens_per_s
 
 
 class DecodeFigures(Protocol):
-    """What the judged-decode rule reads of a repetition (a ``Sample``, or the figures a
-    stored history reads back)."""
+    """What the judged-decode rule reads of a repetition (a ``Sample`` or a stored one)."""
 
     @property
     def decode_tokens_per_s(self) -> float | None: ...
@@ -327,11 +281,7 @@ class DecodeFigures(Protocol):
 
 
 def judged_decode_values(samples: Sequence[DecodeFigures]) -> list[float]:
-    """Per repetition, the decode figure tokperf judges: the engine's own timing when every
-    repetition has it (llama-server ``timings``, Ollama ``eval_duration``), else the
-    client's ``(N - 1) / (t_last - t_first)``. The one rule behind
-    ``BenchResult.judged_decode_tokens_per_s``, adaptive repetitions and the gate.
-    """
+    """Per repetition, the judged decode: the engine's timing if all have it, else ours."""
     engine = [s.engine_decode_tokens_per_s for s in samples]
     chosen = engine if samples and all(engine) else [s.decode_tokens_per_s for s in samples]
     return [v for v in chosen if v is not None]
@@ -383,9 +333,7 @@ class EngineInfo:
     speculative: bool = False
     settings: tuple[tuple[str, str], ...] = ()
     warnings: tuple[str, ...] = ()
-    """What the engine showed that makes this not a clean base measurement (another
-    model loaded beside it, part of the model outside GPU memory, drafting nobody
-    configured), one sentence each, for the summary and the stored result."""
+    """Why this is not a clean base measurement, one sentence each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,11 +347,9 @@ class Workload:
     repetitions: int = 5
     warmup: int = 1
     cached_prefix_tokens: int = 0
-    """The first N tokens of depth + prompt were sent in an unmeasured request just
-    before, so the engine's prefix cache may serve them: a warm TTFT (0 = cold)."""
+    """The first N tokens were sent just before, for a warm TTFT (0 = cold)."""
     chat: bool = False
-    """Through the engine's chat endpoint and the model's template (a reasoning model
-    thinks; its thinking tokens are counted apart) instead of a raw prompt."""
+    """Through the chat endpoint and model template instead of a raw prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,8 +372,7 @@ class BenchResult:
     ttft_minus_engine_prefill_s: float | None
     notes: tuple[str, ...] = field(default=())
     aggregate_tokens_per_s: Summary | None = None
-    """Output tokens of all streams per second of wall time (first send to last token),
-    prefill included; with one stream it is the request's end-to-end output rate."""
+    """Output tokens of all streams per second of wall time, prefill included."""
     load: MachineLoad | None = None
     """The machine over all measured repetitions (``combine_loads`` of the samples')."""
 
@@ -462,13 +407,7 @@ class BenchResult:
 
     @property
     def judged_decode_tokens_per_s(self) -> Summary | None:
-        """The decode figure tokperf judges (efficiency, floors, the gate, histories).
-
-        The engine's own timing when every repetition has it (llama-server ``timings``,
-        Ollama ``eval_duration``): a client starved of CPU reads tokens in bursts and its
-        clock then overstates decode, the engine's does not. Else the client's
-        ``(N - 1) / (t_last - t_first)``. Both stay in the result, side by side.
-        """
+        """The decode figure tokperf judges (``judged_decode_values``)."""
         if self.samples and all(s.engine_decode_tokens_per_s for s in self.samples):
             return self.engine_decode_tokens_per_s
         return self.decode_tokens_per_s
@@ -493,8 +432,7 @@ class ModelInfo:
 BandwidthSource = Literal[
     "explicit", "nvml", "apple-catalog", "catalog", "dmidecode", "measured", "split"
 ]
-"""``split``: a model read partly from a GPU and partly from system RAM; the detail
-says how the effective figure was combined (``hardware.bandwidth.bandwidth_for``)."""
+"""``split``: a model read partly from GPU and partly from RAM (``bandwidth_for``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,11 +459,7 @@ class HardwareInfo:
 
     @property
     def bandwidth(self) -> Bandwidth | None:
-        """The figure a ceiling divides by: explicit beats measured beats spec.
-
-        A measured probe is preferred to a datasheet because a ceiling a healthy run
-        exceeds is a wrong ceiling; an explicit value is what the user told us.
-        """
+        """The figure a ceiling divides by: explicit beats measured beats spec."""
         for candidate in (self.spec_bandwidth, self.measured_bandwidth):
             if candidate is not None and candidate.source == "explicit":
                 return candidate

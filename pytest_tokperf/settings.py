@@ -24,8 +24,9 @@ from pytest_tokperf.transport.credentials import (
     api_key_from_env,
     redact_url,
 )
-from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.storage.location import DbLocation, is_pg_url, parse_pg_url
+from pytest_tokperf.errors import ConfigError, TokperfWarning
+from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, db_location,
+                                             default_db, is_pg_url, parse_pg_url, project_root)
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.placement import Device
@@ -146,6 +147,8 @@ def _text(value: str, where: str, name: str) -> str:
 def _release(value: str, where: str, name: str) -> str:
     from pytest_tokperf.builds.releases import release_number
 
+    if len(value) > 40:  # int() refuses thousands of digits with a ValueError
+        raise ConfigError(f"{name} {value[:40]!r}... from {where} is no release; e.g. b11292")
     try:
         return f"b{release_number(value)}"
     except ConfigError as exc:
@@ -235,6 +238,12 @@ class OptionSpec:
     env: bool = False
     switch: bool = False
     """A command-line flag without a value (true when given); ini and env take true/false."""
+    cli: bool = True
+    """False: set once per project, in ini or environment; the flag is hidden and warns."""
+    repeat: bool = False
+    """The flag may be given several times; ini and env take a comma-separated list."""
+    use: str | None = None
+    """An old name, read under every spelling with a warning that says to use this."""
 
     @property
     def flag(self) -> str:
@@ -248,6 +257,67 @@ class OptionSpec:
     def env_var(self) -> str:
         return "PYTEST_TOKPERF_" + self.name.upper()
 
+    @property
+    def renamed(self) -> str:
+        """An old name's new option: ``ab_engine`` for ``use="--tokperf-ab-engine URL"``."""
+        return str(self.use).split()[0].removeprefix("--tokperf-").replace("-", "_")
+
+
+class TokperfDeprecationWarning(TokperfWarning, DeprecationWarning):
+    """An old option name was used; the message names the new one."""
+
+
+def _repetitions(value: str, where: str, name: str) -> tuple[int | None, int, int]:
+    """``N`` (exactly N) or ``MIN-MAX`` (adaptive between): (fixed, least, most)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
+    if match and match.group(2) is None and 1 <= int(match.group(1)) <= 1 << 20:
+        return int(match.group(1)), 3, 10
+    if match and match.group(2) is not None and 2 <= int(match.group(1)) \
+            <= int(match.group(2)) <= 1 << 20:
+        return None, int(match.group(1)), int(match.group(2))
+    raise ConfigError(f"{name} {value!r} from {where} is neither N (a whole number in "
+                      f"[1, {1 << 20}]) nor MIN-MAX (2 <= MIN <= MAX); e.g. 5, or 3-10 for "
+                      f"adaptive repetitions (an interval needs at least 2)")
+
+
+REPORT_FORMATS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html",
+                  ".htm": "html"}
+
+
+def _reports(value: str, where: str, name: str) -> tuple[tuple[str, str], ...]:
+    """Comma-separated report paths, each (format by suffix, path)."""
+    out = []
+    for path in (part.strip() for part in str(value).split(",")):
+        kind = REPORT_FORMATS.get(Path(path).suffix.lower())
+        if kind is None:
+            raise ConfigError(f"{name} {path!r} from {where}: the suffix names the format, "
+                              f"and {Path(path).suffix or 'no suffix'!r} is none of "
+                              f"{', '.join(REPORT_FORMATS)}; e.g. {name} summary.md")
+        out.append((kind, path))
+    return tuple(out)
+
+
+def _ab_engine(value: str, where: str, name: str) -> tuple[str, str]:
+    """An http(s) URL (attach), a release (cached build) or a llama-server binary."""
+    text = str(value).strip()
+    if "://" in text:
+        return "url", _url(text, where, name)
+    try:
+        path = Path(text).expanduser()
+        found = "file" if path.is_file() else "dir" if path.is_dir() else None
+    except (OSError, RuntimeError, ValueError):  # too long, ~nobody, a NUL
+        found = None
+    if re.fullmatch(r"[bB]?\d{1,9}", text) and found is None:
+        return "release", _release(text, where, name)
+    if found != "file":
+        why = "a directory" if found == "dir" else "no such file"
+        raise ConfigError(
+            f"{name} {value!r} from {where} is no http(s) URL, no llama.cpp release (e.g. "
+            f"b11292) and no llama-server binary ({why}); give one of those, e.g. {name} b11292")
+    return "bin", text
+
+
+_FRACTION = _number(0, 1, closed_hi=False, what="a fraction", example="0.05 means a 5% change")
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("engine", f"engine to measure: {', '.join(ENGINE_NAMES)}", _text, None, "NAME", True),
@@ -268,21 +338,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ctx_size", "context size per slot of a started server", _TOKENS, 4096, "N"),
     OptionSpec("parallel", "slots of a started llama-server (-np): how many concurrent "
                "streams tok_bench(concurrency=N) may use", _whole(1, 1024, "4"), 1, "N"),
-    OptionSpec("repetitions", "measured repetitions per workload: exactly N, as llama-bench's "
-               "-r (default: adaptive, until the decode interval is within "
-               "--tokperf-target-interval)", _COUNT, None, "N"),
+    OptionSpec("repetitions", "measured repetitions per workload: N exactly (as llama-bench's "
+               "-r), or MIN-MAX: adaptive, until the decode interval is within "
+               "tokperf_target_interval (default 3-10)", _repetitions, (None, 3, 10), "N|MIN-MAX"),
     OptionSpec("target_interval", "adaptive repetitions stop once the 95% interval of the "
-               "mean judged decode is within +/- this fraction of it", _SHARE, 0.02, "F"),
-    OptionSpec("min_repetitions", "adaptive repetitions: at least this many", _REPETITION_BOUND,
-               3, "N"),
-    OptionSpec("max_repetitions", "adaptive repetitions: at most this many", _REPETITION_BOUND,
-               10, "N"),
+               "mean judged decode is within +/- this fraction of it", _SHARE, 0.02, "F",
+               True, cli=False),
     OptionSpec("max_cv", "a result whose judged decode varies more than this (coefficient of "
                "variation over its repetitions) is 'unstable', never 'pass'", _SHARE, 0.05,
-               "F"),
+               "F", True, cli=False),
     OptionSpec("warmup", "discarded warm-up runs per workload", _whole(0, 1 << 20, "1"), 1, "N"),
-    OptionSpec("db", "results database: an SQLite file (default .tokperf/results.db in the "
-               "rootdir when an ini file sets it, else in the current directory) or a "
+    OptionSpec("db", f"results database: an SQLite file ({DEFAULT_DB_HELP}) or a "
                "postgresql://USER@HOST/DBNAME URL a fleet of runners shares (password from "
                "PGPASSWORD or ~/.pgpass); 'off' writes nothing",
                _text, None, "PATH", True),
@@ -291,78 +357,82 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("request_timeout", "seconds one generation may take", _SECONDS, 600.0, "S"),
     OptionSpec("idle_timeout", "seconds without a new token, once tokens flow, before a "
                "generation counts as stalled (keep-alive comments do not count)", _SECONDS,
-               DEFAULT_IDLE_TIMEOUT_S, "S"),
+               DEFAULT_IDLE_TIMEOUT_S, "S", True, cli=False),
     OptionSpec("max_body", "largest non-streamed answer read from an engine (/props, "
                "/v1/models, /metrics ...), e.g. 8MiB; a longer one is refused, never buffered",
-               _byte_size, MAX_BODY_BYTES, "SIZE", True),
+               _byte_size, MAX_BODY_BYTES, "SIZE", True, cli=False),
     OptionSpec("api_key_env", "environment variable holding the API key sent as "
                "'Authorization: Bearer' (llama-server --api-key, vLLM, LM Studio, OpenAI-"
-               f"compatible servers); never pass the key itself (default {DEFAULT_API_KEY_ENV})",
-               _env_name, DEFAULT_API_KEY_ENV, "NAME", True),
+               f"compatible servers); never the key itself (default {DEFAULT_API_KEY_ENV})",
+               _env_name, DEFAULT_API_KEY_ENV, "NAME", True, cli=False),
     OptionSpec("bandwidth", "memory bandwidth for the ceiling, e.g. 1008GB/s (default: "
                "detected: NVML, the catalog, or a read probe on the CPU)", _bandwidth, None,
                "BW", True),
-    OptionSpec("bandwidth_file", "where the read probes of each host are kept between "
-               "sessions: a CPU decode is judged against the highest bandwidth its host has "
-               "reached (default: bandwidth.json in tokperf's cache dir; 'off': this session's "
-               "probes only)", _text, None, "PATH", True),
+    OptionSpec("bandwidth_file", "where each host's read probes are kept between sessions: a "
+               "CPU decode is judged against the highest bandwidth its host reached (default: "
+               "bandwidth.json in tokperf's cache dir; 'off': this session's probes only)",
+               _text, None, "PATH", True, cli=False),
     OptionSpec("device", "where the engine runs, for the ceiling's bandwidth: cpu, cuda:N, "
-               "metal, rocm:N, vulkan:N (default: what the engine reports; llama-server's "
-               "devices and offloaded layers, Ollama's share in VRAM)", _device, None, "DEVICE",
-               True),
+               "metal, rocm:N, vulkan:N (default: what the engine reports)", _device, None,
+               "DEVICE", True),
     OptionSpec("min_efficiency", "fail a tok_bench measurement whose decode is below this "
                "fraction of the ceiling, e.g. 0.6", FRACTION_OF_CEILING, None, "F"),
-    OptionSpec("baseline", "regression baseline: 'history' (earlier runs of the same series in "
-               "the DB, default), 'engine=VERSION', another results DB, or 'off'", _baseline, Baseline("history"),
-               "SPEC", True),
+    OptionSpec("baseline", "the stored history the regression gate judges against: 'history' "
+               "(earlier runs of the same series in the DB, default), 'engine=VERSION', another "
+               "results DB, or 'off'", _baseline, Baseline("history"), "SPEC", True),
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
-               _number(0, 1, closed_hi=False, what="a fraction",
-                       example="0.05 means a 5% change"), 0.05, "F"),
-    OptionSpec("report_md", "write a markdown summary here at the end (the GitHub step "
-               "summary gets one whenever GITHUB_STEP_SUMMARY is set)", _text, None, "PATH"),
-    OptionSpec("report_json", "write the session's results as JSON here", _text, None, "PATH"),
-    OptionSpec("report_html", "write a self-contained HTML report with plots here (needs "
-               "matplotlib: pip install 'pytest-tokperf[plot]')", _text, None, "PATH"),
+               _FRACTION, 0.05, "F"),
+    OptionSpec("report", "write a report here at the end, the format by suffix: .md (the "
+               "GitHub step summary gets one whenever GITHUB_STEP_SUMMARY is set), .json, "
+               ".html (plots: pip install 'pytest-tokperf[plot]'); repeatable", _reports, None,
+               "PATH", repeat=True),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _number(0, 1, closed_hi=True, what="a fraction",
-                       example="0.05 tolerates a 5% difference"), 0.05, "F"),
+                       example="0.05 tolerates a 5% difference"), 0.05, "F", True, cli=False),
     OptionSpec("draft_model", "draft for tok_bench.speculative(): a GGUF PATH sharing the "
-               "model's vocabulary, 'self' (the model drafts for itself: every draft accepted, "
-               "so only the overhead shows) or 'small' (a generated small draft; the default "
-               "for generated models)", _text, None, "PATH", True),
+               "model's vocabulary, 'self' (every draft accepted, so only the overhead shows) "
+               "or 'small' (generated; the default for generated models)", _text, None, "PATH",
+               True),
     OptionSpec("speculative_url", "a second running server, drafting, for "
                "tok_bench.speculative() when the engine is attached with --tokperf-url",
                _url, None, "URL", True),
     OptionSpec("columns", "width of the terminal summary table: columns that do not fit are "
                "left out, least important first, and named under it (default 120; e.g. 250 "
-               "shows every column)", _whole(60, 10_000, "120"), 120, "N", True),
-    OptionSpec("baseline_server_bin", "same-run A/B: every tok_bench call also measures this "
-               "llama-server binary, started beside the candidate, in interleaved ABBA pairs, and "
-               "judges the paired ratio (docs/ab.md)", _text, None, "PATH", True),
-    OptionSpec("baseline_engine_version", "same-run A/B against this cached llama.cpp release "
-               "(`tokperf install-engine llama-server --version N`); instead of "
-               "--tokperf-baseline-server-bin", _release, None, "N", True),
-    OptionSpec("baseline_url", "same-run A/B against an engine already running at URL (any "
-               "engine; you run both servers)", _url, None, "URL", True),
-    OptionSpec("baseline_model", "same-run A/B: the baseline serves this model instead of "
-               "the candidate's (two models compared on purpose; the result says they differ)",
-               _text, None, "PATH", True),
+               "shows every column)", _whole(60, 10_000, "120"), 120, "N", True, cli=False),
+    OptionSpec("ab_engine", "same-run A/B: every tok_bench call also measures this engine in "
+               "interleaved ABBA pairs and judges the paired ratio (docs/ci-and-builds.md): an http(s) URL "
+               "(attach; you run it), a llama.cpp release (b11292: a cached build) or a "
+               "llama-server binary, started beside the candidate", _ab_engine, None, "SPEC", True),
+    OptionSpec("ab_model", "same-run A/B: the other engine serves this model instead of the "
+               "candidate's (two models compared on purpose)", _text, None, "PATH", True),
     OptionSpec("ab_min_effect", "smallest relative change the same-run A/B flags (pairs cancel "
                "the machine's phase, so it resolves far less than the history gate)",
                _number(0, 1, closed_hi=False, what="a fraction",
                        example="0.02 means a 2% change"), 0.02, "F"),
-    OptionSpec("ab_budget", "same-run A/B: each tok_bench call measures pairs until this many "
-               "seconds have passed (its warm-up included), then stops at the next even pair "
-               "count: a CI job's time limit on whatever machine it meets (the stop follows the "
-               "clock, not the figures, so the interval keeps its meaning). The repetitions "
-               "are still the most: give a large --tokperf-repetitions (e.g. 2000) to let the "
-               "clock decide", _SECONDS, None, "S"),
+    OptionSpec("ab_budget", "same-run A/B: each tok_bench call measures pairs for this many "
+               "seconds (warm-up included), then stops at the next even pair count; give a "
+               "large --tokperf-repetitions (e.g. 2000) to let the clock decide", _SECONDS,
+               None, "S"),
     OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
                "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
                _bool, False, "BOOL", True, switch=True),
+    # old names: read under every spelling, each with a one-line deprecation warning
+    OptionSpec("baseline_server_bin", "", _text, None, "PATH", True,
+               use="--tokperf-ab-engine PATH"),
+    OptionSpec("baseline_engine_version", "", _release, None, "N", True,
+               use="--tokperf-ab-engine N"),
+    OptionSpec("baseline_url", "", _url, None, "URL", True, use="--tokperf-ab-engine URL"),
+    OptionSpec("baseline_model", "", _text, None, "PATH", True, use="--tokperf-ab-model PATH"),
+    OptionSpec("report_md", "", _text, None, "PATH", use="--tokperf-report PATH.md"),
+    OptionSpec("report_json", "", _text, None, "PATH", use="--tokperf-report PATH.json"),
+    OptionSpec("report_html", "", _text, None, "PATH", use="--tokperf-report PATH.html"),
+    OptionSpec("min_repetitions", "", _REPETITION_BOUND, None, "N",
+               use="--tokperf-repetitions MIN-MAX"),
+    OptionSpec("max_repetitions", "", _REPETITION_BOUND, None, "N",
+               use="--tokperf-repetitions MIN-MAX"),
 )
 
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
@@ -465,13 +535,13 @@ class Settings:
     bandwidth_file: Path | None = None
     """Where probes are kept per host (None: nowhere, this session's only)."""
     max_body: int = MAX_BODY_BYTES
-    """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
+    """The byte cap of one non-streamed answer (``tokperf_max_body``)."""
     columns: int = 120
     """Width the terminal summary fits in (``report.table.summary_table``)."""
-    baseline_server_bin: str | None = None
-    baseline_engine_version: str | None = None
-    baseline_url: str | None = None
-    baseline_model: str | None = None
+    ab_server_bin: str | None = None
+    ab_engine_version: str | None = None
+    ab_url: str | None = None
+    ab_model: str | None = None
     ab_min_effect: float = 0.02
     ab_budget: float | None = None
     """Seconds each same-run A/B may measure pairs for (``MeasureOptions.budget_s``)."""
@@ -479,21 +549,21 @@ class Settings:
 
     @property
     def ab(self) -> bool:
-        """True when every tok_bench call is a same-run A/B against a baseline engine."""
-        return any(getattr(self, name) is not None for name in BASELINE_OPTIONS)
+        """True when every tok_bench call is a same-run A/B against another engine."""
+        return any(getattr(self, name) is not None for name in AB_OPTIONS)
 
-    def baseline_settings(self) -> Settings:
-        """The baseline side's settings: the candidate's, with the baseline's engine and model."""
+    def ab_settings(self) -> Settings:
+        """The A/B's other side: the candidate's settings, with its engine and model."""
         from dataclasses import replace
 
-        if self.baseline_url is not None:
-            return replace(self, url=self.baseline_url, server_bin=None, engine_version=None,
-                           model=self.baseline_model or self.model, port=None)
-        given = self.baseline_server_bin is not None or self.baseline_engine_version is not None
+        if self.ab_url is not None:
+            return replace(self, url=self.ab_url, server_bin=None, engine_version=None,
+                           model=self.ab_model or self.model, port=None)
+        given = self.ab_server_bin is not None or self.ab_engine_version is not None
         return replace(self, url=None, port=None,
-                       server_bin=self.baseline_server_bin if given else self.server_bin,
-                       engine_version=self.baseline_engine_version if given else self.engine_version,
-                       model=self.baseline_model or self.model)
+                       server_bin=self.ab_server_bin if given else self.server_bin,
+                       engine_version=self.ab_engine_version if given else self.engine_version,
+                       model=self.ab_model or self.model)
 
     @property
     def active(self) -> bool:
@@ -508,29 +578,49 @@ def resolve(
     rootdir: Path,
     server_args: tuple[str, ...] = (),
     engine_names: tuple[str, ...] | None = ENGINE_NAMES,
+    *,
+    flags: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Settings:
     """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset.
 
     ``engine_names`` are the engines ``--tokperf-engine`` may name (None: check later,
     with ``check_engine_name``, once a registry with the hook's engines exists).
+    ``flags`` names a front-end's own options (``tokperf bench``'s ``-r``) for errors;
+    ``warn`` gets each deprecation (default: ``TokperfDeprecationWarning``).
     """
     values: dict[str, Any] = {}
+    flags = flags or {}
     db_where = "option --tokperf-db"
     for spec in OPTIONS:
+        flag = flags.get(spec.name, spec.flag)
         raw: Any = cli(spec.name)
-        where = f"option {spec.flag}"
+        where = f"option {flag}"
+        if isinstance(raw, (list, tuple)):
+            raw = ",".join(raw) or None
+        if raw is not None and spec.name not in flags and (spec.use or not spec.cli):
+            _deprecated(warn, spec.flag, spec.use or f"the ini key {spec.ini} or the "
+                        f"environment variable {spec.env_var}")
+        elif raw is None and not spec.cli and spec.name not in flags:
+            flag = spec.ini  # a project setting: named as it is set
         if raw is None and spec.env and env.get(spec.env_var):
             raw, where = env[spec.env_var], f"environment variable {spec.env_var}"
+            if spec.use:
+                _deprecated(warn, spec.env_var, f"PYTEST_TOKPERF_{spec.renamed.upper()} "
+                            f"({spec.use})")
         if raw is None:
             ini_value = ini(spec.ini)
             if ini_value not in (None, ""):
                 raw, where = str(ini_value), f"ini option {spec.ini}"
-        values[spec.name] = spec.default if raw is None else spec.parse(str(raw), where, spec.flag)
+                if spec.use:
+                    _deprecated(warn, spec.ini, f"tokperf_{spec.renamed} ({spec.use})")
+        values[spec.name] = spec.default if raw is None else spec.parse(str(raw), where, flag)
         if spec.name == "db":
             db_where = where
+    _merge_new_forms(values, flags)
     engine = values["engine"]
     if engine_names is not None:
-        check_engine_name(engine, engine_names)
+        check_engine_name(engine, engine_names, flags.get("engine", "--tokperf-engine"))
     if values["url"] is not None and engine is None:
         values["engine"] = "llama-server"
     _check_attached_model(values)
@@ -538,15 +628,52 @@ def resolve(
     values["db"] = _db_path(values["db"], rootdir, db_where)
     if values["bandwidth_file"] is not None or values["engine"] is not None:
         values["bandwidth_file"] = _bandwidth_file(values["bandwidth_file"])  # cache dir: lazily
-    if values["min_repetitions"] > values["max_repetitions"]:
-        raise ConfigError(
-            f"--tokperf-min-repetitions {values['min_repetitions']} is above "
-            f"--tokperf-max-repetitions {values['max_repetitions']}; raise the maximum or "
-            f"lower the minimum"
-        )
     _check_ab(values)
     api_key = _api_key(env, values["api_key_env"])
     return Settings(server_args=server_args, api_key=api_key, **values)
+
+
+def _deprecated(warn: Callable[[str], None] | None, old: str, new: str) -> None:
+    message = f"{old} is deprecated; use {new}"
+    if warn is None:
+        import warnings
+
+        warnings.warn(TokperfDeprecationWarning(message), stacklevel=3)
+    else:
+        warn(message)
+
+
+def _merge_new_forms(values: dict[str, Any], flags: Mapping[str, str]) -> None:
+    """The new options' values as Settings fields, beside what old names gave."""
+    fixed, least, most = values.pop("repetitions")
+    values["repetitions"] = fixed
+    values["min_repetitions"] = least if values["min_repetitions"] is None \
+        else values["min_repetitions"]
+    values["max_repetitions"] = most if values["max_repetitions"] is None \
+        else values["max_repetitions"]
+    if values["min_repetitions"] > values["max_repetitions"]:
+        raise ConfigError(
+            f"{flags.get('repetitions', '--tokperf-repetitions')}: the least, "
+            f"{values['min_repetitions']}, is above the most, {values['max_repetitions']}; "
+            f"give MIN-MAX with MIN <= MAX, e.g. 3-10")
+    for kind, path in values.pop("report") or ():
+        values[f"report_{kind}"] = path
+    given = [(name, value) for name, value in (
+        ("ab_server_bin", values.pop("baseline_server_bin")),
+        ("ab_engine_version", values.pop("baseline_engine_version")),
+        ("ab_url", values.pop("baseline_url"))) if value is not None]
+    if values["ab_engine"] is not None:
+        kind, value = values["ab_engine"]
+        given.append(({"url": "ab_url", "release": "ab_engine_version",
+                       "bin": "ab_server_bin"}[kind], value))
+    if len(given) > 1:
+        raise ConfigError(f"{len(given)} values name the A/B's other engine "
+                          f"({', '.join(repr(v) for _, v in given)}); give one --tokperf-ab-engine")
+    values.pop("ab_engine")
+    values.update({"ab_server_bin": None, "ab_engine_version": None, "ab_url": None})
+    values.update(given)
+    old_model = values.pop("baseline_model")
+    values["ab_model"] = values["ab_model"] or old_model
 
 
 def _check_attached_model(values: Mapping[str, Any]) -> None:
@@ -567,57 +694,52 @@ def _check_attached_model(values: Mapping[str, Any]) -> None:
             f"--tokperf-model to use what the engine reports")
 
 
-BASELINE_OPTIONS = ("baseline_server_bin", "baseline_engine_version", "baseline_url",
-                    "baseline_model")
+AB_OPTIONS = ("ab_server_bin", "ab_engine_version", "ab_url", "ab_model")
 """Any of these turns the run's tok_bench calls into same-run A/Bs (``Settings.ab``)."""
 
 
 def _check_ab(values: Mapping[str, Any]) -> None:
-    """One baseline engine at most; a started baseline needs a started candidate's binary."""
-    given = [f"--tokperf-baseline-{n.replace('_', '-')}" for n in ("server_bin", "engine_version", "url")
-             if values[f"baseline_{n}"] is not None]
-    if len(given) > 1:
-        raise ConfigError(f"{' and '.join(given)} both name the A/B's baseline engine; give one")
-    if given and values["engine"] is None:
-        raise ConfigError(f"{given[0]} names an A/B baseline but no candidate engine is "
-                          "configured; add --tokperf-engine llama-server or --tokperf-url URL")
-    if (values["baseline_url"] is None and values["url"] is not None
-            and (values["baseline_server_bin"] or values["baseline_engine_version"]
-                 or values["baseline_model"])):
+    """A started A/B engine needs a started candidate; a budget needs an A/B."""
+    other = values["ab_url"] or values["ab_server_bin"] or values["ab_engine_version"]
+    if other is not None and values["engine"] is None:
+        raise ConfigError(f"--tokperf-ab-engine {other!r} names the A/B's other engine but no "
+                          "candidate engine is configured; add --tokperf-engine llama-server "
+                          "or --tokperf-url URL")
+    if (values["ab_url"] is None and values["url"] is not None
+            and (values["ab_server_bin"] or values["ab_engine_version"] or values["ab_model"])):
         raise ConfigError("the candidate is attached with --tokperf-url, so tokperf cannot start "
-                          "a like-for-like baseline beside it; run the baseline too and pass "
-                          "--tokperf-baseline-url URL")
-    if values["ab_budget"] is not None and all(values[n] is None for n in BASELINE_OPTIONS):
+                          "a like-for-like engine beside it; run the other one too and pass "
+                          "--tokperf-ab-engine URL")
+    if values["ab_budget"] is not None and all(values[n] is None for n in AB_OPTIONS):
         raise ConfigError(f"--tokperf-ab-budget {values['ab_budget']:g}: no same-run A/B is "
-                          "asked for, so nothing would stop by it; add a baseline "
-                          "(--tokperf-baseline-engine-version N, --tokperf-baseline-server-bin "
-                          "PATH, --tokperf-baseline-url URL or --tokperf-baseline-model PATH) "
-                          "or drop the budget")
-    if (values["baseline_url"] is None and values["baseline_model"] is not None
+                          "asked for, so nothing would stop by it; add --tokperf-ab-engine "
+                          "SPEC (or --tokperf-ab-model PATH) or drop the budget")
+    if (values["ab_url"] is None and values["ab_model"] is not None
             and values["engine"] not in (None, "llama-server")):
-        raise ConfigError(f"--tokperf-baseline-model: tokperf starts a baseline only for "
-                          f"llama-server, not {values['engine']!r}; run it and pass "
-                          "--tokperf-baseline-url URL")
+        raise ConfigError(f"--tokperf-ab-model: tokperf starts the A/B's other engine only "
+                          f"for llama-server, not {values['engine']!r}; run it and pass "
+                          "--tokperf-ab-engine URL")
 
 
 def _api_key(env: Mapping[str, str], name: str) -> ApiKey | None:
     """The key in ``$name``; a variable named on purpose must be set."""
     if name != DEFAULT_API_KEY_ENV and not env.get(name, "").strip():
         raise ConfigError(
-            f"--tokperf-api-key-env {name!r}: the environment variable {name} is not set or "
+            f"tokperf_api_key_env {name!r}: the environment variable {name} is not set or "
             f"empty; export the API key in it, or drop the option"
         )
     try:
         return api_key_from_env(env, name)
     except ValueError as exc:
-        raise ConfigError(f"--tokperf-api-key-env {name!r}: {exc}") from exc
+        raise ConfigError(f"tokperf_api_key_env {name!r}: {exc}") from exc
 
 
-def check_engine_name(engine: str | None, engine_names: tuple[str, ...]) -> None:
+def check_engine_name(engine: str | None, engine_names: tuple[str, ...],
+                      flag: str = "--tokperf-engine") -> None:
     """``ConfigError`` unless ``engine`` is None or one of ``engine_names``."""
     if engine is not None and engine not in engine_names:
         raise ConfigError(
-            f"--tokperf-engine {engine!r} is not an engine this plugin knows; "
+            f"{flag} {engine!r} is not an engine this plugin knows; "
             f"choose one of: {', '.join(engine_names)}"
         )
 
@@ -635,9 +757,7 @@ def _bandwidth_file(value: str | None) -> Path | None:
 def _db_path(value: str | None, rootdir: Path, where: str = "option --tokperf-db"
              ) -> DbLocation | None:
     if value is None:
-        return rootdir / ".tokperf" / "results.db"
+        return default_db(project_root(rootdir))
     if value.strip().lower() in ("off", "none", "no", ""):
         return None
-    if is_pg_url(value):
-        return parse_pg_url(value, f"--tokperf-db from {where}")
-    return Path(value).expanduser()
+    return db_location(value, f"--tokperf-db from {where}")

@@ -120,3 +120,18 @@ def test_a_server_bin_is_read_relative_to_the_current_directory(
     (tmp_path / "serve.sh").chmod(0o755)
     monkeypatch.chdir(tmp_path)
     assert find_binary("vllm", "./serve.sh") == tmp_path / "serve.sh"
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("9" * 5000, "is no http(s) URL, no llama.cpp release"),  # no ValueError from int()
+    ("a\x00b", "is no http(s) URL"),  # no 'embedded null byte' from the file system
+    ("~nobody-here/llama-server", "(no such file)"),  # no RuntimeError from expanduser
+    ("x" * 5000, "(no such file)"),  # no 'File name too long'
+])
+def test_a_hostile_ab_engine_is_one_config_error(tmp_path: Path, value: str,
+                                                 fragment: str) -> None:
+    with pytest.raises(ConfigError, match="--tokperf-ab-engine") as info:
+        settings(tmp_path, engine="llama-server", ab_engine=value)
+    assert fragment in str(info.value)
+    with pytest.raises(ConfigError, match="is no release"):
+        settings(tmp_path, engine_version="9" * 5000)

@@ -177,7 +177,7 @@ def format_rows(rows: Sequence[Row], nvml_bytes_per_s: float | None, nvml_name: 
             f"{_num(r.ceiling_tokens_per_s, '.1f'):>8} "
             f"{_num(None if r.efficiency is None else r.efficiency * 100, '.0f'):>4}%  "
             f"{bw:<25} {r.backend or '?':<7} {r.gpu_layers if r.gpu_layers is not None else '?'}")
-    from pytest_tokperf.hardware.bands import band_for, device_class, quant_family
+    from pytest_tokperf.expected.bands import band_for, device_class, quant_family
 
     for tensor_type, _ in MODELS:
         band = band_for(quant_family(tensor_type), device_class("gpu", nvml_name))

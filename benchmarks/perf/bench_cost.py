@@ -168,9 +168,10 @@ def _overhead_run(db: Path | None, model: Path, probes: bool,
     from pytest_tokperf.settings import resolve
 
     cli = {"engine": "instant", "url": "http://127.0.0.1:9", "model": str(model),
-           "db": str(db) if db else "off", "repetitions": "5", "bandwidth_file": "off",
+           "db": str(db) if db else "off", "repetitions": "5",
            "threads": "2", **({} if probes else {"bandwidth": "50GB/s"})}
-    settings = resolve(cli=cli.get, ini=lambda _: None, env={}, rootdir=Path.cwd(),
+    settings = resolve(cli=cli.get, ini=lambda _: None,
+                       env={"PYTEST_TOKPERF_BANDWIDTH_FILE": "off"}, rootdir=Path.cwd(),
                        engine_names=None)
     registry = EngineRegistry()
 

@@ -1,18 +1,10 @@
 """Same-run paired A/B: baseline and candidate engines up at once, measured in ABBA pairs.
 
-Every measured repetition of a workload runs on both engines back to back, the side that
-goes first alternating pair by pair (A B, B A, A B, ...: the repetitions run A B B A A B
-B A), with the same salted prompts on both sides. Only one side generates at a time; the
-other waits idle. Both see the same machine phase (this VM's bandwidth sits near 37 or
-60 GB/s for minutes at a time), so the per-pair log-ratio candidate / baseline cancels
-it; ``stats.paired`` judges those ratios.
-
-The candidate's ``BenchResult`` is the test's result (its floor and ceiling are its own);
-the baseline's is kept beside it. Adaptive pairs stop once the 95% interval of the decode
-ratio is within ``target_interval``, not each side's spread.
-
-A side that fails mid-run raises ``MeasurementError`` naming the side; its ``partial`` is
-an ``ABResult`` of the pairs measured so far (None before the first pair).
+Every repetition runs on both engines back to back (A B B A A B ...), with the same salted
+prompts, one side generating at a time; both see the same machine phase, so the per-pair
+log-ratio cancels it (``stats.paired`` judges the ratios). The candidate's ``BenchResult``
+is the test's result. A side that fails mid-run raises ``MeasurementError`` naming the
+side, with the pairs measured so far as its ``partial``.
 """
 
 from __future__ import annotations
@@ -53,7 +45,7 @@ class ABResult:
     stopped: str = ""
     """Why the pairs stopped (interval reached, the most pairs, a side failed)."""
     models_differ: str = ""
-    """Non-empty when the two sides serve different models on purpose (--tokperf-baseline-model)."""
+    """Non-empty when the two sides serve different models on purpose (--tokperf-ab-model)."""
     changed: str = ""
     """What changed between the two builds (release, binary, build flags)."""
     wall_s: float = 0.0
@@ -203,7 +195,7 @@ def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
     if model_b and model_c and model_b != model_c:
         models = (f"the models differ: baseline {model_b!r}, candidate {model_c!r} (each side "
                   f"reads its own weights, so one server start can carry a level of its own: "
-                  f"repeat over starts before trusting a few percent, docs/ab.md)")
+                  f"repeat over starts before trusting a few percent, docs/ci-and-builds.md)")
         if not baseline_model_given:
             differ.append(f"model: baseline {model_b!r}, candidate {model_c!r}")
     sb, sc = dict(baseline.settings), dict(candidate.settings)
@@ -219,7 +211,7 @@ def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
             "same-run A/B refused before measuring: baseline "
             f"({baseline.base_url}) and candidate ({candidate.base_url}) are not a like-for-like "
             f"pair: {'; '.join(differ)}. Serve the same model with the same settings on both, "
-            "or name the baseline's model with --tokperf-baseline-model PATH to compare "
+            "or name the baseline's model with --tokperf-ab-model PATH to compare "
             "two models on purpose")
     return models
 

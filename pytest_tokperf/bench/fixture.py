@@ -73,7 +73,7 @@ class TokBenchResult:
     result: BenchResult
     ceiling: Ceiling | None = None
     ab: ABResult | None = None
-    """The same-run A/B this result is the candidate side of (``--tokperf-baseline-*``)."""
+    """The same-run A/B this result is the candidate side of (``--tokperf-ab-engine``)."""
     revise: Revise | None = field(default=None, compare=False, repr=False)
     """Called with ``fail`` (or ``suspect``, ``pass``) when an assertion decides: the stored
     verdict is the test's final one, explicit assertions included."""
@@ -263,7 +263,7 @@ class TokBench:
         argument left out comes from the test's ``tokperf(...)`` marker, else from
         ``WORKLOAD_DEFAULTS``. ``repetitions=N`` (or the marker's, or
         ``--tokperf-repetitions``) runs exactly N; unset, the call repeats until the judged
-        decode is known to ``--tokperf-target-interval`` (``bench.measure``).
+        decode is known to ``tokperf_target_interval`` (``bench.measure``).
         """
         __tracebackhide__ = True
         fixed = repetitions if repetitions is not None else self.repetitions

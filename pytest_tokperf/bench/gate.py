@@ -7,18 +7,10 @@ The baseline is, by ``--tokperf-baseline``:
 - ``engine=VERSION``: only earlier runs whose engine version or build is VERSION;
 - a path to another results DB: that DB's runs of the same series.
 
-Decode tok/s (higher is better; the engine's own figure where every repetition has it)
-and TTFT (lower is better; client clock) are judged per result as it is recorded
-(``stats.judge_history``: the verdict is read off the interval of the change, with the
-repetitions nested in their runs, against the settled level and against the accepted
-level, so a slow slide is flagged once it adds up); at the end of the session every
-test x metric is re-judged together with Holm's step-down (``stats.judge_family``), so a
-clean run of a large suite rarely false-fails. A series too noisy or too short to judge
-is "inconclusive" and reported, never failed; one whose runs sit in machine phases says
-so ("phase-dominated history").
-
-``--tokperf-baseline off`` judges nothing (``compare-builds`` runs its own sessions so:
-they alternate two builds, and are judged together at the end, not against each other).
+Decode tok/s and TTFT are judged per result as it is recorded (``stats.judge_history``)
+and, at the end of the session, every test x metric together (Holm, ``stats.judge_family``).
+A series too noisy or too short to judge is "inconclusive": reported, never failed.
+``--tokperf-baseline off`` judges nothing (``compare-builds`` sessions).
 """
 
 from __future__ import annotations
@@ -29,25 +21,15 @@ from dataclasses import dataclass, replace
 
 from pytest_tokperf.results import BUSY_NOTE, MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
-from pytest_tokperf.stats import (
-    AGGREGATE,
-    DECODE,
-    DEFAULT_ALPHA,
-    TTFT,
-    Comparison,
-    Metric,
-    judge_family,
-    judge_history,
-)
+from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, judge_family, judge_history
+from pytest_tokperf.stats.metric import AGGREGATE, DEFAULT_ALPHA
 from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.storage.history import metric_values, series_histories, session_points
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
 MIN_BASELINE_RUNS = 2
-"""Samples within one run share the machine's state; on machines whose bandwidth
-drifts between runs (+/-15-20% on the VM this was built on), one earlier run cannot
-separate an engine change from that drift, so the gate wants two."""
+"""One earlier run cannot tell an engine change from the machine's run-to-run drift."""
 
 GATED_METRICS: tuple[Metric, ...] = (DECODE, TTFT)
 """Judged for every result; concurrent workloads add ``AGGREGATE`` (all streams' output)."""
@@ -185,7 +167,7 @@ def busy_verdict(comparison: Comparison, load: MachineLoad,
     "inconclusive: machine busy" unless every baseline run was measured that busy too (a
     runner that is always shared still gets its regressions flagged); the change and the
     load stay in the reason. An *improvement* over a baseline that had loaded runs keeps
-    its flag and names them. ``docs/regressions.md`` has the data behind the rule.
+    its flag and names them. ``docs/design.md`` has the reasoning behind the rule.
     Returns the comparison and, for a flag that stands, the note it carries ("" else).
     """
     known = [b for b in baseline if b is not None and b.known]

@@ -155,7 +155,7 @@ def repetition_notes(result: BenchResult, options: MeasureOptions) -> list[str]:
         assert spread is not None
         notes.append(f"unstable: the {_judged_name(samples)} decode varied by CV {spread.cv:.1%} "
                      f"over {spread.n} repetitions ({spread.minimum:.1f} to {spread.maximum:.1f} "
-                     f"tok/s), above the {options.max_cv:.0%} limit (--tokperf-max-cv): the "
+                     f"tok/s), above the {options.max_cv:.0%} limit (tokperf_max_cv): the "
                      f"median stands, but not as a pass; the engine or the machine changed "
                      f"speed during the measurement")
     return notes

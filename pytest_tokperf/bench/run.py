@@ -48,9 +48,8 @@ def check_report_paths(settings: Settings) -> None:
     """Refuse a report path that cannot be written, before anything is measured: its
     folder is a file or cannot be made, the path is a folder, or nothing may be written
     there. Only folders are created; the reports themselves are written at the end."""
-    for flag, value in (("--tokperf-report-md", settings.report_md),
-                        ("--tokperf-report-json", settings.report_json),
-                        ("--tokperf-report-html", settings.report_html)):
+    flag = "--tokperf-report"
+    for value in (settings.report_md, settings.report_json, settings.report_html):
         if not value:
             continue
         path = Path(value).expanduser()
@@ -161,7 +160,7 @@ class BenchRun:
         models = ModelFiles()
         sides = [(settings, "--tokperf-model")]
         if settings.ab and settings.active:
-            sides.append((settings.baseline_settings(), "--tokperf-baseline-model"))
+            sides.append((settings.ab_settings(), "--tokperf-ab-model"))
         for side, option in sides:
             if side.url is None and side.engine in (None, "llama-server"):
                 from pytest_tokperf.launch.process import resolve_server_binary
@@ -194,7 +193,7 @@ class BenchRun:
             recorder=recorder,
             gate=gate,
             salt_seed=salt_seed(run_id),
-            baseline=EngineSession(settings=settings.baseline_settings(),
+            baseline=EngineSession(settings=settings.ab_settings(),
                                    log_dir=log_dir / "baseline", progress=progress,
                                    registry=registry) if settings.ab and settings.active else None,
         )
@@ -270,7 +269,7 @@ class BenchRun:
             return build_changes(baseline.binary_path, self.session.binary_path)
 
         return ABPlan(baseline=baseline.engine, min_effect=s.ab_min_effect,
-                      baseline_model_given=s.baseline_model is not None, changed=changed,
+                      baseline_model_given=s.ab_model is not None, changed=changed,
                       on_result=lambda ab: self.ab_results.append((test_id, ab)))
 
     def record(

@@ -6,9 +6,8 @@ not how fast the weights stream. The accelerated run gives the multiplier (its d
 over the base's) and, where the engine reports drafted and accepted tokens
 (llama-server's ``timings.draft_n`` / ``draft_n_accepted``), the acceptance rate.
 
-Rounds alternate base, accelerated, base, ... with the same salts on both sides, so
-both see identical prompts and a machine whose bandwidth drifts between minutes
-(this VM's moves 15-20%) shifts both sides alike.
+Rounds alternate base, accelerated, base, ... with the same salts on both sides, so a
+machine whose bandwidth drifts shifts both sides alike.
 """
 
 from __future__ import annotations

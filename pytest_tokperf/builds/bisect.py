@@ -1,34 +1,13 @@
 """Binary search for the first release where a test got slower, judged by ``stats``.
 
-The endpoints are measured first, interleaved (good, bad, good, bad, ...): the figure
-the search follows (the *target*) is the test and metric whose change from good to
-bad is the largest regression the judge calls (``stats.compare``); no regression
-means nothing to bisect. Every release counts by its session medians (the session is
-the unit of replication: ``builds.compare.session_medians``). Each midpoint is judged
-against the releases known good and those known bad so far (one step between the
-endpoints is what a bisect assumes, so they pool):
-
-* worse than good (``regression``) and not better than bad: the first bad release is
-  at or before it;
-* better than bad (``improvement``) and not worse than good: it is good;
-* anything else (inconclusive, within the minimum effect of both, or between both
-  levels): the step goes on in *rounds*, each one session of the nearest known good
-  release, of the midpoint and of the nearest known bad one, back to back (the order
-  reversed every other round), up to ``max_sessions`` of the midpoint. From three
-  rounds on the midpoint is judged against each neighbour by its per-round ratios
-  (``stats.paired``), not by pooling its sessions with ones measured minutes earlier:
-  on a shared machine the level drifts in phases that last minutes (three sessions of
-  one release run back to back can sit in one slow phase and read +40% on an unchanged
-  build), and a round sees one phase on all three. Still undecided, the search stops
-  and says which releases remain. It never guesses.
-
-A release is built and measured once however often it is consulted, so with ``n``
-releases between the endpoints the search measures ``ceil(log2(n + 1))`` midpoints.
-Everything measured is in the results DB and the journal (``builds.compare``), and the
-search is a deterministic function of those samples, so running the same command
-again after an interruption replays the decisions and measures only what is missing.
+The endpoints are measured first, interleaved; the *target* is the test and metric with
+the largest regression the judge calls (none: nothing to bisect). Each midpoint is judged
+by its session medians against the releases known good and bad so far; one that stays
+inconclusive goes on in *rounds* (nearest good, midpoint, nearest bad, back to back) and,
+from three rounds, is judged by its per-round ratios (``stats.paired``), up to
+``max_sessions``. Still undecided, the search stops and names the releases that remain:
+it never guesses. Every measurement is in the DB and journal, so the same command resumes.
 """
-
 from __future__ import annotations
 
 import statistics

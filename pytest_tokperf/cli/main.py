@@ -60,7 +60,7 @@ def _predict(args: argparse.Namespace) -> int:
     from pytest_tokperf.model.gguf_file import load_gguf
     from pytest_tokperf.model.hf_file import hf_footprint, is_hf_folder, load_hf
     from pytest_tokperf.model.spec import parse_size
-    from pytest_tokperf.prediction import (
+    from pytest_tokperf.expected.prediction import (
         footprint_from_file_size,
         format_prediction,
         predict,
@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_predict)
 
     from pytest_tokperf.cli.bench import add_parser as add_bench
-    from pytest_tokperf.cli.data import add_parsers
+    from pytest_tokperf.cli.results_verbs import add_parsers
     from pytest_tokperf.cli.builds import add_parsers as add_engine_verbs
 
     add_engine_verbs(verbs)

@@ -1,10 +1,4 @@
-"""Engine adapters: one per engine behind the ``Engine`` protocol (``base``), the
-``registry`` of names, the shared wire shapes (``wire``, ``answers``, ``speculation``) and
-``llama_server/`` (adapter, typed settings, start-up log).
-
-How bytes arrive is ``transport/``; starting a server process is ``launch/``. Only the
-names live here, so reading settings costs no HTTP client import.
-"""
+"""Engine adapters: one per engine behind the ``Engine`` protocol, and their registry."""
 
 from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
 

@@ -1,10 +1,6 @@
 """The one Protocol every engine adapter implements, and the HTTP client they share.
 
-An adapter speaks one engine's HTTP API and nothing else: it does not start
-processes (see ``launcher``), compute statistics or store anything. Plain requests go
-through httpx, streams through ``stream.StreamClient`` (a stdlib reader for plain
-http, httpx otherwise); every transport failure becomes ``EngineUnavailable`` or
-``EngineProtocolError`` ``from exc``.
+Transport failures become ``EngineUnavailable`` or ``EngineProtocolError`` ``from exc``.
 """
 
 from __future__ import annotations
@@ -63,12 +59,7 @@ class IdentifiesModel(Protocol):
 
 
 def model_identity(engine: Engine) -> ModelInfo | None:
-    """What ``engine`` says about its model, for a result whose model file cannot be read
-    here (Ollama's blob on another host, a Hugging Face model in vLLM, LM Studio's
-    catalog): None when the engine says nothing or cannot answer now.
-
-    Not part of ``Engine``: an engine a conftest registers need not implement it.
-    """
+    """What ``engine`` says about its model, or None; optional, not part of ``Engine``."""
     if not isinstance(engine, IdentifiesModel):
         return None
     try:
@@ -78,24 +69,16 @@ def model_identity(engine: Engine) -> ModelInfo | None:
 
 
 def prompt_cache_off(engine: Engine) -> str | None:
-    """Why ``engine``'s prompt (prefix) cache is known to be off (the flag tokperf started
-    it with, what it reports), or None: on, or not known. Optional, like ``model_identity``:
-    a warm workload is refused up front where it cannot be warm."""
+    """Why ``engine``'s prefix cache is known to be off, or None (on, or not known)."""
     says = getattr(engine, "prompt_cache_off", None)
     found = says() if callable(says) else None
     return found if isinstance(found, str) else None
 
 
 class HttpAdapter:
-    """What every built-in adapter holds: its URL, a client without keep-alive, the
-    settings tokperf started the engine with, and the model asked for (None: the one
-    the engine serves).
-
-    ``base_url`` is shown and stored, so it keeps no credentials: userinfo and query
-    move into what is sent (see ``credentials.Endpoint``), and ``api_key`` becomes an
-    ``Authorization: Bearer`` header. Streams go through ``self._streams``, which
-    bounds each one by the request's timeout and ``idle_timeout_s`` between events.
-    """
+    """What every built-in adapter holds: its URL (no credentials:
+    ``credentials.Endpoint``), a client without keep-alive, the settings it was started
+    with, and the model asked for (None: the one served)."""
 
     def __init__(
         self,
@@ -131,18 +114,9 @@ class HttpAdapter:
 def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
                 endpoint: Endpoint | None = None,
                 max_body_bytes: int = MAX_BODY_BYTES) -> httpx.Client:
-    """An httpx client for one engine, without keep-alive, under ``bounded``'s policy:
-    each request's timeout is a total deadline and a non-streamed answer is capped at
-    ``max_body_bytes``.
-
-    Engines' embedded HTTP servers close idle or much-used connections on their own
-    (llama-server's after a few requests or seconds); reusing such a stale connection
-    fails a generation with "Server disconnected without sending a response". A fresh
-    loopback connection per request costs well under a millisecond of TTFT.
-
-    With credentials, every answer's body is scrubbed of them before anything reads it,
-    so an engine or proxy that echoes a key into an error cannot put it in a message.
-    """
+    """An httpx client for one engine, without keep-alive (engines drop idle connections),
+    under ``bounded``'s deadline and ``max_body_bytes`` cap; bodies are scrubbed of
+    credentials."""
     endpoint = endpoint or Endpoint("")
     hooks: dict[str, list[Callable[[httpx.Response], None]]] = {}
     if endpoint.secrets:
@@ -160,9 +134,7 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
 
 
 class _ScrubbedStream(httpx.SyncByteStream):
-    """Secrets masked across chunk boundaries: a chunk's tail that could begin a secret
-    is held back until the next chunk shows whether it does (a token event ends with a
-    blank line, which begins no secret, so a stream is not delayed)."""
+    """Secrets masked across chunk boundaries (a tail that could begin one is held back)."""
 
     def __init__(self, inner: httpx.SyncByteStream, secrets: tuple[bytes, ...]) -> None:
         self._inner = inner

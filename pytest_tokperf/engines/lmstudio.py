@@ -1,31 +1,6 @@
-"""Adapter for LM Studio's server (https://lmstudio.ai/docs/developer/rest/endpoints).
+"""Adapter for LM Studio's server: ``/v1/completions``, and chat with ``chat.end`` stats.
 
-Tokens stream from the OpenAI-compatible ``/v1/completions`` (``stream_options``
-usage where the build sends it; one token per chunk otherwise). LM Studio takes no
-``ignore_eos``, so ``max_tokens`` only caps: the real count is recorded and a short
-run is noted. Its REST v0 API adds what the OpenAI endpoints lack, but only on
-non-streamed answers (streams carry no ``stats``): ``info()`` sends one tiny
-``POST /api/v0/completions`` and reads ``runtime{name, version}`` (the engine runtime,
-e.g. ``llama.cpp-mac-arm64-apple-metal-advsimd 1.3.0``), ``model_info{arch, quant,
-format, context_length}`` and ``stats`` (``draft_model`` there means speculative
-decoding is on). ``GET /api/v0/models`` gives loaded versus downloaded models.
-
-LM Studio's own figures (docs 1_developer/2_rest, lmstudio-ai/docs@c6854fb): a chat
-workload streams from the v1 REST API, ``POST /api/v1/chat`` (LM Studio >= 0.4, told by
-``GET /api/v1/models`` answering), whose named SSE events are ``reasoning.delta`` and
-``message.delta`` (``content`` each) and, last, ``chat.end`` with ``result.stats``
-``{input_tokens, total_output_tokens, tokens_per_second, time_to_first_token_seconds}``:
-these become the request's ``EngineTimings`` for the client/engine agreement check.
-``tokens_per_second`` is output tokens over LM Studio's generation time (its v0 example:
-9 tokens / 0.156 s = 57.69), which starts at the first token, so ``decode_s`` is
-``total_output_tokens / tokens_per_second``. A raw prompt has no streamed route with
-stats (v0 and OpenAI streams carry none), so raw workloads stay client-timed. Older
-builds without the v1 API stream chat from ``/v1/chat/completions`` as before.
-
-The model's identity without a file (``model_identity``): ``GET /api/v1/models``
-(``size_bytes``, ``params_string``, ``quantization.name``, ``architecture``,
-``max_context_length``), else the v0 list (``arch``, ``quantization``,
-``max_context_length``).
+``max_tokens`` only caps, so the real count is recorded. Wire notes: docs/design.md.
 """
 
 from __future__ import annotations
@@ -242,7 +217,7 @@ class LMStudio(OpenAICompatible):
 
 
 def chat_end_timings(stats: dict[str, Any]) -> EngineTimings:
-    """``chat.end``'s ``result.stats`` as ``EngineTimings`` (see the module doc)."""
+    """``chat.end``'s ``result.stats`` as ``EngineTimings`` (docs/design.md)."""
     generated = count(stats.get("total_output_tokens"))
     rate = number(stats.get("tokens_per_second"))
     return EngineTimings(

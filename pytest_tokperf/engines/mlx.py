@@ -1,25 +1,6 @@
-"""Adapter for Apple MLX's ``mlx_lm.server`` (ml-explore/mlx-lm ``mlx_lm/server.py``,
-``mlx_lm/SERVER.md``).
+"""Adapter for Apple MLX's ``mlx_lm.server`` (OpenAI-compatible ``/v1/completions``).
 
-OpenAI-compatible ``/v1/completions``; no ``ignore_eos``, so ``max_tokens`` only caps
-and the real count is recorded. With ``stream_options.include_usage`` one extra chunk
-(``object: "chat.completion"`` even for text completions) carries ``usage`` with
-``prompt_tokens_details.cached_tokens`` from its LRU prompt cache, then ``[DONE]``.
-A chunk can hold several tokens (text held back while it may still match a stop
-sequence or finish a UTF-8 character); ``: keepalive`` comments arrive during long
-prompts. The server sends no timings, but at ``--log-level DEBUG`` (tokperf starts it
-so) it logs each generated token's text on its own timestamped line (``logging.debug(
-gen.text)`` in the generation loop): ``log_decode`` reads the last request's lines from
-the log tokperf keeps, the engine's own decode clock, to the millisecond.
-
-Identity: ``system_fingerprint`` is ``<mlx_lm>-<mlx>-<platform>-<arch>``, read from
-one tiny non-streamed request; ``<arch>`` is ``mx.device_info()["architecture"]`` of the
-default device: ``applegpu_*`` on Metal, the CPU's (``x86_64``, ``arm64``) on mlx's CPU
-backend, stored as the ``device`` setting. Without a model name no ``model`` is sent and
-the server uses its ``--model`` (``/v1/models`` lists the whole HF cache, so its first
-entry says nothing about what is loaded, and raises without one). The served model is
-told apart by what it generates: ``model_identity`` hashes the greedy continuation and
-the prompt count of a fixed prompt, so two models behind one URL get two series.
+``max_tokens`` only caps; the engine's decode clock is its DEBUG log (``log_decode``).
 """
 
 from __future__ import annotations
@@ -66,8 +47,7 @@ _NOT_TOKENS = ("Incoming Request Body", "Outgoing Response")
 
 
 def log_decode(text: str) -> tuple[int, float] | None:
-    """(tokens, seconds from the first to the last) of the last generation in an
-    ``mlx_lm.server --log-level DEBUG`` log; None without two token lines."""
+    """(tokens, first-to-last seconds) of the last generation in a DEBUG log, or None."""
     times: list[float] | None = None
     for line in text.splitlines():
         match = _LOG_LINE.match(line)
@@ -113,8 +93,7 @@ class MLX(OpenAICompatible):
         return None
 
     def generate(self, request: GenerationRequest) -> Generation:
-        """The stream's generation, with the decode time mlx_lm logged for it when
-        tokperf keeps its log (and the log counted the same tokens as ``usage``)."""
+        """The stream's generation, with mlx_lm's logged decode time where known."""
         log_path = dict(self._settings).get("log_path")
         offset = _size(log_path)
         generation = super().generate(request)
@@ -140,8 +119,7 @@ class MLX(OpenAICompatible):
         return None
 
     def model_identity(self) -> ModelInfo | None:
-        """The served model as its output tells it (mlx_lm names it only ``default_model``):
-        the greedy continuation of a fixed prompt and its prompt token count, hashed."""
+        """The served model as its output tells it: a hash of a greedy continuation."""
         self._fingerprint_now()
         if self._probe is None:
             return None

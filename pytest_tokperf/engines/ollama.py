@@ -1,31 +1,7 @@
-"""Adapter for Ollama's native API (ollama/ollama ``docs/api.md``, ``api/types.go``).
+"""Adapter for Ollama's native API (``/api/generate`` NDJSON).
 
-- ``POST /api/generate`` streams NDJSON, one object per line; only the last one
-  (``done: true``) has the metrics, durations in **nanoseconds**, and zero values are
-  **omitted** (``load_duration`` when the model was loaded already, for instance).
-- ``raw: true`` sends the prompt without a template, so the salted first line really is
-  the start of the context (Ollama hard-codes ``cache_prompt: true``; a unique start is
-  the only way to keep its prefix cache out). No ``ignore_eos``: ``num_predict`` only
-  caps, so the real ``eval_count`` is recorded and a short run is noted by ``measure``.
-- Timings mapped to ``EngineTimings`` (seconds):
-  ``prompt_eval_duration`` -> ``prefill_s``; ``eval_duration`` -> ``decode_s``;
-  ``eval_count`` -> ``generated_tokens``; ``prompt_eval_count`` -> ``prompt_tokens``.
-  ``eval_count`` includes the first token, while ``eval_duration`` runs from the first
-  sampled token to the last (>= 0.30: llama-server's ``predicted_n``/``predicted_ms``;
-  older runners: ``lastUpdated - firstToken - sampling``), i.e. N-1 intervals. So the
-  documented ``eval_count / eval_duration`` (``--verbose`` "eval rate") is a little high,
-  and ``EngineTimings.decode_tokens_per_s`` = (N-1)/``decode_s`` is the figure comparable
-  with the client's. ``prompt_eval_count`` includes cached tokens while
-  ``prompt_eval_duration`` covers only the uncached ones; Ollama has no cached-token
-  counter, so ``cached_prompt_tokens`` stays unknown.
-- ``/api/version`` (identity), ``/api/show`` (details, model_info, parameters; the
-  model's identity without a file: ``model_identity``), ``/api/ps`` (loaded models: two
-  at once, or ``size_vram < size`` = partial offload, become ``EngineInfo.warnings``),
-  ``/api/tags`` (what can be asked for, and each model's size on disk).
-- Speculative decoding (>= 0.30, server/routes.go): a model with a ``DRAFT`` in its
-  modelfile drafts ``draft_num_predict`` tokens (default 4); embedded MTP layers
-  (``*.nextn_predict_layers`` > 0) draft only when ``draft_num_predict`` is set;
-  ``draft_num_predict 0`` turns both off. Responses carry no draft counts.
+Timings are nanoseconds, zero values omitted; ``num_predict`` only caps, so the real
+``eval_count`` is recorded. Wire notes: docs/design.md.
 """
 
 from __future__ import annotations
@@ -74,11 +50,7 @@ def parse_parameters(text: str | None) -> dict[str, str]:
 
 
 def modelfile_source(show: dict[str, Any]) -> str | None:
-    """The GGUF blob ``/api/show``'s modelfile says ``FROM`` (an absolute path), if any.
-
-    ``ollama show --modelfile`` prints ``FROM /…/models/blobs/sha256-…``; on the same host
-    that file is what the ceiling reads its bytes per token from.
-    """
+    """The GGUF blob ``/api/show``'s modelfile says ``FROM`` (an absolute path), if any."""
     for line in str(show.get("modelfile") or "").splitlines():
         if line.startswith("FROM "):
             source = line[5:].strip()
@@ -198,10 +170,7 @@ class Ollama(HttpAdapter):
         return {}
 
     def model_identity(self) -> ModelInfo:
-        """The model as Ollama describes it: ``/api/show`` (``details``, ``model_info``:
-        ``general.parameter_count`` is Ollama's sum over the tensors, so exact) and the
-        ``/api/tags`` size on disk. ``path`` is the blob the modelfile names ``FROM``:
-        on the same host the run reads that GGUF itself for more."""
+        """The model as ``/api/show`` and ``/api/tags`` describe it; ``path``: its blob."""
         show = self.show()
         details = json_object(show, "details")
         info = json_object(show, "model_info")
@@ -284,10 +253,7 @@ class Ollama(HttpAdapter):
 
     @staticmethod
     def _draft(show: dict[str, Any]) -> Draft | None:
-        """How the model drafts, if it does (server/routes.go, llm/llama_server.go
-        ``appendDraftArgs``): a ``DRAFT`` model drafts ``draft_num_predict`` tokens
-        (default 4); embedded MTP layers (``*.nextn_predict_layers``) draft only when
-        ``draft_num_predict`` is set; ``draft_num_predict 0`` turns either off."""
+        """How the model drafts, if it does (a ``DRAFT`` model, or MTP layers when set)."""
         parameters = parse_parameters(show.get("parameters"))
         raw = parameters.get("draft_num_predict")
         asked = _int(raw) if raw is not None else None
@@ -309,8 +275,7 @@ class Ollama(HttpAdapter):
         options: dict[str, Any] = {
             "num_predict": request.generate_tokens, "temperature": 0.0, "seed": 1234,
         }
-        # A num_ctx different from the loaded one reloads the model, so it is set only
-        # when asked for or when the loaded context (Ollama's default may be 4k) is short.
+        # another num_ctx reloads the model: set only when asked for or when too short
         asked = dict(self._settings).get("ctx_size") or dict(self._settings).get("num_ctx")
         need = request.prompt_tokens * 2 + request.generate_tokens + 64
         if asked:
@@ -323,8 +288,7 @@ class Ollama(HttpAdapter):
         return options
 
     supports_chat = True
-    """A chat workload drops ``raw``, so the model's template applies and a thinking
-    model streams its thinking in ``thinking`` (``think`` is left to the model's default)."""
+    """A chat workload drops ``raw``; thinking streams in ``thinking``."""
 
     def generate(self, request: GenerationRequest) -> Generation:
         body = {

@@ -1,20 +1,7 @@
 """Generic adapter for any OpenAI-compatible server: streaming ``POST /v1/completions``.
 
-What it tolerates (the llama-server, vLLM, LM Studio and mlx_lm adapters
-cite their servers' sources):
-- usage only in one extra final chunk with ``choices: []`` (``stream_options.include_usage``),
-  or usage on every chunk (vLLM ``continuous_usage_stats``), or no usage at all;
-- several tokens in one chunk: a chunk's token count comes from ``choices[0].token_ids``
-  (vLLM ``return_token_ids``; a chunk whose text is "" still carries its token), else
-  from the growth of ``usage.completion_tokens`` when the server sends it per chunk,
-  else one per chunk that carries text;
-- ``data: [DONE]`` or a stream that just ends; ``:`` comment lines (keep-alives);
-- llama.cpp's ``timings`` on the final chunk and vLLM's per-request ``metrics``
-  (``--enable-per-request-metrics``) as the engine's own timings.
-
-``ignore_eos`` (llama.cpp, vLLM) is sent only when the subclass says the server takes it;
-servers that only cap (LM Studio, mlx_lm) return what they generated, and that real
-count is recorded (``measure`` notes a shortfall).
+Tolerates usage in any chunk or none, several tokens per chunk and keep-alives; sends
+``ignore_eos`` only where the subclass says the server takes it.
 """
 
 from __future__ import annotations
@@ -47,8 +34,7 @@ class OpenAICompatible(HttpAdapter):
     continuous_usage = False
     """Ask for usage on every chunk (vLLM ``continuous_usage_stats``) to count tokens per chunk."""
     supports_chat = True
-    """A chat workload goes to ``/v1/chat/completions``; thinking arrives as
-    ``delta.reasoning`` (vLLM >= 0.11, LM Studio) or ``delta.reasoning_content``."""
+    """Chat goes to ``/v1/chat/completions``; thinking as ``delta.reasoning(_content)``."""
 
     def __init__(self, base_url: str, **kwargs: Any) -> None:
         super().__init__(base_url, **kwargs)
@@ -137,8 +123,7 @@ class OpenAICompatible(HttpAdapter):
         return body
 
     def prompt_cache_off(self) -> str | None:
-        """Why the engine's prompt (prefix) cache is known to be off, or None (on, or not
-        known): the flag tokperf started it with, or what it reports."""
+        """Why the prefix cache is known to be off, or None (on, or not known)."""
         return None
 
     def _on_error(self, status: int, body: str) -> EngineError | None:
@@ -250,13 +235,7 @@ def _with_llama_cpp_timings(base: EngineTimings, raw: dict[str, Any]) -> EngineT
 
 
 def _with_vllm_metrics(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
-    """vLLM per-request ``metrics`` (engines.md section 3).
-
-    ``time_to_first_token_ms`` runs from scheduling to the first token (queue excluded),
-    so it stands for prefill; ``generation_time_ms`` runs first to last token, the
-    N-1 intervals ``EngineTimings.decode_s`` means. ``tokens_per_second`` includes
-    prefill and is not used. ``speculative_decoding`` is present only when it ran.
-    """
+    """vLLM per-request ``metrics`` as the engine's own TTFT and decode time."""
     ttft = number(raw.get("time_to_first_token_ms"))
     generation = number(raw.get("generation_time_ms"))
     spec = raw.get("speculative_decoding")

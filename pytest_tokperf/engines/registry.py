@@ -1,9 +1,6 @@
 """Engine name -> adapter factory, for ``--tokperf-engine NAME`` and for scripts.
 
-A factory takes one ``EngineConfig`` (so new fields never break old factories) and
-returns an ``Engine``. The built-in names are fixed; a conftest adds more through the
-``pytest_tokperf_add_engines(register)`` hook (see ``hookspecs``), a script through its
-own ``EngineRegistry``. There is no module-level registry: nothing global to mutate.
+A conftest adds names through ``pytest_tokperf_add_engines``; nothing is global.
 """
 
 from __future__ import annotations
@@ -35,14 +32,13 @@ class EngineConfig:
     model: str | None = None
     """The model to ask for, where the engine serves several (Ollama, vLLM, LM Studio)."""
     transport: httpx.BaseTransport | None = None
-    """For tests: an ``httpx.MockTransport`` instead of the network (httpx then reads
-    streams too, instead of the stdlib reader)."""
+    """For tests: an ``httpx.MockTransport`` instead of the network."""
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
-    """Longest gap between streamed events once they flow (``--tokperf-idle-timeout``)."""
+    """Longest gap between streamed events once they flow (``tokperf_idle_timeout``)."""
     api_key: ApiKey | None = None
     """Sent as ``Authorization: Bearer``; its ``repr`` is masked."""
     max_body_bytes: int = MAX_BODY_BYTES
-    """The byte cap of one non-streamed answer (``--tokperf-max-body``)."""
+    """The byte cap of one non-streamed answer (``tokperf_max_body``)."""
 
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -151,8 +147,7 @@ def create_engine(
     api_key: ApiKey | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Engine:
-    """An adapter for engine ``name`` at ``base_url`` (from ``registry``, default: the
-    built-ins only); ``ConfigError`` for an unknown name."""
+    """An adapter for engine ``name`` at ``base_url``; ``ConfigError`` if unknown."""
     chosen = registry if registry is not None else EngineRegistry()
     return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
                          transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key,

@@ -1,19 +1,6 @@
-"""Adapter for SGLang's native ``/generate`` API (sgl-project/sglang
-``docs/basic_usage/native_api.ipynb``, ``srt/entrypoints/http_server.py``).
+"""Adapter for SGLang's native ``/generate`` API (exact counts, no engine timings).
 
-- Exact counts: ``sampling_params{max_new_tokens: N, min_new_tokens: N, ignore_eos: true}``.
-- Stream: SSE ``data: {"text", "meta_info"}`` ... ``data: [DONE]``. ``text`` is cumulative
-  (newer servers can stream increments instead; both are handled) and
-  ``meta_info.completion_tokens`` grows with each event, so its growth is the token
-  count of each chunk. ``meta_info`` also has ``prompt_tokens``, ``cached_tokens``
-  (radix cache hits; prompts are salted at their start) and ``spec_verify_ct`` only
-  when speculative decoding runs. ``finish_reason`` is ``{"type": "length"|"stop", ...}``.
-- Speculation: ``meta_info.spec_*`` draft counts appear only with
-  ``--speculative-algorithm``; any of them makes the response speculative.
-- Identity: ``GET /get_server_info`` (every server arg and ``version``; ``/server_info``
-  on builds that renamed it) and ``GET /get_model_info`` (``model_path``). SGLang serves
-  one model, so ``--tokperf-model`` is checked against it rather than sent.
-- SGLang reports no prefill or decode durations per request.
+Text may stream cumulative or incremental; ``meta_info.completion_tokens`` counts tokens.
 """
 
 from __future__ import annotations
@@ -127,8 +114,7 @@ class SGLang(HttpAdapter):
         )
 
     def model_identity(self) -> ModelInfo | None:
-        """``GET /get_model_info``'s ``model_path`` and the server's ``quantization`` and
-        ``context_length``: SGLang reports no size or parameter count."""
+        """``model_path``, ``quantization``, ``context_length`` (no size or parameters)."""
         path = str(self._model_info().get("model_path"))
         server = self._server_info()
         quant = server.get("quantization")
@@ -196,12 +182,7 @@ class SGLang(HttpAdapter):
 
 
 def _draft_counts(meta: dict[str, Any]) -> tuple[int | None, int | None]:
-    """Drafted and accepted tokens from ``meta_info``, present only when the server runs
-    with ``--speculative-algorithm`` (tokenizer_manager.py): newer builds say
-    ``spec_num_proposed_drafts``/``spec_num_correct_drafts`` (aliases
-    ``spec_proposed_drafts``/``spec_accepted_drafts``), older ones
-    ``spec_draft_token_num``/``spec_accept_token_num``; the oldest only
-    ``spec_verify_ct`` (verification steps), which stands in for the drafted count."""
+    """Drafted and accepted tokens from ``meta_info`` (with speculation only)."""
 
     def first(*keys: str) -> int | None:
         return next((count(meta[k]) for k in keys if count(meta.get(k)) is not None), None)

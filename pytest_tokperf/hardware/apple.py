@@ -1,8 +1,6 @@
 """Apple Silicon: chip name and memory from ``sysctl``, GPU cores from ``system_profiler``.
 
-macOS exposes no memory-bandwidth query, so the figure is the catalog's for the chip.
-The GPU core count (``sppci_cores`` in ``system_profiler SPDisplaysDataType -json``)
-tells binned chips apart: an M4 Max with 32 GPU cores has 410 GB/s, with 40 has 546.
+The bandwidth is the catalog's for the chip; the GPU core count tells binned chips apart.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """The bandwidth a ceiling divides by, from where the engine runs (``Placement``).
 
-``bandwidth_for`` is pure: given the placement and what is known about the GPU and the
-CPU, it picks the figure and says why. A model split between a GPU and system RAM is
-read part by part, so the time per token is the sum of each part's bytes over its own
-bandwidth, and the effective figure is
-
-    1 / (gpu_share / gpu_bandwidth + cpu_share / cpu_bandwidth)
-
-(80% of the layers on the GPU is nowhere near 80% of GPU speed). A layer split over
-several GPUs is a pipeline: one GPU works at a time, so one GPU's bandwidth applies.
-
-``device_hardware`` is the I/O side: it finds the ``HardwareInfo`` of one device (NVML
-for that CUDA index, else the catalog by the name the engine's log or ``nvidia-smi``
-gives; the Apple catalog for Metal; the Linux CPU for ``cpu``) and never raises.
+A GPU/RAM split reads ``1 / (gpu_share / gpu_bandwidth + cpu_share / cpu_bandwidth)``.
 """
 
 from __future__ import annotations
@@ -67,12 +55,7 @@ def bandwidth_for(
     cpu: HardwareInfo | None,
     explicit: float | None = None,
 ) -> DeviceBandwidth:
-    """The bandwidth of the device ``placement`` names, or of the split it describes.
-
-    ``gpu`` is the device the placement names (a CUDA/ROCm/Vulkan GPU or the Apple
-    chip), ``cpu`` the machine's CPU with its probe or DIMM figure. ``explicit``
-    (``--tokperf-bandwidth``) wins over everything.
-    """
+    """The bandwidth of ``placement``'s device or split; ``explicit`` wins."""
     if explicit is not None:
         bw = Bandwidth(explicit, "explicit", "given by the user")
         return DeviceBandwidth(bw, (BandwidthPart("given", 1.0, bw),),
@@ -143,13 +126,7 @@ def device_hardware(
     nvml: ModuleType | None = None,
     run: Runner = run_command,
 ) -> HardwareInfo | None:
-    """What is known about one device; None when nothing is. Never raises.
-
-    CUDA: NVML for that index (bus width x max memory clock); without NVML, the catalog
-    row for the name the engine reported (``Device.name``) or ``nvidia-smi`` gives.
-    ROCm/Vulkan/SYCL: the catalog by name. Metal: the Apple chip. CPU: the Linux CPU
-    (the caller adds the read probe, which must run next to the measurement).
-    """
+    """What is known about one device, or None. Never raises."""
     try:
         return _device_hardware(device, nvml, run)
     except Exception as exc:  # a provider's failure is a note, never a broken run

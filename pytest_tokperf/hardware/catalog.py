@@ -1,17 +1,7 @@
 """The hardware spec catalog: ``hardware.csv`` in this package, loaded, validated, searched.
 
-The CSV ships inside the package (``pytest_tokperf/hardware/hardware.csv``, read with
-``importlib.resources``), so an installed wheel has it; ``db/hardware.csv`` in the
-repository is a symbolic link to that one file, so the dataset's home and the package
-cannot drift apart.
-
-Each row is one part with its published memory bandwidth and where that figure comes
-from. ``lookup`` maps a detected device name ("NVIDIA GeForce RTX 4090", "Apple M4 Max")
-to a row by its ``match`` aliases: names are lower-cased, ``-``/``_``/``/`` become
-spaces, and an alias matches as whole words. The longest matching alias wins, so
-"rtx 4080 super" beats "rtx 4080". Rows that share the winning alias (binned Apple chips)
-are told apart by GPU core count; where they still cannot be, the row with the higher
-bandwidth is returned, because a ceiling a healthy engine exceeds is a wrong ceiling.
+``db/hardware.csv`` links to it. Ties go to the higher bandwidth: a ceiling must not be
+low.
 """
 
 from __future__ import annotations
@@ -88,12 +78,8 @@ def normalize(name: str) -> str:
 
 
 def load_catalog(path: Path | None = None) -> tuple[CatalogEntry, ...]:
-    """All rows of the catalog, validated and cached.
-
-    ``path`` (or ``$PYTEST_TOKPERF_CATALOG``) names another CSV with the same columns,
-    cached per file and modification time; by default the packaged catalog is read
-    through ``importlib.resources``, which works from a wheel, a zip or a checkout.
-    """
+    """All rows of the catalog, validated and cached. ``path`` (or
+    ``$PYTEST_TOKPERF_CATALOG``) names another CSV with the same columns."""
     chosen = path or catalog_path()
     if chosen is None:
         return _load_packaged()
@@ -217,12 +203,8 @@ def lookup(
     kind: CatalogKind | None = None,
     catalog: tuple[CatalogEntry, ...] | None = None,
 ) -> CatalogEntry | None:
-    """The catalog row for a detected or typed device name, or None.
-
-    "NVIDIA GeForce RTX 4090" -> RTX 4090; "Apple M4 Max" with ``gpu_cores=40`` -> the
-    546 GB/s row. A bare fragment that is part of exactly one row's alias ("4090") also
-    resolves; an ambiguous one ("H100") does not.
-    """
+    """The catalog row for a detected or typed device name, or None. A fragment of exactly
+    one row's alias ("4090") also resolves; an ambiguous one does not."""
     rows = [e for e in (catalog or load_catalog()) if kind is None or e.kind == kind]
     query = normalize(name)
     if not query:
@@ -266,11 +248,7 @@ def _looks_like_cpu(name: str) -> bool:
 def close_names(
     name: str, limit: int = 6, catalog: tuple[CatalogEntry, ...] | None = None
 ) -> list[str]:
-    """Catalog names that look like ``name``, for "did you mean" messages.
-
-    A CPU model name ("Ryzen 9 7700X", "Xeon", "EPYC") is offered CPU rows only: the
-    letters of "Ryzen" are close to "Radeon", the part is not.
-    """
+    """Catalog names like ``name``, for "did you mean" (CPU names get CPU rows)."""
     entries = catalog or load_catalog()
     if _looks_like_cpu(name):
         entries = tuple(e for e in entries if e.kind == "cpu") or entries

@@ -1,7 +1,4 @@
-"""Running the small system commands detection reads (sysctl, system_profiler, dmidecode).
-
-Providers take a ``Runner`` so tests can hand them canned output instead of a machine.
-"""
+"""Running the small system commands detection reads; providers take a ``Runner``."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ TextReader = Callable[[str], "str | None"]
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> str | None:
-    """stdout and stderr of ``argv`` (killed with its process group at ``timeout_s``:
-    ``helper_runs``), or None."""
+    """stdout and stderr of ``argv`` (process group killed at ``timeout_s``), or None."""
     from pytest_tokperf.helper_runs import run_helper
 
     if shutil.which(argv[0]) is None:

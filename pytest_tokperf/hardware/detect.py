@@ -1,13 +1,6 @@
 """Which machine the engine runs on, and the bandwidth its ceiling divides by.
 
-Order: an explicit figure from the user, then an NVIDIA GPU (NVML), then Apple Silicon
-(catalog by chip and GPU cores), then the Linux CPU (dmidecode spec when readable, plus
-the measured read probe). A spec figure and a measured one are both kept when both exist;
-``HardwareInfo.bandwidth`` decides which the ceiling uses.
-
-The CPU probe runs only on the CPU path: on a GPU or on Apple Silicon a CPU read probe
-measures the wrong memory path (the CPU cluster of an M-series Max reaches well under the
-GPU's bandwidth) and would put the ceiling below what a healthy engine does.
+Order: the user's figure, NVML, Apple Silicon, the Linux CPU (spec plus read probe).
 """
 
 from __future__ import annotations
@@ -63,12 +56,7 @@ def _safely(
     detector: Callable[[], HardwareInfo | None],
     failures: list[str],
 ) -> HardwareInfo | None:
-    """Run one provider; any exception becomes a note, so detection itself never fails.
-
-    A provider that raises (a ``sysctl`` answer in an unexpected shape, a broken NVML,
-    an unreadable catalog) must not break every run on that machine: the next provider
-    is tried and the failure is kept in ``HardwareInfo.detail``.
-    """
+    """Run one provider; any exception becomes a note in ``detail``, never a failure."""
     try:
         return detector()
     except Exception as exc:
@@ -92,17 +80,9 @@ def detect_hardware(
     probe_size_bytes: int | None = None,
     probe_duration_s: float = 2.0,
 ) -> HardwareInfo:
-    """Describe this machine; never raises for what the machine lacks or breaks on.
-
-    A provider that fails (missing tools, drivers, permissions, or an exception of its
-    own) is skipped and named in ``detail``; only bad arguments raise ``ConfigError``.
-
-    ``explicit_bandwidth`` (bytes/s) wins over everything and skips the probe; the
-    detected spec, if any, is kept in ``detail``. ``prefer`` puts one provider first
-    (``"cpu"`` for an engine that runs on the CPU of a GPU machine). ``threads`` is the
-    probe's worker count (default: all CPUs this process may use). Warns with
-    ``TokperfWarning`` when no bandwidth is known at the end.
-    """
+    """Describe this machine; only bad arguments raise ``ConfigError``.
+    ``explicit_bandwidth`` (bytes/s) wins; ``prefer`` puts one provider first; warns when
+    no bandwidth is known."""
     if explicit_bandwidth is not None and (
         not math.isfinite(explicit_bandwidth) or explicit_bandwidth <= 0
     ):

@@ -1,12 +1,7 @@
 """Linux CPU and system RAM: ``/proc`` for the model and size, ``dmidecode`` for DIMMs.
 
-``dmidecode -t 17`` needs root; without it (or without the binary) the spec figure is
-simply absent and the measured probe carries the ceiling. The spec is
-``populated channels x 8 B x configured MT/s`` (SMBIOS DSP0134 type 17). Channels are
-counted distinct, from the Bank Locator or Locator: two DIMMs on one channel do not
-double bandwidth. Where no channel can be read off the labels, every DIMM counts as a
-channel, which errs high: a ceiling above reality is a loose ceiling, one below is a
-wrong one.
+The spec is ``channels x 8 B x configured MT/s`` (``dmidecode -t 17``, root only), with
+distinct channels counted; without channel labels every DIMM counts (errs high).
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """The machine's own state during a measurement: other processes' CPU, run queue, steal.
 
-Linux only, from /proc; elsewhere every reading is ``MachineLoad.unknown`` and nothing
-fails. A ``LoadSampler`` is started at a repetition's start and stopped at its end:
-
-- CPU time: ``/proc/stat``'s ``cpu`` line (user, nice, system, idle, iowait, irq,
-  softirq, steal jiffies) at both ends gives the machine's busy CPU-seconds per wall
-  second (idle, iowait and steal excluded) and the steal share; ``/proc/<pid>/stat``
-  (utime + stime, all threads) of the engine's processes and this process's own CPU
-  time are taken out of it, which leaves the other processes' share;
-- run queue: a light poll (every ``POLL_S``, ``/proc/loadavg``'s running count and the
-  state of the engine's and this process's threads) counts the runnable threads that
-  are neither the engine's nor tokperf's; a start and an end sample are always taken;
-- ``/proc/loadavg``'s one-minute figure, for the record.
-
-The poll thread times itself (``time.thread_time``): ``LoadSampler.cost_s`` is the CPU
-it took, ``benchmarks/perf/bench_load.py`` prints it per second of polling.
+Linux only, from /proc; elsewhere every reading is ``MachineLoad.unknown``.
 """
 
 from __future__ import annotations
@@ -76,8 +62,7 @@ def parse_loadavg(text: str) -> tuple[float, int]:
 
 
 def parse_pid_stat(text: str) -> tuple[str, int]:
-    """``/proc/<pid>/stat`` (or a task's) to (state, utime + stime in ticks); the command
-    name in parentheses may hold spaces and parentheses, so fields count from the last."""
+    """``/proc/<pid>/stat`` to (state, utime + stime in ticks)."""
     rest = text[text.rindex(")") + 2:].split()
     return rest[0], int(rest[11]) + int(rest[12])
 
@@ -105,12 +90,7 @@ class _Snapshot:
 
 
 class LoadSampler:
-    """Reads the machine between ``start`` and ``stop`` (see the module doc).
-
-    ``engine_pids`` are the engine's server processes (empty: not known, e.g. an
-    attached server; then only machine-wide figures). ``poll_s`` None takes only the
-    start and end samples of the run queue.
-    """
+    """Reads the machine between ``start`` and ``stop`` (``engine_pids`` may be empty)."""
 
     def __init__(self, engine_pids: Sequence[int] = (), *, proc: Path = PROC,
                  poll_s: float | None = POLL_S,
@@ -245,8 +225,7 @@ def listening_inodes(text: str, port: int) -> set[str]:
 
 
 def listening_pids(port: int, proc: Path = PROC) -> tuple[int, ...]:
-    """The processes listening on TCP ``port`` of this machine (an attached server on
-    loopback), from /proc; empty when not found or not readable (another user's)."""
+    """The processes listening on TCP ``port`` here; empty when not found or readable."""
     inodes: set[str] = set()
     for name in ("tcp", "tcp6"):
         text = _read(proc / "net" / name)
@@ -275,8 +254,7 @@ def listening_pids(port: int, proc: Path = PROC) -> tuple[int, ...]:
 
 
 def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> MachineLoad:
-    """The machine over the next ``seconds`` (for a CLI line, a probe, a script); under
-    three poll intervals the run queue is the start and end samples only."""
+    """The machine over the next ``seconds``."""
     sampler = LoadSampler(engine_pids, poll_s=POLL_S if seconds >= 3 * POLL_S else None)
     sampler.start()
     time.sleep(seconds)

@@ -1,16 +1,6 @@
-"""NVIDIA GPUs through NVML (PyPI ``nvidia-ml-py``, module ``pynvml``), imported lazily.
+"""NVIDIA GPUs through NVML (``pynvml``, imported lazily).
 
-Peak bandwidth comes from the device itself: the maximum memory clock and the bus width.
-The formula is the CUDA C++ Best Practices Guide's "Theoretical Bandwidth Calculation"
-(https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/; V100: 877 MHz x 2 (DDR) x
-4096-bit / 8 = 898 GB/s). With NVML's *maximum* memory clock it reproduces the published
-figures: RTX 4090 10501 MHz x 384-bit -> 1008 GB/s, A100 40GB 1215 MHz x 5120-bit ->
-1555 GB/s.
-
-NVML enumerates every GPU in PCI bus order and ignores ``CUDA_VISIBLE_DEVICES``. The
-device reported is the first one CUDA would use: the UUID (``GPU-...``) in
-``CUDA_VISIBLE_DEVICES`` when given, an integer index there read as a PCI-order index
-(exact with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else NVML device 0.
+Peak bandwidth = max memory clock x 2 x bus width / 8; the device is CUDA's first.
 """
 
 from __future__ import annotations
@@ -76,12 +66,7 @@ def _pick_index(
 def detect_nvidia(
     nvml: ModuleType | None = None, visible: str | None = None, cuda_index: int = 0
 ) -> HardwareInfo | None:
-    """The GPU CUDA calls ``cuda_index`` (0: the first), or None without ``pynvml``, a
-    driver or that GPU.
-
-    ``nvml`` and ``visible`` default to the real module and ``$CUDA_VISIBLE_DEVICES``;
-    tests pass a fake module.
-    """
+    """The GPU CUDA calls ``cuda_index``, or None (no ``pynvml``, driver or GPU)."""
     nvml = nvml or _import_pynvml()
     if nvml is None:
         return None
@@ -161,8 +146,7 @@ def _describe(
 
 
 def parse_nvidia_smi(text: str | None) -> list[tuple[int, str, int | None]]:
-    """``nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits``
-    -> [(index, name, memory bytes)]; MiB in, bytes out."""
+    """``nvidia-smi --query-gpu=index,name,memory.total`` CSV -> [(index, name, bytes)]."""
     gpus: list[tuple[int, str, int | None]] = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -179,11 +163,7 @@ NVIDIA_SMI_QUERY = (
 
 
 def nvidia_by_name(name: str, how: str, memory_bytes: int | None = None) -> HardwareInfo:
-    """A GPU known only by name (the engine's log, ``nvidia-smi``): the catalog's figure.
-
-    This is the path without NVML (no ``nvidia-ml-py`` or no driver library the Python
-    process can load) while the engine itself runs on CUDA.
-    """
+    """A GPU known only by name, without NVML: the catalog's figure."""
     entry = lookup(name, kind="gpu")
     notes = [f"NVML unavailable; GPU named by {how}"]
     if entry is None:

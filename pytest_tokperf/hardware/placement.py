@@ -1,10 +1,5 @@
-"""Where an engine runs: a device (``cpu``, ``cuda:0``, ``metal``, ...) and the model's split.
-
-A ``Placement`` says which device holds the model and what share of the bytes read per
-token sits there (the rest is read from system RAM by the CPU). The engine adapters
-fill it from what the engine says (``engines.llama_server.settings.placement_of``);
-``--tokperf-device`` overrides it; ``hardware.bandwidth.bandwidth_for`` turns it into
-the bandwidth a ceiling divides by.
+"""Where an engine runs: a device (``cpu``, ``cuda:0``, ``metal``, ...) and the model's
+split.
 """
 
 from __future__ import annotations
@@ -25,8 +20,7 @@ _NAME_PREFIXES = (
 
 
 def backend_of_device_name(name: str) -> str:
-    """``CUDA0`` -> ``cuda``, ``Vulkan1`` -> ``vulkan``, ``MTL0``/``Metal`` -> ``metal``,
-    ``CPU``/``CPU_Mapped``/``CUDA_Host``/``BLAS`` -> ``cpu``; ggml device and buffer names."""
+    """A ggml device or buffer name -> backend (``CUDA0`` -> ``cuda``)."""
     lowered = name.strip().lower()
     if lowered.endswith(("_host", "_mapped")) or lowered.startswith("cpu"):
         return "cpu"  # CUDA_Host, CPU_Mapped, Metal_Mapped: buffers in system memory
@@ -82,8 +76,7 @@ class Placement:
     device: Device | None
     """None: the engine did not say; the machine's first device is assumed."""
     gpu_fraction: float | None = None
-    """Share of the bytes read per token that sit on the GPU (1.0: fully offloaded;
-    None: not known, all assumed on ``device``). The rest is read by the CPU."""
+    """Share of the bytes per token on the GPU (None: not known, all on ``device``)."""
     gpu_count: int = 1
     """GPUs the layers are split over (a pipeline: one GPU works at a time)."""
     source: str = ""

@@ -1,27 +1,6 @@
 """A measured memory READ-bandwidth probe in numpy: what decode actually streams.
 
-Decode reads weights; it hardly writes. So the probe reads: ``threads`` workers each sum
-their own contiguous slice of one float64 buffer far bigger than the last-level cache.
-``np.add.reduce`` over a large contiguous float64 array releases the GIL and uses
-unrolled pairwise summation (several independent accumulators), so it streams at memory
-speed rather than at add latency; the threads run truly in parallel (checked on a
-2-core Zen 3: in-cache 1 -> 2 threads gave 1.8x). ``np.maximum.reduce`` is faster per
-core in cache but did not scale across threads there, and ``dot`` starts BLAS threads of
-its own, so neither is used.
-
-The buffer holds distinct values (``arange``): untouched ``calloc`` zero pages all map
-the kernel's single zero page, and identical pages can be merged by KSM on a virtual
-machine's host; either way the "memory" read would come from cache.
-
-A pass is several sweeps of the buffer lasting a fraction of the time budget; the
-result is the best pass. On a shared host bandwidth swings 15-20% from minute to
-minute, and a ceiling that a healthy engine run exceeds is a wrong ceiling, so the
-best sustained pass is the honest upper figure; all passes are kept to show the spread.
-
-The buffer is set up once (``ReadProbe.prepare``: allocation and first touch, which on a
-loaded VM took most of a 2 s budget) and reused, so a probe's budget is all reading and
-can be short: ``benchmarks/perf/bench_cost.py`` prints short probes against a long reference
-one, interleaved, which is where ``DEFAULT_DURATION_S`` comes from.
+Best of several passes over a buffer set up once (``ReadProbe``). Notes: docs/design.md.
 """
 
 from __future__ import annotations
@@ -115,8 +94,7 @@ def _available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None
 
 
 def default_buffer_bytes() -> int:
-    """512 MiB, or 8x the last-level cache when bigger; at most 2 GiB and a quarter of
-    the memory available now (never below 64 MiB)."""
+    """512 MiB or 8x the LLC; at most 2 GiB and a quarter of available memory."""
     llc = last_level_cache_bytes() or 0
     size = min(max(DEFAULT_MIN_BYTES, 8 * llc), DEFAULT_MAX_BYTES)
     available = _available_memory_bytes()
@@ -126,14 +104,7 @@ def default_buffer_bytes() -> int:
 
 
 class ReadProbe:
-    """One probe buffer and one worker pool, set up once and reused by every probe.
-
-    Allocating and first-touching the buffer (a page fault per 4 KiB of up to 2 GiB: 0.1 s
-    on a quiet 2-core VM, over 6 s on a loaded one) happens once, in ``prepare``, outside
-    every probe's time budget; each ``measure`` then only reads memory. A session that
-    probes around every measurement keeps one ``ReadProbe`` (``bench.ceilings``) and
-    ``close``s it at the end, which frees the buffer.
-    """
+    """One probe buffer and worker pool, set up once and reused; ``close`` frees it."""
 
     def __init__(self, size_bytes: int | None = None, threads: int | None = None) -> None:
         self.size_bytes = default_buffer_bytes() if size_bytes is None else int(size_bytes)
@@ -149,18 +120,14 @@ class ReadProbe:
         self._pool: ThreadPoolExecutor | None = None
 
     def prepare(self, budget_s: float | None = None) -> float:
-        """Allocate and touch the buffer and start the workers (once); returns the seconds.
-
-        With ``budget_s`` the buffer is written in 64 MiB pieces and given up (freed,
-        ``ProbeTimeout``) once the budget is spent: on a loaded VM its first touch took
-        5-14 s where a quiet one takes 0.1 s."""
+        """Set up buffer and workers once; the seconds (``ProbeTimeout`` past
+        ``budget_s``)."""
         if self._slices is None:
             import numpy as np
 
             started = time.perf_counter()
             count = self.size_bytes // 8 // self.threads * self.threads
-            # every element written: each page is faulted in here, and holds distinct
-            # values that no zero page or KSM merge can serve from cache
+            # distinct values: no zero page or KSM merge serves them from cache
             buffer = np.empty(count, dtype=np.float64)
             piece = 64 * MIB // 8
             for first in range(0, count, piece):
@@ -202,8 +169,7 @@ class ReadProbe:
 
     def measure(self, duration_s: float = DEFAULT_DURATION_S,
                 passes: int = DEFAULT_PASSES, setup_budget_s: float | None = None) -> ProbeResult:
-        """Best of up to ``passes`` passes within about ``duration_s`` (set-up excluded;
-        ``setup_budget_s`` bounds it, see ``prepare``)."""
+        """Best of up to ``passes`` passes within about ``duration_s`` (set-up excluded)."""
         if passes < 1:
             raise ConfigError(f"probe passes {passes!r} must be >= 1")
         if not duration_s > 0:
@@ -252,13 +218,7 @@ def probe_read_bandwidth(
     passes: int = 7,
     duration_s: float = 2.0,
 ) -> ProbeResult:
-    """Measure sustained read bandwidth once: best of up to ``passes`` passes in about
-    ``duration_s``, the buffer's set-up not counted (``ProbeResult.setup_s``).
-
-    ``size_bytes`` defaults to ``default_buffer_bytes()``; ``threads`` to the CPUs this
-    process may run on (an engine decoding on the CPU uses them all). To probe again and
-    again, keep a ``ReadProbe``.
-    """
+    """Measure sustained read bandwidth once (best pass, set-up not counted)."""
     if passes < 1:
         raise ConfigError(f"probe passes {passes!r} must be >= 1")
     if not duration_s > 0:

@@ -1,18 +1,6 @@
-"""An engine process's own clock: how long its threads ran and how long they waited for a CPU.
+"""An engine process's own clock: how long its threads ran and waited for a CPU.
 
-On a shared machine a neighbour takes the CPU from the engine, and the wall time of a
-repetition grows by the time the engine's threads were ready to run but not running. Linux
-counts both per thread in ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds on the CPU,
-nanoseconds waiting on a run queue, time slices), so two readings around a decode window
-tell how much of that window a neighbour took: ``wait``. The decode figure net of that wait
-is what the engine would have done had the CPUs been its own; the same-run A/B judges it
-beside the wall-clock figure (``stats.paired``), which a neighbour's bursts would swamp.
-
-What it does not cancel: memory-bandwidth phases and cache pressure are on-CPU time (a
-stalled load is running time), so the pair, not this clock, cancels those.
-
-Only where tokperf knows the engine's PID (a server it started) and ``/proc`` has
-schedstat (Linux); elsewhere ``read`` is None and the figures fall back to wall time.
+Linux schedstat of a server tokperf started; elsewhere ``read`` is None.
 """
 
 from __future__ import annotations
@@ -24,8 +12,7 @@ from pathlib import Path
 PROC = Path("/proc")
 
 BUSY_SHARE = 0.05
-"""A thread counts as one of the engine's working threads in a window when it ran at least
-this share of it (llama-server's HTTP and idle slot threads sleep through decode)."""
+"""Share of a window a thread must run to count as one of the engine's working threads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +84,7 @@ def working(first: ThreadTimes, last: ThreadTimes, span_s: float) -> frozenset[i
 
 def window(first: ThreadTimes, last: ThreadTimes, span_s: float,
            among: frozenset[int] | None = None) -> WindowTimes | None:
-    """The working threads' mean run and wait between two readings ``span_s`` apart; None
-    when no thread ran a ``BUSY_SHARE`` of the window (or the readings share no thread).
-    ``among``: the working threads as a wider window chose them, whatever they ran in
-    this one (a window the engine's work mostly fell outside)."""
+    """The working threads' mean run and wait between two readings; None if none worked."""
     if span_s <= 0:
         return None
     chosen = working(first, last, span_s) if among is None else among

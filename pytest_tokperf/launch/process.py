@@ -1,20 +1,6 @@
 """Start a local engine server on loopback, wait until it is ready, always stop it.
 
-Clean-measurement defaults for llama-server: one slot, fixed threads, prompt cache
-off (``--cache-ram 0`` where the build knows it), no web UI, metrics on; speculative
-decoding stays off unless ``LaunchSpec.draft_model`` is set (then ``-md`` and, on
-builds that have it, ``--spec-type draft-simple``: b11434 loads a plain ``-md`` draft
-but drafts nothing without a type).
-
-No orphans: the server runs in its own session (a terminal Ctrl-C reaches pytest,
-which stops it in teardown), is stopped gracefully (SIGTERM, then SIGKILL after a
-grace period) at the end of the session and at interpreter exit, and on Linux asks
-the kernel to SIGKILL it if the parent dies (``PR_SET_PDEATHSIG``), so even a
-SIGKILLed pytest leaves nothing behind. The death signal is SIGKILL, not SIGTERM: a
-dying client drops its connection, llama-server cancels that request, and a SIGTERM
-arriving then can deadlock its signal handler on the server queue's mutex (seen about
-once in ten kills of pytest; the server stayed up holding its port). A dead parent
-has no results left to lose, so nothing is gained by a graceful stop there.
+No orphans: own session, SIGTERM then SIGKILL, and ``PR_SET_PDEATHSIG`` on Linux.
 """
 
 from __future__ import annotations
@@ -60,14 +46,12 @@ class LaunchSpec:
     """The whole start-up: the ``--help`` check, the start and ``/health``."""
     draft_model: Path | None = None
     startup_deadline_s: float | None = None
-    """``time.monotonic()`` by which start-up must be done, when checks before it (device
-    list, ``--version``) already spent part of ``startup_timeout_s``; None: from now."""
+    """Monotonic time by which start-up must be done; None: the full timeout from now."""
 
 
 def resolve_server_binary(explicit: str | None, engine_version: str | None = None) -> Path:
-    """The llama-server to run: ``--tokperf-server-bin``, else the cached build of
-    ``--tokperf-engine-version`` (refused, with the install command, when not built),
-    else our cached default build, else PATH. Both options at once are refused."""
+    """The llama-server to run: ``--tokperf-server-bin``, the ``--tokperf-engine-version``
+    build, the default build, else PATH."""
     if explicit and engine_version:
         raise ConfigError(
             f"--tokperf-server-bin {explicit!r} and --tokperf-engine-version "
@@ -148,12 +132,7 @@ DEATH_SIGNAL = signal.SIGKILL
 
 
 def _die_with_parent_of(parent: int) -> Callable[[], None]:
-    """The ``preexec_fn`` for a child of ``parent``.
-
-    The death signal follows the thread that forked, so servers are started from the
-    main thread (the fixture and the CLI both do). A parent that died between the fork
-    and ``prctl`` sends nothing: the child then exits at once.
-    """
+    """The ``preexec_fn`` for a child of ``parent`` (start servers from the main thread)."""
 
     def arm() -> None:  # pragma: no cover - runs in the child
         if sys.platform.startswith("linux"):
@@ -175,9 +154,7 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
 
     def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM to the server's whole process group (it leads its own session), SIGKILL
-        after ``grace_s``; whatever is left of the group then (a wrapper script's child
-        that outlived it) is killed too."""
+        """SIGTERM to the process group, SIGKILL after ``grace_s``, then what is left."""
         group = self.process.pid
         if self.process.poll() is None:
             kill_group(group, signal.SIGTERM)
@@ -213,9 +190,7 @@ def start_server(
     env: Mapping[str, str] | None = None,
     shown_timeout_s: float | None = None,
 ) -> ServerProcess:
-    """Start ``cmd`` (in ``env``, default: ours), log to ``log_path``, poll ``ready``
-    until true, or fail cleanly after ``timeout_s`` (what is left of a start-up timeout
-    of ``shown_timeout_s``, the one the message names)."""
+    """Start ``cmd``, log to ``log_path``, poll ``ready``, or fail after ``timeout_s``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:

@@ -1,22 +1,6 @@
 """Which layers attend through a sliding window, decided the way llama.cpp decides it.
 
-A windowed layer's KV cache keeps (and each decoded token reads) at most ``window``
-positions; a full-attention layer reads every earlier position. llama.cpp
-(``src/llama-model.cpp``, ``src/llama-hparams.cpp``) takes the window from
-``{arch}.attention.sliding_window`` and the layer pattern from, in order:
-
-1. ``{arch}.attention.sliding_window_pattern`` when the file has it: a per-layer
-   array of flags, or a period N read as ``set_swa_pattern(N)``;
-2. the architecture's own period: gemma2 2, gemma3 6 (only when the window key is
-   present and > 0), cohere2 4, gpt-oss 2;
-
-where ``set_swa_pattern(N)`` makes layer ``il`` windowed when ``il % N < N - 1`` (every
-N-th layer is full; N = 0 makes all layers windowed, N = 1 none). Gemma 2 files
-without the key get llama.cpp's default window of 4096.
-
-Charging ``min(depth, window)`` positions is the physics of a masked window; llama.cpp
-keeps ``window + ubatch`` cells for those layers, a difference of well under 1% at
-the depths where windows matter.
+A windowed layer is charged ``min(depth, window)`` KV positions.
 """
 
 from __future__ import annotations
@@ -38,8 +22,7 @@ class SlidingWindow:
     layers: tuple[bool, ...]
     source: str
     notes: tuple[str, ...] = ()
-    """Assumptions made on the way (a default window, a pattern of the wrong length,
-    no known pattern); they matter only once the depth exceeds the window."""
+    """Assumptions made on the way; they matter only once the depth exceeds the window."""
 
     @property
     def windowed_layers(self) -> int:

@@ -1,20 +1,6 @@
 """A "before you buy" footprint from a parameter count, when there is no file.
 
-``estimate_footprint(8e9, "Q4_K_M", n_layer=32, n_head_kv=8, head_dim=128, depth_tokens=4096)``
-prices every active weight at the quant's average bits per weight and adds the KV cache.
-A file, when there is one, is always better: ``footprint(load_gguf(path))`` counts each
-tensor at its stored type.
-
-Two shapes need more than one number:
-
-* MoE whose experts are quantized apart from the rest (gpt-oss: MXFP4 experts,
-  attention and embeddings in 8 or 16 bits). Give ``expert_parameters`` (all routed
-  expert weights) and ``expert_quant``; the non-expert part, ``parameters -
-  expert_parameters``, is priced at ``bits_per_weight_or_quant`` and streamed in full,
-  the experts at ``expert_quant``, of which ``active_parameters`` minus the non-expert
-  part are read per token.
-* Sliding-window attention (Gemma 2/3, gpt-oss): ``sliding_layers`` of the ``n_layer``
-  layers read at most ``sliding_window`` KV positions, the others the full depth.
+Weights at the quant's average bits per weight, plus the KV cache; a file is better.
 """
 
 from __future__ import annotations
@@ -38,10 +24,7 @@ FILE_MIX_BITS_PER_WEIGHT: dict[str, float] = {
     "Q5_K_M": 5.68,
     "Q6_K": 6.56,
 }
-"""Whole-file bits per weight of llama.cpp's k-quant mixes (attention, output and some
-FFN tensors stay at higher precision). Source: llama.cpp ``tools/quantize/README.md``,
-table "Llama 2 7B". Single-type names not listed here (Q8_0 = 8.5, Q4_0 = 4.5, F16 = 16,
-IQ4_XS = 4.25, MXFP4 = 4.25, ...) are exact block sizes from ``gguf.GGML_QUANT_SIZES``."""
+"""Whole-file bits per weight of llama.cpp's k-quant mixes."""
 
 
 def bits_per_weight(quant: str | float) -> float:
@@ -131,11 +114,10 @@ def estimate_footprint(
     sliding_window: int = 0,
     sliding_layers: int = 0,
 ) -> Footprint:
-    """Bytes per token from a parameter count (see the module docstring for MoE and SWA).
-
-    Every active weight is assumed streamed at its bits per weight; the embedding
-    gather is not subtracted, so this slightly overstates small-vocab models.
-    """
+    """Bytes per token from a parameter count (the embedding gather not subtracted). MoE:
+    the non-expert ``parameters - expert_parameters`` streams in full, the experts at
+    ``expert_quant`` as far as ``active_parameters`` reaches; SWA: ``sliding_layers``
+    read at most ``sliding_window`` positions."""
     _check_count("parameters", parameters, positive=True)
     _check_whole(n_layer=n_layer, n_head_kv=n_head_kv, head_dim=head_dim,
                  sliding_window=sliding_window, sliding_layers=sliding_layers)

@@ -1,22 +1,6 @@
 """Bytes one decode step reads: weights at their stored size, plus the KV cache.
 
-Counted from the file's tensor table, never as ``params * bits / 8``: real files mix
-quantization types. One generated token streams every weight tensor once, except:
-
-- ``token_embd`` is a row gather (one row per token) unless the output head is tied
-  to it (no ``output.weight``), in which case the head streams the whole table;
-- stacked MoE expert tensors (``*_exps``) and old per-expert tensors
-  (``blk.N.ffn_gate.E.weight``) count ``expert_used_count / expert_count`` of their
-  bytes; routers (``ffn_gate_inp``) and shared experts (``*_shexp``) count in full;
-- the KV cache adds, per earlier position, ``n_head_kv * key_length`` elements at the
-  K cache type plus ``n_head_kv * value_length`` at the V cache type per layer (K only
-  for multi-head latent attention); a layer with a sliding window (Gemma 2/3, gpt-oss,
-  see ``attention.py``) reads at most ``window`` positions, the others the full depth.
-
-At depth D the KV read is a sum over layers of ``positions(layer, D) x bytes per
-position``; ``Footprint.kv_bytes_per_position`` is that sum divided by D (the mean per
-position at this depth; at D = 0 the rate of the first positions), so that
-``Footprint.kv_bytes`` is the exact sum. Call ``footprint`` again for another depth.
+Counted from the tensor table; the rules are in docs/design.md.
 """
 
 from __future__ import annotations
@@ -133,11 +117,8 @@ def footprint(
     kv_type_k: str | None = None,
     kv_type_v: str | None = None,
 ) -> Footprint:
-    """Bytes one decode step reads for ``model`` with ``depth_tokens`` of context.
-
-    ``kv_type`` is the cache type of K and V (llama.cpp ``-ctk``/``-ctv`` both);
-    ``kv_type_k`` / ``kv_type_v`` override one side (``-ctk q8_0 -ctv f16``).
-    """
+    """Bytes one decode step reads for ``model`` at ``depth_tokens``; ``kv_type_k``/``_v``
+    override ``kv_type``."""
     check_depth(depth_tokens)
     type_k, type_v = kv_types(kv_type, kv_type_k, kv_type_v)
     names = {t.name for t in model.tensors}
@@ -192,11 +173,8 @@ def footprint(
 
 
 def at_depth(fp: Footprint, depth_tokens: int, model: GGUFModel | None = None) -> Footprint:
-    """The same footprint at another context depth.
-
-    Without ``model`` the KV bytes scale linearly with depth, which is exact only for
-    full-attention models; pass the model (no I/O) to recount windowed layers.
-    """
+    """The same footprint at another context depth. Without ``model`` the KV bytes scale
+    linearly (exact only for full attention)."""
     check_depth(depth_tokens)
     if model is None:
         return replace(fp, depth_tokens=depth_tokens)

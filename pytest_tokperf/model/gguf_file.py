@@ -1,12 +1,6 @@
 """One parse of a GGUF file: architecture, attention layout, tensor table and identity.
 
-``load_gguf(path)`` reads the header once through the bounded reader in
-``gguf_header`` (every length checked against the bytes left before it is used, no
-tensor data touched) and returns a ``GGUFModel`` that holds everything callers need:
-what ``footprint`` counts, and ``model.info``, the identity stored beside every
-measurement (including a content hash of the header and the first MiB of data). A
-session parses a model once and passes the object around. Every failure is a
-``ModelFileError`` that names the path, the key or tensor, and the fix.
+Every failure is a ``ModelFileError`` naming the path, the key and the fix.
 """
 
 from __future__ import annotations
@@ -53,12 +47,7 @@ HASHED_TENSOR_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class GGUFModel:
-    """What a GGUF file says about its architecture, plus its tensor table.
-
-    ``head_count_kv`` holds one value per layer: files store either a scalar (the
-    same for all layers) or an array (hybrid and variable-GQA models). ``swa_layers``
-    flags the layers that attend through a ``sliding_window``-token window.
-    """
+    """A GGUF file's architecture and tensor table (``head_count_kv`` per layer)."""
 
     path: Path
     file_bytes: int
@@ -201,11 +190,7 @@ MAX_LAYERS = MAX_TENSORS
 
 
 def layer_bound(header: GGUFHeader) -> int:
-    """The most layers ``header``'s file can hold. Each layer has at least one tensor, so
-    a file with tensors holds as many layers as it lists tensors, or, when its table lists
-    only some blocks' (a trimmed file read for its attention layout), as many as its
-    header could list tensor entries (``MIN_TENSOR_INFO_BYTES`` each). A header-only file
-    (no tensors) holds whatever its block count says, up to ``MAX_LAYERS``."""
+    """The most layers ``header``'s file can hold (at least one tensor each)."""
     if not header.tensors:
         return MAX_LAYERS
     header_bytes = min(header.data_offset, header.file_bytes)
@@ -213,8 +198,7 @@ def layer_bound(header: GGUFHeader) -> int:
 
 
 def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTensor]) -> int:
-    """The block count (stated, else the highest ``blk.N`` + 1), refused above
-    ``layer_bound`` before anything is built per layer."""
+    """The block count, refused above ``layer_bound`` before anything is built per layer."""
     stated = keys.number(gguf.Keys.LLM.BLOCK_COUNT)
     n_layer = stated or _layer_count(tensors)
     bound = layer_bound(header)

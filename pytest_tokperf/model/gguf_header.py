@@ -1,18 +1,7 @@
 """A bounded reader for a GGUF file's header: metadata keys and the tensor table.
 
-Every length in the file is checked against the bytes left before anything is read,
-looped over or allocated: an array's length times the smallest size of its items, a
-string's length, the tensor and key counts, each tensor's dimensions, byte size and
-data offset. Reading is sequential through a 1 MiB window and never touches tensor
-data, so a file of any size costs at most its metadata in time and a few MB of memory.
-
-Walking items one by one (strings, nested arrays) is the only per-item Python work, so
-their number is capped (``MAX_METADATA_STRINGS``, ``MAX_NESTED_ARRAYS``) far above what
-real models hold; numeric arrays are skipped in one step unless short enough to keep.
-The checks follow llama.cpp's own loader (``ggml/src/gguf.cpp``: empty and duplicate
-keys, duplicate tensor names, at most 4 dimensions, element counts below 2^63, rows a
-whole number of quantization blocks, a power-of-two ``general.alignment``). Every
-refusal is a ``ModelFileError`` naming the file, the key or tensor, and what is wrong.
+Every length is checked before use; tensor data is never read. Refusals are
+``ModelFileError`` naming the file, the key or tensor, and what is wrong.
 """
 
 from __future__ import annotations
@@ -228,11 +217,8 @@ def _place(cur: Cursor, entries: list[Entry], alignment: int,
 
 
 def read_header(path: str | Path, keep_string_arrays: Collection[str] = ()) -> GGUFHeader:
-    """Read and validate a GGUF file's metadata and tensor table (no tensor data).
-
-    String arrays named in ``keep_string_arrays`` (e.g. ``tokenizer.ggml.tokens``) are
-    kept as bytes; all others are walked and counted only.
-    """
+    """Read and validate a GGUF file's metadata and tensor table (no tensor data). String
+    arrays named in ``keep_string_arrays`` are kept as bytes; others only counted."""
     path = Path(path)
     size = _stat(path)
     try:

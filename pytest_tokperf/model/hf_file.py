@@ -1,24 +1,6 @@
 """Hugging Face model folders: the safetensors tensor tables, config.json and identity.
 
-What mlx_lm and vLLM load is a folder (``config.json`` beside one or more
-``*.safetensors`` files, sharded ones listed in ``model.safetensors.index.json``).
-Reading it costs only the headers: each safetensors file starts with an 8-byte
-little-endian length and a JSON table of ``{name: {dtype, shape, data_offsets}}``.
-``hf_footprint`` counts bytes per token from that table the way ``footprint`` counts a
-GGUF's (see its module doc), with Hugging Face names:
-
-- ``embed_tokens`` (``wte``, ``word_embeddings``) is a row gather, unless the output head
-  is tied to it (``tie_word_embeddings`` or no ``lm_head.weight``), then read whole;
-- routed experts (``.experts.N.``, or stacked ``.experts.gate_up_proj``) count
-  ``num_experts_per_tok / num_(local_)experts`` of their bytes; routers and
-  ``shared_expert(s)`` count in full;
-- the KV cache per position and layer is ``num_key_value_heads x head_dim`` for K and
-  for V at the KV dtype (the served dtype unless the engine says otherwise); a layer
-  marked ``sliding_attention`` in ``layer_types`` reads at most ``sliding_window``.
-
-``weight_dtype`` counts every floating-point weight at the dtype the engine serves
-(vLLM ``--dtype float32`` upcasts a float16 file in memory): the bytes read are the
-served ones, not the file's.
+Only headers are read; weights count at the dtype the engine serves.
 """
 
 from __future__ import annotations
@@ -266,12 +248,7 @@ def hf_kv_bytes(model: HFModel, depth_tokens: int, kv_dtype: str) -> int:
 
 def hf_footprint(model: HFModel, depth_tokens: int = 0, *, weight_dtype: str | None = None,
                  kv_dtype: str | None = None) -> Footprint:
-    """Bytes one decode step reads for a Hugging Face model folder (see the module doc).
-
-    ``weight_dtype``: the dtype the engine computes in (floating-point tensors counted
-    at it); ``kv_dtype``: its KV cache type (default: ``weight_dtype``, else the
-    config's ``dtype``, else float16).
-    """
+    """Bytes one decode step reads for a Hugging Face folder at the served dtypes."""
     if depth_tokens < 0:
         raise ModelFileError(f"depth_tokens={depth_tokens!r} must be >= 0")
     names = {t.name for t in model.tensors}

@@ -1,22 +1,4 @@
-"""Random-weight Hugging Face model folders that mlx_lm and vLLM load, with no download.
-
-``write_hf_model`` writes the same ``ModelSpec`` shape as ``writer.write_model`` (one
-layer count, width, head layout and vocabulary size) as a folder:
-
-- ``model.safetensors``: every tensor under its Hugging Face Llama name, written with
-  numpy to the safetensors layout (8-byte little-endian header length, a JSON header of
-  ``dtype``/``shape``/``data_offsets``, then the raw little-endian bytes), no library;
-- ``config.json`` (``LlamaForCausalLM``), ``generation_config.json``;
-- ``tokenizer.json``: a byte-level BPE trained here with ``tokenizers`` on a generated
-  corpus of tokperf's prompt words, padded with plain added tokens to exactly
-  ``n_vocab`` so no id the random weights sample is outside the tokenizer;
-- ``tokenizer_config.json`` with the Qwen3-style thinking chat template GGUFs carry.
-
-Weights are N(0, 0.02^2) per tensor from ``numpy.random.default_rng([seed, index])``
-(norms 1.0), like the GGUF writer's; only dense ``llama`` shapes in F16 or F32 have a
-Hugging Face form here. ``cached_hf_model`` keeps folders under ``paths.models_dir()``
-keyed by the spec, written once under a lock.
-"""
+"""Random-weight Hugging Face model folders that mlx_lm and vLLM load, with no download."""
 
 from __future__ import annotations
 
@@ -128,8 +110,7 @@ Lazy = tuple[str, tuple[int, ...], "np.dtype[Any]", Callable[[], np.ndarray]]
 
 def write_safetensors(path: Path, tensors: Sequence[Lazy],
                       metadata: dict[str, str] | None = None) -> Path:
-    """Write ``tensors`` in the safetensors layout: the header from the shapes first, then
-    each tensor's data as it is made, so only one tensor is in memory at a time."""
+    """Write ``tensors`` in the safetensors layout, one tensor in memory at a time."""
     header: dict[str, object] = {"__metadata__": metadata or {"format": "pt"}}
     offset = 0
     names = {np.dtype(v): k for k, v in SAFETENSORS_DTYPES.items() if k != "BF16"}
@@ -174,8 +155,7 @@ def _lazy_tensors(spec: ModelSpec) -> list[Lazy]:
 
 
 def corpus(n_words: int = _CORPUS_WORDS, seed: int = 0) -> Iterator[str]:
-    """Lines the tokenizer learns from: tokperf's prompt words (wire.FILLER_WORDS, so a
-    prompt word is about one token), hex salts, and seeded pseudo-words for more merges."""
+    """Lines the tokenizer learns from: tokperf's prompt words, hex salts, pseudo-words."""
     from pytest_tokperf.engines.wire import FILLER_WORDS
 
     rng = np.random.default_rng(seed)
@@ -195,8 +175,7 @@ def corpus(n_words: int = _CORPUS_WORDS, seed: int = 0) -> Iterator[str]:
 
 
 def train_tokenizer(n_vocab: int, seed: int = 0) -> object:
-    """A byte-level BPE of exactly ``n_vocab`` ids over printable ASCII, trained here (no
-    hub); prompts are ASCII (``wire.text_prompt``)."""
+    """A byte-level BPE of exactly ``n_vocab`` ids over printable ASCII, trained here."""
     try:
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError as exc:
@@ -207,9 +186,7 @@ def train_tokenizer(n_vocab: int, seed: int = 0) -> object:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    # No byte outside the corpus's ASCII is in the alphabet: every token decodes to whole
-    # characters, so no engine holds bytes back for an unfinished UTF-8 character and each
-    # streamed chunk carries one token (a random model samples any id).
+    # ASCII only: every token decodes to whole characters, one token per streamed chunk
     trainer = trainers.BpeTrainer(
         vocab_size=n_vocab, special_tokens=list(SPECIALS), show_progress=False,
     )

@@ -1,8 +1,6 @@
 """The shape of a synthetic model: ``ModelSpec``, its tensor plan, vocabulary and size.
 
-Pure values and arithmetic, no file I/O: ``writer.py`` turns a spec into a GGUF file.
-The vocabulary depends only on ``n_vocab``, so a draft model with the same size
-shares the target's tokens exactly.
+Pure values, no I/O; the vocabulary depends only on ``n_vocab``.
 """
 
 from __future__ import annotations
@@ -43,10 +41,7 @@ CHAT_TEMPLATE = (
     "{%- if enable_thinking is defined and enable_thinking is false %}"
     "{{ '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{ '<think>\\n' }}{%- endif %}{%- endif %}"
 )
-"""A Qwen3-style thinking template: the generation prompt opens ``<think>``, so
-llama-server's chat parser streams the output as ``reasoning_content`` until
-``</think>`` (which random weights never write): generated models are reasoning
-models on the chat endpoint, and raw prompts are unaffected."""
+"""A Qwen3-style thinking template: output streams as ``reasoning_content``."""
 _FILLER_ALPHABET = "etaoinshrdlucmfwypvbgkjqxz0123456789"
 _ALIGN = 32
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -115,14 +110,8 @@ def _check_spec(s: ModelSpec) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """The shape of a synthetic model; every field goes into the cache key.
-
-    MoE shapes (``expert_count`` > 0) use ``n_ff`` per expert; with ``llama`` they are
-    Mixtral-style, and ``split_experts`` writes the old per-expert tensors
-    (``blk.N.ffn_gate.E.weight``). ``tied_output=None`` means the architecture's
-    default (tied for gemma only). Only ``llama`` shapes are meant for llama-server;
-    the others exist so footprint counting can be tested on each family's layout.
-    """
+    """The shape of a synthetic model; every field goes into the cache key. Only ``llama``
+    shapes are meant for llama-server."""
 
     n_layer: int = 8
     n_embd: int = 512
@@ -242,12 +231,7 @@ def _filler_pieces() -> Iterator[str]:
 
 
 def vocab_pieces(n_vocab: int) -> tuple[str, ...]:
-    """``<unk>``, ``<s>``, ``</s>``, 256 ``<0xXX>`` pieces, then unique fillers.
-
-    Fillers enumerate words over a fixed alphabet by length, with and without the
-    SentencePiece space mark; no filler contains ``<``, so none can collide with a
-    control or byte token, and the sequence never repeats however long it runs.
-    """
+    """``<unk>``, ``<s>``, ``</s>``, 256 ``<0xXX>`` pieces, then fillers without ``<``."""
     fixed = SPECIAL_TOKENS + tuple(f"<0x{i:02X}>" for i in range(256))
     return fixed + tuple(itertools.islice(_filler_pieces(), max(n_vocab - len(fixed), 0)))
 
@@ -284,11 +268,7 @@ def spec_for_size(
     context_length: int = 4096,
     tolerance: float = 0.10,
 ) -> ModelSpec:
-    """A llama shape whose file is within ``tolerance`` of ``target`` bytes.
-
-    Width 2048 (32 heads, 4 KV heads) with as many layers as fit is preferred;
-    smaller targets shrink the width, very large ones widen it.
-    """
+    """A llama shape whose file is within ``tolerance`` of ``target`` bytes."""
     target_bytes = parse_size(target)
     fallback: ModelSpec | None = None
     for n_embd, n_ff, n_head, n_head_kv, n_vocab in _LADDER:
@@ -339,5 +319,4 @@ MAIN_MODEL = ModelSpec(n_layer=10, n_embd=2048, n_ff=5632, n_head=32, n_head_kv=
 
 ENGINES_MODEL = ModelSpec(n_layer=4, n_embd=256, n_ff=704, n_head=4, n_head_kv=2,
                           n_vocab=4096, name="tokperf-engines")
-"""About 10 MB in F16: one shape every engine loads (GGUF for llama-server, a Hugging Face
-folder for mlx_lm and vLLM) and starts in seconds; the real-engine tests use it."""
+"""About 10 MB in F16: one shape every engine loads in seconds (real-engine tests)."""

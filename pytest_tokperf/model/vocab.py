@@ -1,17 +1,7 @@
 """Refuse a draft model that llama-server could not pair with its target, before any start.
 
-The rule is llama.cpp's own, ``common_speculative_are_compatible`` in
-``common/speculative.cpp`` (build b11434), applied to the GGUF metadata:
-
-1. the vocabulary type (``tokenizer.ggml.model``) is the same;
-2. the add-BOS flags are equal and, when BOS is added, so are the BOS token ids;
-3. the same for EOS;
-4. the vocabulary sizes differ by at most ``SPEC_VOCAB_MAX_SIZE_DIFFERENCE`` (128);
-5. every token text from id ``SPEC_VOCAB_CHECK_START_TOKEN_ID`` (5) up to the smaller
-   vocabulary size is byte-for-byte equal.
-
-Only the metadata is read, through the bounded header reader (tensor data is never
-touched). Every failure is a ``ConfigError`` naming both files, the rule and the fix.
+llama.cpp's ``common_speculative_are_compatible`` on the GGUF metadata; failures are
+``ConfigError`` naming both files, the rule and the fix.
 """
 
 from __future__ import annotations
@@ -27,11 +17,7 @@ from pytest_tokperf.model.gguf_header import GGUFField, read_header
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 
-# (add_bos, bos_id, eos_id) llama.cpp assumes when a key is missing, per vocabulary type.
-# An approximation of llama-vocab.cpp: SPM ("llama") adds BOS and uses ids 1/2, BPE
-# ("gpt2") uses id 11 for both; every other type is taken not to add BOS and to have no
-# default ids, and nothing adds EOS by default (T5's UGM does, in llama.cpp). Some BPE
-# pre-tokenizers switch add-BOS on in code; converted files state the flag explicitly.
+# (add_bos, bos_id, eos_id) assumed for a missing key (approximates llama-vocab.cpp)
 _DEFAULTS: dict[str, tuple[bool, int | None, int | None]] = {
     "llama": (True, 1, 2),
     "gpt2": (False, 11, 11),

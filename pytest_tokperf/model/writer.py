@@ -1,11 +1,4 @@
-"""Random-weight GGUF models that llama-server loads, written locally with no download.
-
-``write_model`` streams a ``ModelSpec`` tensor by tensor: header, metadata and the
-tensor table first, then one tensor at a time, so a 1 GB file needs a few hundred MB
-of RAM at most. Weights are N(0, 0.02^2) from ``numpy.random.default_rng``, norms
-1.0, biases 0; Q8_0 goes through ``gguf.quants.quantize``. ``cached_model`` keeps
-files under ``paths.models_dir()`` keyed by a hash of the spec.
-"""
+"""Random-weight GGUF models that llama-server loads, written locally with no download."""
 
 from __future__ import annotations
 
@@ -85,12 +78,7 @@ def _add_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, pieces: tuple[str, .
             writer.add_expert_shared_feed_forward_length(spec.n_ff)
     n_fixed = len(SPECIAL_TOKENS) + 256
     n_filler = len(pieces) - n_fixed
-    # The <0xXX> pieces are NORMAL tokens, not BYTE ones: random weights would emit
-    # bytes that add up to invalid UTF-8, and llama-server streams nothing more once
-    # its text is invalid (it waits for a complete character), leaving a client no
-    # token to time. As NORMAL tokens they print as their text, so every output is
-    # valid UTF-8 and sampling needs no bias (a bias would also skew a draft's
-    # acceptance: llama-server's draft sampler ignores the request's logit_bias).
+    # <0xXX> as NORMAL tokens: output stays valid UTF-8, which llama-server must stream
     types = ([gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
              + [gguf.TokenType.NORMAL] * (256 + n_filler))
     writer.add_chat_template(CHAT_TEMPLATE)

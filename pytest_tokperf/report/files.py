@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pytest_tokperf.bench.gate import GateFinding
 from pytest_tokperf.report.table import Row
-from pytest_tokperf.report.data import ResultFigures, SeriesChange, figures_from_row
+from pytest_tokperf.report.report_data import ResultFigures, SeriesChange, figures_from_row
 from pytest_tokperf.report.formats import (
     dumps_report,
     markdown_summary,

@@ -1,8 +1,6 @@
 """CI formats: a markdown summary for one screen, a JSON document, JUnit properties.
 
-The markdown says what passed, what regressed and by how much; it goes to a file or
-is appended to ``$GITHUB_STEP_SUMMARY``. The JSON document has stable keys with the
-units in their names (``ttft_s``, ``decode_tokens_per_s``); NaN becomes ``null``.
+JSON keys are stable with units in their names; NaN becomes ``null``.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Any
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.table import Row
-from pytest_tokperf.report.data import (
+from pytest_tokperf.report.report_data import (
     ResultFigures,
     SeriesChange,
     figures_from_row,
@@ -99,8 +97,7 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
 
 
 def _md_cell(text: str) -> str:
-    """Text safe in a GitHub table cell: HTML escaped (a test id may hold ``<script>``),
-    pipes and backslashes escaped, one line."""
+    """Text safe in a GitHub table cell: HTML, pipes and backslashes escaped, one line."""
     text = html.escape(text, quote=False)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -111,12 +108,8 @@ def markdown_summary(
     *,
     title: str = "pytest-tokperf",
 ) -> str:
-    """One screen of GitHub-flavoured markdown: the results table, then the changes.
-
-    ``changes`` are the session's comparisons (or a history's steps); regressions,
-    improvements and inconclusive ones each get a section with their figures and the
-    builds compared, unchanged ones only a count in the headline.
-    """
+    """One screen of GitHub-flavoured markdown: the results table, then the changes. Flags
+    and inconclusive changes get a section each; unchanged ones only a count."""
     lines = [f"### {title}: {headline(figures, changes)}", ""]
     setups = sorted({f.setup_label for f in figures})
     if setups:
@@ -219,8 +212,7 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
 
 
 def load_json(load: MachineLoad | None) -> dict[str, Any] | str | None:
-    """The machine's load with its derived figures; "unknown" where /proc is absent,
-    None where nothing was sampled."""
+    """The machine's load; "unknown" without /proc, None where nothing was sampled."""
     if load is None:
         return None
     if not load.known:

@@ -1,10 +1,6 @@
 """A self-contained HTML report: summary table, changes and the figures inline.
 
-One file with no external URLs: images are compact PNGs (a 32-colour palette) as base64
-``data:`` URIs, styles are inline, the one script (click a column heading to sort the
-table) is allowed by its hash, and a Content-Security-Policy forbids anything else, so it
-opens the same from a CI artifact, a mail attachment or a disk with no network. Each
-table row links to its series' history figure; the page names the DB by file name only.
+No external URLs; a Content-Security-Policy forbids anything but the one hashed script.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.plots import Plot, history_file_names, plot_all
-from pytest_tokperf.report.data import (
+from pytest_tokperf.report.report_data import (
     ResultFigures,
     SeriesChange,
     load_histories,
@@ -133,8 +129,7 @@ def _changes(changes: Sequence[SeriesChange]) -> list[str]:
 
 
 def compact_png(data: bytes) -> bytes:
-    """The PNG with a ``PALETTE_COLOURS`` palette (Pillow, which matplotlib brings); as
-    it is where Pillow is missing."""
+    """The PNG with a ``PALETTE_COLOURS`` palette (Pillow), unchanged without Pillow."""
     try:
         from PIL import Image
     except ImportError:
@@ -171,8 +166,7 @@ def render_html(
     subtitle: str = "",
     links: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole page as text; each drawn plot's PNG is read and embedded. ``links``:
-    per series key, the anchor of its history figure (its table row links there)."""
+    """The whole page as text; ``links``: per series key, its history figure's anchor."""
     setups = sorted({f.setup_label for f in figures})
     body = [
         f"<h1>{escape(title)}</h1>",
@@ -230,14 +224,8 @@ def build_html_report(
     extra_changes: Sequence[SeriesChange] = (),
     title: str = "pytest-tokperf report",
 ) -> Path:
-    """Read ``store``, draw every figure and write one self-contained page to ``path``.
-
-    Without ``run_id`` the table has the latest result of each series; with it, that
-    run's results (and only their series' histories). The changes listed are the
-    change points of each history (``metric``, newest ``limit`` results) followed by
-    ``extra_changes`` (e.g. the session gate's comparisons); histories with a change
-    point are drawn first.
-    """
+    """Read ``store``, draw every figure and write one self-contained page to ``path`` (all
+    series' latest, or the results of ``run_id``)."""
     figures = store_figures(store, run_id=run_id, series_keys=series_keys)
     keys = series_keys if run_id is None else sorted({f.series_key for f in figures
                                                        if f.series_key is not None})

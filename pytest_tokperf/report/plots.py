@@ -1,10 +1,6 @@
 """PNG figures from plain report values, drawn with matplotlib (the ``plot`` extra).
 
-matplotlib is imported on first use; without it every function raises ``ConfigError``
-saying what to install. Figures use matplotlib's object API on an Agg canvas, so
-nothing touches pyplot's global state or the user's backend. A figure the data cannot
-support (no concurrency sweep, one build only) is skipped: its ``Plot`` has no path and
-a note that says why.
+A figure the data cannot support comes back with no path and a note saying why.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.data import ResultFigures, SeriesHistory
+from pytest_tokperf.report.report_data import ResultFigures, SeriesHistory
 from pytest_tokperf.stats.metric import pct
 from pytest_tokperf.stats.comparing import TTFT
 
@@ -88,8 +84,7 @@ def _title(*lines: str, width: int = 78) -> str:
 
 
 def build_positions(points: Sequence[Point]) -> tuple[list[str], list[float]]:
-    """One tick per build, in the order builds first appear; each run of a build sits at
-    its own small offset around that build's tick, oldest on the left."""
+    """One tick per build in first-seen order; each run at a small offset, oldest left."""
     builds: list[str] = []
     for p in points:
         if p.version not in builds:
@@ -105,14 +100,7 @@ def build_positions(points: Sequence[Point]) -> tuple[list[str], list[float]]:
 
 
 def plot_history(history: SeriesHistory, path: Path) -> Plot:
-    """The metric per engine build with each change point marked.
-
-    One tick per build; every run of a build is a circle (its median) with its
-    repetitions as dots, side by side around the tick; the line joins the builds'
-    medians. The y-axis starts at 0 so noise looks like noise, and the decode ceiling is
-    drawn, or noted when it is far above the data. A change point is a dashed vertical
-    line between two runs, labelled with the step, with the levels on either side.
-    """
+    """The metric per engine build, runs and repetitions as points, change points marked."""
     points = history.points
     title = _title(history.test_id, f"{history.metric.name} across engine builds · "
                    f"{history.title.split(' — ', 1)[-1]}")
@@ -214,16 +202,12 @@ def _distinct_x(curves: Curves) -> int:
 
 
 def family_of(test_id: str) -> str:
-    """A test id without its parameters: ``f.py::test_x[512]`` -> ``f.py::test_x``; the
-    parameters of one test are the points of one line."""
+    """A test id without its parameters: ``f.py::test_x[512]`` -> ``f.py::test_x``."""
     return re.sub(r"\[.*\]$", "", test_id)
 
 
 def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Plot:
-    """Decode efficiency (decode / ceiling) against the mean KV depth during decode.
-
-    Single-request results only: with concurrent requests the ceiling means another thing.
-    """
+    """Decode efficiency against the mean KV depth during decode (single requests only)."""
     title = "Decode efficiency vs depth"
     single = [f for f in figures if f.concurrency == 1 and f.draft_model is None]
     setups = {f.setup_label for f in single}
@@ -244,10 +228,7 @@ def plot_efficiency_vs_depth(figures: Sequence[ResultFigures], path: Path) -> Pl
 
 
 def ttft_curves(figures: Sequence[ResultFigures]) -> Curves:
-    """TTFT ms against the tokens prefilled (depth + prompt), per setup.
-
-    Only cold, raw, single requests without a draft: a warm prefix, a chat template or a
-    concurrent request changes what TTFT pays for, so those are other curves."""
+    """TTFT ms against tokens prefilled, per setup (cold, raw, single, no draft only)."""
     cold = [f for f in figures if f.concurrency == 1 and not f.cached_prefix_tokens
             and not f.chat and f.draft_model is None]
     return _curves(cold, lambda f: f.depth_tokens + f.prompt_tokens,
@@ -267,8 +248,7 @@ def plot_ttft_vs_prompt(figures: Sequence[ResultFigures], path: Path) -> Plot:
 
 
 def plot_concurrency(figures: Sequence[ResultFigures], path: Path) -> Plot:
-    """All streams' output tok/s against concurrency, as measured (tokens of a round /
-    its wall time, prefill included; not per-stream decode × N, which overstates it)."""
+    """All streams' output tok/s against concurrency, as measured (prefill included)."""
     title = "Aggregate output vs concurrency"
     swept = {_workload_group(f) for f in figures if f.concurrency > 1}
     if not swept:
@@ -290,15 +270,13 @@ def _workload_group(fig: ResultFigures) -> str:
 
 
 def slug(text: str) -> str:
-    """A file-name-safe form of a test id: ``benchmarks/test_main.py::test_x[64]`` ->
-    ``test_main.py--test_x-64``."""
+    """A file-name-safe test id: ``a/test_m.py::test_x[64]`` -> ``test_m.py--test_x-64``."""
     text = text.split("/")[-1].replace("::", "--")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "test"
 
 
 def history_file_names(histories: Sequence[SeriesHistory]) -> dict[str, str]:
-    """Per series key, ``history-<test id>-<metric>.png``; a test with several series
-    (a +draft one, another depth) gets the key's first 8 characters as well."""
+    """Per series key, ``history-<test id>-<metric>.png`` (+ key prefix on clashes)."""
     count: dict[str, int] = {}
     for h in histories:
         count[slug(h.test_id)] = count.get(slug(h.test_id), 0) + 1

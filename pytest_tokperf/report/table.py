@@ -34,8 +34,7 @@ _GATE_ORDER = ("regression", "improvement", "inconclusive", "unchanged")
 
 
 def gate_label(verdicts: Iterable[GateVerdict]) -> str:
-    """One cell for a result's gate verdicts, worst first: ``regression decode −8.1%``,
-    ``unchanged``, ``inconclusive``; empty when the result had no baseline to judge by."""
+    """One cell for a result's gate verdicts, worst first; empty without a baseline."""
     judged = [v for v in verdicts if v.n_baseline > 0]
     if not judged:
         return ""
@@ -48,8 +47,7 @@ def gate_label(verdicts: Iterable[GateVerdict]) -> str:
 
 
 def session_rows(recorded: Sequence[Recorded], findings: Sequence[GateFinding]) -> list[Row]:
-    """The rows of a run's table: each recorded result with its final verdict and the
-    gate's (the plugin's summary and ``tokperf bench`` print the same)."""
+    """The rows of a run's table: each result with its final and gate verdicts."""
     by_result: dict[int, list[GateVerdict]] = {}
     for finding in findings:
         stored = finding.stored()
@@ -87,7 +85,7 @@ def _short(test_id: str, width: int = 44) -> str:
 
 
 DEFAULT_COLUMNS = 120
-"""The summary fits a 120-column terminal unless told otherwise (``--tokperf-columns``)."""
+"""The summary fits a 120-column terminal unless told otherwise (``tokperf_columns``)."""
 _HEADER = (
     "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
     "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
@@ -95,10 +93,7 @@ _HEADER = (
 )
 _LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling",
               "prefill tok/s", "engine build", "gate", "engine decode")
-"""Columns left out, in this order, until the table fits: the least read first. The
-build is in the session header already; the gate's verdict and the engine's decode (what
-efficiency judges where the engine times itself) go last. test, prompt/gen, TTFT,
-decode, efficiency and verdict always stay."""
+"""Columns left out, in order, until the table fits (the core columns always stay)."""
 _SHORT_TEST_WIDTH = 32
 """A test id is cut to this (its end kept) before any column is left out..."""
 _MIN_TEST_WIDTH = 24
@@ -136,8 +131,7 @@ def _cells(row: Row) -> tuple[str, ...]:
 
 
 def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
-    """The columns kept and the test id's width: left-out columns first, then a shorter
-    test id (never under ``_MIN_TEST_WIDTH``), until a line fits in ``columns``."""
+    """The columns kept and the test id's width, to fit ``columns``."""
     kept = list(range(len(_HEADER)))
 
     def width(test_width: int) -> int:
@@ -158,10 +152,8 @@ def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
 
 
 def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
-                  option: str = "--tokperf-columns") -> list[str]:
-    """Aligned lines: TTFT, prefill, decode (client and engine), ceiling, efficiency, in
-    at most ``columns`` characters a line (columns that do not fit are left out and named;
-    notes wrap). ``option`` is how a user asks for more, in the hint under the table."""
+                  option: str = "PYTEST_TOKPERF_COLUMNS=250") -> list[str]:
+    """Aligned lines of at most ``columns`` characters; ``option`` asks for more."""
     full = [_cells(row) for row in rows]
     kept, test_width = _layout(full, columns)
     header = tuple(_HEADER[i] for i in kept)
@@ -174,7 +166,7 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
     left_out = [name for i, name in enumerate(_HEADER) if i not in kept]
     if left_out:
         out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
-                             f"{option} 250 shows them)", columns, subsequent_indent=" ",
+                             f"{option} shows them)", columns, subsequent_indent=" ",
                              break_on_hyphens=False)
     notes = []
     for row in rows:

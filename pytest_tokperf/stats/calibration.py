@@ -1,11 +1,4 @@
-"""Noise calibration: how noisy is a series, and what change can it resolve?
-
-``noise`` estimates the within-version spread from stored repetitions;
-``detectable_change`` turns a spread and a repetition count into the smallest change
-the comparison catches with a given power; ``repetitions_needed`` inverts that;
-``format_noise`` says it in one line a user can act on. The figures are those of the
-pooled t test that ``shifts`` runs (noncentral t, scipy's ``nctdtrinc``).
-"""
+"""Noise calibration: how noisy a series is, and what change it can resolve."""
 
 from __future__ import annotations
 
@@ -25,8 +18,7 @@ _MAX_REPS = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class NoiseEstimate:
-    """Robust within-version spread: ``cv`` is the standard deviation of log values
-    (about the coefficient of variation for spreads of a few percent)."""
+    """Robust within-version spread; ``cv`` is the standard deviation of log values."""
 
     cv: float
     n_versions: int
@@ -34,13 +26,8 @@ class NoiseEstimate:
 
 
 def noise(samples_by_version: Sequence[Sequence[float]]) -> NoiseEstimate:
-    """Pooled robust CV from the pairwise log differences inside each version.
-
-    The median of ``|log x_i - log x_j|`` over all within-version pairs, scaled to a
-    standard deviation, ignores occasional stalls and drift between versions and works
-    from two samples a version. Versions with one sample carry no spread and count
-    only in ``n_samples``.
-    """
+    """Pooled robust CV from the within-version pairwise log differences (stall-resistant).
+    Versions with one sample carry no spread and count only in ``n_samples``."""
     diffs: list[np.ndarray] = []
     used = total = 0
     for v, samples in enumerate(samples_by_version):
@@ -62,12 +49,8 @@ def detectable_change(
     cv: float, n: int, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
     *, n_baseline: int | None = None, versions: int = 1,
 ) -> float:
-    """Smallest relative change detected with probability ``power`` at level ``alpha``.
-
-    Two-sided t test on logs with ``n`` current and ``n_baseline`` (default ``n``)
-    baseline samples of log-sd ``cv``, spread pooled within the ``versions`` baseline
-    versions and the current one, via the noncentral t.
-    """
+    """Smallest relative change caught with probability ``power`` at ``alpha`` (two-sided t
+    on logs, ``n`` a side, log-sd ``cv``)."""
     nb = n if n_baseline is None else n_baseline
     _check(alpha, power)
     if not (cv >= 0 and math.isfinite(cv)):
@@ -83,8 +66,7 @@ def detectable_change(
 
 
 def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> float:
-    """The smallest change this comparison's own standard error and df would catch (at
-    ``alpha / shift.tests``: the level its interval is read at)."""
+    """The smallest change this comparison would catch (at ``alpha / shift.tests``)."""
     _check(alpha, power)
     if not shift.std_error > 0:
         return math.nan
@@ -95,8 +77,7 @@ def repetitions_needed(
     cv: float, change: float, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
     *, versions: int = 1,
 ) -> int:
-    """Fewest repetitions per version for ``detectable_change`` to reach ``change``,
-    with the current version and each of ``versions`` baseline versions at that count."""
+    """Fewest repetitions per version for ``detectable_change`` to reach ``change``."""
     if not change > 0:
         raise ConfigError(f"change is {change!r}: give a relative change > 0, e.g. 0.05")
     _check(alpha, power)

@@ -1,27 +1,6 @@
 """Where did a series' level step, and what changed there?
 
-Binary segmentation over the series ordered by engine build, on the repetitions, not
-only on one level per version: with 5-10 builds of 3-5 repetitions the pooled
-within-version spread has 20-40 degrees of freedom, so a 5% step at CV 2% stands 5-9
-standard errors out, where a test on 10 version levels cannot reach p = 0.005 at all.
-
-* Stalls are set aside first (``shifts.set_aside_stalls``, the gate's rule): inside each
-  run's own session, never a whole run.
-* For a segment of versions, every split with ``MIN_SIZE`` versions on each side is a
-  candidate; the split's statistic is the t of the mean after it minus the mean before
-  it, on the pooled within-version spread (a run whose repetitions disagree far more
-  than the others' weighs by its own spread: ``nested.Sessions``). The largest |t| wins, and its p-value is
-  multiplied by the number of candidates (Bonferroni: exact bookkeeping for having
-  picked the best split, analytic and deterministic). Segments are split again until
-  no split is significant at ``alpha``.
-* Drift: when, given the steps found, the versions still differ more than their
-  repetitions explain (ANOVA F on the residual version means, p < ``DRIFT_LEVEL``), the
-  search is redone on version means, each split a two-sample t on the version means on
-  either side (df = versions - 2): a machine whose level wanders between runs gives
-  fewer, surer steps.
-* Each step is then measured between its neighbouring steps and reported only when
-  ``verdict.judge`` at the split's Bonferroni level calls it a regression or an
-  improvement: the interval excludes no change and reaches the metric's minimum effect.
+Binary segmentation over builds, Bonferroni over the splits (docs/design.md, "How a verdict is reached").
 """
 
 from __future__ import annotations
@@ -49,12 +28,7 @@ Scale = Literal["pooled", "versions"]
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One version of a series: its samples and the labels that identify its setup.
-
-    ``labels`` holds the dimensions that can change between versions, e.g.
-    ``{"engine_build": "b11010", "driver": "560.35", "hardware": "H100",
-    "model_hash": "3f2a"}``.
-    """
+    """One version of a series: its samples and the labels of its setup."""
 
     version: str
     samples: Sequence[float]
@@ -63,13 +37,8 @@ class Point:
 
 @dataclass(frozen=True, slots=True)
 class ChangePoint:
-    """A persistent step in level between ``history[index - 1]`` and ``history[index]``.
-
-    Levels are the geometric means on each side, up to the neighbouring change points;
-    ``relative_change`` and its interval at ``confidence`` (Bonferroni over the splits
-    tried) compare them; ``p_value`` is the Bonferroni-adjusted p. ``changed`` maps each
-    label that differs across the step to its (before, after) values.
-    """
+    """A step in level between ``history[index - 1]`` and ``history[index]``,
+    Bonferroni-adjusted; ``changed`` maps each differing label to (before, after)."""
 
     index: int
     version_before: str
@@ -185,9 +154,7 @@ def _logs(history: Sequence[Point], metric: Metric) -> Groups:
 
 @dataclass(frozen=True, slots=True)
 class _Levels:
-    """Per version (run): sample count, mean and weight (``n / sigma^2``: a disturbed run,
-    whose repetitions disagree far more than the others', weighs by its own spread,
-    ``nested.Sessions``); the pooled within spread of the others; the scale in use."""
+    """Per version: count, mean and weight; the pooled within spread; the scale in use."""
 
     sizes: np.ndarray
     means: np.ndarray

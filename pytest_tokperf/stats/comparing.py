@@ -1,13 +1,6 @@
 """Regression statistics: is a series slower, faster, unchanged, or too noisy to say?
 
-Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower) and
-tok/s and seconds are treated alike; a metric's direction only decides which sign is
-a regression. Each side is one session's samples or, better, several sessions' (stored
-runs: one pytest session each); ``nested`` measures the change with repetitions nested
-in sessions (stalls set aside inside their session, the between-session spread counted
-when the sessions differ more than their repetitions explain) and ``verdict`` reads the
-verdict off its interval. ``compare_many`` and ``family.judge_family`` correct a whole
-session for multiplicity.
+Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower).
 """
 
 from __future__ import annotations
@@ -50,17 +43,9 @@ def compare(
     spread: Spread = (),
     trend: bool = False,
 ) -> Comparison:
-    """Judge ``current`` against ``baseline``: each one session's samples or several's.
-
-    ``baseline`` and ``current`` are each a flat list of samples (one session) or a list
-    of per-session sample lists (stored runs). Repetitions are nested in their session:
-    when sessions differ more than their repetitions explain, the session is the unit
-    (``nested``). ``spread`` adds sessions of other builds of the same series, grouped
-    by build, to the estimate of the spread within and between sessions (not to either
-    level); ``trend`` measures each group's sessions around a straight line through them
-    in order, so a slow slide is not taken for spread. Fewer than ``min_samples`` samples on a side gives "inconclusive"; NaN, inf,
-    zero or negative samples raise ``ConfigError`` naming the value and its position.
-    """
+    """Judge ``current`` against ``baseline``, each a list of samples or of per-session
+    lists. ``spread``: other builds' sessions for the spread only; ``trend``: around a
+    line. Bad samples raise ``ConfigError`` naming value and position."""
     _check(alpha, min_samples)
     groups, cur = _prepare(baseline, current, metric)
     scarce = _scarce(groups, cur, metric, min_samples, alpha)
@@ -91,12 +76,8 @@ def compare_many(
     spread: Mapping[K, Spread] | None = None,
 ) -> dict[K, Comparison]:
     """``compare`` for many series, then ``judge_family`` over all of them at ``alpha``.
-
     Both mappings must have the same keys (else ``ConfigError`` naming the odd ones);
-    ``metric`` is one metric for all or one per key; ``spread`` gives a series' other
-    builds' sessions (``compare``'s ``spread``). A series flagged alone but not after
-    the correction is inconclusive and says so.
-    """
+    ``metric`` is one metric for all or one per key; ``spread`` as in ``compare``."""
     _check(alpha, min_samples)
     only_b = [k for k in baseline if k not in current]
     only_c = [k for k in current if k not in baseline]

@@ -1,28 +1,6 @@
 """A new result against its history: the settled level, the accepted level, the phases.
 
-The gate judges each new result twice (``judge_history``):
-
-* **step**: against the settled level, the runs since the history's latest significant
-  step (``changepoints.settled_baseline``); this catches a build that moved the level.
-* **drift**: against the accepted level, the first ``REFERENCE_RUNS`` runs of the
-  history the gate reads (since ``tokperf accept``, at most the newest 20 runs). A slide
-  of -1% per build never makes a step the gate can see, and each settled level moves
-  along with it; judged against where the series was accepted, the slide is flagged
-  once it adds up to the minimum effect, naming the builds it accumulated over.
-
-Both are ``compare`` with repetitions nested in sessions (one stored run each). Each is
-read at ``alpha / 2`` (Bonferroni: ``Shift.tests``), so the gate's false flags stay at
-alpha with the second look; the verdict is the drift comparison's only when it flags and
-the step comparison does not. The spread between sessions is also estimated from the
-history's other runs: for the step, each earlier level (segment) around its own mean;
-for the drift, the reference and each later segment around a straight line through its
-runs in order (``compare``'s ``trend``), so the slide being judged is not taken for
-spread between sessions, while a machine whose sessions sit in phases still shows them.
-
-``resolution`` says what a history can resolve at all: on a machine whose sessions sit
-in phases (this project's VM: memory bandwidth near 37 or 60 GB/s), the spread between
-runs dwarfs the spread inside them, and no count of repetitions resolves a 5% step; the
-same-run A/B (both builds measured side by side in one run) does.
+Step and drift comparisons, each at ``alpha / 2`` (docs/design.md, "How a verdict is reached").
 """
 
 from __future__ import annotations
@@ -60,13 +38,8 @@ LOOKS = 2
 
 @dataclass(frozen=True, slots=True)
 class HistoryJudgement:
-    """A result judged against its history: the verdict, and both comparisons behind it.
-
-    ``comparison`` is the verdict: ``step``'s, or ``drift``'s when that one flags and
-    ``step`` does not (``judged`` says which). ``baseline`` holds the settled level's
-    runs, ``reference`` the accepted level's (empty when the history is too short for a
-    separate drift comparison: then ``drift`` is None and ``step`` is read at alpha).
-    """
+    """A result judged against its history: the verdict (``judged`` says whose), ``step``
+    and ``drift`` (None for a short history)."""
 
     comparison: Comparison
     step: Comparison
@@ -81,8 +54,7 @@ def judge_history(
     alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
     current_version: str | None = None,
 ) -> HistoryJudgement:
-    """The gate: ``current`` against the settled level and the accepted level of
-    ``history`` (oldest first; see the module doc)."""
+    """The gate: ``current`` against the settled and accepted levels of ``history``."""
     check_level(alpha, "alpha")
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
@@ -137,14 +109,8 @@ def _groups(points: Sequence[Point], cuts: Sequence[tuple[int, int]]) -> list[li
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """What a history can resolve: its spreads and the smallest step it would show.
-
-    ``within_cv`` / ``between_cv``: the log SD of repetitions inside a session and of
-    session levels beyond that (NaN when unknown); ``smallest_step``: the smallest step
-    between the history's two halves found with 80% power at the level ``change_points``
-    tests its splits at; ``phase_dominated``: the spread between sessions dwarfs the one
-    inside them (``Shift.phase_dominated``); ``note``: one line saying so, or "".
-    """
+    """What a history can resolve: log SDs within and between sessions (NaN: unknown), the
+    smallest step seen with 80% power, and a ``note``."""
 
     sessions: int
     within_cv: float

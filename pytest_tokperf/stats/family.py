@@ -1,23 +1,6 @@
-"""A session judged as one family: Holm's step-down by default, Benjamini-Hochberg on request.
+"""A session judged as one family: Holm's step-down, or Benjamini-Hochberg on request.
 
-**Why Holm.** The gate fails a build on any regression, so the error to bound is "a
-clean run fails", and it must stay bounded however many other series really moved:
-Holm controls that family-wise error under any dependence between the comparisons
-(decode and TTFT of one run share the machine's state), while Benjamini-Hochberg bounds
-only the expected share of false flags and, once one series really regressed, lets the
-others false-fail more often. Holm costs little power where it matters: a build that
-slows many series at once passes each step at a looser level than the one before.
-
-**How a comparison is re-judged.** Each ``Comparison`` keeps its ``shift`` (estimate,
-standard error, df), so its p-value and its interval at any level come from one t
-distribution. Sorted by p, Holm's i-th comparison (0-based, k in all) is tested at
-``alpha / (k - i)`` until the first that fails. A flag (regression or improvement)
-that passes keeps its verdict with the interval at its Holm level (wider, still
-excluding no change and reaching the minimum); a flag that fails is re-judged at the
-level that stopped the procedure, where its interval holds no change: "inconclusive".
-Unchanged and inconclusive verdicts are left as they were: the correction guards the
-claims that fail a build, and "unchanged" already needs the whole interval inside the
-minimum effect. A correction never turns a verdict into a flag.
+A correction never turns a verdict into a flag.
 """
 
 from __future__ import annotations
@@ -42,11 +25,7 @@ _NAMES = {"holm": "Holm step-down", "bh": "Benjamini-Hochberg"}
 
 @dataclass(frozen=True, slots=True)
 class FamilyVerdict(Generic[K]):
-    """Every comparison of a session after the correction, in the order given.
-
-    ``summary`` is one line for the session summary, e.g. ``Holm step-down over 100
-    comparisons at alpha 0.005: 1 regression, 0 improvements, 1 flag withdrawn``.
-    """
+    """Every comparison of a session after the correction, and a one-line ``summary``."""
 
     comparisons: dict[K, Comparison]
     method: Correction
@@ -64,22 +43,8 @@ def judge_family(
     comparisons: Mapping[K, Comparison], *, alpha: float = DEFAULT_ALPHA,
     method: Correction = "holm",
 ) -> FamilyVerdict[K]:
-    """Re-judge a session's comparisons together so the family's false flags stay <= alpha.
-
-    How the gate calls it: judge each test x metric as today (``compare_to_history``
-    with the same ``alpha``), collect the results of the whole session keyed by
-    ``(test_id, metric)``, then at session end::
-
-        family = judge_family({(f.test_id, f.comparison.metric): f.comparison
-                               for f in findings})
-        for key, comparison in family.comparisons.items(): ...  # verdicts to store/fail
-        terminalreporter.write_line(family.summary)
-
-    Comparisons without a spread or with too few samples (p NaN) are not tested and
-    come back unchanged. ``method`` is ``"holm"`` (family-wise error, default; see the
-    module doc for why) or ``"bh"`` (false discovery rate; flagged intervals at level
-    ``R * alpha / k``, Benjamini-Yekutieli's false-coverage-adjusted intervals).
-    """
+    """Re-judge a session's comparisons so the family's false flags stay <= alpha;
+    ``method`` ``"holm"`` (default) or ``"bh"``; p NaN comes back unchanged."""
     check_level(alpha, "alpha")
     if method not in _NAMES:
         raise ConfigError(f"method is {method!r}: give 'holm' or 'bh'")

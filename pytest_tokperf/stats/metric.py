@@ -8,17 +8,10 @@ from dataclasses import dataclass
 from pytest_tokperf.errors import ConfigError
 
 DEFAULT_ALPHA = 0.005
-"""One comparison, or a whole session through ``judge_family``: at most 0.5% false flags.
-
-Once the noise is comparable to the minimum effect, the minimum effect stops filtering
-and the false-alarm rate is alpha itself (both directions together); asv uses 0.002,
-Otava 0.001."""
+"""One comparison, or a whole session through ``judge_family``: at most 0.5% false flags."""
 
 START_SD = 0.01
-"""A server start's own level (log SD) that pooling several starts allows for, unless their
-own spread says more. On the 2-core VM (docs/ab.md): 20 A/A runs over two VMs spread at
-most ~0.9% beyond their pairs; releases A/B'd twice put it at 0.3% (upper 95% bound 1.3%
-from 3 quiet repeats)."""
+"""A server start's own level (log SD) allowed for when pooling starts (docs/ci-and-builds.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +45,7 @@ def check_level(x: float, name: str) -> None:
 
 
 def pct(x: float | None, digits: int = 1) -> str:
-    """A change as text: ``-0.021`` -> ``−2.1%`` (a true minus sign); ``-`` when unknown.
-
-    The one way every verdict, table and report writes a relative change.
-    """
+    """A change as text: ``-0.021`` -> ``−2.1%`` (a true minus sign); ``-`` when unknown."""
     if x is None or math.isnan(x):
         return "-"
     if math.isinf(x):
@@ -64,10 +54,7 @@ def pct(x: float | None, digits: int = 1) -> str:
 
 
 RESOLVED_LOG = math.log(11.0)
-"""The sane bound of a printed uncertainty: a half-width of ln 11 in log units, i.e. a
-resolvable change of +1000% (ratio 11, or 1/11: -90.9%). An interval wider than that,
-or a smallest resolvable change beyond it, says nothing a reader can use ("[−100.0%,
-+8585460285525979452428779520.0%]") and is printed as "not resolved"."""
+"""Sane bound of a printed uncertainty (ln 11); wider prints as "not resolved"."""
 
 
 def resolved(change: float | None) -> bool:

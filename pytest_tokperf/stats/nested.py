@@ -1,48 +1,7 @@
 """Repetitions nested in sessions: how every comparison's shift is measured.
 
-A session is one stored run: one pytest session, one server start. Its repetitions share
-the machine's state (a bandwidth phase, a neighbour on the cores, the clocks); sessions
-do not. On log samples the model is
-
-    log x[s, j] = level(side) + b[s] + e[s, j],    b[s] ~ N(0, tau^2),  e ~ N(0, sigma^2)
-
-and ``shift_between`` measures the current side's level over the baseline's:
-
-1. **Stalls** are set aside inside each session (``shifts.set_aside_stalls``): never a
-   whole session.
-2. **sigma^2** is the pooled within-session spread of every session given (both sides
-   and the ``spread`` groups). A session whose repetitions disagree far more than the
-   others' (F test against the pool of the others, p < ``NOISY_LEVEL``: say 3 of 5
-   stalled, which no rule inside the session can tell from a slow session) is
-   *disturbed*: kept, and judged by its own spread (its mean weighs as little as that
-   spread says), out of the pool and out of the evidence that sessions differ.
-3. **tau^2**, the between-session spread, comes from how far sessions sit from their
-   own side's level: baseline sessions around the baseline's, current sessions around
-   the current's, and each ``spread`` group's around its own (sessions of other builds
-   of the same series, which inform the spread and not the levels; undisturbed sessions
-   only); with ``trend``,
-   around a straight line through each group in order, so a slow slide is not spread. The between-session
-   mean square is F-tested against sigma^2; when it is significant (p < ``DRIFT_LEVEL``)
-   the session is the unit: the estimate is the difference of the two sides' levels, each
-   the mean of its sessions' means weighted by ``1 / (tau^2 + sigma_s^2 / n_s)`` (equal
-   weights when the sessions are alike), its variance the matching sum, with tau^2 by
-   the ANOVA method of moments and Satterthwaite's df.
-   With equal repetitions per session that is exactly Student's t on session means with
-   (sessions - sides) df: two sessions of 5 repetitions count as 2 observations, not 10.
-   When the sessions agree (the test does not reject), the within-session spread and its
-   many degrees of freedom judge the pooled means: with 5 earlier runs and one current
-   run of 5 repetitions, a t on the 6 session means has 4 df (t quantile 5.6 at alpha
-   0.005) and would catch a 5% step at CV 2% about half the time; the pooled t catches
-   it in over 95% (``benchmarks/perf/bench_stats.py``). The price of pooling on a test is
-   drift too small for the F test to see, which then raises false alarms at a rate
-   above alpha (the benchmark's ``drift*`` model).
-4. **Phase-dominated**: when the between-session part is ``PHASE_SHARE`` (80%) or more of
-   the estimate's variance, more repetitions cannot help; ``verdict`` then says which
-   steps the history cannot see and points at the same-run A/B.
-5. **Ties are exact**: a session whose repetitions are identical (relative spread under
-   ``TIE``) has no within-session spread, and its mean is its value, not a float sum. When
-   no compared session has any spread and each side has one value, the comparison is
-   ``exact``: the difference itself is judged against the minimum effect.
+``log x[s, j] = level(side) + b[s] + e[s, j]``; when sessions differ more than their
+repetitions explain, the session is the unit. The model: docs/design.md.
 """
 
 from __future__ import annotations
@@ -59,11 +18,9 @@ from pytest_tokperf.stats.shifts import Method, Shift, set_aside_stalls
 
 DRIFT_LEVEL = 0.01
 NOISY_LEVEL = 0.001
-"""F-test levels: sessions that differ more than their repetitions explain, and a current
-side much noisier than the rest (its repetitions disagree)."""
+"""F-test levels: sessions that differ, and a session much noisier than the rest."""
 TIE = 1e-9
-"""Log spread under which repetitions count as identical (a relative 1e-9: far below any
-clock, far above float rounding)."""
+"""Log spread under which repetitions count as identical."""
 
 Parts = dict[str, tuple[float, float, float]]  # name: (coefficient, estimate, df)
 
@@ -72,14 +29,8 @@ def shift_between(
     base: Sequence[np.ndarray], cur: Sequence[np.ndarray], slow: int = -1,
     spread: Sequence[Sequence[np.ndarray]] = (), *, trend: bool = False,
 ) -> Shift:
-    """The shift of the ``cur`` sessions over the ``base`` sessions (log samples).
-
-    ``slow`` is the sign of a stall (``shifts.set_aside_stalls``); ``spread`` holds groups
-    of sessions (one group per other build) that inform sigma^2 and tau^2 only. With
-    ``trend``, each group's sessions (in the order given) are measured around a straight
-    line instead of their mean, so a slow slide in them is not counted as spread between
-    sessions (the gate's comparison with the accepted level, ``drift``).
-    """
+    """The shift of ``cur`` over ``base`` sessions (log samples); ``spread`` groups inform
+    the spreads only; ``trend`` measures them around a line."""
     k, l = len(base), len(cur)
     extra = [s for group in spread for s in group]
     every = Groups.of([*base, *cur, *extra])
@@ -95,17 +46,12 @@ def shift_between(
         d = float(means[is_c][0] - means[is_b][0])
         return Shift(d, 0.0, math.inf, nb, nc, "exact", 0.0, k, aside, math.nan, l)
     if _copied(n[is_b], df[is_b]) or _copied(n[is_c], df[is_c]):
-        # One side's repetitions are all identical while the other's vary: a copied or
-        # rounded figure, not a measured one; judging it by the other side's noise would
-        # lend it a precision it does not have.
+        # One side identical, the other varying: a copied figure has no precision to lend.
         d = float(means[is_c].mean() - means[is_b].mean())
         return Shift(d, math.nan, math.nan, nb, nc, "no spread", 0.0, k, aside, math.nan, l)
     s2, df_w, own = figures.s2, figures.df_w, figures.own
 
-    # Between sessions: each group's sessions around the group's own level (or line),
-    # each weighted by the precision of its mean (n / sigma_s^2): Cochran's Q, which is the
-    # ANOVA's between-session sum of squares over sigma^2 when the sessions are alike,
-    # while a disturbed session counts only as far as its own spread lets it.
+    # Cochran's Q: each group's sessions around its level (or line), weighted n / sigma_s^2.
     prec = n / own if df_w else n
     q = c_total = df_between = 0.0
     for g in np.unique(side):
@@ -147,14 +93,8 @@ def _estimate(
     tau2: float, side: np.ndarray, n: np.ndarray, means: np.ndarray, own: np.ndarray,
     figures: Sessions, between: tuple[float, float, float, float] | None,
 ) -> tuple[float, Parts, float]:
-    """Current minus baseline level, each side's sessions weighted by the inverse of their
-    mean's variance ``tau2 + sigma_s^2 / n_s`` (sigma_s^2 the pooled spread, or a disturbed
-    session's own); the variance of the difference as ``coefficient * estimate`` parts for
-    Satterthwaite; and the part of it that the spread between sessions makes up.
-
-    ``between`` is (Q / df, df, c, offset) with tau^2 = (Q / df) * df / c - offset: the
-    Q part counts with its df, the offset (sigma^2's share of E[Q], in tau^2 units)
-    against the pooled spread."""
+    """Current minus baseline level, weighted by ``1 / (tau2 + sigma_s^2 / n_s)``, with its
+    variance parts for Satterthwaite and the between-session share."""
     v = tau2 + own / n
     w = np.where(side < 2, 1 / v, 0.0)
     level = np.zeros(2)
@@ -184,11 +124,9 @@ def _estimate(
 
 @dataclass(frozen=True, slots=True)
 class Sessions:
-    """Per session (its kept repetitions): count, mean, within sum of squares and df (0
-    for identical or single ones), and ``disturbed``: its repetitions disagree far more
-    than the other sessions' (F test against the pool of the others, p < NOISY_LEVEL: say
-    3 of 5 stalled, or a neighbour started mid-session). A disturbed session is kept, and
-    judged by its own spread; ``s2``/``df_w`` pool the others'."""
+    """Per session (kept repetitions): count, mean, within sum of squares and df, and
+    ``disturbed`` (F test against the others' pool, p < NOISY_LEVEL); ``s2``/``df_w``
+    pool the undisturbed ones."""
 
     n: np.ndarray
     means: np.ndarray
@@ -240,10 +178,8 @@ def _sessions(kept: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 
 def _around(means: np.ndarray, n: np.ndarray, terms: int) -> tuple[float, float]:
-    """Sessions' weighted sum of squares around their level (``terms`` 1) or line (2),
-    and the coefficient of tau^2 in its expectation: with weights ``n`` the precisions of
-    the means, E[ss] = (S - terms) + c tau^2, c = sum(n) - trace((X'WX)^-1 X'W^2 X)
-    (sum n - sum n^2 / sum n for a level)."""
+    """Weighted sum of squares around each group's level (``terms`` 1) or line (2), and the
+    coefficient c of tau^2 in its expectation: E[ss] = (S - terms) + c tau^2."""
     x = np.ones((len(means), terms))
     if terms == 2:
         x[:, 1] = np.arange(len(means), dtype=float)

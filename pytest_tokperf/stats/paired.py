@@ -1,42 +1,7 @@
 """Paired statistics for the same-run A/B: one log-ratio per pair, judged as a whole.
 
-Baseline and candidate are measured back to back (ABBA order), so each pair saw the same
-machine phase; the figure judged is ``d_i = log(candidate_i / baseline_i)``. Its mean and
-standard error give a ``shifts.Shift`` that ``verdict.judge`` reads in the usual words
-(regression / improvement / unchanged / inconclusive, with the smallest change the run
-resolves).
-
-Server starts (``blocks``): when the pairs come from several starts of both servers, a
-process may carry a level of its own that every pair of that start shares. Each start is
-then judged on its own pairs, and the starts are pooled (``pool_runs``) with each start's
-error widened by a level of its own: ``start_sd`` (default ``START_SD``, measured on the
-2-core VM), or the starts' own spread where larger (DerSimonian-Laird). Where the starts
-disagree beyond ``start_sd`` (their Q with that level allowed, p < ``START_BEYOND``) the
-floor cannot be leant on: the starts' own spread is allowed and they are the unit of the t
-scale (df = starts - 1). Judged with the start as the unit always, two or three agreeing
-starts leave 1-2 df and read +-20-300% at 99.8%: worse than one start. A floor is a
-prior, so it holds where it is true: simulated (200 pairs a start, 7% pair SD), A/A
-false alarms are 0-1 in 300 with a true level of 0-1% and 2-5 starts, and a -5% step is
-found 282-300 times in 300; at twice the floor (2%) they rise to 2-6% (2-5 starts), at 4x
-to 3-13%. One start (the pairs as the unit) assumes no start level at all, so pooling is
-never less careful than one start. Give a machine's own figure with ``start_sd`` (e.g.
-the start level the releases report measures). With one start the pairs are the unit
-(df = pairs - 1). A start with fewer than two pairs, or with no spread, sends the whole
-judgement back to the block means as the unit.
-
-Pairs in a row are not always independent: on a shared VM the machine's level moves on a
-scale of seconds and a side can drift against the other over a few pairs (campaign of
-200-pair A/Bs on the 2-core VM, December 2026: lag-1 correlation of the pair log-ratios
-+0.06 to +0.21). With one start and at least ``SERIAL_MIN_PAIRS`` pairs the standard error
-is therefore the Newey-West (Bartlett kernel) long-run one, never below the plain one
-(``serial_factor``): a positive correlation widens the interval, a negative one (ABBA's
-alternating order) does not narrow it.
-
-Minimum effect: a pair cancels the machine's phase, so the A/B resolves steps of 1-2%
-where a history across sessions resolves ~17%; its default minimum effect is
-``PAIRED_MIN_EFFECT`` (2%): a real 3% step is then a regression, not "unchanged, below
-the minimum". The metrics of one A/B are judged together: each at ``alpha / k``
-(Bonferroni over the ``k`` metrics that have pairs).
+Several server starts are pooled with a start level (``start_sd``); one start with enough
+pairs gets a Newey-West error. See docs/ci-and-builds.md.
 """
 
 from __future__ import annotations
@@ -62,8 +27,7 @@ MIN_PAIRS = 3
 """Fewer pairs (or, with several starts, fewer starts than 2) leave a verdict inconclusive."""
 
 SERIAL_MIN_PAIRS = 20
-"""From this many pairs (one start) the SE allows for correlation between pairs in a row;
-below it the autocovariances are too noisy to estimate."""
+"""From this many pairs (one start) the SE allows for serial correlation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +73,7 @@ class Pairs:
 
 
 def serial_factor(d: Sequence[float] | np.ndarray) -> float:
-    """Variance inflation for pairs in a row: the Newey-West long-run variance of ``d``
-    (Bartlett weights, lag ``floor(4 (n/100)^(2/9))``) over its plain variance, at least 1;
-    1 below ``SERIAL_MIN_PAIRS`` pairs or without spread."""
+    """Newey-West variance inflation for pairs in a row (1 below ``SERIAL_MIN_PAIRS``)."""
     x = np.asarray(d, dtype=float)
     n = len(x)
     if n < SERIAL_MIN_PAIRS:
@@ -127,17 +89,14 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
 
 
 START_BEYOND = 0.05
-"""Starts that disagree beyond ``start_sd`` at this level (their generalised Q with each
-start's error widened by ``start_sd``) are the unit of the t scale: the figure allowed for
-a start is then the data's, not a measured floor's."""
+"""Level at which starts disagreeing beyond ``start_sd`` become the t scale's unit."""
 
 
 @dataclass(frozen=True, slots=True)
 class StartLevel:
-    """How several starts were pooled: ``allowed`` is the level (log SD) each start's error
-    was widened by (``floor``, or ``own`` where larger), ``own`` the starts' own
-    DerSimonian-Laird estimate, and ``unit`` is true where the starts disagree beyond the
-    floor (p < ``START_BEYOND``), so the starts set the df."""
+    """How several starts were pooled: ``allowed`` is the log SD each start was widened by
+    (``floor``, or ``own`` where larger), ``own`` the DerSimonian-Laird estimate,
+    ``unit`` true where the starts set the df (p < ``START_BEYOND``)."""
 
     allowed: float
     own: float
@@ -146,8 +105,7 @@ class StartLevel:
 
 
 def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], StartLevel] | None:
-    """Each start's own shift and the level pooling allows for; None with fewer than two
-    starts, or where a start has no spread to weigh it by."""
+    """Each start's own shift and the level pooling allows; None with under two starts."""
     if pairs.starts < 2:
         return None
     if not (math.isfinite(start_sd) and start_sd >= 0):
@@ -168,8 +126,7 @@ def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
 
 
 def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel | None]:
-    """``paired_shift`` and the ``StartLevel`` it pooled with (None: one start, or the
-    block means as the unit), from one pass over the starts."""
+    """``paired_shift`` and the ``StartLevel`` it pooled with, in one pass."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
@@ -190,9 +147,7 @@ def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel |
         return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan), None
     sd = float(units.std(ddof=1))
     pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
-    # noise_cv as the judge reads it: a side's own spread, so that two independent samples
-    # of n give the paired variance sd_d^2 / n (repetitions_needed counts pairs then).
-    # pairs in a row: their correlation widens the SE (and the pairs a verdict needs)
+    # noise_cv: a side's own spread (two samples of n give sd_d^2 / n), serially widened
     inflate = serial_factor(d) if pairs.starts < 2 else 1.0
     noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
@@ -203,8 +158,7 @@ def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel |
 
 def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD
                 ) -> Comparison:
-    """The verdict on one metric's pairs at level ``alpha``; ``start_sd`` as in
-    ``paired_shift``."""
+    """The verdict on one metric's pairs at ``alpha`` (``start_sd``: ``paired_shift``)."""
     check_level(alpha, "alpha")
     m = pairs.metric
     shift, level = _shift_and_level(pairs, start_sd)
@@ -269,8 +223,7 @@ def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
 
 
 def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
-    """Relative half-width of the ``confidence`` interval of the ratio (0.02: +/-2%);
-    None until there is a spread. Adaptive pairs stop on this."""
+    """Relative half-width of the ratio's interval (0.02: +/-2%); None without spread."""
     shift = paired_shift(pairs)
     if not shift.std_error > 0:
         return None
@@ -279,13 +232,7 @@ def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
 
 
 def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Shift:
-    """Several A/B runs of one pair of builds (each its own start of both servers) as one
-    shift. Each run's estimate carries its pairs' error and its start's own level, an SD of
-    ``start_sd`` in log units (``start_spread`` estimates it), so the runs are weighted by
-    ``1 / (SE^2 + start_sd^2)`` and the pooled variance is ``1 / sum(weights)``: one run
-    reads as ``sqrt(SE^2 + start_sd^2)``, and every run added narrows the interval. (Judged
-    with the start as the unit, two runs leave 1 df and read about +-70% at 99.8%: worse
-    than one run. ``paired_shift`` pools a run's several starts the same way.)"""
+    """A/B runs of one pair of builds as one shift, weighted ``1/(SE^2 + start_sd^2)``."""
     if not shifts:
         raise ConfigError("pool_runs: no A/B run to pool")
     if not (math.isfinite(start_sd) and start_sd >= 0):
@@ -305,15 +252,9 @@ def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Sh
 
 @dataclass(frozen=True, slots=True)
 class StartSpread:
-    """How much repeated A/B runs of the same pair disagree beyond their pairs' error.
-
-    ``q`` is Cochran's Q summed over the groups (each group: runs of one pair), ``df`` its
-    degrees of freedom (runs - 1, summed), ``p_value`` the chance of a Q this large if a
-    start carried no level of its own, ``sd`` the between-start log SD it implies
-    (DerSimonian-Laird moment estimate; 0 when the runs agree as closely as their pairs
-    say) and ``sd_high`` its upper 95% bound (Q-profile: the SD at which the generalised Q
-    falls to its chi-square 2.5% point). A few repeats give a wide bound: use ``sd_high``,
-    not ``sd``, as the level a judge allows for."""
+    """How much repeated A/B runs of one pair disagree beyond their pairs' error: Cochran's
+    Q, ``df``, ``p_value``, the DerSimonian-Laird ``sd`` and its upper 95% bound
+    ``sd_high`` (the level to allow)."""
 
     q: float
     df: int
@@ -333,8 +274,7 @@ def _generalised_q(groups: Sequence[Sequence[Shift]], var: float) -> float:
 
 
 def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
-    """``StartSpread`` over ``groups`` of runs (groups of one run are skipped); None when no
-    group has two runs."""
+    """``StartSpread`` over ``groups`` of runs; None when no group has two runs."""
     used = [list(g) for g in groups if len(g) >= 2]
     if not used:
         return None

@@ -1,27 +1,6 @@
 """What a shift is, and the repetitions a comparison leaves out as stalls.
 
-Every input is log samples (``log_samples`` validates and converts), so a shift is a
-log ratio and tok/s and seconds are treated alike. ``nested.shift_between`` measures
-one (``Shift``): repetitions nested in sessions, a session being one stored run (one
-pytest session, one server start). This module holds the value types and the stall
-rule it applies first:
-
-**A stall is judged inside its own session.** A repetition slower than its own
-session's median by more than ``STALL_SDS`` noise-SDs and by at least 15%
-(``STALL_MIN``) is a stall: a 25% stall is 12 SDs out at CV 2%, a Gaussian sample 5 SDs
-out happens once in millions, and two clock states a few percent apart stay noise. Only
-the slow side goes (lower tok/s, longer seconds), and every session keeps a majority of
-its repetitions, so a whole session is never set aside: a session that is slow
-throughout (the machine in a slow phase, a neighbour on the cores) is a level, and the
-spread between sessions is what it then adds to (``nested``). The noise SD is the lower
-quartile of the within-session pairwise differences, which holds while 3 pairs in 4 are
-spoiled. When more than ``MAX_SET_ASIDE`` of all samples would go, they are a second
-mode, not stalls, and all are kept.
-
-(Before this rule, baseline repetitions were measured from the median of every baseline
-session together; on a machine whose sessions sit in two bandwidth phases 20% apart
-that set aside whole low-phase sessions as "stalls", and the comparison then judged a
-minority of sessions as if they were the level.)
+A stall is judged inside its own session, and every session keeps a majority.
 """
 
 from __future__ import annotations
@@ -38,31 +17,25 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.groups import Groups
 
 Method = Literal["pooled", "sessions", "exact", "no spread"]
-"""How a shift's spread was found: ``pooled`` within-session spread (the sessions agree),
-``sessions`` with the between-session spread (they differ more than their repetitions
-explain), ``exact`` (every repetition of each side identical: no noise, the exact
-difference is judged) or ``no spread`` (nothing to judge by)."""
+"""How a shift's spread was found: ``pooled`` within sessions, ``sessions`` with the
+between-session spread, ``exact`` (every repetition identical) or ``no spread``."""
 
 STALL_SDS = 5.0
 STALL_MIN = -math.log(0.85)
-"""A stall is also at least 15% slower than its session's level (in log units): two clock
-states a few percent apart are noise to keep, not stalls to drop."""
+"""A stall is also at least 15% slower than its session's level (log units)."""
 MAX_SET_ASIDE = 0.3
 QUARTILE_ABS_DIFF = 0.4506
 """Lower quartile of ``|X - Y|`` for X, Y independent unit normals."""
 PHASE_SHARE = 0.8
-"""Between-session spread "dwarfs" the within-session spread when it makes up this share of
-a comparison's variance or more: a session's level then scatters at least twice as far as
-its repetitions' noise would move its mean (4:1 in variance)."""
+"""Between-session share of the variance at which phases dwarf repetition noise."""
 MEDIAN_ABS_DIFF = 0.9539
 """Median of ``|X - Y|`` for X, Y independent unit normals: pairwise spread -> SD."""
 
 
 @dataclass(frozen=True, slots=True)
 class SetAside:
-    """A repetition left out as a stall: ``version`` indexes the sessions given (baseline
-    sessions first, then the current ones), ``position`` the repetition in its session,
-    ``deviation`` is relative to its own session's median."""
+    """A repetition left out as a stall: ``version`` indexes the sessions (baseline first),
+    ``position`` the repetition, ``deviation`` is relative to its session's median."""
 
     version: int
     position: int
@@ -72,20 +45,9 @@ class SetAside:
 
 @dataclass(frozen=True, slots=True)
 class Shift:
-    """Current over baseline in log units, with what it takes to judge it at any level.
-
-    ``log_shift`` is the estimate, ``std_error`` and ``df`` its t scale; ``noise_cv`` is
-    the pooled within-session log SD; ``versions`` counts the baseline sessions (stored
-    runs); ``drift_p`` is the F-test p that the sessions differ more than their
-    repetitions explain (NaN when no side has two sessions). ``sessions_current`` counts
-    the current sessions; ``between_cv`` is the estimated between-session log SD
-    (NaN when it cannot be estimated) and ``phase_share`` the part of the estimate's
-    variance that it contributes (0 when the sessions agree). ``tests`` is the number of
-    comparisons this one is Bonferroni-corrected for (the gate judges a result against
-    the settled level and against the accepted level): the p-value is multiplied by it
-    and intervals are read at ``alpha / tests``. ``disturbed`` indexes the sessions
-    (as ``SetAside.version``) judged by their own spread (``nested.Sessions``).
-    """
+    """Current over baseline in log units: ``log_shift``, ``std_error``, ``df``; the within
+    (``noise_cv``) and between (``between_cv``, ``phase_share``) spreads; ``tests``, the
+    Bonferroni count; ``disturbed`` sessions."""
 
     log_shift: float
     std_error: float
@@ -126,8 +88,7 @@ class Shift:
 
     @property
     def phase_dominated(self) -> bool:
-        """The spread between sessions dwarfs what the repetitions explain (``PHASE_SHARE``
-        of the estimate's variance or more): more repetitions per session would not help."""
+        """``PHASE_SHARE`` or more of the variance is between sessions."""
         return self.method == "sessions" and self.phase_share >= PHASE_SHARE
 
 
@@ -153,12 +114,8 @@ def _is_number(x: object) -> bool:
 
 
 def robust_spread(groups: Groups) -> float:
-    """Within-session log SD from the lower quartile of the pairwise differences.
-
-    One stall in a session of 3 spoils 2 of its 3 pairs, so with stalls in many sessions
-    the median pair is a stall; the lower quartile holds until 3 pairs in 4 are spoiled.
-    NaN: no session has 2 samples.
-    """
+    """Within-session log SD from the lower quartile of the pairwise differences (holds
+    until 3 pairs in 4 are spoiled). NaN: no session has 2 samples."""
     diffs = groups.pair_differences()
     if not len(diffs):
         return math.nan
@@ -167,11 +124,7 @@ def robust_spread(groups: Groups) -> float:
 
 def set_aside_stalls(groups: Groups, slow: int) -> tuple[Groups, tuple[SetAside, ...]]:
     """The sessions without their stalls (rule in the module doc), and what was left out.
-
-    ``slow`` is the sign of a stall in log units (-1: a stall lowers the figure, as for
-    tok/s; +1: it raises it, as for seconds). Each session's samples are measured from
-    its own median, and each keeps a majority of them.
-    """
+    ``slow`` is the sign of a stall in log units (-1 for tok/s, +1 for seconds)."""
     scale = robust_spread(groups)
     if not scale > 0:
         return groups, ()

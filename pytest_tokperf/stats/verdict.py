@@ -1,27 +1,7 @@
-"""The decision rule: a verdict read off the interval of the change, in words it backs.
+"""The decision rule: a verdict read off the interval of the change.
 
-With ``CI`` the ``1 - alpha`` interval of current / baseline - 1 and ``m`` the metric's
-``min_effect``:
-
-* **regression / improvement**: the interval excludes no change AND does not rule out
-  a change of ``m`` or more (its far end reaches ``m``). Direction per metric.
-* **unchanged**: the interval lies inside ``(-m, +m)``: a change of ``m`` is ruled out
-  (an equivalence statement). A real change smaller than ``m`` is "unchanged, below the
-  minimum".
-* **inconclusive**: everything else (the interval holds no change and reaches ``m``),
-  with the smallest change this comparison resolves and what would settle it. When the
-  spread between sessions dwarfs the spread inside them (``Shift.phase_dominated``) it
-  says so: "phase-dominated history: steps under N% cannot be seen; use the same-run
-  A/B", N being the smallest change the sessions resolve.
-* **exact** comparisons (every repetition of each side identical: a copied or rounded
-  figure, no noise to judge by) are decided by the exact difference against ``m``, and
-  say so: ``[50]*5`` against ``[45]*5`` is a regression of exactly 10%, ``[50]*5``
-  against ``[50]*5`` unchanged, whatever the float rounding of a sum of logs.
-
-The p-value and the interval come from one t distribution (``shifts.Shift``), so "the
-interval excludes no change" and "p < alpha" are the same statement. At a true step of
-exactly ``m`` the chance of "unchanged" is at most ``alpha / 2``. Figures beyond the sane
-bound of ``metric.RESOLVED_LOG`` (±1000%) are printed as "not resolved".
+Regression/improvement: the CI excludes 0 and reaches the minimum effect ``m``;
+unchanged: inside ``(-m, +m)``; inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -42,13 +22,8 @@ Outcome = Literal["regression", "improvement", "unchanged", "inconclusive"]
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """The verdict on one series, with the figures behind it.
-
-    ``relative_change`` is current / baseline - 1; ``ci_low``/``ci_high`` bound it at
-    ``confidence`` (``1 - alpha / shift.tests``). Too few samples leave the figures NaN
-    and the verdict inconclusive. ``shift`` holds the estimate, standard error and df that re-judge the comparison at
-    another level (``judge_family``); ``correction`` names the family correction applied.
-    """
+    """The verdict on one series: ``relative_change`` and its interval at ``confidence``
+    (NaN with too few samples), the ``shift`` behind it."""
 
     metric: str
     verdict: Outcome
@@ -80,8 +55,7 @@ class Comparison:
 
 
 EXACT_TOLERANCE = 1e-9
-"""An exact change within this relative distance of the minimum effect counts as reaching
-it: ``[100]*5`` against ``[95]*5`` is a 5% change whatever the last bit of 95/100 - 1."""
+"""Relative slack within which an exact change counts as reaching the minimum effect."""
 
 
 def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: str = ""

@@ -5,13 +5,11 @@ PostgreSQL database a fleet of runners shares.
 interface both databases implement: ``sqlite_backend`` through sqlite-utils, the default,
 and ``postgres`` through psycopg 3), ``location`` (a DB path or ``postgresql://`` URL,
 its password never shown), ``records`` (the values it returns), ``schema`` (tables,
-views, migrations), ``identity`` (an environment's hash), ``rows`` (value types <-> rows,
-the series key), ``history`` (the one store -> points function), ``exchange`` (export,
-import, merge, reference runs as text), ``journal`` (each result on disk the moment it
-is measured), ``llama_bench`` and ``llama_bench_import`` (llama-bench's own output as
-results), ``band_rows`` (stored rows as the efficiency model's observations). No
-pytest. The names below load their modules when first used, so importing
-``storage.location`` (the settings do) loads no database library.
+views, migrations), ``env_hash`` (an environment's identity), ``rows`` (value types <->
+rows, the series key), ``history`` (the one store -> points function), ``exchange``
+(export, import, merge, reference runs as text), ``journal`` (each result on disk the
+moment it is measured). No pytest. The names below load their modules when first used,
+so importing ``storage.location`` (the settings do) loads no database library.
 """
 
 from __future__ import annotations

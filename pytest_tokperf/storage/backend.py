@@ -1,12 +1,8 @@
 """One storage interface, two databases: what ``ResultStore`` asks of its database.
 
-``sqlite_backend.SqliteBackend`` (sqlite-utils, the embedded default: one file) and
-``postgres.PostgresBackend`` (psycopg 3: one server a fleet of runners shares) implement
-it. SQL is written once, in the dialect both read (``?`` and ``:name`` placeholders,
-``ON CONFLICT``, row values); what differs sits behind these methods: how a row is
-inserted and its id returned, insert-or-ignore and upserts, where the schema version is
-kept, how the schema's tables are created and altered, what "locked" looks like, and
-whether a run's writes are held in one transaction until it finishes.
+``sqlite_backend.SqliteBackend`` (the embedded default) and ``postgres.PostgresBackend``
+(one server a fleet shares) implement it. SQL is written once, in the dialect both read
+(``?``/``:name`` placeholders, ``ON CONFLICT``); what differs sits behind these methods.
 """
 
 from __future__ import annotations

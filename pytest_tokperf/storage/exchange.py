@@ -1,16 +1,9 @@
 """Moving results between databases and text: export, import, merge, reference runs.
 
-The reference-run text form (``db/runs/*.jsonl``) is diff-friendly JSON lines with
-sorted keys, one run per file:
-
-- first line ``{"format": "tokperf-run/1", "run": {runs row}}``;
-- then one line per result ``{"environment": {...}, "result": {...}, "samples": [...],
-  "series": "<series_text>"}``: the ``environments``, ``results`` and ``samples`` rows
-  without their database ids, JSON columns as JSON values.
-
-A file may hold several runs: each ``format`` line starts the next. Importing and
-merging dedupe by run id and, inside a run, by (test id, series key, created at),
-so loading the same data twice adds nothing; environments dedupe by content hash.
+The reference-run text form (``db/runs/*.jsonl``) is JSON lines with sorted keys: a
+``{"format": "tokperf-run/1", "run": ...}`` line starts each run, then one line per
+result with its environment, result, samples and series. Importing and merging dedupe
+by run id and, inside a run, by (test id, series key, created at).
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ from typing import Literal
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.location import DbLocation, PgUrl
 from pytest_tokperf.storage.store import ResultStore
-from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS, dumps, environment_hash
+from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
     Row,

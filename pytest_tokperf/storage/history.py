@@ -1,22 +1,10 @@
 """A series' history as the statistics see it: the one store -> points function.
 
 The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML report all
-read a series through ``series_history``, so they cannot disagree about it:
-
-* one point per stored result (one run of the test), oldest first, so run-to-run drift
-  stays visible to the statistics instead of being pooled away; a run is a session (one
-  pytest session, one server start), the unit the statistics weigh a change against
-  when runs differ more than their repetitions explain (``stats.nested``), and
-  ``session_points`` merges the results one run stored for one series into one point;
-* each point labelled with what a comparison varies: engine build, hardware, driver,
-  model file (``changed`` labels are what a change point reports);
-* the figures judged, per metric (``metric_values``): **decode** is the engine's own
-  timing where every repetition of a result has it (llama-server's ``timings``,
-  Ollama's ``eval_duration``), else the client's ``(N - 1) / (t_last - t_first)``; a
-  client starved of CPU reads tokens in bursts, the engine's clock does not. **TTFT**
-  and **prefill** are the client's: what a user waits for. **aggregate** is one value
-  per concurrent round: all streams' output tokens / the round's wall time;
-* by default only results since the series' latest accepted level (``tokperf accept``).
+read a series through ``series_history``: one point per stored result, oldest first,
+labelled with what a comparison varies, its figures per metric (``metric_values``), by
+default since the series' latest accepted level. docs/design.md says which clock each
+metric reads.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Nothing measured is lost: each result goes to an append-only journal the moment it is
-measured, before the results database is asked to take it.
-
-The journal is a text file beside the database, one per run and process
-(``results.db.<run id>.<pid>.journal.jsonl``), in the reference-run text form that
-``tokperf import DB FILE.jsonl`` reads (see ``exchange``): a ``tokperf-run/1`` line,
-then one line per result with its environment, series and samples. Each line is
-flushed and fsynced as it is written.
-
-When every result of the run went into the database, the journal is deleted at the
-end. When one did not (a full disk, a database locked by another process past the
-busy timeout), the journal stays, and ``Recorder`` says in one line how to import it.
-A journal that cannot be written beside the database (that disk is full too) is
-written to the temporary folder instead.
+"""Nothing measured is lost: each result goes to an append-only journal (fsynced, in the
+reference-run text form ``tokperf import`` reads) the moment it is measured, before the
+results database is asked to take it. The journal is deleted when every result reached
+the database; else it stays and ``Recorder`` says how to import it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Where results live: an SQLite file (a ``Path``) or a PostgreSQL server (``PgUrl``).
 
-A ``postgresql://`` or ``postgres://`` URL is a DB everywhere a DB path is accepted
-(``--tokperf-db``, ``tokperf --db``, the DB words of the verbs). The password, if the URL
-carries one, is in ``PgUrl.dsn`` only: ``str()``, ``repr()`` and every message show the
-URL without it (``transport.credentials.redact_url``), and nothing stores it. Prefer no
-password in the URL at all: libpq reads ``PGPASSWORD`` or ``~/.pgpass``.
+The default DB, logs and journals are in ``.tokperf/`` under the project root, the folder
+pytest takes as its rootdir (``project_root``): pytest and every verb, run from any folder
+of the project, find the same DB. A ``postgresql://`` URL is a DB wherever a DB path is;
+its password is in ``PgUrl.dsn`` only, and every message shows the URL without it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +19,40 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.transport.credentials import redact_url
 
 PG_SCHEMES = ("postgresql://", "postgres://")
+TOKPERF_DIR = ".tokperf"
+DEFAULT_DB_HELP = (f"default {TOKPERF_DIR}/results.db in the project root, found as pytest "
+                   f"finds its rootdir")
+NEEDS_PSYCOPG = "PostgreSQL support needs psycopg: pip install 'pytest-tokperf[postgres]'"
+_PYTEST_FILES = {"pytest.toml": "", ".pytest.toml": "", "pytest.ini": "", ".pytest.ini": "",
+                 "pyproject.toml": r"^\[tool\.pytest[.\]]", "tox.ini": r"^\[pytest\]",
+                 "setup.cfg": r"^\[tool:pytest\]"}
+"""pytest's config files, each with the section that makes it one ("": any such file)."""
+
+
+def project_root(start: Path) -> Path:
+    """The rootdir pytest takes when run from ``start`` with no arguments: the nearest
+    folder with a pytest config file, else with a pyproject.toml, else with a setup.py,
+    else ``start``."""
+    start = Path(os.path.abspath(start))
+    for files in (_PYTEST_FILES, {"pyproject.toml": ""}, {"setup.py": ""}):
+        for folder in (start, *start.parents):
+            if any(_holds(folder / name, section) for name, section in files.items()):
+                return folder
+    return start
+
+
+def _holds(file: Path, section: str) -> bool:
+    if not section:
+        return file.is_file()
+    try:
+        return re.search(section, file.read_text(errors="replace"), re.MULTILINE) is not None
+    except OSError:
+        return False
+
+
+def default_db(root: Path) -> Path:
+    """The results DB pytest and the verbs use when none is named."""
+    return root / TOKPERF_DIR / "results.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +103,7 @@ def parse_pg_url(text: str, where: str = "the results DB") -> PgUrl:
 
         conninfo_to_dict(text)
     except ImportError as exc:
-        raise ConfigError(f"{where} {shown!r} needs psycopg (pip install 'psycopg[binary]')"
-                          ) from exc
+        raise ConfigError(f"{where} {shown!r}: {NEEDS_PSYCOPG}") from exc
     except Exception as exc:  # psycopg.ProgrammingError: libpq's parser said no
         reason = str(exc).replace(text, shown).strip().splitlines()[0]
         if parts.password:
@@ -91,7 +126,16 @@ def db_location(value: str | Path | PgUrl, where: str = "the results DB") -> DbL
 def local_base(location: DbLocation) -> Path:
     """The file that files kept beside a DB (a run's journal, compare-builds' journal,
     logs) are named after: the SQLite file, or for a PostgreSQL DB
-    ``.tokperf/postgresql-<dbname>`` in the current folder."""
+    ``.tokperf/postgresql-<dbname>`` under the project root."""
     if isinstance(location, PgUrl):
-        return Path.cwd() / ".tokperf" / f"postgresql-{location.name}"
+        return project_root(Path.cwd()) / TOKPERF_DIR / f"postgresql-{file_name(location.name)}"
     return location
+
+
+def file_name(text: str) -> str:
+    """``text`` as one file name that stays in its folder: characters other than
+    ``[A-Za-z0-9._-]`` and leading dots replaced, with a hash of ``text`` when changed."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip(".")
+    if safe == text:
+        return text
+    return f"{safe[:64]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"

@@ -1,19 +1,10 @@
 """The shared store: one PostgreSQL database a fleet of runners writes (``backend.Backend``).
 
-psycopg 3 only, imported when a ``postgresql://`` DB is opened. The tables, views,
-migrations and series keys are the SQLite store's (``schema.MIGRATIONS`` run through
-``_Migrator``, which speaks the subset of sqlite-utils' table API they use): text
-columns collate as ``"C"`` (byte order, as SQLite's BINARY), booleans are 0/1 integers
-as SQLite stores them, ids come from identity columns (sequences: never reused, even
-after a rollback). The schema version is the one row of ``tokperf_schema``; migrators
-queue on an advisory lock.
-
-A run's writes are held in one transaction (``holds_run``) that ``finish_run`` commits:
-many runners write at once without seeing each other's half-written runs, and a writer
-killed mid-run leaves nothing of it (the server rolls the transaction back). The rows
-every writer shares (``series``, ``environments``: keyed by content) are committed at
-once on a second connection, so one runner's open run never makes another wait.
-Placeholders are written ``?``/``:name`` as for SQLite and translated here.
+psycopg 3 only, imported when a ``postgresql://`` DB is opened; the SQLite store's
+migrations run through ``_Migrator`` (text collates as ``"C"``, booleans are 0/1). A
+run's writes are held in one transaction that ``finish_run`` commits; the rows every
+writer shares (series, environments) are committed at once on a second connection, so
+one runner's open run never makes another wait.
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.backend import Cursor, Params, Row
-from pytest_tokperf.storage.location import PgUrl
+from pytest_tokperf.storage.location import NEEDS_PSYCOPG, PgUrl
 from pytest_tokperf.storage.schema import MIGRATIONS
 
 if TYPE_CHECKING:
@@ -100,7 +91,10 @@ class PostgresBackend:
     holds_run = True
 
     def __init__(self, url: PgUrl, *, read_only: bool = False) -> None:
-        import psycopg
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise StorageError(f"the results DB {url.shown!r}: {NEEDS_PSYCOPG}") from exc
 
         self.url = url
         self.errors: tuple[type[Exception], ...] = (psycopg.Error,)

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
-from pytest_tokperf.engines.llama_server.settings import ServerSettings
+from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
 from pytest_tokperf.transport.credentials import redact_url
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import (
@@ -30,7 +30,7 @@ from pytest_tokperf.results import (
     Verdict,
     Workload,
 )
-from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS, dumps, environment_hash
+from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.schema import SUMMARY_FIGURES, SUMMARY_FIGURES_V6
 
 Row = dict[str, Any]

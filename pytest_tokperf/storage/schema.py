@@ -1,26 +1,10 @@
 """The results database schema, as ordered migrations over sqlite-utils.
 
-``MIGRATIONS[i]`` takes a database at schema ``i`` to schema ``i + 1``; the schema
-number lives in ``PRAGMA user_version``. Each step is written out in full and never
-edited once shipped: a new column, index or view is a new step at the end.
-
-Plain tables with foreign keys, so ``datasette results.db`` or any SQLite client
-reads the file without this package:
-
-- ``runs``: one pytest session or CLI run and where it ran.
-- ``environments``: engine, hardware and model identity, deduplicated by ``env_hash``.
-- ``series``: the comparable-series key and its components (see ``rows.Series``).
-- ``results``: one ``tok_bench`` measurement: workload, summaries, ceiling, verdict.
-- ``samples``: every repetition's raw figures, client and engine side.
-- views ``series_history`` (one row per result with its environment, the columns of
-  ``storage.HistoryRow``) and ``latest_results`` (the newest result of each series).
-- ``gate_verdicts``: the regression gate's final verdict per result and metric (v4).
-- ``acceptances``: a series' accepted new level: who, when, why, from which result (v4).
-- v6: per result the aggregate output and requests per second of concurrent rounds and
-  chars/s; per sample its round and the round's wall time.
-- v5: every speed setting of the engine server in ``series`` and ``environments``.
-- v7: one ``environments`` row per environment: the bandwidth probe of the moment and the
-  engine URL are per-result columns of ``results`` (``identity.PER_RESULT_COLUMNS``).
+``MIGRATIONS[i]`` takes a database at schema ``i`` to schema ``i + 1`` (the number in
+``PRAGMA user_version``); a shipped step is never edited: a change is a new step. Plain
+tables with foreign keys (runs, environments, series, results, samples, gate_verdicts,
+acceptances) and the views ``series_history`` and ``latest_results``, so any SQLite
+client reads the file without this package.
 """
 
 from __future__ import annotations
@@ -29,7 +13,7 @@ from collections.abc import Callable
 
 from sqlite_utils import Database
 
-from pytest_tokperf.storage.identity import environment_hash
+from pytest_tokperf.storage.env_hash import environment_hash
 
 SUMMARY_FIGURES = (
     "ttft_s",

@@ -1,20 +1,24 @@
 """The embedded default: one SQLite file through sqlite-utils (``backend.Backend``).
 
-The schema version is ``PRAGMA user_version``; writes are ``BEGIN IMMEDIATE``
-transactions the store retries while another process holds the file. Each result is
-committed as it is recorded (``holds_run`` is False): pytest-xdist workers and a
-``tokperf`` verb share the file, and a transaction held for a whole session would lock
-them all out; a writer killed mid-result leaves nothing of that result.
+The backend opens its own connection (busy timeout, foreign keys, WAL). The schema
+version is ``PRAGMA user_version``; writes are ``BEGIN IMMEDIATE`` transactions the store
+retries while another process holds the file. Each result is committed as it is recorded
+(``holds_run`` is False): pytest-xdist workers and a ``tokperf`` verb share the file.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 import sqlite3
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Literal, cast
 
 from sqlite_utils import Database
 
+from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.backend import Cursor, Params, Row
 from pytest_tokperf.storage.schema import MIGRATIONS
 
@@ -23,9 +27,62 @@ class SqliteBackend:
     kind: Literal["sqlite", "postgresql"] = "sqlite"
     holds_run = False
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    connect_errors: tuple[type[Exception], ...] = (OSError, sqlite3.Error)
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    @classmethod
+    def connect(cls, path: Path, timeout_s: float, *, read_only: bool = False
+                ) -> SqliteBackend:
+        """Open ``path`` (created with its folders unless ``read_only``, which opens it
+        ``mode=ro``) with a busy timeout; foreign keys on for writing. Raises one of
+        ``connect_errors``."""
+        if read_only:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=timeout_s)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(path), timeout=timeout_s)
+        try:
+            db = Database(conn, execute_plugins=False)
+            db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            if not read_only:
+                db.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return cls(db)
+
+    def in_memory_copy(self) -> SqliteBackend:
+        """The database copied into memory (to migrate an old file opened read-only); this
+        connection is closed."""
+        memory = sqlite3.connect(":memory:")
+        self.db.conn.backup(memory)
+        self.db.conn.close()
+        return SqliteBackend(Database(memory, execute_plugins=False))
+
+    def enable_wal(self, timeout_s: float) -> None:
+        """Switch to WAL; SQLite answers 'locked' at once (no busy wait) when another
+        process opens a new file at the same moment, so retry within the busy timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def check_writable(self) -> None:
+        """A write that is rolled back: SQLite opens a read-only file without complaint
+        and fails only at the first write."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("CREATE TABLE _tokperf_write_check (x)")
+        finally:
+            self.db.rollback()
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
         return cast(Cursor, self.db.execute(sql, params if isinstance(params, Sequence)
@@ -79,3 +136,61 @@ class SqliteBackend:
 
     def close(self) -> None:
         self.db.close()
+
+    def insert_rows(self, table: str, rows: Iterable[Row]) -> int:
+        """Insert many rows through prepared statements; returns how many.
+
+        Every row must have the first row's columns, with values SQLite takes as they
+        are (JSON columns already text). Columns that are None in the first row and have
+        no default are left out of the statement while the rows keep them None; a row that
+        fills one goes through the statement with every column, so ids follow the input.
+        """
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
+            return 0
+        columns = list(first)
+        no_default = {name for _, name, _, _, default, _ in
+                      self.db.execute(f"PRAGMA table_info([{table}])").fetchall()
+                      if default is None}
+        empty = [c for c in columns if first[c] is None and c in no_default]
+        if len(empty) == len(columns):
+            empty = []  # a statement needs a column: a first row of NULLs goes in whole
+        kept = [c for c in columns if c not in empty]
+        statements = {False: _insert_statement(table, kept)}
+        if empty:
+            statements[True] = _insert_statement(table, columns)
+            blanks = operator.itemgetter(*empty)
+            fills: Callable[[Row], bool] = (
+                (lambda r: blanks(r).count(None) != len(empty)) if len(empty) > 1
+                else (lambda r: blanks(r) is not None))
+        cache = self.db.execute("PRAGMA cache_size").fetchone()[0]
+        self.db.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")  # the indexes stay in memory
+        count = 0
+        try:
+            every = itertools.chain((first,), it)
+            runs = itertools.groupby(every, fills) if empty else ((False, every),)
+            for full, run in runs:
+                sql, pick = statements[full]
+                # values by itemgetter in C through map: no Python frame per row
+                count += self.db.conn.executemany(sql, map(pick, run)).rowcount
+        except KeyError as exc:
+            raise StorageError(f"a row for {table!r} lacks column {exc}: every row needs the "
+                               f"first row's columns") from exc
+        finally:
+            self.db.execute(f"PRAGMA cache_size = {int(cache)}")
+        return count
+
+
+BULK_CACHE_KIB = 64 * 1024
+"""Page cache while ``insert_rows`` runs: a results row touches four indexes."""
+
+
+def _insert_statement(table: str, chosen: list[str]
+                      ) -> tuple[str, Callable[[Row], tuple[object, ...]]]:
+    names = ", ".join(f"[{c}]" for c in chosen)
+    sql = f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(chosen))})"
+    if len(chosen) > 1:
+        return sql, operator.itemgetter(*chosen)
+    only = chosen[0]
+    return sql, lambda r: (r[only],)

@@ -1,10 +1,4 @@
-"""What an engine said, in words: error bodies in every shape, JSON or a clear refusal.
-
-Error answers are read in every shape the engines use (``{"error": "..."}``,
-``{"error": {"message": ...}}``, vLLM's flat ``{"object": "error", "message": ...}``,
-an HTML page from a proxy); a payload that is not JSON names the likely mix-up; a 401
-or 403 says where an API key goes.
-"""
+"""What an engine said, in words: error bodies in every shape, JSON or a clear refusal."""
 
 from __future__ import annotations
 
@@ -61,5 +55,5 @@ def decode_json(payload: str | bytes, what: str, url: str) -> Any:
 def auth_hint(status: int) -> str:
     if status in (401, 403):
         return ("; the server wants an API key: put it in $PYTEST_TOKPERF_API_KEY (or name "
-                "the variable that holds it with --tokperf-api-key-env)")
+                "the variable that holds it with ini tokperf_api_key_env or PYTEST_TOKPERF_API_KEY_ENV)")
     return ""

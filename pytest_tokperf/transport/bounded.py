@@ -1,23 +1,4 @@
-"""One policy for every plain request the tool makes: a total deadline and a byte cap.
-
-Every adapter's httpx client sends through ``BoundedTransport``, so a ``GET /health``,
-``/props`` or ``/v1/models``, a ``POST /tokenize`` or a model load obeys the same two
-limits as a stream:
-
-- the request's read timeout (``--tokperf-request-timeout``, or the shorter one a probe
-  asks for) is a TOTAL deadline from sending to the body's last byte, status line and
-  headers included. httpx restarts its read timeout on every byte, so a server that
-  trickles one byte every 2 s would never time out; here every http and https request,
-  direct or through the environment's proxy, is read by the stdlib reader
-  (``rawhttp``), whose every step blocks only until the deadline. A transport a caller
-  passes in (a test's ``MockTransport``) is its own: its body is checked on every chunk
-  and its socket, where it has one, shut down by a watchdog at the deadline;
-- a body that is not a stream may not exceed ``max_body_bytes`` (8 MiB unless
-  ``--tokperf-max-body`` says otherwise): the answer is refused, never buffered whole.
-
-Streams (``text/event-stream``, NDJSON) are not capped here: ``stream.StreamClient``
-bounds each event and the number of events.
-"""
+"""One policy for every plain request the tool makes: a total deadline and a byte cap."""
 
 from __future__ import annotations
 
@@ -60,7 +41,7 @@ def _streamed(content_type: str) -> bool:
 def _too_large(url: str, cap: int) -> str:
     return (f"{url} sent an answer of more than {cap} bytes ({cap / (1 << 20):g} MiB): "
             f"refused, so memory stays bounded. Is this URL the engine? Raise "
-            f"--tokperf-max-body if its answers are legitimately that large")
+            f"ini tokperf_max_body (or PYTEST_TOKPERF_MAX_BODY) if its answers are legitimately that large")
 
 
 def _expired(url: str, total_s: float) -> str:
@@ -121,8 +102,7 @@ class _RawBody(httpx.SyncByteStream):
 
 
 class _CheckedBody(httpx.SyncByteStream):
-    """Another transport's body, checked against the deadline and the cap per chunk; a
-    watchdog shuts its socket down at the deadline so a blocked read wakes up."""
+    """Another transport's body, checked per chunk and cut at the deadline."""
 
     def __init__(self, inner: httpx.SyncByteStream, deadline: _Deadline, cap: int | None,
                  request: httpx.Request, sock: socket.socket | None) -> None:
@@ -171,10 +151,9 @@ class _CheckedBody(httpx.SyncByteStream):
 
 
 class BoundedTransport(httpx.BaseTransport):
-    """``inner`` (httpx's own transport unless a test gives one) under the policy above;
-    http and https requests go through the stdlib reader when ``stdlib`` (through the
-    environment's proxy when ``proxies``; the client itself must not read the
-    environment, ``trust_env=False``, or httpx routes proxied URLs past this transport)."""
+    """``inner`` under the policy above; http(s) goes through the stdlib reader when
+    ``stdlib`` (via the environment's proxy when ``proxies``; the client needs
+    ``trust_env=False``)."""
 
     def __init__(self, inner: httpx.BaseTransport | None = None, *,
                  max_body_bytes: int = MAX_BODY_BYTES, stdlib: bool = True,
@@ -234,8 +213,7 @@ class BoundedTransport(httpx.BaseTransport):
 
 
 def bounded_get(url: str, timeout_s: float) -> httpx.Response:
-    """One GET under the policy (``timeout_s`` total, the default byte cap), for probes
-    outside an adapter such as a started server's ``/health``."""
+    """One GET under the policy (``timeout_s`` total, the default byte cap)."""
     with httpx.Client(transport=BoundedTransport(proxies=False), timeout=timeout_s,
                       trust_env=False) as client:
         return client.get(url)

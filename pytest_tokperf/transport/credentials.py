@@ -1,16 +1,6 @@
 """Secrets that reach an engine and never anything else: API keys, URL credentials.
 
-``redact_url`` is what every place that shows or stores a URL calls: userinfo
-(``user:password@``) is dropped and every query value is replaced by ``***``, so
-``http://me:pw@host:8080/v1?key=abc`` reads ``http://host:8080/v1?key=***``.
-
-An API key is read from an environment variable (``PYTEST_TOKPERF_API_KEY`` unless
-``--tokperf-api-key-env`` names another one), never from the command line or an ini
-file, where shell history, ``ps`` and committed config would keep it. It is held in an
-``ApiKey`` whose ``repr`` and ``str`` are masked, so a dataclass, a traceback with
-locals or a log line shows ``ApiKey(from $NAME)`` and not the key. It is sent as
-``Authorization: Bearer KEY``, which llama-server (``--api-key``), vLLM, LM Studio,
-SGLang and OpenAI-compatible proxies all check.
+Keys come from an environment variable only and are sent as a Bearer header.
 """
 
 from __future__ import annotations
@@ -22,17 +12,14 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 DEFAULT_API_KEY_ENV = "PYTEST_TOKPERF_API_KEY"
-"""Where the API key is read from unless ``--tokperf-api-key-env`` names another variable."""
+"""Where the API key is read from unless ``tokperf_api_key_env`` names another variable."""
 
 MASK = "***"
 
 
 class ApiKey:
     """A bearer token with a masked ``repr``; ``reveal()`` is for the request header only.
-
-    Deliberately not a dataclass: ``dataclasses.asdict`` of a settings object holding
-    one must not turn it back into a plain string.
-    """
+    Not a dataclass, so ``dataclasses.asdict`` cannot turn it back into a string."""
 
     __slots__ = ("_value", "source")
 
@@ -69,11 +56,8 @@ def api_key_from_env(env: Mapping[str, str], name: str = DEFAULT_API_KEY_ENV) ->
 
 
 def redact_url(url: str) -> str:
-    """``url`` without userinfo and with every query value masked; safe to show or store.
-
-    Anything that does not parse as a URL is returned with a ``user:password@`` part
-    removed all the same, so a malformed value cannot carry a secret through.
-    """
+    """``url`` without userinfo and with every query value masked; safe to show or store,
+    even when it does not parse as a URL."""
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
@@ -97,13 +81,8 @@ _USERINFO = re.compile(r"(^|//)[^/@\s]*@")
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """A base URL split into what is shown and what is only sent.
-
-    ``base_url`` has no userinfo, no query and no trailing slash: it is what adapters
-    join paths to and what messages and ``EngineInfo`` carry. ``headers`` (an
-    ``Authorization``) and ``params`` (the query, added to every request) are sent and
-    never shown; ``secrets`` lists every value an error message must not repeat.
-    """
+    """A base URL split into what is shown (``base_url``) and what is only sent
+    (``headers``, ``params``); ``secrets`` must never be repeated."""
 
     base_url: str
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -112,8 +91,8 @@ class Endpoint:
 
     @classmethod
     def of(cls, url: str, api_key: ApiKey | None = None) -> Endpoint:
-        """Split ``url``; the API key, when given, is the ``Authorization`` that is sent
-        (URL userinfo then only counts as a secret), else userinfo becomes Basic auth."""
+        """Split ``url``; an API key is the ``Authorization``, else userinfo is Basic
+        auth."""
         parts = urlsplit(url.strip())
         secrets: list[str] = []
         headers: list[tuple[str, str]] = []

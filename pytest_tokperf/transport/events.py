@@ -1,8 +1,4 @@
-"""Streamed bytes in, JSON events out: SSE or NDJSON, with a cap on their size.
-
-The parser keeps at most one unfinished line or event (``limit`` bytes) and counts SSE
-comments (keep-alives), so the stream above it can tell "pings only" from silence.
-"""
+"""Streamed bytes in, JSON events out: SSE or NDJSON, with a cap on their size."""
 
 from __future__ import annotations
 
@@ -17,11 +13,7 @@ from pytest_tokperf.errors import EngineProtocolError
 
 @dataclass(slots=True)
 class StreamStats:
-    """What reading one stream cost the client.
-
-    ``busy_s`` is the time from each read's return to the next read: parsing, timestamps
-    and the adapter's own work on the events that read delivered.
-    """
+    """What reading one stream cost the client; ``busy_s``: time between reads."""
 
     busy_s: float = 0.0
     events: int = 0
@@ -35,12 +27,7 @@ class StreamStats:
 
 
 class EventParser:
-    """Bytes in, complete payloads out: SSE ``data:`` events or NDJSON lines.
-
-    SSE is split on the blank line that ends an event; an event that is one
-    ``data: ...`` line (every engine's token event) is taken whole, anything else
-    (comments, several data lines, other fields) line by line. CRLF is read as LF.
-    """
+    """Bytes in, complete SSE ``data:`` payloads or NDJSON lines out."""
 
     __slots__ = ("ndjson", "url", "limit", "parts", "partial_bytes", "stats", "sep")
 
@@ -129,12 +116,7 @@ _scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan
 
 
 def decode_event(payload: bytes, url: str, ndjson: bool) -> dict[str, Any] | None:
-    """One payload as a JSON object; None for SSE's ``[DONE]``.
-
-    The C scanner reads a well-formed payload directly (``json.loads`` adds encoding
-    detection and two Python frames per event); anything else takes ``json.loads``
-    for its error.
-    """
+    """One payload as a JSON object; None for SSE's ``[DONE]``."""
     try:
         text = payload.decode()
         event, end = _scan(text, 0)

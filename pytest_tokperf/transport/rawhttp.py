@@ -1,17 +1,6 @@
 """The smallest HTTP/1.1 client that can read a token stream fast and with bounded cost.
 
-One request per connection (``Connection: close``, as the adapters' httpx clients keep
-no connection alive either), the answer framed by chunked transfer encoding, a
-``Content-Length`` or the end of the connection. Every blocking step (connect, the TLS
-handshake, a proxy's ``CONNECT``, send, each read) is given a timeout by the caller's
-``wait_s(now)``, which raises once a limit has passed, so no read outlives the stream's
-deadline or idle limit. A trickled status line, header or body cannot stretch this: every
-read is bounded by the time left, on every path (plain http, https, and either through
-an HTTP proxy from the environment: ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``,
-``NO_PROXY``, as httpx reads them). The status line and headers are capped at 64 KiB and
-a chunk-size line at 4 KiB; body data is handed on as it arrives, never buffered whole.
-Certificates are checked as httpx checks them (``httpx.create_ssl_context``: certifi, or
-``SSL_CERT_FILE`` / ``SSL_CERT_DIR``).
+Every blocking step is bounded by the caller's ``wait_s(now)``.
 """
 
 from __future__ import annotations
@@ -42,8 +31,7 @@ class MalformedResponse(ValueError):
 
 
 class ProxyError(ConnectionError):
-    """The proxy from the environment could not be reached or refused the tunnel; the
-    message names the proxy (without its credentials) and the variable to change."""
+    """The environment's proxy could not be reached or refused the tunnel."""
 
 
 def default_port(scheme: str) -> int:
@@ -57,9 +45,7 @@ def refused_hint(url: str) -> str:
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy that ``url`` goes through by the environment (``HTTP_PROXY``,
-    ``HTTPS_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``), as httpx would take it; None
-    for a direct connection."""
+    """The environment's proxy for ``url``, as httpx takes it; None for direct."""
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
@@ -200,8 +186,7 @@ class RawResponse:
 
 def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS,
              method: str = "POST", proxies: bool = True) -> RawResponse:
-    """Send ``body`` as JSON to ``url`` (``method``, POST unless told) and read the
-    answer's status line and headers; through the environment's proxy when ``proxies``."""
+    """Send ``body`` as JSON to ``url`` and read the answer's status line and headers."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or default_port(parts.scheme)
@@ -235,8 +220,7 @@ def _authority(host: str, port: int | None) -> str:
 
 def _connect(scheme: str, host: str, port: int, proxy: str | None,
              wait_s: WaitS) -> socket.socket:
-    """A connection ready for the request: direct, or to the proxy (a ``CONNECT``
-    tunnel for https); TLS to the engine for https. Every step within ``wait_s``."""
+    """A connection ready for the request: direct, or through the proxy; TLS for https."""
     if proxy is None:
         sock = _tcp(host, port, wait_s)
         return _tls(sock, host, wait_s) if scheme == "https" else sock
@@ -285,8 +269,7 @@ def _tcp(host: str, port: int, wait_s: WaitS) -> socket.socket:
 
 
 def _tls(sock: socket.socket, host: str, wait_s: WaitS) -> socket.socket:
-    """``sock`` wrapped in TLS for ``host``, the handshake within ``wait_s`` (CPython's
-    handshake timeout is one deadline for the whole exchange, not per read)."""
+    """``sock`` wrapped in TLS for ``host``, the handshake within ``wait_s``."""
     try:
         secure = tls_context().wrap_socket(sock, server_hostname=host,
                                            do_handshake_on_connect=False)
@@ -318,8 +301,7 @@ def _proxy_auth(proxy: str) -> list[str]:
 
 def _read_head(sock: socket.socket, wait_s: WaitS,
                tunnel: bool = False) -> tuple[int, dict[str, str], bytes]:
-    """The status, headers and whatever body bytes came with them, each read within
-    ``wait_s`` (1xx answers skipped). ``tunnel``: a proxy's answer to ``CONNECT``."""
+    """Status, headers and any body bytes with them (1xx skipped)."""
     buf = b""
     while True:
         end = buf.find(b"\r\n\r\n")

@@ -1,28 +1,6 @@
 """Streamed generations read with a bounded cost: a deadline, an idle limit, a size cap.
 
-Every stream obeys three limits, whatever the server does:
-- the request's ``timeout_s`` (``--tokperf-request-timeout``) is a wall-clock deadline
-  from the request to the last event, enforced while bytes arrive (keep-alive comments,
-  a slow drip) and while none do (every socket read may block only until the nearest
-  limit; on the httpx path a watchdog shuts the socket down);
-- once the first event has arrived, ``idle_s`` (``--tokperf-idle-timeout``) bounds the
-  gap between events: comments and partial lines do not count, so a server that stops
-  generating but pings every second ends with "no token for N s";
-- a line or an event may not exceed ``max_event_bytes``: an endless line is refused,
-  it never grows memory without bound;
-- a stream may send at most ``event_cap(generate_tokens)`` events (the tokens asked plus
-  a margin): a server that streams past its token limit is cut off with a message that
-  says how many events came, not at the request deadline.
-
-Two readers share one event parser. The stdlib reader (``http.client``-free: a socket,
-a chunked decoder and ``bytes.split``) reads every http and https stream, direct or
-through the environment's proxy: httpx/h11 spend several microseconds on each HTTP
-chunk, and llama-server sends one chunk per token (``benchmarks/perf/bench_client.py``
-measures both), and its every read is bounded by the time left, status line included.
-httpx reads a stream only through a ``transport`` given to the adapter (a test's). Both
-map every transport failure to ``EngineUnavailable``/``EngineProtocolError`` ``from exc``, stamp
-each event with the arrival time of the read that completed it, and add the time the
-client spends between reads (parsing, the adapter's bookkeeping) to ``StreamStats``.
+The stdlib reader (``rawhttp``) reads http(s) streams; httpx only a given transport.
 """
 
 from __future__ import annotations
@@ -47,8 +25,7 @@ from pytest_tokperf.results import GenerationRequest
 """Seconds without a new event, once events flow, before a stream counts as stalled."""
 
 MAX_EVENT_BYTES = 8 << 20
-"""The longest line or event accepted. llama-server's final event repeats the prompt's
-text, about 5 bytes per token: 8 MiB holds a 1M-token context."""
+"""The longest line or event accepted (llama-server's final event repeats the prompt)."""
 
 MAX_ERROR_BYTES = 64 << 10
 """How much of an error answer is read to quote it."""
@@ -57,8 +34,7 @@ MAX_WAIT_S = 86400.0
 """The longest one read may block (a socket timeout must be finite, a limit need not)."""
 
 def event_cap(generate_tokens: int) -> int:
-    """The most events one stream may send for ``generate_tokens`` tokens: one per token,
-    plus a margin for role, usage, reasoning-boundary and final events."""
+    """The most events one stream may send: one per token plus a margin."""
     return generate_tokens + max(32, generate_tokens // 8)
 
 
@@ -96,18 +72,17 @@ class _Clock:
         return min(left, MAX_WAIT_S)
 
     def expired(self, now: float) -> EngineUnavailable:
-        """The error for the limit that bound the last wait: the idle limit when it ends
-        before the deadline, else the deadline."""
+        """The error for the limit that bound the last wait (idle, else deadline)."""
         stats, request = self.stats, self.request
         pings = (f"; meanwhile the server sent only {stats.comments} keep-alive comment(s)"
                  if stats.comments else "")
         last = self.last_event_s
         if last is not None and last + self.idle_s < self.deadline_s:
             return EngineUnavailable(
-                f"{self.url}: no token for {self.idle_s:g} s (--tokperf-idle-timeout) after "
+                f"{self.url}: no token for {self.idle_s:g} s (ini tokperf_idle_timeout) after "
                 f"{stats.events} streamed events of {request.generate_tokens} tokens asked "
                 f"for{pings}: the engine stalled mid-generation. If it legitimately pauses "
-                f"longer between tokens, raise --tokperf-idle-timeout"
+                f"longer between tokens, raise ini tokperf_idle_timeout or PYTEST_TOKPERF_IDLE_TIMEOUT"
             )
         if last is None:
             return EngineUnavailable(
@@ -150,8 +125,7 @@ def _check_answer(url: str, status: int, content_type: str, body: Callable[[], s
 
 @dataclass
 class StreamClient:
-    """How one adapter streams: its httpx client, the headers and query it must send,
-    the limits, and whether the stdlib reader may take plain-http streams."""
+    """How one adapter streams: its httpx client, headers and query, the limits."""
 
     client: httpx.Client
     limits: StreamLimits = field(default_factory=StreamLimits)
@@ -165,12 +139,9 @@ class StreamClient:
     def events(self, url: str, body: dict[str, Any], request: GenerationRequest,
                on_error: OnError | None = None, *, ndjson: bool = False,
                stats: StreamStats | None = None) -> Iterator[tuple[float, dict[str, Any]]]:
-        """POST ``body`` and yield each streamed JSON object with its arrival time.
-
-        SSE ``data:`` payloads until ``[DONE]`` or the end of the stream, or NDJSON lines
-        (Ollama). A payload that is not an object, or an error object mid-stream
-        (``{"error": ...}``, vLLM's ``{"object": "error"}``), raises with the engine's words.
-        """
+        """POST ``body`` and yield each streamed JSON object with its arrival time. A
+        payload that is not an object, or an error object mid-stream, raises with the
+        engine's words."""
         stats = stats if stats is not None else StreamStats()
         clock = _Clock(url, request, self.limits, stats)
         parser = EventParser(ndjson, url, self.limits.max_event_bytes, stats)
@@ -204,8 +175,7 @@ class StreamClient:
             events.close()
 
     def _stdlib_for(self, url: str) -> bool:
-        """http and https, direct or through the environment's proxy: the stdlib
-        reader's case (httpx reads only a stream through a transport given to it)."""
+        """Whether the stdlib reader takes this URL (httpx reads only a given transport)."""
         return self.stdlib and url.startswith(("http://", "https://"))
 
     # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
@@ -343,12 +313,7 @@ def _read_capped(response: httpx.Response) -> str:
 
 
 class _Watchdog:
-    """Shuts an httpx stream's socket down once a limit passes, waking a blocked read.
-
-    httpx's read timeout restarts on every byte, so it bounds neither a stream of
-    keep-alive comments nor the total; closing a socket from another thread does not
-    wake a blocked ``recv`` on Linux, ``shutdown`` does.
-    """
+    """Shuts an httpx stream's socket down once a limit passes, waking a blocked read."""
 
     def __init__(self, clock: _Clock) -> None:
         self._clock = clock

@@ -155,7 +155,7 @@ def test_a_named_baseline_model_is_compared_and_said_to_differ() -> None:
     assert like_for_like(base.info(), cand.info(), baseline_model_given=True) == (
         "the models differ: baseline 'model.gguf', candidate 'other.gguf' (each side reads "
         "its own weights, so one server start can carry a level of its own: repeat over "
-        "starts before trusting a few percent, docs/ab.md)")
+        "starts before trusting a few percent, docs/ci-and-builds.md)")
     ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
                        baseline_model_given=True)
     assert "the models differ" in ab.describe()

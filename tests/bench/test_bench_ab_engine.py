@@ -33,7 +33,7 @@ def test_a_baseline_binary_turns_every_call_into_an_ab(
             if pathlib.Path("/proc/self/schedstat").exists():
                 assert r.ab.clock.startswith("decode, prefill, ttft judged net of the engines'"), r.ab.clock
     """)
-    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-baseline-server-bin={server_binary}")
+    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={server_binary}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["A/B test_a_baseline_binary_turns_every_call_into_an_ab.py::"
                                  "test_short: same-run A/B against baseline b*: decode *",
@@ -47,7 +47,7 @@ def test_a_floor_applies_to_the_candidate_alone(pytester: pytest.Pytester,
         def test_short(tok_bench):
             tok_bench(prompt_tokens=32, generate_tokens=8, repetitions=2, warmup=0)
     """)
-    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-baseline-server-bin={server_binary}",
+    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={server_binary}",
                                 "--tokperf-min-efficiency", "1.5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*decode * tok/s is *% of the * tok/s ceiling*required >= 150%*"])
@@ -65,8 +65,8 @@ def test_a_different_baseline_model_is_refused_unless_named(
             assert "the models differ" in r.ab.describe()
     """)
     # the model named on purpose: measured, and said to differ
-    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-baseline-server-bin={server_binary}",
-                                f"--tokperf-baseline-model={other}")
+    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={server_binary}",
+                                f"--tokperf-ab-model={other}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*the models differ: baseline 'other.gguf', candidate "
                                  "'tokperf-test-*.gguf'*"])
@@ -87,7 +87,7 @@ def test_a_killed_baseline_fails_naming_it(pytester: pytest.Pytester, server_bin
             os.kill(int(Path({str(pid_file)!r}).read_text()), signal.SIGKILL)
             tok_bench(prompt_tokens=32, generate_tokens=8, repetitions=4, warmup=0)
     """)
-    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-baseline-server-bin={wrapper}")
+    result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={wrapper}")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*MeasurementError: same-run A/B, baseline side "
                                  "(http://127.0.0.1:*) did not answer:*"])

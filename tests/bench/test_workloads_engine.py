@@ -91,7 +91,7 @@ def test_speculative_ab_measures_both_sides_and_stores_them_apart(
         "--tokperf-engine", "llama-server", "--tokperf-model", "test",
         f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "1",
         "--tokperf-db", str(db), "--tokperf-bandwidth", "30GB/s",
-        "--tokperf-max-cv", "0.99",  # 2 repetitions of a 30 ms decode: no 'unstable' here
+        "-o", "tokperf_max_cv=0.99",  # 2 repetitions of a 30 ms decode: no 'unstable' here
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_ab*16/48 *", "*test_ab*16/48 +draft*"])

@@ -1,4 +1,4 @@
-"""builds.paired: compare-builds' sessions pooled as server starts of one paired judgement."""
+"""builds.paired_builds: compare-builds' sessions pooled as server starts of one paired judgement."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_tokperf.builds.paired import judge_documents
+from pytest_tokperf.builds.paired_builds import judge_documents
 from pytest_tokperf.errors import ConfigError
 
 WORKLOAD = {"prompt_tokens": 64, "generate_tokens": 24, "depth_tokens": 0, "concurrency": 1,

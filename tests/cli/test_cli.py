@@ -98,7 +98,7 @@ def test_console_script_help() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["bench", "--bandwidth", "-5GB/s"], "cannot read memory bandwidth '-5GB/s'"),
-    (["bench", "--warmup", "-1e3"], "--tokperf-warmup '-1e3' from option --tokperf-warmup is "
+    (["bench", "--warmup", "-1e3"], "tokperf bench: --warmup '-1e3' from option --warmup is "
                                     "not a whole number"),
 ])
 def test_a_negative_value_after_a_space_reaches_the_verbs_check(

@@ -23,11 +23,17 @@ def test_bench_repeats_adaptively_by_default(monkeypatch: pytest.MonkeyPatch) ->
             settings.target_interval) == (3, 10, 0.02)
 
 
-def test_bench_takes_the_adaptive_bounds_and_a_fixed_count() -> None:
-    settings = _settings("--min-repetitions", "4", "--max-repetitions", "6",
-                         "--target-interval", "0.05")
+def test_bench_takes_the_adaptive_bounds_and_a_fixed_count(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    settings = _settings("-r", "4-6", "--target-interval", "0.05", "--columns", "200")
+    assert "deprecated" not in capsys.readouterr().err  # its own options, not old flags
     assert (settings.repetitions, settings.min_repetitions,
             settings.max_repetitions, settings.target_interval) == (None, 4, 6, 0.05)
     assert _settings("-r", "5").repetitions == 5
-    with pytest.raises(ConfigError, match="min-repetitions 7 is above"):
-        _settings("--min-repetitions", "7", "--max-repetitions", "6")
+    with pytest.raises(ConfigError, match=r"^--repetitions '7-6' from option --repetitions is "
+                       r"neither N"):
+        _settings("-r", "7-6")
+    with pytest.raises(ConfigError, match=r"^--columns '20' from option --columns"):
+        _settings("--columns", "20")
+    with pytest.raises(ConfigError, match=r"^--engine 'llamaserver' is not an engine"):
+        _settings("--engine", "llamaserver")

@@ -65,7 +65,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 
 def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
-    from pytest_tokperf.cli.common import DEFAULT_DB
+    from pytest_tokperf.cli.common import default_db_here
     from pytest_tokperf.cli.builds import run_db
 
     parser = build_parser()
@@ -76,8 +76,19 @@ def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
     results = dict(GROUPS)["results"]
     for name in (*results, "bench", "compare-builds", "bisect"):
         assert "--db" in flags[name], name
-    assert run_db(parser.parse_args(["compare-builds", "1", "2"])) == Path(DEFAULT_DB)
+    assert run_db(parser.parse_args(["compare-builds", "1", "2"])) == Path(default_db_here())
     assert run_db(parser.parse_args(["bisect", "--good", "1", "--bad", "2", "--db", "x.db"])) \
         == Path("x.db")
     for argv in (["export", "-o", "x.csv"], ["history"], ["report", "-o", "r.html"]):
         assert parser.parse_args(argv).db is None  # an unset --db, so a positional DB counts
+
+
+def test_compare_builds_says_the_min_effect_each_mode_uses() -> None:
+    from pytest_tokperf.stats.metric import DECODE
+    from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+
+    verbs = next(a for a in build_parser()._actions if a.dest == "verb").choices
+    text = " ".join(verbs["compare-builds"].format_help().split())
+    assert (f"(default {PAIRED_MIN_EFFECT:g} with --mode paired, as the same-run A/B's; "
+            f"{DECODE.min_effect:g} with --mode sessions)") in text
+    assert "VM" not in text and "2-core" not in text

@@ -21,7 +21,7 @@ from tests.support.real_engines import (
 
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.bench.session import EngineSession
-from pytest_tokperf.engines.llama_server.settings import placement_of
+from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.errors import ConfigError, EngineProtocolError
 from pytest_tokperf.model.hf_file import load_hf
@@ -117,7 +117,7 @@ def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
                                 started.engine().base_url,
                                 f"--tokperf-model={model / 'model.safetensors'}",
                                 f"--tokperf-db={db}",
-                                "--tokperf-bandwidth", "20GB/s", "--tokperf-max-cv", "0.99")
+                                "--tokperf-bandwidth", "20GB/s", "-o", "tokperf_max_cv=0.99")
     result.assert_outcomes(passed=2)
     rows = stored(db)
     assert [r["test_id"].rsplit("::", 1)[1] for r in rows] == ["test_text", "test_chat"]
@@ -151,7 +151,7 @@ def test_the_plugin_starts_it_and_no_test_reuses_anothers_prompt(
                                 f"--tokperf-server-bin={binary}",
                                 "--tokperf-server-arg=--prompt-cache-size=10",
                                 f"--tokperf-db={db}", "--tokperf-bandwidth", "20GB/s",
-                                "--tokperf-max-cv", "0.99")
+                                "-o", "tokperf_max_cv=0.99")
     result.assert_outcomes(passed=2)
     cached = cached_tokens(db)
     # at most the tokens of the tags' first character can match (wire.salt_head: with

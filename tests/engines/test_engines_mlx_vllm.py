@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.support.fake_engines import FakeMLX
 
 from pytest_tokperf.bench.run import SALTS_PER_BENCH, BenchRun, salt_seed
-from pytest_tokperf.engines.llama_server.settings import placement_of
+from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 from pytest_tokperf.engines.mlx import MLX, log_decode
 from pytest_tokperf.engines.vllm import _grown, histograms
 from pytest_tokperf.launch.plans import VLLM_MODULE, launch_plan, mlx_plan, vllm_plan

@@ -13,7 +13,7 @@ from tests.support.real_engines import BENCH_TESTS, engine_python, missing, refu
 from pytest_tokperf.bench.ceilings import CeilingSource
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize
 from pytest_tokperf.bench.session import EngineSession
-from pytest_tokperf.engines.llama_server.settings import placement_of
+from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.errors import ConfigError, EngineProtocolError
 from pytest_tokperf.model.hf_file import hf_footprint, load_hf
@@ -162,7 +162,7 @@ def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
     db = pytester.path / "r.db"
     result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url",
                                 started.engine().base_url, f"--tokperf-db={db}",
-                                "--tokperf-bandwidth", "20GB/s", "--tokperf-max-cv", "0.99")
+                                "--tokperf-bandwidth", "20GB/s", "-o", "tokperf_max_cv=0.99")
     result.assert_outcomes(passed=2)
     rows = stored(db)
     file_dtype = hf_footprint(load_hf(model))
@@ -183,7 +183,7 @@ def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession)
     from pytest_tokperf.errors import EngineError
 
     url = started.engine().base_url
-    raised = killed_mid_stream(started, tokens=1500, after_s=2.0)
+    raised = killed_mid_stream(started, tokens=4000, after_s=1.0)
     assert isinstance(raised, EngineError), repr(raised)
     # vLLM's chunked body breaks off mid-chunk: the stream's error names the engine, the
     # URL and what it had sent

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_tokperf.engines.llama_server import llama_server_settings
 from pytest_tokperf.engines.llama_server.log import parse_list_devices, parse_llama_server_log
-from pytest_tokperf.engines.llama_server.settings import (
+from pytest_tokperf.engines.llama_server.speed_settings import (
     BackendDevice,
     ServerSettings,
     parse_llama_server_args,

@@ -1,7 +1,7 @@
 """Crafted GGUF files: every lie is refused by name, before anything is looped over.
 
 One test per kind of crafted file, each checking the refusal message (file, key or
-tensor, what is wrong). ``benchmarks/perf/bench_gguf.py`` times the same kinds at up to
+tensor, what is wrong). ``tests/model/test_gguf_corpus.py`` times the same kinds at up to
 100 MB in a subprocess each; here the files are small or holes, and memory is checked
 with tracemalloc (no timing assertions).
 """

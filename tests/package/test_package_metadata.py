@@ -49,3 +49,17 @@ def test_reference_runs_readme_documents_the_cli() -> None:
     assert "write_reference_run(" not in text and "load_reference_runs(" not in text
     mentioned = re.findall(r"`(pytest_tokperf/[\w/]+\.py)`", text)
     assert mentioned and all((ROOT / m).is_file() for m in mentioned)
+
+
+def test_sources_cite_docs_and_scripts_that_exist() -> None:
+    """A page or script named in the package or the tests (a docs/ page, a script in
+    benchmarks/perf/ or lab/drivers/) is one a reader finds."""
+    cited = []
+    pattern = r"(?<![\w/.-])((?:docs|lab|benchmarks/perf|benchmarks/device)/[\w/.-]*\w\.(?:md|py))"
+    for path in [*ROOT.glob("pytest_tokperf/**/*.py"), *ROOT.glob("tests/**/*.py")]:
+        if path.name == Path(__file__).name:
+            continue
+        text = path.read_text(encoding="utf-8")
+        cited += [f"{path.relative_to(ROOT)}: {m}" for m in re.findall(pattern, text)
+                  if not (ROOT / m).exists()]
+    assert cited == []

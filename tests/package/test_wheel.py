@@ -86,10 +86,13 @@ def test_the_wheel_ships_the_catalog(installed: Installed) -> None:
 
     names = zipfile.ZipFile(installed.wheel).namelist()
     assert "pytest_tokperf/hardware/hardware.csv" in names
-    assert "pytest_tokperf/hardware/band_fit.json" in names  # predict's fitted bands
+    assert "pytest_tokperf/expected/band_fit.json" in names  # predict's fitted bands
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     requires = zipfile.ZipFile(installed.wheel).read(metadata).decode()
     assert re.search(r"^Requires-Dist: nvidia-ml-py", requires, re.MULTILINE)
+    psycopg = re.findall(r"^Requires-Dist: psycopg\b.*$", requires, re.MULTILINE)
+    assert 'Requires-Dist: psycopg[binary]>=3.1; extra == "postgres"' in psycopg, psycopg
+    assert all("; extra ==" in line for line in psycopg), psycopg  # optional, not required
 
 
 def test_the_package_comes_from_the_venv_with_every_dependency(installed: Installed) -> None:

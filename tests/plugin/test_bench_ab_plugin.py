@@ -1,4 +1,4 @@
-"""The same-run A/B through pytest: --tokperf-baseline-url with two fake vLLM servers."""
+"""The same-run A/B through pytest: --tokperf-ab-engine URL with two fake vLLM servers."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class DyingVLLM(FakeVLLM):
 
 
 def _args(candidate: str, baseline: str, *extra: str) -> list[str]:
-    return ["--tokperf-engine", "vllm", "--tokperf-url", candidate, "--tokperf-baseline-url",
+    return ["--tokperf-engine", "vllm", "--tokperf-url", candidate, "--tokperf-ab-engine",
             baseline, "--tokperf-db", "off", *extra]
 
 
@@ -46,7 +46,7 @@ def test_baseline_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester
         report = pytester.path / "r.json"
         ab_json = pytester.path / "ab.json"
         result = pytester.runpytest(*_args(candidate.url, baseline.url,
-                                           f"--tokperf-report-json={report}",
+                                           f"--tokperf-report={report}",
                                            f"--tokperf-ab-json={ab_json}"))
         served = [len([r for r in f.requests if r[1] == "/v1/completions"])
                   for f in (baseline, candidate)]
@@ -94,7 +94,7 @@ def test_the_ab_budget_stops_every_call_by_the_clock_at_an_even_count(
 def test_a_bad_ab_budget_is_refused_by_name(pytester: pytest.Pytester, value: str) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url", "http://127.0.0.1:9",
-                                "--tokperf-baseline-url", "http://127.0.0.1:9",
+                                "--tokperf-ab-engine", "http://127.0.0.1:9",
                                 f"--tokperf-ab-budget={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--tokperf-ab-budget {value!r} from option "
@@ -107,7 +107,7 @@ def test_an_ab_budget_without_a_baseline_is_refused(pytester: pytest.Pytester) -
                                 "--tokperf-ab-budget=300")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tokperf-ab-budget 300: no same-run A/B is asked for*"
-                                 "add a baseline*or drop the budget"])
+                                 "add --tokperf-ab-engine SPEC*or drop the budget"])
 
 
 def test_two_different_models_are_refused_before_measuring(pytester: pytest.Pytester) -> None:
@@ -119,7 +119,7 @@ def test_two_different_models_are_refused_before_measuring(pytester: pytest.Pyte
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*same-run A/B refused before measuring*not a like-for-like "
                                  "pair: model: baseline 'model-a', candidate 'model-b'*"
-                                 "--tokperf-baseline-model PATH*"])
+                                 "--tokperf-ab-model PATH*"])
     assert generated == []
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
 
@@ -129,7 +129,7 @@ def test_a_dying_baseline_fails_the_test_naming_it(pytester: pytest.Pytester) ->
         pytester.makepyfile(BENCH.format(baseline=baseline.url, candidate=candidate.url))
         report = pytester.path / "r.json"
         result = pytester.runpytest(*_args(candidate.url, baseline.url,
-                                           f"--tokperf-report-json={report}"))
+                                           f"--tokperf-report={report}"))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*same-run A/B, baseline side ({baseline.url}) failed at pair "
                                  "3:*CUDA out of memory*2 pair(s) measured before are kept*"])
@@ -138,10 +138,10 @@ def test_a_dying_baseline_fails_the_test_naming_it(pytester: pytest.Pytester) ->
     assert [r["repetitions"] for r in kept] == [2, 2]
 
 
-def test_one_baseline_engine_at_most(pytester: pytest.Pytester) -> None:
+def test_one_other_engine_at_most(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-baseline-url",
+    result = pytester.runpytest("--tokperf-engine", "llama-server", "--tokperf-ab-engine",
                                 "http://127.0.0.1:9", "--tokperf-baseline-server-bin", "/bin/true")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tokperf-baseline-server-bin and --tokperf-baseline-url both "
-                                 "name the A/B's baseline engine; give one*"])
+    result.stderr.fnmatch_lines(["*2 values name the A/B's other engine ('/bin/true', "
+                                 "'http://127.0.0.1:9'); give one --tokperf-ab-engine*"])

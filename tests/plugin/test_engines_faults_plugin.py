@@ -27,7 +27,7 @@ def _run(pytester: pytest.Pytester, url: str, *args: str) -> pytest.RunResult:
     pytester.makepyfile(BENCH)
     return pytester.runpytest(
         "-v", "-l", "--tokperf-url", url, "--tokperf-bandwidth", "30GB/s",
-        "--tokperf-report-json", "report.json", "--tokperf-report-md", "report.md",
+        "--tokperf-report", "report.json", "--tokperf-report", "report.md",
         "--junitxml", "junit.xml", *args)
 
 
@@ -60,9 +60,9 @@ def test_the_api_key_is_never_printed_or_stored(
 def test_a_key_in_a_named_variable(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
                                    ) -> None:
     monkeypatch.setenv("MY_ENGINE_KEY", SECRET)
+    pytester.makeini("[pytest]\ntokperf_api_key_env = MY_ENGINE_KEY\n")
     with FakeFaultyLlama("ok", api_key=SECRET) as fake:
-        result = _run(pytester, fake.url, "--tokperf-api-key-env", "MY_ENGINE_KEY",
-                      "--tokperf-db", "off")
+        result = _run(pytester, fake.url, "--tokperf-db", "off")
     result.assert_outcomes(passed=1)
     assert SECRET.encode() not in _everything_written(pytester, result)
 
@@ -71,10 +71,10 @@ def test_an_unset_key_variable_is_a_usage_error(pytester: pytest.Pytester,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     pytester.makepyfile(BENCH)
-    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9",
-                                "--tokperf-api-key-env", "NO_SUCH_KEY_VAR")
+    monkeypatch.setenv("PYTEST_TOKPERF_API_KEY_ENV", "NO_SUCH_KEY_VAR")
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tokperf-api-key-env 'NO_SUCH_KEY_VAR': the environment "
+    result.stderr.fnmatch_lines(["*tokperf_api_key_env 'NO_SUCH_KEY_VAR': the environment "
                                  "variable NO_SUCH_KEY_VAR is not set*"])
 
 
@@ -82,8 +82,8 @@ def test_a_key_given_instead_of_a_variable_name_is_refused_unechoed(
     pytester: pytest.Pytester
 ) -> None:
     pytester.makepyfile(BENCH)
-    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9",
-                                "--tokperf-api-key-env", SECRET)
+    pytester.makeini(f"[pytest]\ntokperf_api_key_env = {SECRET}\n")
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*is not an environment variable name; name the variable*"])
 
@@ -91,20 +91,20 @@ def test_a_key_given_instead_of_a_variable_name_is_refused_unechoed(
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "inf", "nan"])
 def test_a_bad_idle_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
     pytester.makepyfile(BENCH)
-    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9",
-                                f"--tokperf-idle-timeout={value}")
+    pytester.makeini(f"[pytest]\ntokperf_idle_timeout = {value}\n")
+    result = pytester.runpytest("--tokperf-url", "http://127.0.0.1:9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--tokperf-idle-timeout {value!r} from option "
-                                 f"--tokperf-idle-timeout is not a number of seconds*"])
+    result.stderr.fnmatch_lines([f"*tokperf_idle_timeout {value!r} from ini option "
+                                 f"tokperf_idle_timeout is not a number of seconds*"])
 
 
 def test_a_stall_fails_the_test_at_the_idle_limit(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ntokperf_idle_timeout = 0.5\n")
     with FakeFaultyLlama("stall") as fake:
-        result = _run(pytester, fake.url, "--tokperf-db", "off",
-                      "--tokperf-idle-timeout", "0.5")
+        result = _run(pytester, fake.url, "--tokperf-db", "off")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*repetition 1 of 2 failed: *: no token for 0.5 s "
-                                 "(--tokperf-idle-timeout)*"])
+                                 "(ini tokperf_idle_timeout)*"])
     result.stdout.no_fnmatch_line("*raise --tokperf-request-timeout*")
 
 

@@ -58,7 +58,7 @@ def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -
     pytester.makepyfile(BENCH_TEST)
     db = pytester.path / "r.db"
     result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", str(db),
-                                "--tokperf-max-cv", "0.99")  # 2 short repetitions: noisy
+                                "-o", "tokperf_max_cv=0.99")  # 2 short repetitions: noisy
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "tokperf: engine llama-server, attach http://127.0.0.1:*, build b11434-pypi-sdist, model *.gguf; results db *r.db",
@@ -81,7 +81,7 @@ def test_start_measures_and_stops_server(
     result = pytester.runpytest(
         "--tokperf-engine", "llama-server", f"--tokperf-model={test_model}",
         f"--tokperf-server-bin={server_binary}", "--tokperf-threads", "1",
-        "--tokperf-db", "off", "--tokperf-max-cv", "0.99",  # 2 short repetitions: noisy
+        "--tokperf-db", "off", "-o", "tokperf_max_cv=0.99",  # 2 short repetitions: noisy
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
@@ -273,8 +273,8 @@ def test_reports_junit_progress_and_step_summary(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = pytester.runpytest(
         "-v", "--tokperf-url", llama_url, f"--tokperf-model={test_model}", "--tokperf-db", "off",
-        "--tokperf-report-md=r.md", "--tokperf-report-json=r.json", "--tokperf-report-html=r.html",
-        "--junitxml=j.xml", "--tokperf-max-cv", "0.99",  # 2 short repetitions: noisy
+        "--tokperf-report=r.md", "--tokperf-report=r.json", "--tokperf-report=r.html",
+        "--junitxml=j.xml", "-o", "tokperf_max_cv=0.99",  # 2 short repetitions: noisy
     )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([

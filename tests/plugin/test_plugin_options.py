@@ -66,8 +66,9 @@ def test_adaptive_repetition_options_and_the_bandwidth_file(
     settings = _resolve()
     assert (settings.target_interval, settings.min_repetitions, settings.max_repetitions,
             settings.max_cv) == (0.02, 3, 10, 0.05)
-    tuned = _resolve(cli={"target_interval": "0.01", "max_repetitions": "20"},
-                     env={"PYTEST_TOKPERF_BANDWIDTH_FILE": "off"}, ini={"tokperf_max_cv": "0.1"})
+    tuned = _resolve(cli={"repetitions": "3-20"}, ini={"tokperf_max_cv": "0.1"},
+                     env={"PYTEST_TOKPERF_BANDWIDTH_FILE": "off",
+                          "PYTEST_TOKPERF_TARGET_INTERVAL": "0.01"})
     assert (tuned.target_interval, tuned.max_repetitions, tuned.max_cv) == (0.01, 20, 0.1)
     assert tuned.bandwidth_file is None
     assert settings.bandwidth_file is None  # no engine: the cache dir is not looked up
@@ -77,23 +78,142 @@ def test_adaptive_repetition_options_and_the_bandwidth_file(
 
 
 @pytest.mark.parametrize(("cli", "message"), [
-    ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is not a whole number in [1, 1048576]"),
+    ({"repetitions": "0"}, "--tokperf-repetitions '0' from option --tokperf-repetitions is "
+     "neither N (a whole number in [1, 1048576]) nor MIN-MAX (2 <= MIN <= MAX); e.g. 5, or 3-10"),
     ({"warmup": "-1"}, "--tokperf-warmup '-1'"),
     ({"url": "localhost:8080"}, "is not an http(s) URL"),
     ({"engine": "llamaserver"}, "--tokperf-engine 'llamaserver' is not an engine this plugin knows"),
     ({"startup_timeout": "soon"}, "--tokperf-startup-timeout 'soon'"),
-    ({"min_repetitions": "1"}, "--tokperf-min-repetitions '1' from option "
-     "--tokperf-min-repetitions is not a whole number in [2, 1048576]; e.g. 3 (an interval needs"),
-    ({"min_repetitions": "6", "max_repetitions": "4"}, "--tokperf-min-repetitions 6 is above "
-     "--tokperf-max-repetitions 4"),
-    ({"target_interval": "2"}, "--tokperf-target-interval '2' from option "
-     "--tokperf-target-interval is not a fraction in (0, 1); e.g. 0.02 for 2%"),
-    ({"max_cv": "0"}, "--tokperf-max-cv '0'"),
+    ({"repetitions": "1-10"}, "--tokperf-repetitions '1-10' from option --tokperf-repetitions "
+     "is neither N"),
+    ({"repetitions": "6-4"}, "(2 <= MIN <= MAX)"),
+    ({"ab_engine": "localhost:8080"}, "--tokperf-ab-engine 'localhost:8080' from option "
+     "--tokperf-ab-engine is no http(s) URL, no llama.cpp release (e.g. b11292) and no "
+     "llama-server binary (no such file); give one of those, e.g. --tokperf-ab-engine b11292"),
+    ({"ab_engine": "ftp://host:1"}, "--tokperf-ab-engine 'ftp://host:1' from option "
+     "--tokperf-ab-engine is not an http(s) URL; use e.g. --tokperf-ab-engine http://"),
+    ({"ab_engine": "b11292x"}, "is no http(s) URL, no llama.cpp release"),
+    ({"report": "out.txt"}, "--tokperf-report 'out.txt' from option --tokperf-report: the "
+     "suffix names the format, and '.txt' is none of .md, .markdown, .json, .html, .htm; e.g. "
+     "--tokperf-report summary.md"),
+    ({"report": "out"}, "and 'no suffix' is none of .md"),
 ])
 def test_bad_values_name_value_and_fix(cli: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        _resolve(cli=cli)
+        _resolve(cli={"engine": "llama-server", **cli})
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("env", "ini", "message"), [
+    ({"PYTEST_TOKPERF_TARGET_INTERVAL": "2"}, {}, "tokperf_target_interval '2' from "
+     "environment variable PYTEST_TOKPERF_TARGET_INTERVAL is not a fraction in (0, 1); e.g. 0.02"),
+    ({}, {"tokperf_max_cv": "0"}, "tokperf_max_cv '0' from ini option tokperf_max_cv"),
+    ({}, {"tokperf_repetitions": "5-3"}, "'5-3' from ini option tokperf_repetitions"),
+])
+def test_project_settings_are_named_as_they_are_set(env: dict[str, str], ini: dict[str, str],
+                                                    message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _resolve(env=env, ini=ini)
+    assert message in str(info.value)
+
+
+def test_the_ab_engine_takes_a_url_a_release_or_a_binary(tmp_path: Path) -> None:
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    engine = {"engine": "llama-server"}
+    attached = _resolve(cli={"url": "http://127.0.0.1:9", "ab_engine": "https://h:8/"})
+    assert (attached.ab_url, attached.ab_server_bin, attached.ab_engine_version) == (
+        "https://h:8", None, None)
+    for release in ("b11292", "11292"):
+        assert _resolve(cli={**engine, "ab_engine": release}).ab_engine_version == "b11292"
+    started = _resolve(cli={**engine, "ab_engine": str(binary), "ab_model": "x.gguf"})
+    assert (started.ab_server_bin, started.ab_model, started.ab) == (str(binary), "x.gguf", True)
+    assert started.ab_settings().server_bin == str(binary)
+    assert not _resolve(cli=engine).ab
+
+
+def test_repetitions_take_n_or_min_max_and_reports_their_suffix() -> None:
+    fixed = _resolve(cli={"repetitions": "5"})
+    assert (fixed.repetitions, fixed.min_repetitions, fixed.max_repetitions) == (5, 3, 10)
+    ranged = _resolve(ini={"tokperf_repetitions": "4-6"})
+    assert (ranged.repetitions, ranged.min_repetitions, ranged.max_repetitions) == (None, 4, 6)
+    reports = _resolve(cli={"report": ["a.md", "b.JSON", "c/d.htm"]})
+    assert (reports.report_md, reports.report_json, reports.report_html) == (
+        "a.md", "b.JSON", "c/d.htm")
+    assert _resolve(ini={"tokperf_report": "s.markdown, r.html"}).report_html == "r.html"
+
+
+OLD_NAMES = [  # (cli, ini key, env variable, value, what the warning says to use, setting)
+    ("baseline_server_bin", "/bin/true", "--tokperf-ab-engine PATH", "ab_server_bin"),
+    ("baseline_engine_version", "11292", "--tokperf-ab-engine N", "ab_engine_version"),
+    ("baseline_url", "http://127.0.0.1:9", "--tokperf-ab-engine URL", "ab_url"),
+    ("baseline_model", "other.gguf", "--tokperf-ab-model PATH", "ab_model"),
+    ("report_md", "r.txt", "--tokperf-report PATH.md", "report_md"),
+    ("report_json", "r.json", "--tokperf-report PATH.json", "report_json"),
+    ("report_html", "r.html", "--tokperf-report PATH.html", "report_html"),
+    ("min_repetitions", "4", "--tokperf-repetitions MIN-MAX", "min_repetitions"),
+    ("max_repetitions", "20", "--tokperf-repetitions MIN-MAX", "max_repetitions"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "use", "field"), OLD_NAMES)
+def test_an_old_name_still_works_and_warns_in_one_line(name: str, value: str, use: str,
+                                                      field: str) -> None:
+    from pytest_tokperf.settings import OPTIONS
+
+    spec = next(s for s in OPTIONS if s.name == name)
+    new = use.split()[0].removeprefix("--tokperf-").replace("-", "_")
+    sources = [({name: value}, {}, {}, f"{spec.flag} is deprecated; use {use}"),
+               ({}, {spec.ini: value}, {}, f"{spec.ini} is deprecated; use tokperf_{new} ({use})")]
+    if spec.env:
+        sources.append(({}, {}, {spec.env_var: value}, f"{spec.env_var} is deprecated; use "
+                         f"PYTEST_TOKPERF_{new.upper()} ({use})"))
+    for cli, ini, env, message in sources:
+        warned: list[str] = []
+        settings = resolve(cli=lambda n: {"engine": "llama-server", **cli}.get(n),
+                           ini=lambda k: ini.get(k), env=env, rootdir=Path("/proj"),
+                           warn=warned.append)
+        assert warned == [message]
+        expected = f"b{value}" if name == "baseline_engine_version" else value
+        assert str(getattr(settings, field)) == expected
+
+
+@pytest.mark.parametrize("name", ["target_interval", "max_cv", "agreement", "max_body",
+                                  "columns", "idle_timeout", "bandwidth_file", "api_key_env"])
+def test_a_project_setting_on_the_command_line_warns_to_set_it_once(name: str) -> None:
+    value = {"max_body": "8MiB", "columns": "200", "idle_timeout": "30", "bandwidth_file": "off",
+             "api_key_env": "PYTEST_TOKPERF_API_KEY"}.get(name, "0.04")
+    with pytest.warns(DeprecationWarning) as caught:
+        _resolve(cli={name: value})
+    flag = "--tokperf-" + name.replace("_", "-")
+    assert [str(w.message) for w in caught] == [
+        f"{flag} is deprecated; use the ini key tokperf_{name} or the environment variable "
+        f"PYTEST_TOKPERF_{name.upper()}"]
+    assert "\n" not in str(caught[0].message)
+
+
+def test_old_flags_are_hidden_and_warn_without_failing_strict_warnings(
+        pytester: pytest.Pytester) -> None:
+    help_text = pytester.runpytest("--help").stdout.str()
+    assert "--tokperf-ab-engine=SPEC" in help_text and "--tokperf-report=PATH" in help_text
+    for hidden in ("--tokperf-baseline-url", "--tokperf-report-md", "--tokperf-max-cv",
+                   "--tokperf-min-repetitions"):
+        assert f"{hidden}=" not in help_text
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--tokperf-report-md", "r.md", "--tokperf-max-cv", "0.5")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*TokperfDeprecationWarning: --tokperf-max-cv is deprecated; use the ini key "
+        "tokperf_max_cv or the environment variable PYTEST_TOKPERF_MAX_CV",
+        "*TokperfDeprecationWarning: --tokperf-report-md is deprecated; use --tokperf-report "
+        "PATH.md"])
+    pytester.makeini("[pytest]\nfilterwarnings = error\ntokperf_baseline_model = m.gguf\n")
+    strict = pytester.runpytest("--tokperf-report-md", "r.md")
+    strict.assert_outcomes(passed=1)
+    strict.stderr.fnmatch_lines([
+        "tokperf: tokperf_baseline_model is deprecated; use tokperf_ab_model "
+        "(--tokperf-ab-model PATH)",
+        "tokperf: --tokperf-report-md is deprecated; use --tokperf-report PATH.md"])
 
 
 def test_bad_ini_value_names_ini(pytester: pytest.Pytester) -> None:
@@ -253,8 +373,10 @@ def test_bad_workload_is_clear(pytester: pytest.Pytester) -> None:
     ([], "tokperf_fail_on_regression = maybe",
      "--tokperf-fail-on-regression 'maybe' from ini option tokperf_fail_on_regression is not "
      "true or false"),
-    (["--tokperf-agreement", "nan"], "",
-     "--tokperf-agreement 'nan' from option --tokperf-agreement is not a fraction in (0, 1]"),
+    ([], "tokperf_agreement = nan",
+     "tokperf_agreement 'nan' from ini option tokperf_agreement is not a fraction in (0, 1]"),
+    (["--tokperf-ab-engine", "latest"], "", "--tokperf-ab-engine 'latest' from option "
+     "--tokperf-ab-engine is no http(s) URL, no llama.cpp release"),
 ])
 def test_bad_values_are_one_line_usage_errors(
     pytester: pytest.Pytester, args: list[str], ini: str, expected: str

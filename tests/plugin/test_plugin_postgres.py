@@ -139,8 +139,8 @@ def test_a_password_in_the_url_is_shown_and_stored_nowhere(
     (tmp_path / "test_it.py").write_text(FIFTY.replace(f"range({RESULTS})", "range(2)"),
                                          encoding="utf-8")
     with FakeFaultyLlama("ok") as fake:
-        proc = _session(tmp_path, fake.url, url, "--tokperf-report-json", "r.json",
-                        "--tokperf-report-md", "r.md", "--tokperf-report-html", "r.html",
+        proc = _session(tmp_path, fake.url, url, "--tokperf-report", "r.json",
+                        "--tokperf-report", "r.md", "--tokperf-report", "r.html",
                         "--junitxml", "junit.xml")
         out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, out[-2000:]

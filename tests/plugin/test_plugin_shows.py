@@ -68,8 +68,8 @@ def test_the_stored_verdict_is_the_tests_final_one(pytester: pytest.Pytester) ->
 
 def test_warnings_are_counted_stored_and_reported(pytester: pytest.Pytester) -> None:
     # attached, its model file is not here: no ceiling, and the run says so per result
-    result = _run(pytester, TWO, "--tokperf-report-json", "report.json",
-                  "--tokperf-report-md", "report.md")
+    result = _run(pytester, TWO, "--tokperf-report", "report.json",
+                  "--tokperf-report", "report.md")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["2 of 2 results have warnings*",
                                  "note: *::test_one: no ceiling: *"])
@@ -87,7 +87,7 @@ def test_gate_verdicts_are_a_column_and_stored(pytester: pytest.Pytester) -> Non
     # wide enough that the gate column is never dropped to fit: on a busy machine the fake's
     # client figures spread (a starved client reads tokens in bursts) and widen the table
     for _ in range(3):  # two runs of history, then one judged
-        result = _run(pytester, TWO, "--tokperf-columns", "250")
+        result = _run(pytester, TWO, "-o", "tokperf_columns=250")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*verdict *gate*", "gate against stored history: Holm*"])
     with sqlite3.connect(pytester.path / "r.db") as conn:

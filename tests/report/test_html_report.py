@@ -23,7 +23,7 @@ from tests.support.report_fixture import build_db
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.html import SORT_SCRIPT, build_html_report, render_html, write_html
 from pytest_tokperf.report.plots import LINE, Plot
-from pytest_tokperf.report.data import store_figures
+from pytest_tokperf.report.report_data import store_figures
 from pytest_tokperf.storage.store import ResultStore
 
 CHROMIUM_FLAGS = (
@@ -161,7 +161,7 @@ def test_report_is_compact(db: ResultStore, report: Path, tmp_path: Path) -> Non
     """Palette PNGs: a quarter of the full-colour size the figures have on their own."""
     import base64 as b64
 
-    from pytest_tokperf.report.data import load_histories
+    from pytest_tokperf.report.report_data import load_histories
     from pytest_tokperf.report.plots import plot_all
 
     plots = plot_all(store_figures(db), load_histories(db), tmp_path / "png")

@@ -25,7 +25,7 @@ from pytest_tokperf.report.plots import (
     ttft_curves,
 )
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.report.data import (
+from pytest_tokperf.report.report_data import (
     ResultFigures,
     SeriesHistory,
     load_histories,

@@ -13,7 +13,7 @@ from tests.support.storage_factory import make_ceiling, make_result
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.table import Row
-from pytest_tokperf.report.data import (
+from pytest_tokperf.report.report_data import (
     ResultFigures,
     SeriesChange,
     SeriesHistory,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pytest_tokperf.report.data import figures_from_result
+from pytest_tokperf.report.report_data import figures_from_result
 from pytest_tokperf.report.formats import junit_properties, result_json
 from pytest_tokperf.results import MachineLoad
 from tests.support.storage_factory import make_ceiling, make_result

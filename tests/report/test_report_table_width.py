@@ -1,4 +1,4 @@
-"""The terminal summary fits 120 columns by default; ``--tokperf-columns`` widens it."""
+"""The terminal summary fits 120 columns by default; ``tokperf_columns`` widens it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_summary_fits_120_columns_and_names_what_it_left_out() -> None:
         assert kept in header
     text = " ".join(lines)
     assert "(not shown to fit 120 columns: TTFT bound," in text
-    assert "--tokperf-columns 250 shows them)" in text
+    assert "PYTEST_TOKPERF_COLUMNS=250 shows them)" in text
     assert any(line.startswith("note: ") for line in lines)
     short = summary_table(_rows()[1:])  # a plain workload keeps more
     assert max(len(line) for line in short) <= 120
@@ -52,21 +52,21 @@ def test_wide_terminal_shows_every_column() -> None:
 
 
 def test_columns_option_resolves_and_refuses_a_narrow_width() -> None:
-    def settings(**cli: str) -> Settings:
-        return resolve(cli=cli.get, ini=lambda _: None, env={}, rootdir=Path("/proj"))
+    def settings(**ini: str) -> Settings:
+        return resolve(cli=lambda _: None, ini=ini.get, env={}, rootdir=Path("/proj"))
 
     assert settings().columns == 120
-    assert settings(columns="200").columns == 200
-    with pytest.raises(Exception, match=r"--tokperf-columns '20'"):
-        settings(columns="20")
+    assert settings(tokperf_columns="200").columns == 200
+    with pytest.raises(Exception, match=r"tokperf_columns '20' from ini option"):
+        settings(tokperf_columns="20")
 
 
-def test_columns_option_is_a_plugin_option(pytester: pytest.Pytester) -> None:
+def test_columns_is_a_project_setting(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["*--tokperf-columns=N*"])
-    bad = pytester.runpytest("--tokperf-columns", "20")
+    result.stdout.fnmatch_lines(["*tokperf_columns (string):*"])
+    bad = pytester.runpytest("-o", "tokperf_columns=20")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--tokperf-columns '20'*"])
+    bad.stderr.fnmatch_lines(["*tokperf_columns '20'*"])
 
 
 def test_a_row_measured_on_a_busy_machine_is_flagged_in_its_verdict() -> None:

@@ -11,10 +11,11 @@ from scipy import optimize
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
-    DECODE, NoiseEstimate, Shift, detectable_change, detectable_shift, format_noise, noise,
-    repetitions_needed,
+from pytest_tokperf.stats import DECODE, noise
+from pytest_tokperf.stats.calibration import (
+    NoiseEstimate, detectable_change, detectable_shift, format_noise, repetitions_needed,
 )
+from pytest_tokperf.stats.shifts import Shift
 
 
 def versions(cv: float, count: int = 40, reps: int = 5, seed: int = 0) -> list[list[float]]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
-    DECODE, TTFT, Point, change_points, compare_to_history, judge_history, settled_baseline,
-)
+from pytest_tokperf.stats import DECODE, TTFT, change_points, judge_history
+from pytest_tokperf.stats.changepoints import Point, settled_baseline
+from pytest_tokperf.stats.drift import compare_to_history
 from pytest_tokperf.stats.changepoints import _without_stalls
 
 

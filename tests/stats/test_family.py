@@ -9,9 +9,9 @@ import pytest
 from scipy import special
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
-    DECODE, TTFT, Comparison, Shift, compare, judge, judge_family,
-)
+from pytest_tokperf.stats import DECODE, TTFT, Comparison, compare, judge_family
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import judge
 
 
 def with_p(p: float, log_shift: float = -0.08, df: float = 30.0) -> Shift:

@@ -20,19 +20,13 @@ from pytest_tokperf.builds.compare import Build, BuildRunner, Target, compare_gr
 from pytest_tokperf.bench.gate import Gate
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.settings import Baseline, parse_baseline
-from pytest_tokperf.stats import (
-    DECODE,
-    TTFT,
-    Point,
-    Shift,
-    compare,
-    compare_to_history,
-    interval_text,
-    judge,
-    judge_history,
-    measure_shift,
-    resolution,
-)
+from pytest_tokperf.stats import DECODE, TTFT, compare, judge_history
+from pytest_tokperf.stats.changepoints import Point
+from pytest_tokperf.stats.comparing import measure_shift
+from pytest_tokperf.stats.drift import compare_to_history, resolution
+from pytest_tokperf.stats.metric import interval_text
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import judge
 from pytest_tokperf.storage.exchange import load_reference_runs
 
 RELEASES = Path(__file__).resolve().parents[2] / "db" / "runs" / "releases"

@@ -9,10 +9,11 @@ import pytest
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats import (
-    DECODE, TTFT, Metric, Shift, benjamini_hochberg, compare, compare_many, judge,
-    measure_shift,
-)
+from pytest_tokperf.stats import DECODE, TTFT, Metric, compare, compare_many
+from pytest_tokperf.stats.comparing import measure_shift
+from pytest_tokperf.stats.family import benjamini_hochberg
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.stats.verdict import judge
 
 
 def noisy(level: float, cv: float, n: int, seed: int) -> list[float]:

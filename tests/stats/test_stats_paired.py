@@ -80,7 +80,7 @@ def test_server_starts_that_disagree_are_the_unit() -> None:
     assert "disagree beyond 1.0% (the starts are the unit)" in verdict.reason
     assert "more server starts a side" in verdict.reason
     # 1 df at 99.8%: the interval spans more than ±1000%, which is printed as such, not as
-    # "[−100.0%, +3452905.2%]" (two real starts of bench_ab.py's bytes pair read that)
+    # "[−100.0%, +3452905.2%]" (two real starts of lab/drivers/bench_ab.py's bytes pair read that)
     assert "not resolved: cannot tell" in verdict.reason
     assert "resolves no change within ±1000%" in verdict.reason
     assert all(float(x) <= 1000 for x in re.findall(r"(\d+(?:\.\d+)?)%", verdict.reason))

@@ -18,7 +18,7 @@ from tests.support.storage_factory import (
     v6_db,
 )
 
-from pytest_tokperf.storage.identity import PER_RESULT_COLUMNS
+from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS
 from pytest_tokperf.storage.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]

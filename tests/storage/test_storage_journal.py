@@ -167,16 +167,16 @@ def test_a_corrupt_database_is_still_called_corrupt(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("make", "fragment"), [
-    (lambda p: p / "out", "is a folder"),
+    (lambda p: p / "out.json", "is a folder"),
     (lambda p: Path("/etc/hostname/r.json"), "its folder cannot be made"),
 ], ids=["folder", "under-a-file"])
 def test_a_report_path_is_checked_before_measuring(
         pytester: pytest.Pytester, fake: FakeFaultyLlama, make: object, fragment: str) -> None:
-    (pytester.path / "out").mkdir()
+    (pytester.path / "out.json").mkdir()
     target = make(pytester.path)  # type: ignore[operator]
-    result = run(pytester, fake, "--tokperf-report-json", str(target))
+    result = run(pytester, fake, "--tokperf-report", str(target))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--tokperf-report-json {str(target)!r}*{fragment}*"])
+    result.stderr.fnmatch_lines([f"*--tokperf-report {str(target)!r}*{fragment}*"])
     assert not any(method == "POST" for method, _, _ in fake.requests), "measured anyway"
 
 

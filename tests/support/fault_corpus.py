@@ -1,8 +1,8 @@
 """The fault corpus: one misbehaving engine per case, with the limit it must end within
 and a fragment of the one-line error it must end with.
 
-Shared by ``tests/test_faults_corpus.py`` (the message and the absence of secrets, no
-timing) and ``benchmarks/perf/bench_bad_inputs.py`` (the same cases, timed against the limit
+Shared by ``tests/transport/test_faults_corpus.py`` (the message and the absence of secrets, no
+timing) and ``tests/package/test_bad_inputs_corpus.py`` (the same cases, timed against the limit
 + 2 s). Each case is tried through the stdlib reader and through httpx where both apply.
 """
 

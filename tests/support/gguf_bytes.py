@@ -1,7 +1,7 @@
 """Byte-level GGUF builders for crafted files: any count, length or offset, true or not.
 
 Shared by ``tests/test_model_crafted.py`` (one refusal message per kind) and
-``benchmarks/perf/bench_gguf.py`` (time and peak memory over a corpus). Large fillers are
+``tests/model/test_gguf_corpus.py`` (time and peak memory over a corpus). Large fillers are
 written as holes (``truncate``), so a 100 MB file costs no disk and no time.
 """
 

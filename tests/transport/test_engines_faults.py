@@ -93,9 +93,10 @@ def test_a_plain_stall_ends_at_the_idle_limit(fake: FakeFaultyLlama, reader: str
     with pytest.raises(EngineUnavailable) as error:
         generate(llama(fake.url, reader), total_s=60.0)
     message = str(error.value)
-    assert f"no token for {IDLE_S:g} s (--tokperf-idle-timeout) after {PREFIX_TOKENS} " \
+    assert f"no token for {IDLE_S:g} s (ini tokperf_idle_timeout) after {PREFIX_TOKENS} " \
            "streamed events" in message
-    assert "raise --tokperf-idle-timeout" in message and "request-timeout" not in message
+    assert "raise ini tokperf_idle_timeout or PYTEST_TOKPERF_IDLE_TIMEOUT" in message
+    assert "request-timeout" not in message
 
 
 @pytest.mark.parametrize("fake", [("pings",)], indirect=True)
@@ -241,7 +242,7 @@ def test_a_wrong_or_missing_key_says_how_to_pass_one(fake: FakeFaultyLlama, read
         generate(llama(fake.url, reader))
     message = str(error.value)
     assert "answered HTTP 401: Invalid API Key" in message
-    assert "$PYTEST_TOKPERF_API_KEY" in message and "--tokperf-api-key-env" in message
+    assert "$PYTEST_TOKPERF_API_KEY" in message and "tokperf_api_key_env" in message
 
 
 @pytest.mark.parametrize("fake", [("ok", "the-right-one"), ("echo_error",)], indirect=True)

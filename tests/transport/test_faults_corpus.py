@@ -1,7 +1,7 @@
 """The fault corpus (``fault_corpus``), one test per case: each misbehaving engine ends
 with tokperf's own one-line error holding the expected words, and no secret in it.
 
-How long each takes is ``benchmarks/perf/bench_bad_inputs.py``'s to print (limit + 2 s);
+How long each takes is ``tests/package/test_bad_inputs_corpus.py``'s to check (limit + 2 s);
 here ``bounded`` only turns a hang into a failure.
 """
 

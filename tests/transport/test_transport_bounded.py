@@ -69,7 +69,7 @@ def test_an_endless_body_is_refused_at_the_cap(fake: FakeFaultyLlama, reader: st
     finally:
         tracemalloc.stop()
     assert f"more than {8 << 20} bytes (8 MiB)" in message
-    assert "--tokperf-max-body" in message
+    assert "tokperf_max_body" in message
     assert peak < 64 << 20, f"{peak} bytes held for a capped body"
 
 

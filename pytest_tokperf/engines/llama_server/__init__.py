@@ -1,8 +1,6 @@
-"""llama-server: its adapter (``adapter``), its typed speed settings (``settings``) and
-what its start-up log says (``log``); ``llama_server_settings`` merges the three sources.
+"""llama-server: its adapter, typed speed settings and start-up log reader.
 
-The adapter module loads on first use (``registry``); this package's face only merges
-settings, so reading settings costs no HTTP client import.
+The adapter loads on first use, so reading settings costs no HTTP client import.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.engines.llama_server.log import parse_llama_server_log, read_log
-from pytest_tokperf.engines.llama_server.settings import (
+from pytest_tokperf.engines.llama_server.speed_settings import (
     ServerSettings,
     parse_llama_server_args,
     parse_props,
@@ -20,10 +18,7 @@ from pytest_tokperf.engines.llama_server.settings import (
 
 
 def llama_server_settings(pairs: Mapping[str, str], props: Mapping[str, Any]) -> ServerSettings:
-    """Everything known about a llama-server's speed settings, later sources winning:
-    the pairs the session passed (``server_args``, ``threads``, ``parallel``, facts from
-    ``--list-devices``), then ``/props``, then the start-up log at ``log_path`` when the
-    session started the server (observed beats requested)."""
+    """A llama-server's speed settings: session args, ``/props``, then the log."""
     settings = ServerSettings.from_pairs(pairs)
     if pairs.get("server_args"):
         settings = settings.merged(parse_llama_server_args(pairs["server_args"].split()))

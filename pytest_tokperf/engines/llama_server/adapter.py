@@ -1,24 +1,7 @@
-"""Adapter for llama.cpp's ``llama-server`` (tools/server), native ``/completion`` API.
+"""Adapter for llama.cpp's ``llama-server``, native ``/completion`` API.
 
-Why these request fields (llama.cpp ``tools/server/README.md`` and ``server-task.cpp``;
-the wire shapes are replayed in ``tests/fake_engines.py``):
-- ``prompt`` as an array of token ids pins the prompt length exactly, and the first
-  ids depend on ``salt`` so no prefix cache can serve a repetition;
-- ``n_predict`` + ``ignore_eos`` make generation stop at exactly N tokens
-  (``stop_type: "limit"``); ``cache_prompt: false`` and ``timings.cache_n == 0``
-  keep prefill honest; a warm request (``reuse_prefix``) sends ``cache_prompt: true``
-  so the slot's KV serves the prefix an earlier request with the same salt left there,
-  and ``cache_n`` says how many tokens it served;
-- the final SSE event (``stop: true``) carries ``timings``: ``prompt_ms`` is the
-  server-side time to the first sampled token, ``predicted_ms`` spans first to last
-  token, ``predicted_n`` includes the first token. ``/completion`` sends no ``[DONE]``.
-- a chat workload goes to ``/v1/chat/completions`` instead (see ``_chat``): a text
-  prompt in the model's template, thinking and answer told apart;
-- drafting: b11434's ``/props`` no longer says, ``GET /slots`` does (``"speculative":
-  true`` per slot, checked on the b11434 binary with ``-md``/``--spec-type``), and
-  ``timings`` carries ``draft_n``/``draft_n_accepted`` only when drafting ran
-  (``result_timings::to_json``); either one makes the result speculative
-  (``speculation``).
+Token-id prompts, ``n_predict`` with ``ignore_eos``, no prompt cache; the last SSE event
+carries ``timings``. Wire notes: docs/design.md.
 """
 
 from __future__ import annotations
@@ -98,8 +81,7 @@ class LlamaServer(HttpAdapter):
         try:
             props = get_json(self._client, f"{self.base_url}/props", "server properties")
         except EngineProtocolError as exc:
-            # mlx_lm.server answers /health as llama-server does, then 404s /props: say
-            # which engine is there, not only the status
+            # mlx_lm.server answers /health too, then 404s /props: name the engine there
             raise wrong_engine(self.name, self.base_url, f"GET /props failed: {exc}",
                                self._client) from exc
         if not isinstance(props, dict) or "build_info" not in props:
@@ -109,7 +91,7 @@ class LlamaServer(HttpAdapter):
         defaults = props.get("default_generation_settings") or {}
         settings = dict(self._settings)
         settings["total_slots"] = str(props.get("total_slots"))
-        # typed speed settings (args, /props, start-up log): llama_server.settings owns them
+        # typed speed settings (args, /props, start-up log): llama_server.speed_settings owns them
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
         settings.pop("log_path", None)  # read above; a per-process path is not identity
@@ -126,8 +108,7 @@ class LlamaServer(HttpAdapter):
         return EngineInfo(
             name=self.name,
             version=build,
-            # a started server's own binary label (builds.identity): b11434 built with
-            # other flags reports the same build_info but is another build
+            # builds.identity's label: one build_info can be several binaries
             build=settings.get("build_label") or props.get("build_info"),
             base_url=self.base_url,
             backend=server.backend,
@@ -141,9 +122,7 @@ class LlamaServer(HttpAdapter):
         )
 
     def _slots_drafting(self) -> bool | None:
-        """Whether any slot can draft (``GET /slots``, ``speculative`` per slot, set when
-        the server has a draft model or an n-gram/MTP draft type); None when the server
-        does not say (``--no-slots`` answers 501)."""
+        """Whether any slot can draft (``GET /slots``); None when the server won't say."""
         try:
             response = self._client.get(f"{self.base_url}/slots", timeout=10.0)
         except httpx.HTTPError:
@@ -159,12 +138,7 @@ class LlamaServer(HttpAdapter):
         return any(isinstance(slot, dict) and slot.get("speculative") is True for slot in slots)
 
     def model_identity(self) -> ModelInfo | None:
-        """The model as the server describes it: ``/props`` (path, ``model_ftype``) and
-        ``GET /v1/models`` ``data[0].meta`` (``n_params``, ``n_ctx_train``, ``ftype``).
-
-        ``meta.size`` is the tensors' bytes, not the file's, so ``file_bytes`` stays
-        unknown; on the same host the run reads the GGUF itself for more.
-        """
+        """The model as ``/props`` and ``/v1/models`` describe it (no file size)."""
         props = get_json(self._client, f"{self.base_url}/props", "server properties")
         path = props.get("model_path") if isinstance(props, dict) else None
         if not path:
@@ -213,9 +187,7 @@ class LlamaServer(HttpAdapter):
             stop_reason=final.get("stop_type"), engine=timings)
 
     def _chat(self, request: GenerationRequest) -> Generation:
-        """``/v1/chat/completions`` through the model's template: thinking arrives as
-        ``delta.reasoning_content``, the answer as ``delta.content``; the usage chunk
-        at the end carries the same ``timings`` as ``/completion``."""
+        """``/v1/chat/completions`` through the template; thinking and answer apart."""
         body: dict[str, Any] = {
             "messages": [{"role": "user", "content": text_prompt(request.prompt_tokens, request.salt)}],
             "max_tokens": request.generate_tokens,

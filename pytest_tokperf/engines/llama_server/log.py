@@ -1,25 +1,7 @@
 """What llama-server prints while it loads, read into ``ServerSettings``.
 
-Every pattern is a llama.cpp format string (``src/llama.cpp``, ``src/llama-model.cpp``,
-``src/llama-context.cpp``, ``src/llama-kv-cache.cpp``, ``ggml-cuda``/``ggml-vulkan``/
-``ggml-metal`` init, ``common/arg.cpp`` for ``--list-devices``), older spellings kept:
-
-- ``llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:19:00.0) -
-  140000 MiB free`` (older builds lack the PCI id): a device the model uses;
-- ``load_tensors: offloaded 33/33 layers to GPU`` (``llm_load_tensors:`` before
-  2026-05): N of ``n_layer + 1`` layers, the output layer counting as one;
-- ``load_tensors:        CUDA0 model buffer size =  4403.49 MiB``: weights per device;
-- ``llama_context: n_batch = 2048``, ``n_ubatch = 512``, ``flash_attn = auto``, and the
-  resolution ``Flash Attention enabled`` / ``... was auto, set to disabled``;
-- ``llama_kv_cache: ... K (f16):  2.00 MiB, V (q8_0):  1.06 MiB``;
-- ``ggml_cuda_init``'s ``Device 0: NVIDIA H200, compute capability 9.0``,
-  ``ggml_vulkan: 0 = AMD Radeon RX 7900 XTX (RADV NAVI31) (radv) | ...``, Metal's
-  ``GPU name:   Apple M4 Max``;
-- ``warning: no usable GPU found, --gpu-layers option will be ignored``: a CPU build.
-
-Builds from 2026 print the llama-level lines only at ``-lv 4`` (trace); at the default
-verbosity the log says little, and ``--list-devices`` (``parse_list_devices``) still
-tells a CUDA build from a CPU one.
+Patterns are llama.cpp's log formats, older spellings kept; recent builds print the
+details only at ``-lv 4``.
 """
 
 from __future__ import annotations
@@ -28,7 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_tokperf.engines.llama_server.settings import (
+from pytest_tokperf.engines.llama_server.speed_settings import (
     BackendDevice,
     ServerSettings,
     parse_backend,
@@ -127,16 +109,14 @@ class BinaryFacts:
     devices: ServerSettings
     """``--list-devices``: the build's backend and GPU devices (``backend`` None: unknown)."""
     trace_args: tuple[str, ...]
-    """``("-lv", "4")`` where the build has ``-lv``: 2026 builds print devices, offloaded
-    layers and KV types only at trace verbosity (about 25 extra lines per request)."""
+    """``("-lv", "4")`` where the build has it: recent builds log devices only at trace."""
 
 
 TRACE_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-disable")
 
 
 def llama_binary_facts(binary: Path, timeout_s: float = 60.0) -> BinaryFacts:
-    """Run ``--help`` and ``--list-devices`` once, both within ``timeout_s``; nothing
-    raises (unknowns stay None)."""
+    """Run ``--help`` and ``--list-devices`` once each; never raises (unknowns: None)."""
     import time
 
     from pytest_tokperf.helper_runs import run_helper

@@ -1,0 +1,140 @@
+"""``tokperf compare-builds`` on the same-run A/B: both builds up at once, ABBA pairs.
+
+Each session is one pytest run with build B as the candidate and build A as the other
+side (``--tokperf-server-bin B --tokperf-ab-engine A --tokperf-ab-json FILE``). Sessions
+are the server starts of ``stats.paired``: several are pooled, each allowed a level of
+its own (``start_sd``, or their own spread where larger); with one, the pairs are the unit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_tokperf.builds.compare import Build, BuildRunner
+from pytest_tokperf.builds.identity import build_changes
+from pytest_tokperf.errors import ConfigError, EngineError
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, DECODE, PREFILL, START_SD, TTFT, Metric
+from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab
+from pytest_tokperf.stats.verdict import Comparison
+
+_METRICS = {m.name: m for m in (DECODE, PREFILL, TTFT)}
+
+
+@dataclass(frozen=True, slots=True)
+class PairedBuildComparison:
+    """One test's metric on two builds, judged from its pairs."""
+
+    test_id: str
+    workload: str
+    metric: str
+    median_a: float
+    median_b: float
+    pairs: int
+    sessions: int
+    comparison: Comparison
+
+
+@dataclass(frozen=True, slots=True)
+class PairedComparison:
+    """Everything ``compare_builds_paired`` found, with what changed between the builds."""
+
+    a: Build
+    b: Build
+    changed: str
+    results: tuple[PairedBuildComparison, ...]
+    documents: tuple[Path, ...]
+    wall_s: float
+
+
+def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> Path:
+    """One pytest session, B as candidate and A as baseline; the path of its A/B JSON."""
+    runner.log_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = re.sub(r"[^\w.-]+", "_", f"{a.label}-vs-{b.label}").strip("_")
+    document = runner.log_dir / f"ab-{name}-{stamp}-{number}.json"
+    log = document.with_suffix(".log")
+    command = [*runner.command(b), f"--tokperf-ab-engine={a.binary}",
+               f"--tokperf-ab-json={document}"]
+    runner.progress(f"A/B session {number}: {a.label} (baseline) and {b.label} (candidate) ...")
+    started = time.monotonic()
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
+                              env=runner.session_env(), check=False)
+    tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+    if proc.returncode not in (0, 1) or not document.is_file():
+        raise EngineError(f"the A/B session on {a.label} and {b.label} (exit {proc.returncode}) "
+                          f"wrote no A/B results: {tail[0]}; full output: {log}")
+    runner.progress(f"A/B session {number} done in {time.monotonic() - started:.0f} s ({tail[0]})")
+    return document
+
+
+def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str], *,
+                    min_effect: float = PAIRED_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+                    start_sd: float = START_SD) -> list[PairedBuildComparison]:
+    """Pool each test's pairs over the sessions (session = server start, each allowed a
+    level of ``start_sd`` or its sessions' own spread) and judge them; the targets are
+    corrected together (Bonferroni over targets, and over metrics in each)."""
+    unknown = [m for m in metrics if m not in _METRICS]
+    if unknown or not metrics:
+        raise ConfigError(f"metric {unknown or list(metrics)!r}: choose from {', '.join(_METRICS)}")
+    pooled: dict[tuple[str, str], dict[str, tuple[list[float], list[float], list[int]]]] = {}
+    for session, doc in enumerate(documents):
+        for ab in doc.get("ab", []):
+            # what was asked, not how many pairs a session measured before it stopped
+            # (adaptive, or by its time budget): those sessions are one workload
+            shape = {k: v for k, v in ab["workload"].items() if k != "repetitions"}
+            key = (str(ab["test_id"]), json.dumps(shape, sort_keys=True))
+            names = list(ab["metrics"])
+            for row in ab["rounds"]:
+                for name in metrics:
+                    i = names.index(name)
+                    x, y = row["baseline"][i], row["candidate"][i]
+                    if x is None or y is None:
+                        continue
+                    b, c, blocks = pooled.setdefault(key, {}).setdefault(name, ([], [], []))
+                    b.append(float(x))
+                    c.append(float(y))
+                    blocks.append(session)
+    if not pooled:
+        raise ConfigError("no test made a same-run A/B: does the selection call tok_bench?")
+    out = []
+    for (test_id, workload), by_metric in sorted(pooled.items()):
+        pairs = {name: Pairs.of(Metric(name, _METRICS[name].higher_is_better, min_effect),
+                                b, c, blocks) for name, (b, c, blocks) in by_metric.items()}
+        verdicts = judge_ab(pairs, alpha=alpha / len(pooled), start_sd=start_sd)
+        for name, p in pairs.items():
+            b, c, _ = by_metric[name]
+            out.append(PairedBuildComparison(test_id, _workload_text(workload), name,
+                                             statistics.median(b), statistics.median(c),
+                                             p.n, p.starts, verdicts[name]))
+    return out
+
+
+def _workload_text(workload: str) -> str:
+    w = json.loads(workload)
+    return f"prompt {w['prompt_tokens']}, gen {w['generate_tokens']}"
+
+
+def compare_builds_paired(runner: BuildRunner, a: Build, b: Build, sessions: int = 1, *,
+                          min_effect: float | None = None, start_sd: float = START_SD
+                          ) -> PairedComparison:
+    """``sessions`` A/B sessions of the selection (both servers restarted for each), then
+    every test's metrics judged from the pooled pairs."""
+    if sessions < 1:
+        raise ConfigError(f"--rounds {sessions!r}: give at least 1 A/B session")
+    started = time.monotonic()
+    paths = tuple(run_paired_session(runner, a, b, n + 1) for n in range(sessions))
+    documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    results = judge_documents(documents, runner.metrics,
+                              min_effect=PAIRED_MIN_EFFECT if min_effect is None else min_effect,
+                              start_sd=start_sd)
+    return PairedComparison(a, b, build_changes(a.binary, b.binary), tuple(results), paths,
+                            time.monotonic() - started)

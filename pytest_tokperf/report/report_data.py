@@ -1,0 +1,309 @@
+"""What the reports read: results and changes as flat values in SI units.
+
+The one place that reads a ``ResultStore`` for ``formats``, ``plots`` and ``html``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pytest_tokperf.bench.ceilings import mean_decode_depth
+from pytest_tokperf.ceiling import decode_efficiency
+from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.report.table import Row, gate_label
+from pytest_tokperf.results import (
+    BenchResult,
+    Ceiling,
+    HardwareInfo,
+    MachineLoad,
+    ModelInfo,
+    Summary,
+    Workload,
+)
+from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.stats.metric import AGGREGATE
+from pytest_tokperf.storage.history import (
+    JudgedEfficiency,
+    history_points,
+    judged_efficiencies,
+    version_label,
+)
+from pytest_tokperf.storage.store import ResultStore, StoredResult
+
+METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT, AGGREGATE)}
+
+
+@dataclass(frozen=True, slots=True)
+class ResultFigures:
+    """One measured workload as every report shows it (medians over the repetitions)."""
+
+    test_id: str
+    series_key: str | None
+    engine_name: str
+    engine_version: str | None
+    engine_build: str | None
+    hardware_name: str | None
+    model_file_name: str | None
+    prompt_tokens: int
+    generate_tokens: int
+    depth_tokens: int
+    concurrency: int
+    repetitions: int
+    ttft_s: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    """The judged decode: what efficiency, floors and the gate use."""
+    decode_tokens_per_s_stdev: float | None
+    ceiling_decode_tokens_per_s: float | None
+    efficiency: float | None
+    verdict: str
+    run_id: str | None = None
+    created_at: str | None = None
+    cached_prefix_tokens: int = 0
+    chat: bool = False
+    draft_model: str | None = None
+    """The draft's file name when the engine decoded speculatively."""
+    decode_source: str = "client"
+    """Whose clock ``decode_tokens_per_s`` is: ``engine`` (its own timings) or ``client``."""
+    gate: str = ""
+    """The regression gate's verdict (``report.table.gate_label``); empty: not judged."""
+    warnings: tuple[str, ...] = ()
+    """The measurement's notes and the ceiling's footprint warnings."""
+    chars_per_s: float | None = None
+    """Median characters per second of steady decode: the speed a reader feels."""
+    aggregate_tokens_per_s: float | None = None
+    """Median of all streams' output tokens per second of a round's wall time."""
+    requests_per_s: float | None = None
+    ttft_bound_s: float | None = None
+    """The TTFT the compute bound allows, where the device's peak FLOP/s is known."""
+    machine_load: MachineLoad | None = None
+    """The machine over the repetitions (None: not sampled)."""
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(
+            prompt_tokens=self.prompt_tokens, generate_tokens=self.generate_tokens,
+            depth_tokens=self.depth_tokens, concurrency=self.concurrency,
+            repetitions=self.repetitions, cached_prefix_tokens=self.cached_prefix_tokens,
+            chat=self.chat,
+        )
+
+    @property
+    def mean_decode_depth_tokens(self) -> int:
+        """KV positions read per decoded token on average (what the ceiling assumed)."""
+        return mean_decode_depth(self.workload)
+
+    @property
+    def build_label(self) -> str:
+        return version_label(self.engine_version, self.engine_build)
+
+    @property
+    def setup_label(self) -> str:
+        """Engine, build, model and hardware: what one line of a comparison plot is."""
+        parts = [f"{self.engine_name} {self.build_label}", self.model_file_name,
+                 self.hardware_name]
+        return " · ".join(p for p in parts if p)
+
+
+def workload_label(w: Workload) -> str:
+    """``prompt 512, gen 128`` plus depth, warm prefix and concurrency when not default."""
+    text = f"prompt {w.prompt_tokens}, gen {w.generate_tokens}"
+    if w.depth_tokens:
+        text += f", depth {w.depth_tokens}"
+    if w.cached_prefix_tokens:
+        text += f", warm {w.cached_prefix_tokens}"
+    if w.chat:
+        text += ", chat"
+    if w.concurrency != 1:
+        text += f", ×{w.concurrency}"
+    return text
+
+
+def figures_from_result(
+    test_id: str, result: BenchResult, *, ceiling: Ceiling | None, verdict: str,
+    efficiency: float | None = None, series_key: str | None = None,
+    model: ModelInfo | None = None, hardware: HardwareInfo | None = None,
+    run_id: str | None = None, created_at: str | None = None, gate: str = "",
+) -> ResultFigures:
+    """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``."""
+    decode = result.judged_decode_tokens_per_s
+    ceiling_tps = ceiling.decode_tokens_per_s if ceiling else None
+    if efficiency is None:
+        efficiency = decode_efficiency(result, ceiling)
+    w = result.workload
+    return ResultFigures(
+        test_id=test_id, series_key=series_key, engine_name=result.engine.name,
+        engine_version=result.engine.version, engine_build=result.engine.build,
+        hardware_name=hardware.name if hardware else None,
+        model_file_name=model.file_name if model else result.engine.model_name,
+        prompt_tokens=w.prompt_tokens, generate_tokens=w.generate_tokens,
+        depth_tokens=w.depth_tokens, concurrency=w.concurrency,
+        repetitions=len(result.samples) or w.repetitions,
+        ttft_s=result.ttft_s.median,
+        prefill_tokens_per_s=_median(result.prefill_tokens_per_s),
+        decode_tokens_per_s=_median(decode),
+        decode_tokens_per_s_stdev=decode.stdev if decode else None,
+        ceiling_decode_tokens_per_s=ceiling_tps, efficiency=efficiency, verdict=verdict,
+        run_id=run_id, created_at=created_at, cached_prefix_tokens=w.cached_prefix_tokens,
+        chat=w.chat,
+        draft_model=(dict(result.engine.settings).get("draft_model", "?")
+                     if result.engine.speculative else None),
+        decode_source=("client" if decode is None or decode is result.decode_tokens_per_s
+                       else "engine"),
+        gate=gate,
+        warnings=(*result.notes, *(ceiling.footprint.warnings if ceiling else ())),
+        chars_per_s=_median(result.chars_per_s),
+        aggregate_tokens_per_s=_median(result.aggregate_tokens_per_s),
+        requests_per_s=_median(result.requests_per_s) if w.concurrency > 1 else None,
+        ttft_bound_s=(ceiling.prefill_tokens_per_s and
+                      (w.depth_tokens + w.prompt_tokens) / ceiling.prefill_tokens_per_s)
+        if ceiling is not None else None,
+        machine_load=result.load,
+    )
+
+
+def _median(summary: Summary | None) -> float | None:
+    return summary.median if summary else None
+
+
+def figures_from_row(row: Row, *, series_key: str | None = None) -> ResultFigures:
+    """A terminal-summary ``report.Row`` (what the plugin holds at session end)."""
+    return figures_from_result(row.test_id, row.result, ceiling=row.ceiling,
+                               verdict=row.verdict, series_key=series_key, gate=row.gate)
+
+
+def figures_from_stored(stored: StoredResult, gate: str = "") -> ResultFigures:
+    return figures_from_result(
+        stored.test_id, stored.result, ceiling=stored.ceiling, verdict=stored.verdict,
+        efficiency=stored.efficiency, series_key=stored.series_key, model=stored.model,
+        hardware=stored.hardware, run_id=stored.run.run_id, created_at=stored.created_at,
+        gate=gate,
+    )
+
+
+def _judged(fig: ResultFigures, judged: JudgedEfficiency) -> ResultFigures:
+    """The figures with the efficiency ``tokperf history`` shows (``judged_efficiencies``)."""
+    return replace(fig, efficiency=judged.value,
+                   ceiling_decode_tokens_per_s=judged.ceiling(fig.ceiling_decode_tokens_per_s))
+
+
+def store_figures(
+    store: ResultStore, *, run_id: str | None = None, series_keys: Sequence[str] | None = None
+) -> list[ResultFigures]:
+    """The latest result of each series (in ``series_keys``), or every one of ``run_id``."""
+    wanted = set(series_keys) if series_keys is not None else None
+    latest = [h for h in store.latest_per_series() if wanted is None or h.series_key in wanted]
+    if run_id is None:
+        rows = latest
+    else:
+        rows = [h for s in latest for h in store.history(s.series_key) if h.run_id == run_id]
+    gates = store.gate_verdicts(h.result_id for h in rows)
+    judged = judged_efficiencies(store)
+    figures = [_judged(figures_from_stored(store.result(h.result_id),
+                                           gate_label(gates[h.result_id])), judged[h.result_id])
+               for h in rows]
+    return sorted(figures, key=lambda f: (f.test_id, f.created_at or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesChange:
+    """A verdict on one series with the builds it compared: a gate result or a step."""
+
+    test_id: str
+    series_key: str | None
+    metric: str
+    verdict: Outcome
+    relative_change: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    baseline: str
+    """What was compared against: a build label, or ``b6000 .. b6010`` for a history."""
+    current: str
+    reason: str
+
+    @classmethod
+    def from_comparison(
+        cls, test_id: str, comparison: Comparison, *, baseline: str, current: str,
+        series_key: str | None = None,
+    ) -> SeriesChange:
+        return cls(
+            test_id=test_id, series_key=series_key, metric=comparison.metric,
+            verdict=comparison.verdict, relative_change=comparison.relative_change,
+            ci_low=comparison.ci_low, ci_high=comparison.ci_high,
+            p_value=comparison.p_value, baseline=baseline, current=current,
+            reason=comparison.reason,
+        )
+
+    @classmethod
+    def from_change_point(
+        cls, test_id: str, change: ChangePoint, metric: Metric, *, series_key: str | None = None
+    ) -> SeriesChange:
+        return cls(
+            test_id=test_id, series_key=series_key, metric=metric.name,
+            verdict=change.verdict, relative_change=change.relative_change,
+            ci_low=change.ci_low, ci_high=change.ci_high, p_value=change.p_value,
+            baseline=change.version_before, current=change.version_after,
+            reason=change.reason,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesHistory:
+    """A series across engine builds: one point per build, oldest first, and its steps."""
+
+    series_key: str
+    test_id: str
+    title: str
+    metric: Metric
+    points: tuple[Point, ...]
+    changes: tuple[ChangePoint, ...]
+    ceiling_decode_tokens_per_s: float | None
+
+    def series_changes(self) -> list[SeriesChange]:
+        return [SeriesChange.from_change_point(self.test_id, c, self.metric,
+                                               series_key=self.series_key)
+                for c in self.changes]
+
+
+def metric_named(name: str) -> Metric:
+    if name not in METRICS:
+        raise ConfigError(f"metric {name!r} has no per-sample history: use one of "
+                          f"{', '.join(sorted(METRICS))}")
+    return METRICS[name]
+
+
+def load_history(
+    store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None,
+    judged: dict[int, JudgedEfficiency] | None = None,
+) -> SeriesHistory:
+    """A series' history with its change points and the ceiling its latest is judged by."""
+    rows = store.history(series_key, 1)
+    if not rows:
+        raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
+                          "list series with `tokperf history`")
+    points = history_points(store, series_key, metric.name, limit=limit, since_accepted=False)
+    stored = store.result(rows[-1].result_id)
+    label = workload_label(stored.result.workload)
+    title = f"{rows[-1].test_id} — {label}"
+    return SeriesHistory(
+        series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
+        points=tuple(points), changes=tuple(change_points(points, metric)),
+        ceiling_decode_tokens_per_s=(judged or judged_efficiencies(store))[
+            rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s),
+    )
+
+
+def load_histories(
+    store: ResultStore, series_keys: Sequence[str] | None = None, *,
+    metric: Metric = DECODE, limit: int | None = None,
+) -> list[SeriesHistory]:
+    """``load_history`` for each of ``series_keys`` (default: every series), by test id."""
+    keys = ([h.series_key for h in store.latest_per_series()] if series_keys is None
+            else list(series_keys))
+    judged = judged_efficiencies(store)
+    histories = [load_history(store, key, metric=metric, limit=limit, judged=judged)
+                 for key in keys]
+    return sorted(histories, key=lambda h: (h.test_id, h.title, h.series_key))
