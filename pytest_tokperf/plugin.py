@@ -459,14 +459,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(lost, red=True)
     _write_reports(state, run, rows, findings, terminalreporter)
     if state.settings.ab_json and run.ab_results:
-        import json
-
         from pytest_tokperf.bench.ab import ab_document
+        from pytest_tokperf.jsontext import dumps
 
         path = Path(state.settings.ab_json)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(ab_document(run.ab_results), indent=2), encoding="utf-8")
+            path.write_text(dumps(ab_document(run.ab_results)), encoding="utf-8")
             terminalreporter.write_line(f"A/B report: {path}")
         except OSError as exc:
             terminalreporter.write_line(f"tokperf: A/B report {str(path)!r} not written: {exc}",

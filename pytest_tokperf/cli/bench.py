@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_tokperf.cli.common import DB_HELP, JSON
+from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.errors import ConfigError, TokperfError
 from pytest_tokperf.storage.location import TOKPERF_DIR, project_root
 
@@ -178,11 +178,10 @@ def _print(args: argparse.Namespace, run: BenchRun, failures: list[str]) -> None
         results = [{**result_json(figures_from_result(
             row.test_id, row.result, ceiling=row.ceiling, verdict=row.verdict,
             hardware=run.ceilings.hardware)), "notes": list(row.result.notes)} for row in rows]
-        print(json.dumps({"results": results, "failures": failures,
-                          "gate": [describe(f) for f in run.findings],
-                          "gate_summary": run.gate_summary,
-                          "db": str(location) if location else None},
-                         indent=2, default=str))
+        print(dumps({"results": results, "failures": failures,
+                     "gate": [describe(f) for f in run.findings],
+                     "gate_summary": run.gate_summary,
+                     "db": str(location) if location else None}))
         return
     for line in summary_table(rows, columns=run.settings.columns, option="--columns 250"):
         print(line)

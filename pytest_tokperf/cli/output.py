@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_tokperf.jsontext import dumps
+
 
 def emit(args: argparse.Namespace, data: Any, text: str | Sequence[str]) -> None:
-    """Print ``data`` as indented JSON when ``--json`` was given, else the text lines."""
+    """Print ``data`` as strict, indented JSON when ``--json`` was given, else the text lines."""
     if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, default=str))
+        print(dumps(data))
     else:
         print(text if isinstance(text, str) else "\n".join(text))
 

@@ -229,6 +229,14 @@ def _sessions_of(
     return base, cur, spread
 
 
+def _same_db(first: str, second: str) -> bool:
+    """Two DB words that name one DB: the same URL, or paths to one file."""
+    if first == second:
+        return True
+    a, b = Path(first).expanduser(), Path(second).expanduser()
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
+
+
 def _runs(entries: list[HistoryEntry]) -> list[list[float]]:
     return [list(p.samples) for p in session_points(entries)]
 
@@ -243,6 +251,10 @@ def compare(args: argparse.Namespace) -> int:
     if len(dbs) > 2:
         raise ConfigError(f"compare takes at most two DBs, got {dbs!r}: the baseline DB (--db "
                           f"or the first) and a second one whose latest runs are 'current'")
+    if len(dbs) == 2 and _same_db(*dbs):
+        raise ConfigError(f"compare {dbs[0]!r} with {dbs[1]!r}: that is one DB twice, so its "
+                          "latest run would sit on both sides; give a second DB, or one DB "
+                          "with --baseline VERSION --current VERSION")
     base_store = _open(dbs[0] if dbs else chosen_db(args))
     other = dbs[1] if len(dbs) == 2 else None
     spread: dict[str, list[list[list[float]]]] = {}
@@ -258,6 +270,10 @@ def compare(args: argparse.Namespace) -> int:
         baseline = _stored_version(base_store, args.baseline)
         current_version = _stored_version(base_store, args.current)
         assert baseline is not None and current_version is not None
+        if baseline == current_version:
+            raise ConfigError(f"--baseline {args.baseline!r} and --current {args.current!r} "
+                              f"are both {baseline}: a build compared with itself has no "
+                              "change to judge; name two versions `tokperf history` lists")
         base, current, spread = _sessions_of(base_store, baseline, current_version)
     common = sorted(set(base) & set(current))
     if not common:

@@ -6,7 +6,6 @@ JSON keys are stable with units in their names; NaN becomes ``null``.
 from __future__ import annotations
 
 import html
-import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.report.table import Row
 from pytest_tokperf.report.report_data import (
     ResultFigures,
@@ -261,8 +261,8 @@ def report_json(
 
 
 def dumps_report(document: Mapping[str, Any]) -> str:
-    """Indented, key-order-stable JSON; refuses NaN (``report_json`` has none)."""
-    return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    """Indented, key-order-stable strict JSON (NaN and infinities as null)."""
+    return dumps(document) + "\n"
 
 
 def _load_properties(load: MachineLoad | None) -> list[tuple[str, str | float | None]]:

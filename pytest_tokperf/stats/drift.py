@@ -122,9 +122,13 @@ class Resolution:
 
 def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
                ) -> Resolution:
-    """How finely ``history`` (oldest first) resolves a step (see ``Resolution``)."""
+    """How finely ``history`` (oldest first) resolves a step (see ``Resolution``), read
+    inside its longest level: a step the history holds is no spread between sessions."""
     check_level(alpha, "alpha")
     points = list(history)
+    if len(points) >= 2 * MIN_SIZE:
+        start, stop = max(segments(points, metric, alpha=alpha), key=lambda c: c[1] - c[0])
+        points = points[start:stop]
     k = len(points)
     if k < 2 * MIN_SIZE:
         return Resolution(k, math.nan, math.nan, math.nan, False, "")

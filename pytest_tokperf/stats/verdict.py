@@ -1,7 +1,9 @@
 """The decision rule: a verdict read off the interval of the change.
 
-Regression/improvement: the CI excludes 0 and reaches the minimum effect ``m``;
-unchanged: inside ``(-m, +m)``; inconclusive otherwise.
+Regression/improvement: the interval excludes 0 AND the change itself reaches the minimum
+effect ``m`` (significant and large enough); unchanged: the interval inside ``(-m, +m)``;
+inconclusive otherwise. docs/design.md ("How a verdict is reached") states what each
+promises.
 """
 
 from __future__ import annotations
@@ -79,16 +81,20 @@ def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: s
                "identical, so there is no noise to judge by; a measured rate always varies: "
                "check that the figure is measured, not copied or rounded")
     elif lo > 0 or hi < 0:
-        if (d < 0 and lo <= -m) or (d > 0 and hi >= m):
+        if abs(rel) >= m * (1 - EXACT_TOLERANCE):
             worse = (d < 0) == metric.higher_is_better
             verdict = "regression" if worse else "improvement"
             why = (f"{figures}: the interval excludes no change (p={fmt_p(p, alpha)} < "
-                   f"{fmt_p(alpha)}{corrected}) and does not rule out a change of {m:.0%} "
-                   "or more")
-        else:
+                   f"{fmt_p(alpha)}{corrected}) and the change reaches the {m:.0%} minimum")
+        elif -m < lo and hi < m:
             verdict = "unchanged"
             why = (f"{figures}: a real change (p={fmt_p(p, alpha)}), below the {m:.0%} "
                    "minimum")
+        else:
+            verdict = "inconclusive"
+            why = (f"{figures}: a real change (p={fmt_p(p, alpha)}), below the {m:.0%} "
+                   f"minimum as measured, but the interval reaches {m:.0%}: more samples "
+                   "would settle whether it is that large")
     elif -m < lo and hi < m:
         verdict = "unchanged"
         why = f"{figures}: the interval lies within ±{m:.0%}, p={fmt_p(p, alpha)}"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_tokperf.errors import StorageError
+from pytest_tokperf.jsontext import dumps as strict_dumps
 from pytest_tokperf.storage.location import DbLocation, PgUrl
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
@@ -221,7 +222,7 @@ def export_results(db: DbLocation, fmt: Literal["csv", "json"], out: Path) -> in
     header[header.index("id")] = "result_id"
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
-        out.write_text(json.dumps([_decode(r) for r in rows], indent=1) + "\n", encoding="utf-8")
+        out.write_text(strict_dumps([_decode(r) for r in rows], indent=1) + "\n", encoding="utf-8")
     else:
         with out.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=header)

@@ -125,3 +125,36 @@ def test_data_verbs_speak_json(db: Path, tmp_path: Path, capsys: pytest.CaptureF
         "runs": 20, "results": 20, "samples": 100, "output": str(tmp_path / "m.db")}
     assert main(["export", str(db), "--format", "json", "-o", str(tmp_path / "e.json"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"] == 20
+
+
+def _strict(text: str) -> object:
+    """JSON as a strict parser reads it: NaN and Infinity are errors."""
+    def refuse(word: str) -> object:
+        raise ValueError(f"not strict JSON: {word}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_compare_of_a_db_with_itself_is_refused(db: Path, capsys: pytest.CaptureFixture[str]
+                                                 ) -> None:
+    assert main(["compare", str(db), str(db)]) == 2
+    assert "that is one DB twice" in capsys.readouterr().err
+    same = db.parent / "sub" / ".." / db.name
+    (db.parent / "sub").mkdir()
+    assert main(["compare", str(db), str(same)]) == 2
+    assert main(["compare", str(db), "--baseline", "b19", "--current", "19"]) == 2
+    err = capsys.readouterr().err
+    assert "are both b19: a build compared with itself has no change to judge" in err
+
+
+def test_every_json_output_is_strict(db: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # b00 has one run of five samples: the sessions' spread is unknown (NaN figures)
+    fill_history(tmp_path / "new.db", [("b20", 90.0)])[0].close()
+    for argv in (["compare", str(db), "--baseline", "b00", "--current", "b19", "--json"],
+                 ["compare", str(db), str(tmp_path / "new.db"), "--json"],
+                 ["history", str(db), "--json"], ["history", str(db), "t::decode", "--json"],
+                 ["changes", str(db), "--json"]):
+        assert main(argv) in (0, 1), argv
+        _strict(capsys.readouterr().out)
+    assert main(["export", str(db), "--format", "json", "-o", str(tmp_path / "e.json")]) == 0
+    _strict((tmp_path / "e.json").read_text())

@@ -29,7 +29,7 @@ FLOORS: dict[str, int] = {
     "engines": 2, "ceiling": 2, "model": 2, "stats": 2, "environment": 2,
     "transport": 1, "hardware": 1,
     # value types and policies that import nothing of ours
-    "errors": 0, "results": 0, "paths": 0, "helper_runs": 0,
+    "errors": 0, "results": 0, "paths": 0, "helper_runs": 0, "jsontext": 0,
 }
 
 

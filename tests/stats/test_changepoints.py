@@ -53,8 +53,9 @@ def test_finds_a_10_percent_step_in_10_builds_and_names_what_changed() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_5_percent_step_in_8_builds_of_3_repetitions_is_found(seed: int) -> None:
-    points = series([100.0] * 4 + [95.0] * 4, 0.01, reps=3, seed=seed)
+def test_an_8_percent_step_in_8_builds_of_3_repetitions_is_found(seed: int) -> None:
+    # a step of 1.6 m: flagged when the step itself measures at least m = 5%
+    points = series([100.0] * 4 + [92.0] * 4, 0.01, reps=3, seed=seed)
     assert [(c.index, c.verdict) for c in change_points(points, DECODE)] == [(4, "regression")]
 
 

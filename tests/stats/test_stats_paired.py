@@ -264,3 +264,23 @@ def test_start_spread_recovers_a_known_start_level() -> None:
                         [_run(0.002, se), _run(0.0, se)]])
     assert few is not None and few.sd == 0.0 and 0.005 < few.sd_high < 0.05
     assert start_spread([[_run(0.0, se)], []]) is None  # nothing repeated: nothing to say
+
+
+def _independent(n: int, step: float, seed: int, sd: float = 0.06) -> tuple[list[float], list[float]]:
+    """``n`` pairs whose log-ratio has SD ``sd`` (6%: a busy 2-core VM's pair), one start."""
+    rng = np.random.default_rng(seed)
+    base = 40.0 * np.exp(rng.normal(0, sd / math.sqrt(2), n))
+    cand = 40.0 * (1 + step) * np.exp(rng.normal(0, sd / math.sqrt(2), n))
+    return list(base), list(cand)
+
+
+def test_a_flag_means_the_change_itself_reaches_the_minimum() -> None:
+    # A true -1% step under a 2% minimum is a real change too small to matter: it is not
+    # a regression (the far end of the interval reaching 2% called it one 27% of the
+    # time); a true -5% step at 400 pairs is. 200 simulated A/Bs a cell.
+    small = sum(judge_pairs(Pairs.of(AB_DECODE, *_independent(300, -0.01, s))).flagged
+                for s in range(200))
+    found = sum(judge_pairs(Pairs.of(AB_DECODE, *_independent(400, -0.05, s))).verdict
+                == "regression" for s in range(200))
+    assert small <= 10, small
+    assert found >= 190, found

@@ -1,0 +1,66 @@
+"""How often each verdict is given under the decision rule, on simulated data.
+
+Two tables: the same-run A/B's paired judge (one start, independent pairs whose log-ratio
+has SD 6%) and the history gate (5 earlier runs of 5 repetitions, repetition CV 2%, runs
+that agree or spread 1%). Each cell counts the verdicts of --trials simulated comparisons.
+
+    PYTHONPATH=$PWD .venv/bin/python lab/drivers/decision_rule.py [--trials 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from pytest_tokperf.stats import DECODE, Metric, compare
+from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_pairs
+
+AB_DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
+
+
+def _counts(verdicts: list[str]) -> str:
+    return ", ".join(f"{v} {verdicts.count(v)}" for v in
+                     ("regression", "improvement", "unchanged", "inconclusive") if v in verdicts)
+
+
+def paired(trials: int) -> None:
+    print(f"paired judge, minimum effect {PAIRED_MIN_EFFECT:.0%}, pair SD 6%, {trials} A/Bs a cell")
+    for n, step in ((200, 0.0), (200, -0.01), (300, -0.01), (400, -0.02), (400, -0.03),
+                    (200, -0.05), (400, -0.05)):
+        verdicts = []
+        for seed in range(trials):
+            rng = np.random.default_rng(seed)
+            base = 40.0 * np.exp(rng.normal(0, 0.06 / math.sqrt(2), n))
+            cand = 40.0 * (1 + step) * np.exp(rng.normal(0, 0.06 / math.sqrt(2), n))
+            verdicts.append(judge_pairs(Pairs.of(AB_DECODE, list(base), list(cand))).verdict)
+        print(f"  {n} pairs, true step {step:+.0%}: {_counts(verdicts)}")
+
+
+def gate(trials: int) -> None:
+    print(f"history gate, minimum effect {DECODE.min_effect:.0%}, 5 runs x 5 repetitions "
+          f"(CV 2%), {trials} judgements a cell")
+    for between in (0.0, 0.01):
+        for step in (0.0, -0.05, -0.065, -0.08):
+            rng = np.random.default_rng(7)
+            verdicts = []
+            for _ in range(trials):
+                runs = [list(100 * math.exp(rng.normal(0, between))
+                             * np.exp(rng.normal(0, 0.02, 5))) for _ in range(5)]
+                level = 100 * (1 + step) * math.exp(rng.normal(0, between))
+                current = list(level * np.exp(rng.normal(0, 0.02, 5)))
+                verdicts.append(compare(runs, current, DECODE).verdict)
+            print(f"  runs spread {between:.0%}, true step {step:+.1%}: {_counts(verdicts)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=400)
+    args = parser.parse_args()
+    paired(args.trials)
+    gate(args.trials)
+
+
+if __name__ == "__main__":
+    main()
