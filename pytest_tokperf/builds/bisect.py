@@ -80,7 +80,7 @@ class Figure:
 
 @dataclass(frozen=True, slots=True)
 class BisectResult:
-    status: Literal["found", "no-regression", "undecided"]
+    status: Literal["found", "no-regression", "inconclusive", "undecided"]
     good: int
     bad: int
     target: Target | None
@@ -164,7 +164,9 @@ def bisect_releases(
         measure(good, n)
         measure(bad, n)
     if not regressions:
-        return BisectResult("no-regression", good, bad, None, endpoints, (), (), None, None, ())
+        settled = all(_settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items())
+        return BisectResult("no-regression" if settled else "inconclusive", good, bad, None,
+                            endpoints, (), (), None, None, ())
     target = max(regressions, key=lambda t: (abs(endpoints[t].relative_change), t.name))
     progress(f"following {target.name}: {endpoints[target].relative_change:+.1%} from "
              f"b{good} to b{bad}")
@@ -260,8 +262,12 @@ def _figures(count: dict[int, int], lab: Lab, target: Target) -> tuple[Figure, .
 
 def format_result(result: BisectResult) -> list[str]:
     """The summary a terminal shows at the end."""
-    if result.status == "no-regression":
-        lines = [f"no regression from b{result.good} to b{result.bad}: nothing to bisect"]
+    if result.status in ("no-regression", "inconclusive"):
+        lines = [f"no regression from b{result.good} to b{result.bad}: nothing to bisect"
+                 if result.status == "no-regression" else
+                 f"inconclusive from b{result.good} to b{result.bad}: the endpoints were not "
+                 f"told apart at the session limit, so nothing was bisected (rerun with more "
+                 f"--max-sessions or on a quieter machine)"]
         return lines + [f"  {t.name}: {c.verdict}: {c.reason}" for t, c in result.endpoints.items()]
     assert result.target is not None
     unit = "tok/s" if result.target.metric == "decode" else "s"

@@ -269,7 +269,7 @@ def bisect(args: argparse.Namespace) -> int:
         "midpoints": result.midpoints,
     }
     emit(args, data, format_result(result))
-    return 0 if result.status != "undecided" else 1
+    return 0 if result.status in ("found", "no-regression") else 1
 
 
 def _build_options(p: argparse.ArgumentParser) -> None:

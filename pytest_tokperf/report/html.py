@@ -178,6 +178,10 @@ def render_html(
         body.append(f"<p>Setup: {escape('; '.join(setups))}</p>")
     drawn_anchors = {figure_anchor(p.path) for p in plots if p.path is not None}
     body += _table(figures, {k: v for k, v in (links or {}).items() if v in drawn_anchors})
+    warned = [(f.test_id, w) for f in figures for w in f.warnings]
+    if warned:  # the headline counts them: they are shown
+        body += ["<h2>Warnings</h2>", "<ul>",
+                 *(f"<li><b>{escape(t)}</b>: {escape(w)}</li>" for t, w in warned), "</ul>"]
     body += _changes(changes)
     drawn = [(p, p.path) for p in plots if p.path is not None]
     if drawn:

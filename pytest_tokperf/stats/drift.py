@@ -16,6 +16,7 @@ from pytest_tokperf.stats.changepoints import (
     HISTORY_WINDOW,
     MIN_SIZE,
     Point,
+    change_points,
     segments,
 )
 from pytest_tokperf.stats.comparing import compare, measure_shift
@@ -77,10 +78,11 @@ def judge_history(
     drift = _corrected(drift, metric, alpha)
     where = f"against the accepted level ({_span(reference)})"
     if drift.flagged and not step.flagged:
-        steps = [f"{points[b - 1].version} -> {points[b].version}"
-                 for b, _ in cuts[1:] if b >= REFERENCE_RUNS]
+        # name only the steps `tokperf changes` lists (significant AND reaching m)
+        steps = [f"{c.version_before} -> {c.version_after}"
+                 for c in change_points(points, metric, alpha=alpha) if c.index >= REFERENCE_RUNS]
         how = f", through level changes at {', '.join(steps)}" if steps else (
-            ", in steps each too small to find")
+            ", in steps each too small to flag")
         now = f" and {current_version}" if current_version else " and this run"
         reason = (f"{drift.reason}; judged {where}: it accumulated over "
                   f"{_span(points[REFERENCE_RUNS:])}{now}{how}; against the settled level "

@@ -39,6 +39,8 @@ class ResultBundle:
     environment: Row
     result: Row
     samples: list[Row] = field(default_factory=list)
+    gate_verdicts: list[Row] = field(default_factory=list)
+    """What the gate said of the result, one row a metric (``result_id`` stripped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +87,16 @@ def read_runs(store: ResultStore, run_ids: Iterable[str] | None = None) -> Itera
                               (result["environment_id"],))[0]
             samples = store.query("SELECT * FROM samples WHERE result_id = ? ORDER BY repetition",
                                   (result["id"],))
+            gate = store.query("SELECT * FROM gate_verdicts WHERE result_id = ? ORDER BY metric",
+                               (result["id"],))
             bundles.append(
                 ResultBundle(
                     series_text=result.pop("series_text"),
                     environment={k: v for k, v in env.items() if k != "id"},
                     result={k: v for k, v in result.items() if k not in _RESULT_IDS},
                     samples=[{k: v for k, v in s.items() if k != "result_id"} for s in samples],
+                    gate_verdicts=[{k: v for k, v in g.items() if k != "result_id"}
+                                   for g in gate],
                 )
             )
         yield RunBundle(run, bundles)
@@ -121,7 +127,11 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
             env = {**item.environment, "env_hash": environment_hash(item.environment)}
             series = series_row(Series.from_text(item.series_text))
             series["series_key"] = item.result["series_key"]
-            store.add_result(env, series, {**item.result, "run_id": run_id}, item.samples)
+            result_id = store.add_result(env, series, {**item.result, "run_id": run_id},
+                                         item.samples)
+            if item.gate_verdicts:
+                store.backend.insert_all("gate_verdicts", (
+                    {**g, "result_id": result_id} for g in item.gate_verdicts))
             added += Added(results=1, samples=len(item.samples))
         return added
 
@@ -146,6 +156,8 @@ def _run_text(bundle: RunBundle) -> str:
             "samples": [_decode(s) for s in item.samples],
             "series": item.series_text,
         }
+        if item.gate_verdicts:
+            line["gate_verdicts"] = item.gate_verdicts
         lines.append(json.dumps(line, sort_keys=True))
     return "\n".join(lines) + "\n"
 
@@ -179,6 +191,7 @@ def parse_runs(text: str, source: str) -> list[RunBundle]:
                         environment=_encode(obj["environment"]),
                         result=_encode(obj["result"]),
                         samples=[_encode(s) for s in obj["samples"]],
+                        gate_verdicts=[dict(g) for g in obj.get("gate_verdicts", [])],
                     )
                 )
         except RecursionError as exc:

@@ -70,6 +70,17 @@ def test_no_step_means_nothing_to_bisect() -> None:
     assert format_result(result)[0] == "no regression from b100 to b131: nothing to bisect"
 
 
+def test_endpoints_a_busy_machine_cannot_tell_apart_are_inconclusive_not_clean() -> None:
+    # sessions drifting 30% (a neighbour on the cores): a real 20% step stays unresolved,
+    # which once read "no regression ...: nothing to bisect", exit status 0
+    lab = FakeLab(116, drift=0.3, seed=4)
+    result = bisect_releases(RELEASES, 100, 131, lab, sessions=2, max_sessions=3,
+                             progress=lambda _: None)
+    assert result.status == "inconclusive" and result.first_bad is None
+    assert format_result(result)[0].startswith("inconclusive from b100 to b131: the endpoints "
+                                               "were not told apart at the session limit")
+
+
 def test_a_release_between_both_levels_gets_more_sessions_not_a_guess() -> None:
     # 110..119 are 10% slower, 120 on 20%: the first midpoint (115) sits between the
     # known good and the known bad level, so no verdict can place it.

@@ -77,6 +77,9 @@ def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
     assert '<td class="v-fail">fail</td>' in html
     assert '<td class="v-unchecked">unchecked</td>' in html
     assert "<h2>Regressions</h2>" in html
+    # the headline counts 6 with warnings: the page shows them
+    warnings = html.split("<h2>Warnings</h2>", 1)[1].split("</ul>", 1)[0]
+    assert warnings.count("<li><b>") >= 6
     assert re.search(r"<b>test_decode\[short\]</b> <span class=\"regression\">regression</span>: "
                      r"decode −12\.0% \[−12\.\d%, −11\.\d%\], p=[^,]+, "
                      r"b6005 \(c0ffee5\) → b6006 \(c0ffee6\)", html)

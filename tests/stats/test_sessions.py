@@ -10,6 +10,7 @@ import io
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from pytest_tokperf.bench.gate import Gate
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.settings import Baseline, parse_baseline
 from pytest_tokperf.stats import DECODE, TTFT, compare, judge_history
-from pytest_tokperf.stats.changepoints import Point
+from pytest_tokperf.stats.changepoints import Point, change_points
 from pytest_tokperf.stats.comparing import measure_shift
 from pytest_tokperf.stats.drift import compare_to_history, resolution
 from pytest_tokperf.stats.metric import interval_text
@@ -136,6 +137,10 @@ def test_a_slow_slide_is_flagged_against_the_accepted_level(seed: int) -> None:
     assert "judged against the accepted level (v0..v2, 3 runs)" in reason
     assert "it accumulated over v3..v8, 6 runs and v9" in reason
     assert "Bonferroni over 2 comparisons" in reason
+    # the gate names the level changes `tokperf changes` lists, and no others
+    listed = {f"{c.version_before} -> {c.version_after}" for c in change_points(points, DECODE)}
+    named = set(re.findall(r"v\d -> v\d", reason))
+    assert named == listed and (named or "in steps each too small to flag" in reason)
     assert [p.version for p in judged.reference] == ["v0", "v1", "v2"]
     assert compare_to_history(points, current, DECODE).verdict == "regression"
 

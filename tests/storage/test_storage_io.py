@@ -243,3 +243,22 @@ def test_load_reference_runs_from_directory(tmp_path: Path) -> None:
     assert load_reference_runs(runs_dir, target) == Added(runs=2, results=3, samples=9)
     assert load_reference_runs(runs_dir, target) == Added()
     assert _counts(target) == _counts(source)
+
+
+def test_the_gates_verdicts_travel_with_their_results(tmp_path: Path) -> None:
+    from tests.support.storage_factory import fill_history, judge_every_result
+
+    store, _ = fill_history(tmp_path / "main.db", [("b00", 100.0), ("b01", 77.0)])
+    assert judge_every_result(store) == 2
+    store.close()
+    merge(tmp_path / "main.db", None, tmp_path / "copy.db")
+    runs = tmp_path / "runs"
+    for run_id in ("run-0", "run-1"):
+        write_reference_run(tmp_path / "main.db", run_id, runs)
+        import_dataset(tmp_path / "imported.db", runs / f"{run_id}.jsonl")
+    for db in ("copy.db", "imported.db"):
+        with ResultStore.open_read_only(tmp_path / db) as copy:
+            verdicts = copy.gate_verdicts(r["id"] for r in copy.query("SELECT id FROM results"))
+            assert sorted(v.verdict for vs in verdicts.values() for v in vs) == \
+                ["regression", "regression"], db
+            assert all(v.reason.startswith("decode -23.0%") for vs in verdicts.values() for v in vs)

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from tests.support.postgres import PG_PASSWORD, PgCluster
 from tests.support.storage_factory import (
+    judge_every_result,
     fill_history,
     make_result,
     make_run,
@@ -98,6 +99,7 @@ def test_a_failed_write_undoes_only_itself(pg_url: str) -> None:
 
 def test_merge_both_ways_keeps_every_row(pg_url: str, tmp_path: Path) -> None:
     lite, key = fill_history(tmp_path / "a.db", LEVELS, finish=True)
+    assert judge_every_result(lite) == 5  # the gate's verdicts travel too
     lite.close()
     url = PgUrl(pg_url)
     first = merge(tmp_path / "a.db", None, url)
@@ -109,6 +111,7 @@ def test_merge_both_ways_keeps_every_row(pg_url: str, tmp_path: Path) -> None:
             ResultStore.open_read_only(url) as pg:
         bundles = [list(read_runs(s)) for s in (a, b, pg)]
         assert bundles[0] == bundles[1] == bundles[2]
+        assert all(len(r.gate_verdicts) == 1 for run in bundles[2] for r in run.results)
         assert [h.decode_tokens_per_s for h in pg.history(key)] == \
             [h.decode_tokens_per_s for h in a.history(key)]
 

@@ -251,3 +251,16 @@ def v6_db(path: Path) -> None:
                                     "series_key": series.key, "test_id": "t::decode",
                                     "created_at": f"2026-01-0{i + 1}T00:00:00+00:00"})
     db.close()
+
+
+def judge_every_result(store: ResultStore, verdict: str = "regression") -> int:
+    """Store a gate verdict on decode for every result in ``store`` (what a pytest session
+    with history stores at its end); returns how many."""
+    from pytest_tokperf.storage.records import GateVerdict
+
+    ids = [row["id"] for row in store.query("SELECT id FROM results ORDER BY id")]
+    store.save_gate_verdicts(GateVerdict(
+        result_id=i, metric="decode", verdict=verdict, relative_change=-0.23, ci_low=-0.25,
+        ci_high=-0.21, p_value=1e-9, n_baseline=25, n_current=5, baseline="b00..b04 (5 runs)",
+        correction="Holm over 2", reason="decode -23.0% [-25.0%, -21.0%]") for i in ids)
+    return len(ids)
