@@ -38,6 +38,11 @@ class StorageError(TokperfError):
     """The results database cannot be opened, migrated or written."""
 
 
+class MeasuredBusy(TokperfError):
+    """A floor or limit checked on figures the neighbours disturbed: neither a pass nor a
+    fail. The plugin reports it as a skip with the load (``--tokperf-busy fail``: a fail)."""
+
+
 class TokperfWarning(UserWarning):
     """Something a user should know that does not stop the run."""
 

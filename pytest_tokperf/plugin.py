@@ -11,7 +11,7 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from contextlib import AbstractContextManager
@@ -336,6 +336,25 @@ def tok_bench(request: pytest.FixtureRequest, _tokperf_session: PluginState) -> 
         progress=progress,
         on_record=on_record,
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A check measured on a busy machine (``MeasuredBusy``) is reported as skipped, with the
+    load as the reason, unless ``--tokperf-busy fail``."""
+    report = yield
+    if call.excinfo is None or call.when != "call":
+        return report
+    from pytest_tokperf.errors import MeasuredBusy
+
+    state = item.config.stash.get(STATE, None)
+    if call.excinfo.errisinstance(MeasuredBusy) and (
+            state is None or state.settings.busy == "skip"):
+        path, line, _ = item.reportinfo()
+        report.outcome = "skipped"
+        report.longrepr = (str(path), (line or 0) + 1, f"Skipped: {call.excinfo.value}")
+    return report
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 Progress = Callable[[str], None]
 """Receives one human-readable line of progress (a terminal line, a log line)."""
 
-Verdict = Literal["pass", "fail", "suspect", "unchecked", "unstable", "error"]
+Verdict = Literal["pass", "fail", "suspect", "unchecked", "unstable", "busy", "error"]
 """pass/fail against the efficiency floor; suspect: far above the ceiling (the ceiling is
 wrong); unchecked: no floor; unstable: judged decode CV above ``tokperf_max_cv`` (never
 stored as pass); error: the measurement broke off (earlier samples still stored)."""

@@ -140,6 +140,15 @@ def _byte_size(value: str, where: str, name: str) -> int:
     return size
 
 
+def _busy_outcome(value: str, where: str, name: str) -> str:
+    word = str(value).strip().lower()
+    if word not in ("skip", "fail", "judge"):
+        raise ConfigError(f"{name} {value!r} from {where} is not 'skip' (a check measured on a "
+                          f"busy machine is reported as skipped, with the load), 'fail' or "
+                          f"'judge' (decided on its figures, whatever the load)")
+    return word
+
+
 def _text(value: str, where: str, name: str) -> str:
     return value
 
@@ -419,6 +428,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
                _bool, False, "BOOL", True, switch=True),
+    OptionSpec("busy", "a floor or limit (assert_efficiency, assert_ttft, assert_usable, "
+               "--tokperf-min-efficiency) checked on a machine whose other processes took a "
+               "notable share of the CPUs is neither a pass nor a fail: 'skip' reports it as "
+               "skipped with the load (default), 'fail' fails it, 'judge' decides it on its "
+               "figures whatever the load", _busy_outcome, "skip", "WHAT",
+               True),
     # old names: read under every spelling, each with a one-line deprecation warning
     OptionSpec("baseline_server_bin", "", _text, None, "PATH", True,
                use="--tokperf-ab-engine PATH"),
@@ -524,6 +539,9 @@ class Settings:
     device: Device | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
+    busy: str = "skip"
+    """What a check measured busy becomes: 'skip', 'fail' (``errors.MeasuredBusy``) or
+    'judge' (pass or fail on its figures)."""
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
     api_key_env: str = DEFAULT_API_KEY_ENV
     api_key: ApiKey | None = None

@@ -21,7 +21,7 @@ from pytest_tokperf.ceiling import (
     decode_efficiency,
 )
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfWarning
+from pytest_tokperf.errors import ConfigError, MeasuredBusy, MeasurementError, TokperfWarning
 from pytest_tokperf.bench.measure import (
     DEFAULT_MAX_REPETITIONS,
     MeasureOptions,
@@ -77,6 +77,9 @@ class TokBenchResult:
     revise: Revise | None = field(default=None, compare=False, repr=False)
     """Called with ``fail`` (or ``suspect``, ``pass``) when an assertion decides: the stored
     verdict is the test's final one, explicit assertions included."""
+    judge_busy: bool = False
+    """True: checks decide on the figures even when the machine was busy (``--tokperf-busy
+    judge``); False: such a check raises ``MeasuredBusy``."""
 
     def _decided(self, verdict: Verdict) -> None:
         if self.revise is not None:
@@ -142,6 +145,15 @@ class TokBenchResult:
         load = self.result.load
         return (load.warning() if load is not None else None) or ""
 
+    def _refuse_busy(self, message: str) -> None:
+        """A check measured on a busy machine decides nothing: ``MeasuredBusy``."""
+        __tracebackhide__ = True
+        busy = "" if self.judge_busy else self._busy()
+        if busy:
+            self._decided("busy")
+            raise MeasuredBusy(f"{busy}; neither a pass nor a fail: {message.splitlines()[0]}; "
+                               "rerun on a quiet machine (--tokperf-busy fail counts it)")
+
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
         __tracebackhide__ = True
@@ -163,6 +175,8 @@ class TokBenchResult:
         """
         __tracebackhide__ = True
         check = self.check_efficiency(min_fraction)
+        if check.status in ("pass", "fail"):
+            self._refuse_busy(check.message)
         self._decided(check.status)
         if check.status == "fail":
             first, _, rest = check.message.partition("\n")
@@ -175,6 +189,7 @@ class TokBenchResult:
         """Fail when the median time to first token is above ``max_s`` seconds."""
         __tracebackhide__ = True
         check = check_ttft(self.ttft_s, max_s, self.result.workload.prompt_tokens)
+        self._refuse_busy(check.message)
         if not check.ok:
             self._decided("fail")
             raise AssertionError(_with(f"{check.message} (median of {self.result.ttft_s.n})",
@@ -188,6 +203,7 @@ class TokBenchResult:
             self._decided("fail")
             raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
         check = check_usable(decode, min_tokens_per_s)
+        self._refuse_busy(check.message)
         if not check.ok:
             self._decided("fail")
             raise AssertionError(_with(check.message, self._busy()))
@@ -238,6 +254,8 @@ class TokBench:
     ab: ABPlan | None = None
     """Set: every call measures the baseline too, in ABBA pairs, and judges the ratio."""
     engine_pids: Callable[[], tuple[int, ...]] | None = None
+    judge_busy: bool = False
+    """Floors decide on the figures even when measured busy (``--tokperf-busy judge``)."""
     """The server processes tokperf started (read after they start), so the machine's
     load during the repetitions is split into the engine's and the neighbours'."""
 
@@ -354,7 +372,8 @@ class TokBench:
             base_outcome.assert_efficiency(self.min_efficiency)
         return SpeculativeOutcome(ab=ab, base=base_outcome,
                                   accelerated=TokBenchResult(result=ab.accelerated,
-                                                             revise=revise_accelerated))
+                                                             revise=revise_accelerated,
+                                                             judge_busy=self.judge_busy))
 
     def _measure(self, run: Callable[[], T]) -> T:
         """Probe, then ``run``; a failed measurement's partial result is recorded first."""
@@ -396,11 +415,13 @@ class TokBench:
     def _judge_and_record(self, result: BenchResult, assert_floor: bool = True) -> TokBenchResult:
         __tracebackhide__ = True
         ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
-        outcome = TokBenchResult(result=result, ceiling=ceiling)
+        outcome = TokBenchResult(result=result, ceiling=ceiling, judge_busy=self.judge_busy)
         check = None
         if self.min_efficiency is not None and ceiling is not None:
             check = outcome.check_efficiency(self.min_efficiency)
         verdict: Verdict = check.status if check else "unchecked"
+        if verdict in ("pass", "fail") and not self.judge_busy and outcome._busy():
+            verdict = "busy"  # neither: the neighbours had the machine (assert_efficiency)
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):
             verdict = "unstable"  # too wide a spread to stand as a pass (see its note)
         revise = self.record(result, ceiling, verdict)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pytest_tokperf.storage.store import Stored
 
 VERDICT_RANK: dict[Verdict, int] = {"unchecked": 0, "pass": 1, "unstable": 2, "suspect": 3,
-                                    "fail": 4, "error": 5}
+                                    "fail": 4, "busy": 5, "error": 6}
 """Which verdict wins when a test's own assertion revises the recorded one (a passing
 assertion leaves an ``unstable`` result unstable)."""
 
@@ -250,6 +250,7 @@ class BenchRun:
             speculative_engine=lambda draft: self.session.speculative_engine(draft)[0],
             ab=self._ab_plan(test_id),
             engine_pids=self._engine_pids,
+            judge_busy=s.busy == "judge",
         )
 
     def _engine_pids(self) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ SUMMARY_HEADER = (
     "efficiency", "chars/s", "all streams tok/s", "build", "verdict", "gate",
 )
 _VERDICT = SUMMARY_HEADER.index("verdict")
-VERDICT_ORDER = ("fail", "error", "suspect", "unstable", "pass", "unchecked")
+VERDICT_ORDER = ("fail", "error", "suspect", "unstable", "busy", "pass", "unchecked")
 _SECTIONS = (
     ("regression", "Regressions"),
     ("improvement", "Improvements"),
