@@ -248,10 +248,15 @@ T = TypeVar("T")
 
 
 def _or_fail(method: Callable[..., T], *args: object, **kwargs: object) -> T:
-    """``method(...)``, with a tokperf error turned into a clean test failure."""
+    """``method(...)``, with a tokperf error turned into a clean test failure (a check
+    measured busy goes on to ``pytest_runtest_makereport``, which skips it)."""
     __tracebackhide__ = True
+    from pytest_tokperf.errors import MeasuredBusy
+
     try:
         return method(*args, **kwargs)
+    except MeasuredBusy:
+        raise
     except TokperfError as exc:
         message = f"{type(exc).__name__}: {exc}"
     pytest.fail(message, pytrace=False)
@@ -348,12 +353,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         return report
     from pytest_tokperf.errors import MeasuredBusy
 
+    if not call.excinfo.errisinstance(MeasuredBusy):
+        return report
     state = item.config.stash.get(STATE, None)
-    if call.excinfo.errisinstance(MeasuredBusy) and (
-            state is None or state.settings.busy == "skip"):
+    if state is None or state.settings.busy == "skip":
         path, line, _ = item.reportinfo()
         report.outcome = "skipped"
         report.longrepr = (str(path), (line or 0) + 1, f"Skipped: {call.excinfo.value}")
+    else:  # --tokperf-busy fail: a clean failure, as every tokperf error in a test is
+        report.longrepr = f"MeasuredBusy: {call.excinfo.value}"
     return report
 
 

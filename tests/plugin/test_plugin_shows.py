@@ -130,3 +130,55 @@ def test_the_header_names_the_engines_device(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["tokperf: engine device *75% of the bytes on the GPU "
                                  "(ollama /api/ps*"])
     forced.stdout.fnmatch_lines(["tokperf: engine device cpu* (--tokperf-device)"])
+
+
+BUSY_LOAD = """
+import pytest
+from pytest_tokperf.hardware.load import LoadSampler
+from pytest_tokperf.results import MachineLoad
+
+BUSY = MachineLoad(wall_s=1.0, cpus=2, busy_cpus=2.0, engine_cpus=0.4, own_cpus=0.0,
+                   steal=0.0, run_queue=5.0, run_queue_max=7, samples=10)
+
+@pytest.fixture(autouse=True)
+def neighbours(monkeypatch):
+    monkeypatch.setattr(LoadSampler, "stop", lambda self: BUSY)
+"""
+
+FLOOR = """
+def test_floor(tok_bench):
+    tok_bench(prompt_tokens=4, generate_tokens=8, repetitions=2, warmup=0).assert_usable(0.001)
+"""
+
+
+@pytest.mark.parametrize("busy", ["skip", "fail", "judge"])
+def test_a_floor_measured_busy_through_tok_bench(pytester: pytest.Pytester, busy: str) -> None:
+    pytester.makeconftest(BUSY_LOAD)
+    result = _run(pytester, FLOOR, "--tokperf-busy", busy, "-rs")
+    if busy == "skip":
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["SKIPPED*machine busy: other processes used 1.6 of 2 CPUs*"
+                                     "neither a pass nor a fail: decode*usable minimum*"])
+    elif busy == "fail":
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["MeasuredBusy: machine busy: other processes used 1.6*"])
+    else:
+        result.assert_outcomes(passed=1)
+    with sqlite3.connect(pytester.path / "r.db") as conn:
+        (verdict,) = conn.execute("select verdict from results").fetchone()
+    assert verdict == ("unchecked" if busy == "judge" else "busy")  # judged: as before
+
+
+def test_a_floor_checked_inside_tok_bench_reaches_pytest_as_measured_busy() -> None:
+    # --tokperf-min-efficiency is checked inside tok_bench(); its MeasuredBusy once became a
+    # plain failure there ("MeasuredBusy: ..."), so the main job failed beside a neighbour
+    from pytest_tokperf.errors import EngineUnavailable, MeasuredBusy
+    from pytest_tokperf.plugin import _or_fail
+
+    def raising(error: Exception) -> None:
+        raise error
+
+    with pytest.raises(MeasuredBusy):
+        _or_fail(raising, MeasuredBusy("machine busy: ..."))
+    with pytest.raises(pytest.fail.Exception, match="EngineUnavailable: down"):
+        _or_fail(raising, EngineUnavailable("down"))
