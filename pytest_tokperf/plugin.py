@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import pytest
 
 from pytest_tokperf import settings as settings_mod
-from pytest_tokperf.errors import ConfigError, StorageError, TokperfError
+from pytest_tokperf.errors import (ConfigError, MeasuredBusy, StorageError,
+                                   TokperfDeprecationWarning, TokperfError)
 from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
 
 if TYPE_CHECKING:
@@ -145,9 +146,9 @@ def _deprecation(config: pytest.Config, message: str) -> None:
     """An old option name, in pytest's warnings summary; under ``filterwarnings = error``
     a line on stderr instead: a renamed option is no reason to stop a run."""
     try:
-        config.issue_config_time_warning(settings_mod.TokperfDeprecationWarning(message),
+        config.issue_config_time_warning(TokperfDeprecationWarning(message),
                                          stacklevel=2)
-    except settings_mod.TokperfDeprecationWarning:
+    except TokperfDeprecationWarning:
         sys.stderr.write(f"tokperf: {message}\n")
 
 
@@ -251,8 +252,6 @@ def _or_fail(method: Callable[..., T], *args: object, **kwargs: object) -> T:
     """``method(...)``, with a tokperf error turned into a clean test failure (a check
     measured busy goes on to ``pytest_runtest_makereport``, which skips it)."""
     __tracebackhide__ = True
-    from pytest_tokperf.errors import MeasuredBusy
-
     try:
         return method(*args, **kwargs)
     except MeasuredBusy:
@@ -351,8 +350,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     report = yield
     if call.excinfo is None or call.when != "call":
         return report
-    from pytest_tokperf.errors import MeasuredBusy
-
     if not call.excinfo.errisinstance(MeasuredBusy):
         return report
     state = item.config.stash.get(STATE, None)

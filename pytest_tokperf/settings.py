@@ -24,7 +24,7 @@ from pytest_tokperf.transport.credentials import (
     api_key_from_env,
     redact_url,
 )
-from pytest_tokperf.errors import ConfigError, TokperfWarning
+from pytest_tokperf.errors import ConfigError, TokperfDeprecationWarning
 from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, db_location,
                                              default_db, is_pg_url, parse_pg_url, project_root)
 
@@ -270,10 +270,6 @@ class OptionSpec:
     def renamed(self) -> str:
         """An old name's new option: ``ab_engine`` for ``use="--tokperf-ab-engine URL"``."""
         return str(self.use).split()[0].removeprefix("--tokperf-").replace("-", "_")
-
-
-class TokperfDeprecationWarning(TokperfWarning, DeprecationWarning):
-    """An old option name was used; the message names the new one."""
 
 
 def _repetitions(value: str, where: str, name: str) -> tuple[int | None, int, int]:

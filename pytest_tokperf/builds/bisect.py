@@ -156,15 +156,14 @@ def bisect_releases(
         for t, c in endpoints.items():
             progress(f"  b{good} -> b{bad} {t.name}: {c.verdict}, {c.reason}")
         regressions = [t for t, c in endpoints.items() if c.verdict == "regression"]
-        if regressions or n >= max_sessions or all(
-                _settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items()):
+        settled = all(_settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items())
+        if regressions or n >= max_sessions or settled:
             break
         n += 1
         progress(f"endpoints not settled: session {n} of each")
         measure(good, n)
         measure(bad, n)
     if not regressions:
-        settled = all(_settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items())
         return BisectResult("no-regression" if settled else "inconclusive", good, bad, None,
                             endpoints, (), (), None, None, ())
     target = max(regressions, key=lambda t: (abs(endpoints[t].relative_change), t.name))

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DB, JSON, db_location, default_db_here
+from pytest_tokperf.cli.common import DB, JSON, chosen_db, db_location
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
 from pytest_tokperf.stats.metric import DECODE, START_SD
@@ -107,7 +107,7 @@ def run_db(args: argparse.Namespace) -> DbLocation:
 
     (Not a ``set_defaults(db=...)``: the shared parent's action object would take that
     default for every verb.)"""
-    return db_location(args.db or default_db_here())
+    return db_location(chosen_db(args))
 
 
 def _runner(args: argparse.Namespace) -> Any:

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DB_HELP, db_location, default_db_here
+from pytest_tokperf.cli.common import DB_HELP, chosen_db, db_location
 from pytest_tokperf.cli.output import emit, table
 
 
@@ -25,7 +25,7 @@ def add_parsers(verbs: Any) -> None:
         "a series key, so history, compare, changes and report work on it. A folder stands "
         "for the llama-bench files in it. Importing a file again adds nothing.")
     p.add_argument("files", nargs="+", metavar="FILE", help="llama-bench output files or folders")
-    p.add_argument("--db", default=default_db_here(), help=DB_HELP)
+    p.add_argument("--db", help=DB_HELP)
     p.add_argument("--device", help="the chip every row ran on, as the hardware catalog names "
                    "it (e.g. 'RTX 4090', 'Apple M2 Max'): the md form has no gpu_info")
     p.add_argument("--gpu-cores", type=int, help="Apple GPU core count (binned chips differ)")
@@ -42,7 +42,7 @@ def add_parsers(verbs: Any) -> None:
         "each build whose efficiency fell against the best earlier build of its series. "
         "This is how a chip the engine does not yet support well, or a driver regression, "
         "shows up. Exit 0 either way.")
-    p.add_argument("--db", default=default_db_here(), help=DB_HELP)
+    p.add_argument("--db", help=DB_HELP)
     p.add_argument("--factor", type=float, default=1.0,
                    help="flag below FACTOR x the band's low end (default 1.0; 0.8: only "
                    "rows 20%% under it)")
@@ -60,10 +60,11 @@ def _pct(value: float | None) -> str:
 def _import(args: argparse.Namespace) -> int:
     from pytest_tokperf.expected.llama_bench_import import import_llama_bench
 
-    added, rows = import_llama_bench(db_location(args.db), [Path(f) for f in args.files],
+    db = db_location(chosen_db(args))
+    added, rows = import_llama_bench(db, [Path(f) for f in args.files],
                                      device=args.device, gpu_cores=args.gpu_cores)
     data = {
-        "db": str(db_location(args.db)), "runs_added": added.runs, "results_added": added.results,
+        "db": str(db), "runs_added": added.runs, "results_added": added.results,
         "samples_added": added.samples,
         "rows": [{
             "source": r.record.source, "form": r.record.form, "test_id": r.test_id,
@@ -77,7 +78,7 @@ def _import(args: argparse.Namespace) -> int:
             "verdict": r.verdict,
         } for r in rows],
     }
-    lines = [f"{db_location(args.db)}: added {added.runs} run(s), {added.results} result(s), "
+    lines = [f"{db}: added {added.runs} run(s), {added.results} result(s), "
              f"{added.samples} sample(s) from {len(rows)} llama-bench row(s)"]
     body = [(r.record.test_name, r.hardware.name if r.hardware else "-",
              f"{r.record.get('avg_ts'):.2f}",
@@ -95,9 +96,10 @@ def _outliers(args: argparse.Namespace) -> int:
     from pytest_tokperf.errors import ConfigError
     from pytest_tokperf.expected.outliers import find_outliers
 
-    db = db_location(args.db)
+    path = chosen_db(args)
+    db = db_location(path)
     if isinstance(db, Path) and not db.is_file():
-        raise ConfigError(f"results DB {args.db!r} does not exist; fill one with "
+        raise ConfigError(f"results DB {path!r} does not exist; fill one with "
                           "`tokperf import-llama-bench FILE --db PATH` or a pytest run")
     if not 0 < args.factor <= 2 or not 0 < args.drop < 1:
         raise ConfigError(f"--factor {args.factor!r} must be in (0, 2] and --drop "

@@ -42,6 +42,7 @@ from pytest_tokperf.storage.history import (
     series_history,
     session_points,
 )
+from pytest_tokperf.storage.location import same_db
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 
@@ -229,14 +230,6 @@ def _sessions_of(
     return base, cur, spread
 
 
-def _same_db(first: str, second: str) -> bool:
-    """Two DB words that name one DB: the same URL, or paths to one file."""
-    if first == second:
-        return True
-    a, b = Path(first).expanduser(), Path(second).expanduser()
-    return a.exists() and b.exists() and a.resolve() == b.resolve()
-
-
 def _runs(entries: list[HistoryEntry]) -> list[list[float]]:
     return [list(p.samples) for p in session_points(entries)]
 
@@ -251,7 +244,7 @@ def compare(args: argparse.Namespace) -> int:
     if len(dbs) > 2:
         raise ConfigError(f"compare takes at most two DBs, got {dbs!r}: the baseline DB (--db "
                           f"or the first) and a second one whose latest runs are 'current'")
-    if len(dbs) == 2 and _same_db(*dbs):
+    if len(dbs) == 2 and same_db(db_location(dbs[0]), db_location(dbs[1])):
         raise ConfigError(f"compare {dbs[0]!r} with {dbs[1]!r}: that is one DB twice, so its "
                           "latest run would sit on both sides; give a second DB, or one DB "
                           "with --baseline VERSION --current VERSION")

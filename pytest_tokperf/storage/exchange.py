@@ -17,7 +17,7 @@ from typing import Literal
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.jsontext import dumps as strict_dumps
-from pytest_tokperf.storage.location import DbLocation, PgUrl
+from pytest_tokperf.storage.location import DbLocation, same_db
 from pytest_tokperf.storage.store import ResultStore
 from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.rows import (
@@ -294,12 +294,6 @@ def load_reference_runs(directory: Path, db: DbLocation) -> Added:
     return sum((import_dataset(db, p) for p in sorted(directory.glob("*.jsonl"))), Added())
 
 
-def _same(a: DbLocation, b: DbLocation) -> bool:
-    if isinstance(a, PgUrl) or isinstance(b, PgUrl):
-        return a == b
-    return a.resolve() == b.resolve()
-
-
 def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:
     """Merge result databases into ``out`` (created or added to), deduping by run id.
 
@@ -311,7 +305,7 @@ def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:
     for source in sources:
         if isinstance(source, Path) and not source.is_file():
             raise StorageError(f"merge input {str(source)!r} does not exist")
-        if _same(source, out):
+        if same_db(source, out):
             raise StorageError(f"merge output {str(out)!r} is also an input; name a new file")
     for source in sources:  # all are tokperf DBs before the output is created
         ResultStore.open_read_only(source).close()

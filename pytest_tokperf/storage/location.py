@@ -123,6 +123,13 @@ def db_location(value: str | Path | PgUrl, where: str = "the results DB") -> DbL
     return Path(value).expanduser()
 
 
+def same_db(a: DbLocation, b: DbLocation) -> bool:
+    """Two locations of one DB: the same PostgreSQL URL, or paths to one file."""
+    if isinstance(a, PgUrl) or isinstance(b, PgUrl):
+        return a == b
+    return a.resolve() == b.resolve()
+
+
 def local_base(location: DbLocation) -> Path:
     """The file that files kept beside a DB (a run's journal, compare-builds' journal,
     logs) are named after: the SQLite file, or for a PostgreSQL DB
