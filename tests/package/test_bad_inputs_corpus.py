@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.storage.test_storage_journal import BENCH  # the same two-test session
 from tests.support.bad_options import PYTEST, Case, cases
 from tests.support.fault_corpus import PASSWORD, SECRET, Fault, fault_corpus
 
@@ -168,13 +169,6 @@ def test_a_password_echoed_in_two_chunks_is_never_shown(transport: str) -> None:
     assert PASSWORD not in str(caught.value) and "hunter2" not in str(caught.value)
 
 
-BENCH = """
-def test_a(tok_bench):
-    tok_bench(prompt_tokens=4, generate_tokens=8, repetitions=2, warmup=0)
-
-def test_b(tok_bench):
-    tok_bench(prompt_tokens=8, generate_tokens=8, repetitions=2, warmup=0)
-"""
 FULL_DISK = """
 import sqlite3, pytest
 from pytest_tokperf.storage import store
