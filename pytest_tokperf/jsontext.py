@@ -32,3 +32,45 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):  # a numpy scalar
         return value.item()
     return str(value)
+
+
+MAX_DEPTH = 64
+"""The deepest nesting any JSON the tool reads may have: engines, model folders and import
+files nest a handful of levels; 64 leaves room and keeps every walk far from the stack."""
+
+
+class JSONTooDeep(ValueError):
+    """JSON nested deeper than ``MAX_DEPTH``: refused before anything walks it."""
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` with a depth limit: a ``ValueError`` (``JSONTooDeep``), never a
+    ``RecursionError``, for text nested deeper than ``max_depth``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise JSONTooDeep(f"JSON nested more than {max_depth} levels deep") from None
+    if depth(value, limit=max_depth) > max_depth:
+        raise JSONTooDeep(f"JSON nested more than {max_depth} levels deep")
+    return value
+
+
+def depth(value: Any, *, limit: int = MAX_DEPTH) -> int:
+    """How deep ``value`` nests (a scalar is 0), walked without recursion; stops counting
+    once past ``limit``."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, level) for child in children)
+    return deepest

@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
     "transport": 1, "hardware": 1,
     # value types and policies that import nothing of ours
     "errors": 0, "results": 0, "paths": 0, "helper_runs": 0, "jsontext": 0,
+    "safe_files": 0,
 }
 
 
