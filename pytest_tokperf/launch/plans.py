@@ -14,14 +14,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import httpx
 
-from pytest_tokperf.helper_runs import run_helper
-from pytest_tokperf.transport.bounded import bounded_get
-
-from pytest_tokperf.launch.process import LOOPBACK, ServerProcess, log_tail, start_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
+from pytest_tokperf.helper_runs import run_helper
+from pytest_tokperf.launch.process import (
+    LOOPBACK,
+    ServerProcess,
+    log_tail,
+    start_server,
+)
+from pytest_tokperf.transport.bounded import bounded_get
 
 BINARIES = {"ollama": "ollama", "vllm": "vllm", "mlx": "mlx_lm.server", "lmstudio": "lms",
             "sglang": "sglang"}
@@ -342,7 +347,7 @@ class DetachedServer:
                 return None
         return proc.returncode
 
-    def __enter__(self) -> DetachedServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

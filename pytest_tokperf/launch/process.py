@@ -1,6 +1,8 @@
 """Start a local engine server on loopback, wait until it is ready, always stop it.
 
-No orphans: own session, SIGTERM then SIGKILL, and ``PR_SET_PDEATHSIG`` on Linux.
+No orphans: the server leads its own session, and its whole group gets SIGTERM then
+SIGKILL on every way out, SIGTERM to this process included; if this process is killed
+outright, ``PR_SET_PDEATHSIG`` takes the server and a watchdog (``watchdog.py``) its group.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Self
 
 import httpx
 
-from pytest_tokperf.helper_runs import kill_group, run_helper
-from pytest_tokperf.transport.bounded import bounded_get
-
 from pytest_tokperf.builds.install import installed_llama_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
+from pytest_tokperf.helper_runs import kill_group, run_helper
+from pytest_tokperf.safe_files import tail_text
+from pytest_tokperf.transport.bounded import bounded_get
 
 LOOPBACK = "127.0.0.1"
 
@@ -130,55 +135,165 @@ def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[st
 DEATH_SIGNAL = signal.SIGKILL
 """What the kernel sends a started server when its parent dies (``PR_SET_PDEATHSIG``)."""
 
+STOP_GRACE_S = 10.0
+"""How long a server gets after SIGTERM before SIGKILL."""
 
-def _die_with_parent_of(parent: int) -> Callable[[], None]:
-    """The ``preexec_fn`` for a child of ``parent`` (start servers from the main thread)."""
+ABORT_GRACE_S = 3.0
+"""How long servers get after SIGTERM when tokperf itself is terminated, before SIGKILL."""
+
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+
+
+def _die_with_parent_of(parent: int) -> Callable[[], None] | None:
+    """The ``preexec_fn`` for a child of ``parent`` (start servers from the main thread);
+    libc is loaded here: the forked child of a threaded parent only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 
     def arm() -> None:  # pragma: no cover - runs in the child
-        if sys.platform.startswith("linux"):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, DEATH_SIGNAL)  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:
-                os._exit(1)
+        prctl(1, DEATH_SIGNAL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
 
     return arm
 
 
+def _start_watchdog(pgid: int) -> subprocess.Popen[bytes] | None:
+    """A process that kills group ``pgid`` if this one dies (SIGKILL included); None where
+    it cannot start (no Python executable)."""
+    if not sys.executable:
+        return None
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WATCHDOG), str(os.getpid()), str(pgid)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class ServerProcess:
-    """A started server; ``stop()`` is idempotent."""
+    """A started server, the leader of its own process group; ``stop()`` is idempotent."""
 
     url: str
     command: tuple[str, ...]
     log_path: Path
     process: subprocess.Popen[bytes]
+    watchdog: subprocess.Popen[bytes] | None = None
+    """Kills the group if this process dies without stopping it (see ``watchdog.py``)."""
+    stopped: bool = False
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM to the process group, SIGKILL after ``grace_s``, then what is left."""
-        group = self.process.pid
-        if self.process.poll() is None:
-            kill_group(group, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                kill_group(group, signal.SIGKILL)
-                self.process.wait(timeout=grace_s)
-        kill_group(group, signal.SIGKILL)
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM to the process group, SIGKILL to what is left after ``grace_s``; the
+        server's exit code (None if it could not be reaped)."""
+        if not self.stopped:
+            stop_servers([self], grace_s)
         return self.process.returncode
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def log_tail(path: Path, lines: int = 20) -> str:
+def stop_servers(servers: Sequence[ServerProcess], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop ``servers`` together: SIGTERM to each group, then up to ``grace_s`` for every
+    server and whatever its group started to exit, then SIGKILL to each group."""
+    for server in servers:
+        kill_group(server.process.pid, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(
+            s.process.poll() is None or _group_alive(s.process.pid) for s in servers):
+        time.sleep(0.05)
+    for server in servers:
+        kill_group(server.process.pid, signal.SIGKILL)
+        _reap(server.process)
+        if server.watchdog is not None:
+            server.watchdog.kill()
+            _reap(server.watchdog)
+        server.stopped = True
+        _running.pop(server.process.pid, None)
+    if not _running:
+        _restore_sigterm()
+
+
+_running: dict[int, ServerProcess] = {}
+"""Servers started by this process and not stopped yet, by pid: what SIGTERM and exit stop."""
+
+_previous: Callable[[int, FrameType | None], object] | int | None = None
+"""The SIGTERM handler ``_on_sigterm`` replaced; None while it is not installed."""
+
+_at_exit = False
+
+
+def _guard() -> None:
+    """Stop the servers in ``_running`` at exit, and on SIGTERM while there are any."""
+    global _previous, _at_exit
+    if not _at_exit:
+        atexit.register(_stop_running)
+        _at_exit = True
+    if _previous is not None or threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if current is None or current == signal.SIG_IGN or current is _on_sigterm:
+        return  # set outside Python, or ignored: SIGTERM does not end this process
+    _previous = current
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _restore_sigterm() -> None:
+    """Put back the SIGTERM handler ``_track`` replaced (from the main thread; elsewhere
+    ``_on_sigterm`` stays and, with nothing to stop, only hands the signal on)."""
+    global _previous
+    if _previous is None or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, _previous)
+    _previous = None
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Wait a little for a killed process (with a timeout: ``wait()`` without one takes a
+    lock that a signal handler running inside it could never get)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
+        process.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:  # stuck in the kernel: leave it
+        pass
+
+
+def _stop_running(grace_s: float = STOP_GRACE_S) -> None:
+    stop_servers(list(_running.values()), grace_s)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Stop every running server's group, then let the signal do what it did before
+    (by default: end this process by SIGTERM, so its exit status says so)."""
+    global _previous
+    previous = _previous if _previous is not None else signal.SIG_DFL
+    _previous = None
+    signal.signal(signal.SIGTERM, previous)  # a second SIGTERM ends it now (the watchdogs clean up)
+    _stop_running(ABORT_GRACE_S)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    os.kill(os.getpid(), signum)
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a server log, read from its end (a log can be huge)."""
+    return tail_text(path, lines) or "(no log)"
 
 
 def start_server(
@@ -192,6 +307,7 @@ def start_server(
 ) -> ServerProcess:
     """Start ``cmd``, log to ``log_path``, poll ``ready``, or fail after ``timeout_s``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    _guard()  # before the start: a SIGTERM must not fall between the start and the guard
     with open(log_path, "wb") as log:
         try:
             process = subprocess.Popen(
@@ -200,13 +316,27 @@ def start_server(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_of(os.getpid()),
+                preexec_fn=_die_with_parent_of(os.getpid()),  # noqa: PLW1509 - see its docstring
                 env=dict(env) if env is not None else None,
             )
         except OSError as exc:
+            if not _running:
+                _restore_sigterm()
             raise EngineUnavailable(f"cannot start {cmd[0]!r}: {exc}") from exc
     server = ServerProcess(url=url, command=tuple(cmd), log_path=log_path, process=process)
-    atexit.register(server.stop)
+    _running[process.pid] = server
+    try:
+        server.watchdog = _start_watchdog(process.pid)
+        _wait_ready(server, ready, timeout_s, shown_timeout_s)
+    except BaseException:
+        server.stop(ABORT_GRACE_S)  # whatever a wrapper left behind goes too
+        raise
+    return server
+
+
+def _wait_ready(server: ServerProcess, ready: Callable[[], bool], timeout_s: float,
+                shown_timeout_s: float | None) -> None:
+    cmd, log_path, process = server.command, server.log_path, server.process
     deadline = time.monotonic() + timeout_s
     while True:
         code = process.poll()
@@ -216,7 +346,7 @@ def start_server(
                 f"Last lines of {log_path}:\n{log_tail(log_path)}"
             )
         if ready():
-            return server
+            return
         if time.monotonic() > deadline:
             server.stop()
             raise EngineUnavailable(
