@@ -1,8 +1,10 @@
 """Same-run paired A/B: baseline and candidate engines up at once, measured in ABBA pairs.
 
-Every repetition runs on both engines back to back (A B B A A B ...), with the same salted
-prompts, one side generating at a time; both see the same machine phase, so the per-pair
-log-ratio cancels it (``stats.paired`` judges the ratios). The candidate's ``BenchResult``
+Every repetition runs on both engines back to back, with the same salted prompts, one side
+generating at a time; both see the same machine phase, so the per-pair log-ratio cancels it
+(``stats.paired`` judges the ratios). Pairs come in blocks of two, AB BA or BA AB drawn at
+random per block from the run's salt (recorded in ``ABResult.orders``, so a run replays):
+a disturbance in step with a fixed order cannot pass for a change. The candidate's ``BenchResult``
 is the test's result. A side that fails mid-run raises ``MeasurementError`` naming the
 side, with the pairs measured so far as its ``partial``.
 """
@@ -10,6 +12,7 @@ side, with the pairs measured so far as its ``partial``.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,12 +20,30 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize, validate_workload
+from pytest_tokperf.bench.measure import (
+    MeasureOptions,
+    run_workload,
+    summarize,
+    validate_workload,
+)
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import BenchResult, EngineInfo, Progress, Sample, Workload
-from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, PREFILL, TTFT, Metric, pct
-from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab, ratio_interval
+from pytest_tokperf.stats.metric import (
+    DECODE,
+    DEFAULT_ALPHA,
+    PREFILL,
+    TTFT,
+    Metric,
+    pct,
+)
+from pytest_tokperf.stats.paired import (
+    PAIRED_MIN_EFFECT,
+    Pairs,
+    judge_ab,
+    judge_pairs,
+    sequential_interval,
+)
 from pytest_tokperf.stats.verdict import Comparison
 
 Side = Literal["baseline", "candidate"]
@@ -55,6 +76,11 @@ class ABResult:
     clock: str = ""
     """Which clock the figures are on: "" for wall time; else which metrics are net of the
     engines' wait for a CPU and how much of the decode windows that wait took."""
+    orders: tuple[str, ...] = ()
+    """Per pair, which side ran first: "AB" (baseline first) or "BA"."""
+    sequential: int = 0
+    """The planned pair count where the A/B could stop on its own figures (adaptive): its
+    verdicts are anytime-valid; 0 for a fixed count."""
 
     def verdict(self, metric: str) -> Comparison | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
@@ -239,6 +265,8 @@ class PairedAB:
     models_differ: str = ""
     changed: str = ""
     _rounds: list[tuple[list[Sample], list[Sample]]] = field(default_factory=list, init=False)
+    _orders: list[str] = field(default_factory=list, init=False)
+    _sequential: int = field(default=0, init=False)
 
     def run(self, workload: Workload) -> ABResult:
         """Warm both up, then measure pairs: exactly ``workload.repetitions`` pairs, or
@@ -267,13 +295,20 @@ class PairedAB:
         one = replace(workload, repetitions=1, warmup=0)
         stopped = ""
         least = min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions)
+        self._sequential = workload.repetitions if self.options.adaptive else 0
+        draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")
+        self._orders = []
         for index in range(workload.repetitions):
             salted = replace(self.options, salt_base=self.options.salt_base + index * workload.concurrency)
+            if index % 2 == 0:
+                block_first = draw.choice(("AB", "BA"))
+            order = block_first if index % 2 == 0 else block_first[::-1]
             got: dict[Side, list[Sample]] = {}
-            for name, engine in (sides if index % 2 == 0 else sides[::-1]):
+            for name, engine in (sides if order == "AB" else sides[::-1]):
                 got[name] = self._one(name, engine, one, salted, infos, started, workload,
                                       tag=f"pair {index + 1}")
             self._rounds.append((got["baseline"], got["candidate"]))
+            self._orders.append(order)
             spent = time.monotonic() - started
             if (budget is not None and spent >= budget and len(self._rounds) >= least
                     and len(self._rounds) % 2 == 0 and index + 1 < workload.repetitions):
@@ -281,12 +316,24 @@ class PairedAB:
                            f"the time budget of {_seconds(budget)} s was spent ({_seconds(spent)} s)")
                 break
             if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
-                width = ratio_interval(pairs_of(self._rounds, DECODE))  # net where it can be
-                if width is not None and width <= self.options.target_interval:
-                    stopped = (f"stopped at {len(self._rounds)} pairs: decode ratio known to "
-                               f"±{width:.1%} (95%)")
+                stopped = self._settled(workload.repetitions)
+                if stopped:
                     break
         return self._result(workload, infos, stopped, started)
+
+    def _settled(self, planned: int) -> str:
+        """Why an adaptive A/B may stop now ("" to go on): the decode is flagged by the
+        anytime-valid judge, or the pairs' anytime-valid interval is within the target.
+        Both hold at whatever pair the A/B stops, so stopping early keeps the error rate."""
+        pairs = pairs_of(self._rounds, DECODE)  # net where it can be
+        k = len(self._rounds)
+        verdict = judge_pairs(pairs, alpha=self.alpha / len(PAIR_METRICS), sequential=planned)
+        if verdict.flagged:
+            return f"stopped at {k} pairs: decode {verdict.verdict} settled (anytime-valid)"
+        width = sequential_interval(pairs, planned)
+        if width is not None and width <= self.options.target_interval:
+            return f"stopped at {k} pairs: decode ratio known to ±{width:.1%} (anytime-valid, 95%)"
+        return ""
 
     def _one(self, name: Side, engine: Engine, workload: Workload, options: MeasureOptions,
              infos: dict[Side, EngineInfo], started: float, full: Workload,
@@ -313,7 +360,8 @@ class PairedAB:
         nets = {m: net_clock(self._rounds, m) for m in PAIR_METRICS}
         pairs = {m.name: pairs_of(self._rounds, m, nets[m.name])
                  for m in pair_metrics(self.min_effect)}
-        verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha)
+        verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha,
+                            sequential=self._sequential)
         figures = tuple((tuple(_figure(b, m, nets[m]) for m in PAIR_METRICS),
                          tuple(_figure(c, m, nets[m]) for m in PAIR_METRICS))
                         for b, c in self._rounds)
@@ -321,7 +369,9 @@ class PairedAB:
                            pairs=len(self._rounds), stopped=stopped,
                            models_differ=self.models_differ, changed=self.changed,
                            wall_s=time.monotonic() - started, rounds=figures,
-                           clock=_clock_text(nets, wait_shares(self._rounds)))
+                           clock=_clock_text(nets, wait_shares(self._rounds)),
+                           orders=tuple(self._orders[:len(self._rounds)]),
+                           sequential=self._sequential)
         return replace(outcome, candidate=replace(cand, notes=(*cand.notes, outcome.describe())))
 
 
@@ -372,7 +422,10 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
         "candidate": side(ab.candidate),
         "pairs": ab.pairs,
         "metrics": list(PAIR_METRICS),
-        "rounds": [{"baseline": list(b), "candidate": list(c)} for b, c in ab.rounds],
+        "rounds": [{"baseline": list(b), "candidate": list(c),
+                    **({"order": ab.orders[i]} if i < len(ab.orders) else {})}
+                   for i, (b, c) in enumerate(ab.rounds)],
+        "sequential": ab.sequential,
         "verdicts": [{"metric": v.metric, "verdict": v.verdict,
                       "change": number(v.relative_change), "ci_low": number(v.ci_low),
                       "ci_high": number(v.ci_high), "confidence": v.confidence,

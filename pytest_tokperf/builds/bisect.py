@@ -197,8 +197,10 @@ def bisect_releases(
                 vs_good = compare(session_medians(reference("good")), current, metric)
                 vs_bad = compare(session_medians(reference("bad")), current, metric)
             else:
-                vs_good = judge_pairs(Pairs.of(metric, rounds[order[lo]], rounds[order[mid]]))
-                vs_bad = judge_pairs(Pairs.of(metric, rounds[order[hi]], rounds[order[mid]]))
+                # each round is its own server starts: the rounds are the unit
+                each = list(range(len(rounds[order[mid]])))
+                vs_good = judge_pairs(Pairs.of(metric, rounds[order[lo]], rounds[order[mid]], each))
+                vs_bad = judge_pairs(Pairs.of(metric, rounds[order[hi]], rounds[order[mid]], each))
             outcome = _outcome(vs_good, vs_bad)
             steps.append(Step(order[mid], k, vs_good, vs_bad, outcome))
             progress(f"  b{order[mid]}: {outcome} (vs good: {vs_good.verdict} "

@@ -25,6 +25,7 @@ from pathlib import Path
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
+from pytest_tokperf.safe_files import tail_text
 from pytest_tokperf.stats.comparing import compare_many
 from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
 from pytest_tokperf.stats.verdict import Comparison
@@ -134,7 +135,9 @@ class Journal:
 def _run_values(db: DbLocation, run_ids: Sequence[str], metrics: Sequence[str]) -> dict[Target, list[float]]:
     """Each target's samples in these runs, with the regression gate's figures (engine
     decode where every repetition has it, else the client's; client TTFT)."""
-    from pytest_tokperf.storage.history import metric_values  # the gate's rule, one owner
+    from pytest_tokperf.storage.history import (
+        metric_values,  # the gate's rule, one owner
+    )
     from pytest_tokperf.storage.rows import Series
     from pytest_tokperf.storage.store import ResultStore
 
@@ -229,7 +232,7 @@ class BuildRunner:
         seconds = time.monotonic() - started
         with ResultStore.open(self.db) as store:
             new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)
-        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+        tail = [tail_text(log, 1).strip()]
         if proc.returncode not in (0, 1) or not new or not _run_values(self.db, new, self.metrics):
             raise EngineError(
                 f"pytest on {build.label} (exit {proc.returncode}) stored no tok_bench results "

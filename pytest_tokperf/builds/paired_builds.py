@@ -21,7 +21,15 @@ from typing import Any
 from pytest_tokperf.builds.compare import Build, BuildRunner
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.errors import ConfigError, EngineError
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, DECODE, PREFILL, START_SD, TTFT, Metric
+from pytest_tokperf.safe_files import tail_text
+from pytest_tokperf.stats.metric import (
+    DECODE,
+    DEFAULT_ALPHA,
+    PREFILL,
+    START_SD,
+    TTFT,
+    Metric,
+)
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab
 from pytest_tokperf.stats.verdict import Comparison
 
@@ -68,7 +76,7 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
                               env=runner.session_env(), check=False)
-    tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+    tail = [tail_text(log, 1).strip()]
     if proc.returncode not in (0, 1) or not document.is_file():
         raise EngineError(f"the A/B session on {a.label} and {b.label} (exit {proc.returncode}) "
                           f"wrote no A/B results: {tail[0]}; full output: {log}")
@@ -80,21 +88,27 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
                     min_effect: float = PAIRED_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
                     start_sd: float = START_SD) -> list[PairedBuildComparison]:
     """Pool each test's pairs over the sessions (session = server start, each allowed a
-    level of ``start_sd`` or its sessions' own spread) and judge them; the targets are
-    corrected together (Bonferroni over targets, and over metrics in each)."""
+    level of ``start_sd`` or its sessions' own spread) and judge them as the session itself
+    does: one family per test, every metric its A/B measured (``judge_ab``), so the table
+    and the session's own line give the same verdict; ``metrics`` picks the rows shown. A
+    test whose only session could stop on its own figures is judged anytime-valid."""
     unknown = [m for m in metrics if m not in _METRICS]
     if unknown or not metrics:
         raise ConfigError(f"metric {unknown or list(metrics)!r}: choose from {', '.join(_METRICS)}")
     pooled: dict[tuple[str, str], dict[str, tuple[list[float], list[float], list[int]]]] = {}
+    planned: dict[tuple[str, str], int] = {}
     for session, doc in enumerate(documents):
         for ab in doc.get("ab", []):
             # what was asked, not how many pairs a session measured before it stopped
             # (adaptive, or by its time budget): those sessions are one workload
             shape = {k: v for k, v in ab["workload"].items() if k != "repetitions"}
             key = (str(ab["test_id"]), json.dumps(shape, sort_keys=True))
+            planned[key] = max(planned.get(key, 0), int(ab.get("sequential") or 0))
             names = list(ab["metrics"])
             for row in ab["rounds"]:
-                for name in metrics:
+                for name in names:
+                    if name not in _METRICS:
+                        continue
                     i = names.index(name)
                     x, y = row["baseline"][i], row["candidate"][i]
                     if x is None or y is None:
@@ -109,9 +123,13 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
     for (test_id, workload), by_metric in sorted(pooled.items()):
         pairs = {name: Pairs.of(Metric(name, _METRICS[name].higher_is_better, min_effect),
                                 b, c, blocks) for name, (b, c, blocks) in by_metric.items()}
-        verdicts = judge_ab(pairs, alpha=alpha / len(pooled), start_sd=start_sd)
-        for name, p in pairs.items():
+        verdicts = judge_ab(pairs, alpha=alpha, start_sd=start_sd,
+                            sequential=planned[(test_id, workload)] if len(documents) == 1 else 0)
+        for name in metrics:
+            if name not in pairs:
+                continue
             b, c, _ = by_metric[name]
+            p = pairs[name]
             out.append(PairedBuildComparison(test_id, _workload_text(workload), name,
                                              statistics.median(b), statistics.median(c),
                                              p.n, p.starts, verdicts[name]))

@@ -1,7 +1,10 @@
 """Paired statistics for the same-run A/B: one log-ratio per pair, judged as a whole.
 
-Several server starts are pooled with a start level (``start_sd``); one start with enough
-pairs gets a Newey-West error. See docs/ci-and-builds.md.
+Several server starts are pooled with a start level (``start_sd``); one start is allowed
+the same level, as it cannot measure its own. Pairs in a row get a serial allowance chosen
+from their own autocorrelation; stalled pairs that fall on both sides alike are set aside;
+an A/B that stopped on its own interval is judged with an anytime-valid interval. The rule
+and its figures: docs/design.md, lab/2026-12-05-paired-judge.md.
 """
 
 from __future__ import annotations
@@ -11,13 +14,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
-from pytest_tokperf.stats.metric import (DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p,
-                                         interval_text, pct, resolved)
-from pytest_tokperf.stats.shifts import Shift, log_samples
+from pytest_tokperf.stats.metric import (
+    DEFAULT_ALPHA,
+    START_SD,
+    Metric,
+    check_level,
+    fmt_p,
+    interval_text,
+    pct,
+    resolved,
+)
+from pytest_tokperf.stats.shifts import STALL_MIN, STALL_SDS, Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, judge
 
 PAIRED_MIN_EFFECT = 0.02
@@ -28,6 +40,13 @@ MIN_PAIRS = 3
 
 SERIAL_MIN_PAIRS = 20
 """From this many pairs (one start) the SE allows for serial correlation."""
+
+PAIR_MAX_SET_ASIDE = 0.2
+"""At most this share of the pairs is set aside as stalls; more is no stall but the level."""
+
+ONE_SIDED_P = 0.1
+"""Stalls that fall on one side more than chance allows (binomial p below this) are that
+build's own: kept and judged, never set aside."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +91,21 @@ class Pairs:
         return [Pairs(self.metric, tuple(v), (0,) * len(v)) for v in by.values()]
 
 
+def _lag_one(x: np.ndarray) -> float:
+    """Lag-1 autocorrelation of centred ``x``, corrected for its small-sample bias
+    (Kendall: ``E[r] ~ rho - (1 + 3 rho) / n``) and kept within +-0.95."""
+    gamma0 = float(x @ x)
+    if not gamma0 > 0:
+        return 0.0
+    r = float(x[1:] @ x[:-1]) / gamma0
+    r += (1 + 3 * r) / len(x)
+    return min(0.95, max(-0.95, r))
+
+
 def serial_factor(d: Sequence[float] | np.ndarray) -> float:
-    """Newey-West variance inflation for pairs in a row (1 below ``SERIAL_MIN_PAIRS``)."""
+    """Variance inflation for pairs in a row (1 below ``SERIAL_MIN_PAIRS``): the larger of
+    a Newey-West estimate whose lag count is chosen from the data (Andrews' AR(1) plug-in
+    for the Bartlett kernel) and the AR(1) factor ``(1 + r) / (1 - r)`` itself."""
     x = np.asarray(d, dtype=float)
     n = len(x)
     if n < SERIAL_MIN_PAIRS:
@@ -82,10 +114,78 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
     gamma0 = float(x @ x) / n
     if not gamma0 > 0:
         return 1.0
-    lags = max(1, math.floor(4 * (n / 100) ** (2 / 9)))
+    r = _lag_one(x)
+    a1 = 4 * r * r / ((1 - r) ** 2 * (1 + r) ** 2)
+    plug_in = math.ceil(1.1447 * (a1 * n) ** (1 / 3))
+    lags = min(n - 1, max(1, math.floor(4 * (n / 100) ** (2 / 9)), plug_in))
     long_run = gamma0 + 2 * sum((1 - k / (lags + 1)) * float(x[k:] @ x[:-k]) / n
                                 for k in range(1, lags + 1))
-    return float(max(1.0, long_run / gamma0))
+    ar1 = (1 + r) / (1 - r) if r > 0 else 1.0
+    return float(max(1.0, long_run / gamma0, ar1))
+
+
+@dataclass(frozen=True, slots=True)
+class PairStalls:
+    """What ``set_aside_stalled_pairs`` did: ``positions`` left out (pair indexes),
+    ``candidate_slow``/``baseline_slow`` counted by side, ``kept_one_sided`` true where
+    the stalls fell on one side and were kept as that build's own."""
+
+    positions: tuple[int, ...] = ()
+    candidate_slow: int = 0
+    baseline_slow: int = 0
+    kept_one_sided: bool = False
+
+    def text(self, n: int) -> str:
+        count = self.candidate_slow + self.baseline_slow
+        if not count:
+            return ""
+        sides = f"{self.candidate_slow} with the candidate slow, {self.baseline_slow} with the baseline slow"
+        if self.kept_one_sided:
+            return (f"; {count} stalled pair(s) of {n} ({sides}) kept: they fall on one "
+                    "side more often than chance, so they are that build's own")
+        return f"; set aside as stalled pairs: {count} of {n} ({sides}, both sides alike)"
+
+
+def set_aside_stalled_pairs(pairs: Pairs) -> tuple[Pairs, PairStalls]:
+    """``pairs`` without the pairs one of whose sides stalled (the sessions' rule: at
+    least ``STALL_SDS`` robust SDs and 15% off the start's median log-ratio, at most
+    ``PAIR_MAX_SET_ASIDE`` of the pairs), unless the stalls fall on one side more often
+    than chance allows (``ONE_SIDED_P``): then they are kept and judged."""
+    d = np.asarray(pairs.log_ratios, dtype=float)
+    blocks = np.asarray(pairs.blocks)
+    if len(d) < 2 * MIN_PAIRS:
+        return pairs, PairStalls()
+    centre = np.empty_like(d)
+    for b in set(pairs.blocks):
+        centre[blocks == b] = np.median(d[blocks == b])
+    off = d - centre
+    scale = float(np.median(np.abs(off))) * 1.4826
+    if not scale > 0:
+        return pairs, PairStalls()
+    far = np.abs(off) > max(STALL_SDS * scale, STALL_MIN)
+    count = int(far.sum())
+    if count == 0 or count > PAIR_MAX_SET_ASIDE * len(d):
+        return pairs, PairStalls()
+    low = int((far & (off < 0)).sum())  # log(candidate / baseline) fell
+    high = count - low
+    slow_c, slow_b = (low, high) if pairs.metric.higher_is_better else (high, low)
+    stalls = PairStalls(tuple(int(i) for i in np.flatnonzero(far)), slow_c, slow_b)
+    if float(sps.binomtest(high, count, 0.5).pvalue) < ONE_SIDED_P:
+        return pairs, replace(stalls, positions=(), kept_one_sided=True)
+    keep = ~far
+    return Pairs(pairs.metric, tuple(float(x) for x in d[keep]),
+                 tuple(int(b) for b in blocks[keep])), stalls
+
+
+def anytime_half_width(sd: float, n: int, alpha: float, n_planned: int) -> float:
+    """Half-width of the two-sided normal-mixture confidence sequence for a mean of ``n``
+    pairs of SD ``sd`` (Robbins; Howard et al. 2021): it holds at every ``n`` at once, so
+    an A/B may stop whenever its interval looks narrow enough and keep its error rate. The
+    mixture is tuned to be tightest at ``n_planned`` pairs."""
+    v = n * sd * sd
+    log_a = math.log(1 / alpha)
+    rho = max(1, n_planned) * sd * sd / (2 * log_a + math.log(1 + 2 * log_a))
+    return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha * alpha))) / n
 
 
 START_BEYOND = 0.05
@@ -121,12 +221,16 @@ def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], 
 
 def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
     """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc);
-    ``start_sd`` is the level a start is allowed where there are several."""
+    ``start_sd`` is the level each server start is allowed (one start: added to the SE, as
+    it cannot be measured; several: pooled, or their own spread where larger)."""
     return _shift_and_level(pairs, start_sd)[0]
 
 
-def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel | None]:
-    """``paired_shift`` and the ``StartLevel`` it pooled with, in one pass."""
+def _shift_and_level(pairs: Pairs, start_sd: float, sequential: int = 0
+                     ) -> tuple[Shift, StartLevel | None]:
+    """``paired_shift`` and the ``StartLevel`` it pooled with, in one pass; ``sequential``
+    (the planned pair count of an A/B that could stop early) widens one start's SE to the
+    anytime-valid interval at ``SEQUENTIAL_ALPHA``."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
@@ -152,16 +256,30 @@ def _shift_and_level(pairs: Pairs, start_sd: float) -> tuple[Shift, StartLevel |
     noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
         return Shift(estimate, math.nan, math.nan, n, n, "no spread", 0.0), None
-    return Shift(estimate, sd * math.sqrt(inflate / len(units)), float(len(units) - 1), n, n,
-                 "pooled", noise), None
+    se = sd * math.sqrt(inflate / len(units))
+    df = float(len(units) - 1)
+    if pairs.starts < 2:
+        if sequential:
+            wide = anytime_half_width(sd * math.sqrt(inflate), n, SEQUENTIAL_ALPHA, sequential)
+            se = max(se, wide / float(special.stdtrit(df, 1 - SEQUENTIAL_ALPHA / 2)))
+        se = math.hypot(se, start_sd)
+    return Shift(estimate, se, df, n, n, "pooled", noise), None
 
 
-def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD
-                ) -> Comparison:
-    """The verdict on one metric's pairs at ``alpha`` (``start_sd``: ``paired_shift``)."""
+SEQUENTIAL_ALPHA = DEFAULT_ALPHA
+"""The level the anytime-valid widening of an early-stopping A/B is computed at."""
+
+
+def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD,
+                sequential: int = 0) -> Comparison:
+    """The verdict on one metric's pairs at ``alpha`` (``start_sd``: ``paired_shift``;
+    ``sequential``: the planned pair count of an A/B that may have stopped on its interval,
+    0 for a fixed count). Stalled pairs are set aside first (``set_aside_stalled_pairs``)."""
     check_level(alpha, "alpha")
     m = pairs.metric
-    shift, level = _shift_and_level(pairs, start_sd)
+    asked = pairs.n
+    pairs, stalls = set_aside_stalled_pairs(pairs)
+    shift, level = _shift_and_level(pairs, start_sd, sequential)
     if pairs.n < MIN_PAIRS:
         rel = math.expm1(shift.log_shift) if math.isfinite(shift.log_shift) else math.nan
         return Comparison(
@@ -171,14 +289,20 @@ def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float =
                                        f"judges from {MIN_PAIRS} pairs"),
             shift=shift, min_effect=m.min_effect, higher_is_better=m.higher_is_better)
     verdict = judge(shift, m, alpha=alpha)
+    extra = stalls.text(asked) + (_SEQUENTIAL if sequential and pairs.starts < 2 else "")
     if verdict.verdict != "inconclusive" or shift.method == "no spread":
-        return replace(verdict, reason=verdict.reason + _over(pairs, level))
-    return replace(verdict, reason=_unsettled(pairs, level, shift, verdict, alpha))
+        return replace(verdict, reason=verdict.reason + _over(pairs, level, start_sd) + extra)
+    return replace(verdict, reason=_unsettled(pairs, level, shift, verdict, alpha, start_sd) + extra)
 
 
-def _from_starts(pairs: Pairs, level: StartLevel | None) -> str:
+_SEQUENTIAL = ("; the A/B could stop once its interval looked narrow, so the interval is "
+               "anytime-valid (it holds whenever it stopped)")
+
+
+def _from_starts(pairs: Pairs, level: StartLevel | None, start_sd: float = START_SD) -> str:
     if pairs.starts < 2:
-        return ""
+        return (f", one server start a side, allowed a level of {start_sd:.1%} of its own "
+                "(one start cannot measure it)" if start_sd > 0 else "")
     if level is None:
         return f" from {pairs.starts} server starts a side, the starts as the unit"
     own = (f"their own spread, {level.own:.1%}, as they disagree beyond {level.floor:.1%} "
@@ -188,21 +312,24 @@ def _from_starts(pairs: Pairs, level: StartLevel | None) -> str:
             f"own: {own}")
 
 
-def _over(pairs: Pairs, level: StartLevel | None) -> str:
-    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs, level)})"
+def _over(pairs: Pairs, level: StartLevel | None, start_sd: float = START_SD) -> str:
+    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs, level, start_sd)})"
 
 
 def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Comparison,
-               alpha: float) -> str:
+               alpha: float, start_sd: float = START_SD) -> str:
     m = pairs.metric.min_effect
     seen = detectable_shift(shift, alpha)
     head = (f"{pairs.metric.name} {pct(verdict.relative_change)} "
             f"{interval_text(verdict.ci_low, verdict.ci_high)}: cannot tell a {m:.0%} change "
-            f"from none over {pairs.n} pairs{_from_starts(pairs, level)} "
+            f"from none over {pairs.n} pairs{_from_starts(pairs, level, start_sd)} "
             f"(p={fmt_p(shift.p_value)}); this A/B resolves "
             + (f"about {seen:.1%}" if resolved(seen) else "no change within ±1000%"))
     if pairs.starts >= 2:
         return head + "; more server starts a side, not more pairs per start, would settle it"
+    if start_sd > 0 and _start_bound(shift, start_sd, alpha, m):
+        return head + ("; the start level alone keeps it open: more server starts a side "
+                       "(compare-builds --rounds), not more pairs, would settle it")
     try:
         need = repetitions_needed(shift.noise_cv, m, alpha)
     except ConfigError:
@@ -210,25 +337,48 @@ def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Co
     return head + f"; about {need} pairs would settle it"
 
 
+def _start_bound(shift: Shift, start_sd: float, alpha: float, m: float) -> bool:
+    """Whether the start level alone makes the interval wider than ``2 m``: no number of
+    pairs from this one start could give a verdict of unchanged."""
+    t = float(special.stdtrit(max(shift.df, 1.0), 1 - alpha / 2))
+    return 2 * t * start_sd >= 2 * math.log1p(m)
+
+
 def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
-             start_sd: float = START_SD) -> dict[str, Comparison]:
+             start_sd: float = START_SD, sequential: int = 0) -> dict[str, Comparison]:
     """Every metric of one A/B, each at ``alpha / k`` for the ``k`` metrics with pairs."""
     check_level(alpha, "alpha")
     k = max(1, sum(1 for p in pairs.values() if p.n))
     out = {}
     for name, p in pairs.items():
-        c = judge_pairs(p, alpha=alpha / k, start_sd=start_sd)
+        c = judge_pairs(p, alpha=alpha / k, start_sd=start_sd, sequential=sequential)
         out[name] = replace(c, correction=f"Bonferroni over {k} metrics" if k > 1 else "")
     return out
 
 
 def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
-    """Relative half-width of the ratio's interval (0.02: +/-2%); None without spread."""
-    shift = paired_shift(pairs)
+    """Relative half-width of the pairs' own interval of the ratio (0.02: +/-2%; no start
+    level, stalls set aside): what an adaptive A/B watches. None without spread."""
+    shift = paired_shift(set_aside_stalled_pairs(pairs)[0], start_sd=0.0)
     if not shift.std_error > 0:
         return None
     lo, hi = shift.interval(1 - confidence)
     return (math.expm1(hi) - math.expm1(lo)) / 2
+
+
+def sequential_interval(pairs: Pairs, planned: int, confidence: float = 0.95) -> float | None:
+    """Relative half-width of the pairs' anytime-valid interval of the ratio (stalls set
+    aside, no start level, serial allowance): what an adaptive A/B that plans ``planned``
+    pairs watches. None without spread."""
+    kept = set_aside_stalled_pairs(pairs)[0]
+    d = np.asarray(kept.log_ratios, dtype=float)
+    if len(d) < 2:
+        return None
+    sd = float(d.std(ddof=1)) * math.sqrt(serial_factor(d))
+    if not sd > 0:
+        return None
+    half = anytime_half_width(sd, len(d), 1 - confidence, planned)
+    return float(math.expm1(half))
 
 
 def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Shift:

@@ -55,6 +55,23 @@ def test_one_session_judges_its_pairs() -> None:
     assert found["decode"].sessions == 1
 
 
+def test_the_table_judges_the_family_the_session_judged() -> None:
+    # the session judged decode and TTFT together (Bonferroni over 2); the table shows
+    # decode alone and must give the session's verdict, not one over a smaller family
+    from pytest_tokperf.stats.metric import Metric
+    from pytest_tokperf.stats.paired import Pairs, judge_ab
+
+    decode = [(50.0, 46.9), (40.0, 37.9), (51.0, 48.1), (39.0, 36.2), (45.0, 42.6), (44.0, 41.1)]
+    ttft = [(0.5, 0.51), (0.6, 0.59), (0.5, 0.5), (0.6, 0.61), (0.5, 0.49), (0.6, 0.6)]
+    table = judge_documents([_doc(decode, ttft)], ["decode"])[0].comparison
+    session = judge_ab({
+        "decode": Pairs.of(Metric("decode", True, 0.02), *zip(*decode)),
+        "ttft": Pairs.of(Metric("ttft", False, 0.02), *zip(*ttft))})["decode"]
+    assert (table.verdict, table.ci_low, table.ci_high) == (
+        session.verdict, session.ci_low, session.ci_high)
+    assert table.correction == "Bonferroni over 2 metrics"
+
+
 def test_no_ab_in_the_documents_is_an_error() -> None:
     with pytest.raises(ConfigError, match="no test made a same-run A/B"):
         judge_documents([{"ab": []}], ["decode"])
@@ -78,8 +95,9 @@ def test_sessions_that_agree_are_pooled_not_judged_on_one_df() -> None:
     # two sessions that agree (-5.0% and -5.3%), each tight: pooled with the 1% a session is
     # allowed they find the step, where the sessions as the unit (1 df) read +-300%
     rows = [(50.0, 47.5), (40.0, 38.0), (51.0, 48.5), (39.0, 37.0), (45.0, 42.8), (44.0, 41.7)]
+    rows += [(b * 1.01, c * 1.0105) for b, c in rows]
     second = [(b, c * 0.997) for b, c in rows]
-    docs = [_doc(rows, [(0.5, 0.5)] * 6), _doc(second, [(0.5, 0.5)] * 6)]
+    docs = [_doc(rows, [(0.5, 0.5)] * 12), _doc(second, [(0.5, 0.5)] * 12)]
     found = {f.metric: f for f in judge_documents(docs, ["decode"])}
     decode = found["decode"].comparison
     assert found["decode"].sessions == 2
