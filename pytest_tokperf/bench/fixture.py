@@ -254,10 +254,15 @@ class TokBench:
     ab: ABPlan | None = None
     """Set: every call measures the baseline too, in ABBA pairs, and judges the ratio."""
     engine_pids: Callable[[], tuple[int, ...]] | None = None
-    judge_busy: bool = False
-    """Floors decide on the figures even when measured busy (``--tokperf-busy judge``)."""
     """The server processes tokperf started (read after they start), so the machine's
     load during the repetitions is split into the engine's and the neighbours'."""
+    judge_busy: bool = False
+    """Floors decide on the figures even when measured busy (``--tokperf-busy judge``)."""
+    busy_wait_s: float = 0.0
+    """A call with a floor measured busy waits up to this long for a quiet window and
+    measures once more (the busy try is stored beside it as ``busy``); 0: no second try."""
+    wait_quiet: Callable[[float, tuple[int, ...]], float | None] | None = None
+    """How to wait for a quiet window (``hardware.load.wait_for_quiet``; tests swap it)."""
 
     def __call__(
         self,
@@ -296,7 +301,40 @@ class TokBench:
             return self._paired(self.ab, engine, workload, options)
         options = self._with_pids(options)
         result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
+        again = replace(self._with_pids(self._next_options()), adaptive=options.adaptive)
+        result = self._again_if_busy(
+            result, lambda: run_workload(engine, workload, again, self.progress))
         return self._judge_and_record(result)
+
+    def _again_if_busy(self, result: BenchResult, again: Callable[[], BenchResult]
+                       ) -> BenchResult:
+        """``result``, or where it was measured busy with a floor to check: a second
+        measurement after a quiet window (``busy_wait_s``), the busy one stored as ``busy``.
+        No quiet window in time: ``result`` as measured (its floor then reads busy)."""
+        load = result.load
+        if (self.judge_busy or self.min_efficiency is None or not self.busy_wait_s > 0
+                or load is None or not load.loaded):
+            return result
+        from pytest_tokperf.hardware.load import wait_for_quiet
+
+        wait = self.wait_quiet or wait_for_quiet
+        pids = self.engine_pids() if self.engine_pids is not None else ()
+        if self.progress is not None:
+            self.progress(f"measured busy ({load.brief()}): waiting up to "
+                          f"{self.busy_wait_s:g} s for a quiet window to measure again")
+        waited = wait(self.busy_wait_s, pids)
+        if waited is None:
+            return replace(result, notes=(*result.notes, (
+                f"no quiet window within {self.busy_wait_s:g} s to measure again (ini "
+                "tokperf_busy_wait)")))
+        ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
+        self.record(replace(result, notes=(*result.notes, "measured again after a quiet "
+                                           "window: this busy try is kept, not judged")),
+                    ceiling, "busy")
+        second = self._measure(again)
+        return replace(second, notes=(*second.notes, (
+            f"the second try, after {waited:.0f} s of waiting for a quiet window: the first "
+            f"was measured busy ({load.brief()}) and is stored beside it as busy")))
 
     def _paired(self, plan: ABPlan, engine: Engine, workload: Workload,
                 options: MeasureOptions) -> TokBenchResult:

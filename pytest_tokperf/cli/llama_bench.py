@@ -110,6 +110,7 @@ def _outliers(args: argparse.Namespace) -> int:
         "hardware": o.hardware, "build": o.build, "tokens_per_s": o.tokens_per_s,
         "efficiency": o.efficiency, "should_reach_tokens_per_s": o.should_reach_tokens_per_s,
         "typical_tokens_per_s": o.typical_tokens_per_s,
+        "earlier_best_tokens_per_s": o.earlier_best_tokens_per_s,
         "band": None if o.band is None else {"low": o.band.low, "typical": o.band.typical,
                                               "high": o.band.high},
         "reasons": list(o.reasons), "source": o.source,

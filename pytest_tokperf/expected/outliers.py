@@ -2,14 +2,15 @@
 
 ``find_outliers(db)`` reports results under ``factor x`` their band's low end, with the
 reasons the data offers, and builds whose efficiency fell more than ``drop`` below the
-best earlier build of the same series.
+best earlier build of the same series. A result is listed once: one that is both keeps
+its band's figure and carries the fall from the earlier build as a reason.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
@@ -45,6 +46,8 @@ class Outlier:
     band: Band | None
     reasons: tuple[str, ...]
     source: str | None
+    earlier_best_tokens_per_s: float | None = None
+    """Where a build fell: what the best earlier build's efficiency gives on this ceiling."""
 
 
 def _settings(row: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +176,14 @@ def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
             reasons=tuple(_reasons(row, settings, peers, band, rows)),
             source=_lb(settings, "source_url"),
         ))
-    found += _regressions(rows, drop)
+    listed = {o.result_id: i for i, o in enumerate(found)}
+    for fell in _regressions(rows, drop):
+        if fell.result_id in listed:  # one result, one entry: the band's figure first
+            i = listed[fell.result_id]
+            found[i] = replace(found[i], reasons=(*found[i].reasons, *fell.reasons),
+                               earlier_best_tokens_per_s=fell.earlier_best_tokens_per_s)
+        else:
+            found.append(fell)
     return found
 
 
@@ -197,6 +207,8 @@ def _regressions(rows: list[dict[str, Any]], drop: float) -> list[Outlier]:
                     build=_build(row, settings), tokens_per_s=float(_decode(row) or 0),
                     efficiency=float(row["efficiency"]),
                     should_reach_tokens_per_s=float(row["ceiling_decode_tokens_per_s"])
+                    * best["efficiency"],
+                    earlier_best_tokens_per_s=float(row["ceiling_decode_tokens_per_s"])
                     * best["efficiency"],
                     typical_tokens_per_s=None, band=_band(row),
                     reasons=(f"efficiency {change:+.0%} against {best['efficiency']:.0%} at "

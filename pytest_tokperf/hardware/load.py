@@ -259,3 +259,24 @@ def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> M
     sampler.start()
     time.sleep(seconds)
     return sampler.stop()
+
+
+QUIET_WINDOW_S = 2.0
+"""How long the machine must stay quiet to count as a quiet window."""
+
+
+def wait_for_quiet(budget_s: float, engine_pids: Sequence[int] = (), *,
+                   window_s: float = QUIET_WINDOW_S,
+                   sample: Callable[[float, Sequence[int]], MachineLoad] | None = None
+                   ) -> float | None:
+    """Seconds waited until a ``window_s`` window in which the neighbours took no notable
+    share of the machine (``MachineLoad.loaded`` false), or None when none came within
+    ``budget_s``. A machine whose load cannot be read counts as quiet (nothing to wait on)."""
+    read = sample or (lambda seconds, pids: machine_load_now(seconds, pids))
+    start = time.monotonic()
+    while True:
+        load = read(window_s, tuple(engine_pids))
+        if not load.known or not load.loaded:
+            return time.monotonic() - start
+        if time.monotonic() - start + window_s > budget_s:
+            return None
