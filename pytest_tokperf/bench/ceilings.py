@@ -211,8 +211,11 @@ class CeilingSource:
         if self._reached is None:
             key = calibration_key(self._cpu_info().name, self._probe.threads)
             self._reached = ReachedBandwidth.load(key, self.calibration)
-        bounded = self._reached.best is not None
-        why = self._why_skip() if bounded else None
+        bounded = self._reached.best is not None and not self._reached.only_busy
+        why = self._why_skip()
+        busy = why is not None and not why.startswith("the session's probing budget")
+        if busy and not bounded:
+            why = None  # no quiet figure to fall back on: probe, and keep it marked busy
         if why is None:
             from pytest_tokperf.hardware.probe import ProbeTimeout
 
@@ -233,7 +236,7 @@ class CeilingSource:
                     f"host has reached; a probe now would read the neighbours' contention")
             self.skipped.append(why)
             return self._cpu_info()
-        self._reached.add(measured.bytes_per_s)
+        self._reached.add(measured.bytes_per_s, busy=busy)
         if self._reached.problem is not None:
             self.problems.append(self._reached.problem)
             self._reached.problem = None

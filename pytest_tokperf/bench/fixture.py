@@ -13,15 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_tokperf.ceiling import (
-    EfficiencyCheck,
-    check_efficiency,
-    check_ttft,
-    check_usable,
-    decode_efficiency,
-)
-from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.errors import ConfigError, MeasuredBusy, MeasurementError, TokperfWarning
 from pytest_tokperf.bench.measure import (
     DEFAULT_MAX_REPETITIONS,
     MeasureOptions,
@@ -30,7 +21,23 @@ from pytest_tokperf.bench.measure import (
     run_workload,
     validate_workload,
 )
+from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
+from pytest_tokperf.ceiling import (
+    EfficiencyCheck,
+    check_efficiency,
+    check_ttft,
+    check_usable,
+    decode_efficiency,
+)
+from pytest_tokperf.engines.base import Engine
+from pytest_tokperf.errors import (
+    ConfigError,
+    MeasuredBusy,
+    MeasurementError,
+    TokperfWarning,
+)
 from pytest_tokperf.results import (
+    BUSY_NOTE,
     BenchResult,
     Ceiling,
     Progress,
@@ -39,7 +46,6 @@ from pytest_tokperf.results import (
     Workload,
     judged_decode_values,
 )
-from pytest_tokperf.bench.speculative import SpeculativeResult, run_speculative_ab
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.ab import ABResult
@@ -141,9 +147,16 @@ class TokBenchResult:
         return decode_interval(judged_decode_values(self.result.samples))
 
     def _busy(self) -> str:
-        """What a failed check adds when the neighbours had the machine ("" when not)."""
+        """What a failed check adds when the neighbours had the machine, or when the
+        ceiling rests on a bandwidth reached only on a busy machine ("" when neither)."""
+        from pytest_tokperf.hardware.reached import LOADED_ONLY
+
         load = self.result.load
-        return (load.warning() if load is not None else None) or ""
+        said = (load.warning() if load is not None else None) or ""
+        if not said and self.ceiling is not None and LOADED_ONLY in self.ceiling.bandwidth.detail:
+            said = (f"{BUSY_NOTE} the ceiling's bandwidth was {LOADED_ONLY}, so it may be far "
+                    "too low: this check cannot tell")
+        return said
 
     def _refuse_busy(self, message: str) -> None:
         """A check measured on a busy machine decides nothing: ``MeasuredBusy``."""

@@ -1,6 +1,8 @@
 """The read bandwidth a host has been shown to reach: what a CPU decode is judged against.
 
-The best of this session's probes and of the latest ``KEEP`` kept per host.
+The best of this session's probes and of the latest ``KEEP`` kept per host. A probe run
+on a busy machine (a host's first, which always runs) is kept marked busy and counts only
+while no quiet probe exists; a ceiling resting on it says so (``LOADED_ONLY``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ CALIBRATION_FILE = "bandwidth.json"
 KEEP = 64
 MAX_AGE_DAYS = 30
 FORMAT = 1
+LOADED_ONLY = "reached only on a busy machine"
+"""How a bandwidth's detail begins its warning when no quiet probe backs it: the floor
+checks against such a ceiling read busy (neither pass nor fail)."""
 
 
 def calibration_key(cpu_name: str, threads: int) -> str:
@@ -45,6 +50,9 @@ class ReachedBandwidth:
     session: list[float] = field(default_factory=list)
     kept: list[tuple[float, str]] = field(default_factory=list)
     """(bytes per second, ISO time) of earlier sessions' probes, oldest first."""
+    busy_at: set[str] = field(default_factory=set)
+    """The ISO times (kept) of probes run on a busy machine."""
+    session_busy: list[bool] = field(default_factory=list)
     problem: str | None = None
     """Why the kept probes could not be read or written (never fatal)."""
 
@@ -57,16 +65,26 @@ class ReachedBandwidth:
             data = json.loads(path.read_text())
             entries = data["hosts"].get(key, []) if data.get("format") == FORMAT else []
             oldest = _now() - timedelta(days=MAX_AGE_DAYS)
-            reached.kept = [(float(bw), str(at)) for bw, at in entries
-                            if float(bw) > 0 and datetime.fromisoformat(str(at)) >= oldest]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            for entry in entries:
+                bw, at = float(entry[0]), str(entry[1])
+                if bw > 0 and datetime.fromisoformat(at) >= oldest:
+                    reached.kept.append((bw, at))
+                    if len(entry) > 2 and entry[2] == "busy":
+                        reached.busy_at.add(at)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            reached.kept, reached.busy_at = [], set()
             reached.problem = f"kept probes in {str(path)!r} not read ({exc!r}); starting afresh"
         return reached
 
-    def add(self, bytes_per_s: float) -> None:
-        """One probe's best figure: into the session, and kept for later sessions."""
+    def add(self, bytes_per_s: float, busy: bool = False) -> None:
+        """One probe's best figure: into the session, and kept for later sessions
+        (``busy``: run on a busy machine, counted only while no quiet probe exists)."""
+        at = _now().isoformat()
         self.session.append(bytes_per_s)
-        self.kept = [*self.kept, (bytes_per_s, _now().isoformat())][-KEEP:]
+        self.session_busy.append(busy)
+        if busy:
+            self.busy_at.add(at)
+        self.kept = [*self.kept, (bytes_per_s, at)][-KEEP:]
         if self.path is not None:
             self._save(self.path)
 
@@ -82,7 +100,8 @@ class ReachedBandwidth:
                     pass  # a torn or foreign file: rewritten below
             hosts = data.setdefault("hosts", {})
             assert isinstance(hosts, dict)
-            hosts[self.key] = [list(entry) for entry in self.kept]
+            hosts[self.key] = [[bw, at, *(["busy"] if at in self.busy_at else [])]
+                               for bw, at in self.kept]
             path.parent.mkdir(parents=True, exist_ok=True)
             scratch = path.with_name(f".{path.name}.{os.getpid()}")
             scratch.write_text(json.dumps(data, indent=1))
@@ -90,9 +109,19 @@ class ReachedBandwidth:
         except OSError as exc:
             self.problem = f"probes not kept in {str(path)!r} ({exc}); judged by this session's"
 
+    def _figures(self, busy: bool) -> list[float]:
+        kept = [bw for bw, at in self.kept if (at in self.busy_at) == busy]
+        return [*(bw for bw, b in zip(self.session, self.session_busy) if b == busy), *kept]
+
+    @property
+    def only_busy(self) -> bool:
+        """No quiet probe on this host: every figure was reached with neighbours busy."""
+        return not self._figures(False) and bool(self._figures(True))
+
     @property
     def best(self) -> float | None:
-        figures = [*self.session, *(bw for bw, _ in self.kept)]
+        """The best quiet figure; the best busy one only while no quiet one exists."""
+        figures = self._figures(False) or self._figures(True)
         return max(figures) if figures else None
 
     def bandwidth(self, around: list[float]) -> Bandwidth | None:
@@ -106,6 +135,10 @@ class ReachedBandwidth:
             where += f" and {earlier} kept from earlier sessions in {self.path}"
         detail = (f"highest read bandwidth this host has reached, {format_bandwidth(best)}: "
                   f"best of {where} ({self.key})")
+        if self.only_busy:
+            detail = (f"{LOADED_ONLY} (no quiet probe on this host yet: the ceiling may be "
+                      f"far too low and the efficiency too high; rerun on a quiet machine): "
+                      f"{detail}")
         if around:
             shown = " and ".join(format_bandwidth(bw) for bw in around)
             detail += f"; probed around this measurement: {shown}"

@@ -276,14 +276,35 @@ def test_a_busy_machine_is_not_probed_once_the_host_has_a_reached_figure(
 
 
 def test_a_host_with_no_reached_figure_is_probed_however_busy(
-    monkeypatch: pytest.MonkeyPatch, test_model: Path
+    monkeypatch: pytest.MonkeyPatch, test_model: Path, tmp_path: Path
 ) -> None:
-    _probe_sequence(monkeypatch, [30e9, 40e9])
-    source = _cpu_source(busy_now=lambda: BUSY)
-    source.probe()  # nothing reached yet: probed, set-up unbounded
+    from pytest_tokperf.bench.fixture import TokBenchResult
+    from pytest_tokperf.errors import MeasuredBusy
+    from pytest_tokperf.hardware.reached import LOADED_ONLY
+
+    kept = tmp_path / "bandwidth.json"
+    _probe_sequence(monkeypatch, [30e9, 40e9, 17e9, 25e9])
+    source = _cpu_source(busy_now=lambda: BUSY, calibration=kept)
+    source.probe()  # nothing reached yet: probed, set-up unbounded, kept marked busy
     ceiling = source.ceiling_for(dataclasses.replace(_cpu_result(test_model), load=BUSY), None)
-    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 30e9  # the after-probe skipped
-    assert len(source.skipped) == 1
+    # no quiet figure to fall back on: the after-probe runs too, and the ceiling says so
+    assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 40e9
+    assert ceiling.bandwidth.detail.startswith(LOADED_ONLY) and source.skipped == []
+    # a floor against it is neither a pass nor a fail, though the machine was quiet while
+    # the repetitions ran
+    quiet_result = dataclasses.replace(_cpu_result(test_model), load=QUIET)
+    with pytest.raises(MeasuredBusy, match="the ceiling's bandwidth was reached only on a busy"):
+        TokBenchResult(result=quiet_result, ceiling=ceiling).assert_efficiency(0.01)
+    # the next session, busy again: still probed (only busy figures kept), still said
+    again = _cpu_source(busy_now=lambda: BUSY, calibration=kept)
+    again.probe()
+    assert again.reached_bandwidth().detail.startswith(LOADED_ONLY)  # type: ignore[union-attr]
+    # a quiet session's probe replaces the busy figures, higher or not
+    quiet = _cpu_source(calibration=kept)
+    quiet.probe()
+    reached = quiet.reached_bandwidth()
+    assert reached is not None and reached.bytes_per_s == 25e9
+    assert LOADED_ONLY not in reached.detail
 
 
 def test_probing_stops_at_its_session_budget_and_a_slow_setup_gives_up(
