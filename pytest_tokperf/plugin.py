@@ -368,7 +368,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None or state.run is None or not state.settings.fail_on_regression:
         return
     if (any(f.comparison.verdict == "regression" for f in state.run.finish())
-            or any(ab.regressed for _, ab in state.run.ab_results)):
+            or any(ab.decides(state.settings.busy) for _, ab in state.run.ab_results)):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -472,8 +472,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for finding in noisy:
         terminalreporter.write_line(f"  too noisy to gate: {finding.test_id}: {finding.comparison.reason}")
     for test_id, ab in run.ab_results:
-        terminalreporter.write_line(f"A/B {test_id}: {ab.describe()}",
-                                    red=ab.regressed, bold=ab.regressed)
+        decides = ab.decides(state.settings.busy)
+        terminalreporter.write_line(f"A/B {test_id}: {ab.describe()}", red=decides, bold=decides)
     where = run.recorder.location
     stored = len(rows) - len(run.recorder.unstored)
     terminalreporter.write_line(f"results: {stored} stored in {where}" if where

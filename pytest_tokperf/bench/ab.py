@@ -93,7 +93,22 @@ class ABResult:
 
     @property
     def regressed(self) -> bool:
+        """A regression among the verdicts, busy or not (``decides`` says whether it counts)."""
         return any(v.regressed for v in self.verdicts)
+
+    @property
+    def busy(self) -> bool:
+        """Either side measured while the neighbours took a notable share of the machine:
+        contention can favour one build (one collapses, the other does not), which is
+        another question than the one a gate asks."""
+        return any(r.load is not None and r.load.loaded for r in (self.baseline, self.candidate))
+
+    def decides(self, busy: str = "skip") -> bool:
+        """Whether this A/B fails a gate: a regression measured quiet; measured busy only
+        with ``busy`` 'judge' (its figures decide) or 'fail' (a busy A/B fails outright)."""
+        if not self.busy:
+            return self.regressed
+        return busy == "fail" or (busy == "judge" and self.regressed)
 
     def load_text(self) -> str:
         """The machine during each side's repetitions: pairs cancel a load that both sides
@@ -105,8 +120,9 @@ class ABResult:
 
     def describe(self) -> str:
         """One line: the verdict per metric with its interval, the pairs, what differs."""
-        parts = [f"{v.metric} {v.verdict} {pct(v.relative_change)} {_interval(v)}"
-                 for v in self.verdicts]
+        busy = " (measured busy)" if self.busy else ""
+        parts = [f"{v.metric} {v.verdict}{busy if v.flagged else ''} {pct(v.relative_change)} "
+                 f"{_interval(v)}" for v in self.verdicts]
         base = self.baseline.engine
         text = (f"same-run A/B against baseline {base.build or base.version or base.base_url}: "
                 f"{'; '.join(parts)} ({self.pairs} ABBA pairs")
@@ -118,6 +134,9 @@ class ABResult:
         if self.models_differ:
             text += f"; {self.models_differ}"
         text += f"; {self.load_text()}"
+        if self.busy and any(v.flagged for v in self.verdicts):
+            text += ("; measured busy: a reading, not a gate's verdict (--tokperf-busy judge "
+                     "lets it decide); rerun on a quiet machine")
         if self.clock:
             text += f"; {self.clock}"
         if self.stopped:
@@ -434,6 +453,8 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
         "models_differ": ab.models_differ,
         "stopped": ab.stopped,
         "clock": ab.clock,
+        "busy": ab.busy,
+        "load": ab.load_text(),
         "wall_s": round(ab.wall_s, 2),
         "summary": ab.describe(),
     } for test_id, ab in results]}

@@ -48,6 +48,9 @@ class PairedBuildComparison:
     pairs: int
     sessions: int
     comparison: Comparison
+    busy: str = ""
+    """The machine of the sessions measured busy ("" when none was): such a verdict is a
+    reading, not a gate's (``compare-builds --busy``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
         raise ConfigError(f"metric {unknown or list(metrics)!r}: choose from {', '.join(_METRICS)}")
     pooled: dict[tuple[str, str], dict[str, tuple[list[float], list[float], list[int]]]] = {}
     planned: dict[tuple[str, str], int] = {}
+    busy: dict[tuple[str, str], list[str]] = {}
     for session, doc in enumerate(documents):
         for ab in doc.get("ab", []):
             # what was asked, not how many pairs a session measured before it stopped
@@ -104,6 +108,8 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
             shape = {k: v for k, v in ab["workload"].items() if k != "repetitions"}
             key = (str(ab["test_id"]), json.dumps(shape, sort_keys=True))
             planned[key] = max(planned.get(key, 0), int(ab.get("sequential") or 0))
+            if ab.get("busy"):
+                busy.setdefault(key, []).append(f"session {session + 1}: {ab.get('load') or 'busy'}")
             names = list(ab["metrics"])
             for row in ab["rounds"]:
                 for name in names:
@@ -132,7 +138,8 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
             p = pairs[name]
             out.append(PairedBuildComparison(test_id, _workload_text(workload), name,
                                              statistics.median(b), statistics.median(c),
-                                             p.n, p.starts, verdicts[name]))
+                                             p.n, p.starts, verdicts[name],
+                                             "; ".join(busy.get((test_id, workload), []))))
     return out
 
 

@@ -203,8 +203,9 @@ def _compare_paired(args: argparse.Namespace) -> int:
     rows = []
     for f in found.results:
         c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
+        word = c.verdict + (" (measured busy)" if f.busy and c.flagged else "")
         rows.append((f.test_id, f.metric, f"{f.median_a:.4g} {unit}", f"{f.median_b:.4g} {unit}",
-                     str(f.pairs), c.verdict,
+                     str(f.pairs), word,
                      f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"))
     data = {"a": a.label, "b": b.label, "changed": found.changed, "wall_s": round(found.wall_s, 1),
             "ab_json": [str(p) for p in found.documents],
@@ -219,8 +220,18 @@ def _compare_paired(args: argparse.Namespace) -> int:
           + (f"pools the {sessions} sessions (each a fresh start of both servers), each "
              f"allowed a level of its own of {args.start_sd:g}% or the sessions' own spread "
              "where larger" if sessions > 1
-             else "has the pair as its unit (one server start a side)")])
-    return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found.results) else 0
+             else "has the pair as its unit (one server start a side)"),
+         *([f"measured busy ({busy}): a verdict measured busy is a reading, not a gate's; "
+            "--busy judge lets it decide, --busy fail fails it; rerun on a quiet machine"]
+           if (busy := next((f.busy for f in found.results if f.busy), "")) else [])])
+    return 1 if args.fail and any(_decides(f, args.busy) for f in found.results) else 0
+
+
+def _decides(found: Any, busy: str) -> bool:
+    """A paired row fails ``--fail``: a regression measured quiet; busy per ``--busy``."""
+    if not found.busy:
+        return bool(found.comparison.verdict == "regression")
+    return busy == "fail" or (busy == "judge" and found.comparison.verdict == "regression")
 
 
 def _binaries(folder: str) -> dict[int, Path]:
@@ -359,6 +370,10 @@ def add_parsers(verbs: Any) -> None:
                    "session is allowed when the sessions are pooled; the sessions' own spread "
                    f"is used where larger (default {100 * math.expm1(START_SD):.1f}, docs/ci-and-builds.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
+    p.add_argument("--busy", choices=("skip", "fail", "judge"), default="skip",
+                   help="paired: a verdict measured with neighbours busy is a reading, not a "
+                   "gate's: 'skip' (default) never fails on it, 'fail' fails --fail on it, "
+                   "'judge' lets its figures decide")
     run_options(p, f"0.02 with --mode paired, as the same-run A/B's; {DECODE.min_effect:g} "
                 "with --mode sessions")  # stats.paired.PAIRED_MIN_EFFECT, loaded late
     p.set_defaults(func=compare_builds)

@@ -255,3 +255,21 @@ def test_without_the_engines_clock_the_a_b_judges_wall_time() -> None:
     base, cand, _ = _pair(step_c=0.0106)
     ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
     assert ab.clock == "" and "judged net" not in ab.describe()
+
+
+def test_a_verdict_measured_busy_says_so_and_decides_no_gate() -> None:
+    from pytest_tokperf.bench.ab import ab_document
+    from pytest_tokperf.results import MachineLoad
+
+    base, cand, _ = _pair(step_c=0.0106)
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
+    assert ab.regressed and not ab.busy and ab.decides() and ab.decides("judge")
+    busy = MachineLoad(wall_s=1.0, cpus=2, busy_cpus=2.0, engine_cpus=0.4, own_cpus=0.0,
+                       steal=0.0, run_queue=3.0)
+    loaded = replace(ab, candidate=replace(ab.candidate, load=busy))
+    assert loaded.busy and loaded.regressed
+    assert not loaded.decides() and loaded.decides("judge") and loaded.decides("fail")
+    assert "decode regression (measured busy)" in loaded.describe()
+    assert "a reading, not a gate's verdict" in loaded.describe()
+    doc = ab_document([("t::x", loaded)])["ab"][0]
+    assert doc["busy"] is True and "others 1.6 of 2 CPUs" in doc["load"]

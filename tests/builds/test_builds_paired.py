@@ -105,3 +105,21 @@ def test_sessions_that_agree_are_pooled_not_judged_on_one_df() -> None:
     assert "each start allowed a level of its own: 1.0%" in decode.reason
     loose = {f.metric: f for f in judge_documents(docs, ["decode"], start_sd=0.05)}
     assert loose["decode"].comparison.verdict == "inconclusive"  # a larger level: wider
+
+
+def test_a_session_measured_busy_marks_its_rows() -> None:
+    rows = [(50.0, 47.5), (40.0, 38.0), (51.0, 48.5), (39.0, 37.0), (45.0, 42.8), (44.0, 41.7)]
+    rows += [(b * 1.01, c * 1.0105) for b, c in rows]
+    doc = _doc(rows, [(0.5, 0.5)] * 12)
+    quiet = judge_documents([doc], ["decode"])[0]
+    assert quiet.busy == ""
+    doc["ab"][0].update(busy=True, load="machine: baseline others 1.6 of 2 CPUs, busy")
+    busy = judge_documents([doc], ["decode"])[0]
+    assert busy.busy.startswith("session 1: machine: baseline others 1.6")
+    assert busy.comparison == quiet.comparison  # the figures are the figures
+
+    from pytest_tokperf.cli.builds import _decides
+
+    assert busy.comparison.verdict == "regression"
+    assert _decides(quiet, "skip") and not _decides(busy, "skip")
+    assert _decides(busy, "judge") and _decides(busy, "fail")
