@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -59,9 +60,10 @@ def depth(value: Any, *, limit: int = MAX_DEPTH) -> int:
     """How deep ``value`` nests (a scalar is 0), walked without recursion; stops counting
     once past ``limit``."""
     deepest = 0
-    stack = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, (list, tuple)):

@@ -28,6 +28,9 @@ class EngineTimings:
     decode_s: float | None = None
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
+    dropped: tuple[str, ...] = ()
+    """What the engine sent that could not be used (``timings.predicted_ms=nan (not a
+    finite number)``); the figures it would have given are None (``engines.values``)."""
 
     @property
     def decode_tokens_per_s(self) -> float | None:

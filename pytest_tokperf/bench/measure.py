@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from pytest_tokperf.engines.base import Engine, prompt_cache_off
 from pytest_tokperf.engines.speculation import with_observed_speculation
+from pytest_tokperf.engines.values import checked_timings
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.hardware.load import LoadSampler
@@ -50,6 +51,7 @@ from pytest_tokperf.hardware.process_clock import (
 from pytest_tokperf.results import (
     BenchResult,
     EngineInfo,
+    EngineTimings,
     Generation,
     GenerationRequest,
     Progress,
@@ -220,7 +222,7 @@ def to_sample(generation: Generation) -> Sample:
     gaps = tuple(
         (b - a) / n for a, b, n in zip(times, times[1:], generation.chunk_tokens[1:], strict=False)
     )
-    engine = generation.engine
+    engine = _engine_timings(generation)
     ttft_times, decode_times = _waits(generation)
     reasoning_tokens = answer_ttft = None
     if any(generation.chunk_reasoning):
@@ -249,6 +251,27 @@ def to_sample(generation: Generation) -> Sample:
         decode_wait_share=decode_times.wait_share if decode_times else None,
         ttft_wait_s=ttft_times.wait_s if ttft_times else None,
     )
+
+
+def _engine_timings(generation: Generation) -> EngineTimings | None:
+    """The engine's own account, each figure held to ``engines.values``' rules."""
+    if generation.engine is None:
+        return None
+    return checked_timings(generation.engine, generation.request.generate_tokens)
+
+
+def engine_values_note(info: EngineInfo, generations: list[Generation]) -> str | None:
+    """A note when the engine sent values that could not be used: the engine's own figures
+    from them were dropped, and the client's measurement stands."""
+    dropped = [t.dropped for t in map(_engine_timings, generations) if t is not None]
+    hit = [d for d in dropped if d]
+    if not hit:
+        return None
+    said = list(dict.fromkeys(note for d in hit for note in d))
+    more = f"; {len(said) - 4} more" if len(said) > 4 else ""
+    return (f"{info.name} at {info.base_url} sent unusable values in {len(hit)} of "
+            f"{len(generations)} responses ({'; '.join(said[:4])}{more}): the engine's own "
+            f"figures from them were dropped and the client's measurement kept")
 
 
 def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | None]:
@@ -559,7 +582,6 @@ def run_workload(
         note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
                 f"{per_stream.median:.1f} tok/s decode per stream")
         result = replace(result, notes=(*result.notes, note))
-    cost = client_cost_note(measured)
-    if cost is not None:
-        result = replace(result, notes=(*result.notes, cost))
+    notes = (client_cost_note(measured), engine_values_note(info, measured))
+    result = replace(result, notes=(*result.notes, *(n for n in notes if n is not None)))
     return result

@@ -10,19 +10,23 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
+from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.answers import auth_hint, decode_json, error_text
+from pytest_tokperf.transport.bounded import (
+    BodyTooLarge,
+    BoundedTransport,
+    DeadlineExceeded,
+)
 from pytest_tokperf.transport.credentials import MASK, ApiKey, Endpoint
 from pytest_tokperf.transport.rawhttp import refused_hint
-from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.transport import MAX_BODY_BYTES
-from pytest_tokperf.transport.bounded import BodyTooLarge, BoundedTransport, DeadlineExceeded
 from pytest_tokperf.transport.stream import (
     MAX_WAIT_S,
     StreamClient,
     StreamLimits,
 )
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 
 @runtime_checkable

@@ -12,12 +12,9 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.transport.answers import error_text
+from pytest_tokperf.engines.values import MAX_COUNT, Fields, Unusable, seconds_of, shown
 from pytest_tokperf.engines.wire import (
     ChunkLog,
-    count,
-    json_object,
-    number,
     probe_ready,
     text_prompt,
     wrong_engine,
@@ -30,6 +27,7 @@ from pytest_tokperf.results import (
     GenerationRequest,
     ModelInfo,
 )
+from pytest_tokperf.transport.answers import error_text
 
 
 class LMStudio(OpenAICompatible):
@@ -52,11 +50,12 @@ class LMStudio(OpenAICompatible):
         if not isinstance(data, list):
             raise wrong_engine(self.name, self.base_url, "no model list at GET /api/v0/models",
                                self._client)
-        return [m for m in data if isinstance(m, dict) and m.get("type", "llm") in ("llm", "vlm")]
+        return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+                and m.get("type", "llm") in ("llm", "vlm")]
 
     def available_models(self) -> list[str]:
         try:
-            return [str(m.get("id")) for m in self._catalog()]
+            return [m["id"] for m in self._catalog()]
         except EngineError:
             return []
 
@@ -64,8 +63,8 @@ class LMStudio(OpenAICompatible):
         """The asked-for model, else the one loaded (LM Studio serves loaded models first)."""
         if self._model is None:
             catalog = self._catalog()
-            loaded = [str(m.get("id")) for m in catalog if m.get("state") == "loaded"]
-            names = loaded or [str(m.get("id")) for m in catalog]
+            loaded = [m["id"] for m in catalog if m.get("state") == "loaded"]
+            names = loaded or [m["id"] for m in catalog]
             self._model = names[0] if names else None
         return self._model
 
@@ -97,19 +96,21 @@ class LMStudio(OpenAICompatible):
     def info(self) -> EngineInfo:
         catalog = self._catalog()
         self.check_model()
-        probe = self._probe_answer()
-        runtime = json_object(probe, "runtime")
-        model_info = json_object(probe, "model_info")
-        stats = json_object(probe, "stats")
+        said = Fields(self.name, f"{self.base_url}/api/v0/completions", self._probe_answer())
+        runtime = said.inside("runtime")
+        model_info = said.inside("model_info")
+        stats = said.inside("stats")
         settings = dict(self._settings)
-        loaded = [str(m.get("id")) for m in catalog if m.get("state") == "loaded"]
+        loaded = [m["id"] for m in catalog if m.get("state") == "loaded"]
         settings["loaded_models"] = str(len(loaded))
         for key in ("arch", "quant", "format"):
-            if model_info.get(key):
-                settings[f"model_{key}"] = str(model_info[key])
-        speculative = bool(stats.get("draft_model"))
+            value = model_info.text(key)
+            if value:
+                settings[f"model_{key}"] = value
+        draft = stats.text("draft_model")
+        speculative = bool(stats.get("draft_model"))  # unusable: it may still draft
         if speculative:
-            settings["draft_model"] = str(stats["draft_model"])
+            settings["draft_model"] = draft or "unnamed"
         warnings = []
         if len(loaded) > 1:
             warnings.append(
@@ -118,21 +119,22 @@ class LMStudio(OpenAICompatible):
             )
         if speculative:
             warnings.append(
-                f"speculative decoding with draft model {stats['draft_model']!r}: decode "
+                f"speculative decoding with draft model {draft!r}: decode "
                 f"speed is not the base speed")
-        name = runtime.get("name")
-        version = runtime.get("version")
+        name = runtime.text("name", refuse=True)  # the runtime and its version: the series key
+        version = runtime.text("version", refuse=True)
+        context = model_info.tokens("context_length")
         return EngineInfo(
             name=self.name,
-            version=str(version) if version else None,
+            version=version or None,
             build=f"{name} {version}" if name and version else None,
             base_url=self.base_url,
-            backend=str(name) if name else None,
+            backend=name or None,
             model_name=self.model(),
-            context_size=count(model_info.get("context_length")),
+            context_size=context,
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
-            warnings=tuple(warnings),
+            warnings=(*warnings, *said.warning()),
         )
 
     # -- identity without a file -------------------------------------------------
@@ -155,28 +157,28 @@ class LMStudio(OpenAICompatible):
         if model is None:
             return None
         for entry in self._v1_catalog():
-            instances = {str(i.get("id")) for i in entry.get("loaded_instances") or []
-                         if isinstance(i, dict)}
-            key = str(entry.get("key"))
-            if model == key or model in instances or key.endswith(f"/{model}"):
-                quant = json_object(entry, "quantization").get("name")
-                arch = entry.get("architecture")
+            said = Fields(self.name, f"{self.base_url}/api/v1/models", entry)
+            listed = entry.get("loaded_instances")
+            instances = {i["id"] for i in listed if isinstance(i, dict)
+                         and isinstance(i.get("id"), str)} if isinstance(listed, list) else set()
+            key = said.text("key") or ""
+            if model == key or model in instances or (key and key.endswith(f"/{model}")):
                 return ModelInfo(
                     file_name=model,
-                    file_bytes=count(entry.get("size_bytes")),
-                    architecture=str(arch) if arch else None,
+                    file_bytes=said.count("size_bytes"),
+                    architecture=said.text("architecture") or None,
                     parameter_count=size_label_count(entry.get("params_string")),
-                    file_type=str(quant) if quant else None,
-                    context_length=count(entry.get("max_context_length")),
+                    file_type=said.inside("quantization").text("name") or None,
+                    context_length=said.tokens("max_context_length"),
                 )
         for entry in self._catalog():
-            if str(entry.get("id")) == model:
-                quant, arch = entry.get("quantization"), entry.get("arch")
+            if entry["id"] == model:
+                said = Fields(self.name, f"{self.base_url}/api/v0/models", entry)
                 return ModelInfo(
                     file_name=model,
-                    architecture=str(arch) if arch else None,
-                    file_type=str(quant) if quant else None,
-                    context_length=count(entry.get("max_context_length")),
+                    architecture=said.text("arch") or None,
+                    file_type=said.text("quantization") or None,
+                    context_length=said.tokens("max_context_length"),
                 )
         return None
 
@@ -195,7 +197,7 @@ class LMStudio(OpenAICompatible):
         }
         url = f"{self.base_url}/api/v1/chat"
         log = ChunkLog(request, url)
-        end: dict[str, Any] | None = None
+        end: Fields | None = None
         last: object = None
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 stats=log.stats):
@@ -205,27 +207,39 @@ class LMStudio(OpenAICompatible):
             if kind in ("message.delta", "reasoning.delta") and isinstance(content, str):
                 log.add(now, 1 if content else 0, content, reasoning=kind == "reasoning.delta")
             elif kind == "chat.end":
-                end = json_object(event, "result")
+                end = Fields(self.name, url, event).inside("result")
         if end is None:
             raise log.cut_short(self.name, "its chat.end event", last)
         if not log.times_s:
-            raise EngineProtocolError(f"{url} streamed no generated tokens ({end!r:.200})")
-        timings = chat_end_timings(json_object(end, "stats"))
+            raise EngineProtocolError(f"{url} streamed no generated tokens ({end.raw!r:.200})")
+        timings = chat_end_timings(end.inside("stats"), request.generate_tokens)
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens, stop_reason=None,
                               engine=timings)
 
 
-def chat_end_timings(stats: dict[str, Any]) -> EngineTimings:
+def chat_end_timings(stats: Fields, asked: int) -> EngineTimings:
     """``chat.end``'s ``result.stats`` as ``EngineTimings`` (docs/design.md)."""
-    generated = count(stats.get("total_output_tokens"))
-    rate = number(stats.get("tokens_per_second"))
-    return EngineTimings(
-        prompt_tokens=count(stats.get("input_tokens")),
-        prefill_s=number(stats.get("time_to_first_token_seconds")),
+    generated = stats.tokens("total_output_tokens", most=asked)
+    rate = stats.rate("tokens_per_second")
+    return stats.timings(EngineTimings(
+        prompt_tokens=stats.tokens("input_tokens"),
+        prefill_s=stats.seconds("time_to_first_token_seconds"),
         generated_tokens=generated,
-        decode_s=generated / rate if generated and rate else None,
-    )
+        decode_s=_decode_s(stats, generated, rate),
+    ))
+
+
+def _decode_s(stats: Fields, generated: int | None, rate: float | None) -> float | None:
+    """LM Studio's decode time from its rate; None (noted) when no duration fits it."""
+    if not generated or rate is None:
+        return None
+    try:
+        return seconds_of(generated / rate)
+    except Unusable as why:
+        stats.notes.append(f"{stats.name('tokens_per_second')}={shown(rate)} (a decode "
+                           f"{why})")
+        return None
 
 
 _SIZE_LABEL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBT])", re.IGNORECASE)
@@ -237,4 +251,5 @@ def size_label_count(label: Any) -> int | None:
     match = _SIZE_LABEL.match(label) if isinstance(label, str) else None
     if match is None:
         return None
-    return round(float(match.group(1)) * _SCALE[match.group(2).lower()])
+    count = float(match.group(1)) * _SCALE[match.group(2).lower()]
+    return round(count) if count <= MAX_COUNT else None

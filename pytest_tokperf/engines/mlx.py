@@ -10,15 +10,16 @@ import os
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import httpx
 
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.engines.wire import json_field, probe_ready, wrong_engine
 from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
+from pytest_tokperf.transport.answers import error_text
 
 _VERSION = re.compile(r"^\d+(\.\d+)+\w*$")
 
@@ -113,7 +114,7 @@ class MLX(OpenAICompatible):
     def prompt_cache_off(self) -> str | None:
         args = (dict(self._settings).get("clean_flags", "") + " "
                 + dict(self._settings).get("server_args", "")).split()
-        for flag, value in zip(args, args[1:]):
+        for flag, value in pairwise(args):
             if flag == "--prompt-cache-size" and value == "0":
                 return "started with --prompt-cache-size 0"
         return None
@@ -147,8 +148,9 @@ class MLX(OpenAICompatible):
                 data = None
             if isinstance(data, dict) and isinstance(data.get("system_fingerprint"), str):
                 self._fingerprint = data["system_fingerprint"]
-                choices = data.get("choices") or [{}]
-                text = choices[0].get("text") if isinstance(choices[0], dict) else None
+                choices = data.get("choices")
+                first = choices[0] if isinstance(choices, list) and choices else None
+                text = first.get("text") if isinstance(first, dict) else None
                 usage = data.get("usage")
                 prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
                 self._probe = f"{text!r} {prompt!r}"

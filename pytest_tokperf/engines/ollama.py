@@ -12,17 +12,25 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.transport.answers import decode_json, error_text
+from pytest_tokperf.engines.values import (
+    MAX_TOKENS,
+    Fields,
+    count_or_none,
+    unusable_warning,
+)
 from pytest_tokperf.engines.wire import (
     ChunkLog,
-    count,
     json_field,
-    json_object,
     probe_ready,
     text_prompt,
     wrong_engine,
 )
-from pytest_tokperf.errors import ConfigError, EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.errors import (
+    ConfigError,
+    EngineError,
+    EngineProtocolError,
+    EngineUnavailable,
+)
 from pytest_tokperf.results import (
     EngineInfo,
     EngineTimings,
@@ -30,6 +38,7 @@ from pytest_tokperf.results import (
     GenerationRequest,
     ModelInfo,
 )
+from pytest_tokperf.transport.answers import decode_json, error_text
 
 NS = 1e9
 
@@ -39,19 +48,33 @@ def canonical(name: str) -> str:
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
-def parse_parameters(text: str | None) -> dict[str, str]:
+def parse_parameters(text: object) -> dict[str, str]:
     """``/api/show`` ``parameters``: one ``key value`` per line (keys may repeat: last wins)."""
     result: dict[str, str] = {}
-    for line in (text or "").splitlines():
+    for line in (text if isinstance(text, str) else "").splitlines():
         key, _, value = line.strip().partition(" ")
         if key:
             result[key] = value.strip().strip('"')
     return result
 
 
+def _modelfile(show: dict[str, Any]) -> list[str]:
+    text = show.get("modelfile")
+    return text.splitlines() if isinstance(text, str) else []
+
+
+def model_name(entry: dict[str, Any]) -> str | None:
+    """An ``/api/tags`` or ``/api/ps`` entry's ``name`` (else ``model``), when it is text."""
+    for key in ("name", "model"):
+        value = entry.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def modelfile_source(show: dict[str, Any]) -> str | None:
     """The GGUF blob ``/api/show``'s modelfile says ``FROM`` (an absolute path), if any."""
-    for line in str(show.get("modelfile") or "").splitlines():
+    for line in _modelfile(show):
         if line.startswith("FROM "):
             source = line[5:].strip()
             return source if source.startswith("/") else None
@@ -60,7 +83,7 @@ def modelfile_source(show: dict[str, Any]) -> str | None:
 
 def modelfile_draft(show: dict[str, Any]) -> str | None:
     """The draft model the modelfile names (``DRAFT <path>``, Ollama >= 0.30), if any."""
-    for line in str(show.get("modelfile") or "").splitlines():
+    for line in _modelfile(show):
         if line.startswith("DRAFT "):
             return line[6:].strip().strip('"') or None
     return None
@@ -105,20 +128,24 @@ class Ollama(HttpAdapter):
         return data
 
     def _loaded(self) -> list[dict[str, Any]]:
+        """``/api/ps``'s entries that name a model."""
         models = self._get("/api/ps", "loaded models").get("models")
-        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+        return [m for m in models if isinstance(m, dict) and model_name(m)] \
+            if isinstance(models, list) else []
 
     def available_models(self) -> list[str]:
         try:
             models = self._get("/api/tags", "local models").get("models")
         except EngineError:
             return []
-        return [str(m.get("name") or m.get("model")) for m in models or [] if isinstance(m, dict)]
+        names = [model_name(m) for m in models if isinstance(m, dict)] \
+            if isinstance(models, list) else []
+        return [n for n in names if n]
 
     def model(self) -> str:
         """The asked-for model, else the only one loaded; Ollama needs a name per request."""
         if self._model is None:
-            loaded = [str(m.get("name") or m.get("model")) for m in self._loaded()]
+            loaded = [str(model_name(m)) for m in self._loaded()]
             if len(loaded) != 1:
                 pulled = ", ".join(repr(m) for m in self.available_models()) or "none"
                 state = f"{len(loaded)} models are loaded ({', '.join(loaded)})" if loaded \
@@ -165,44 +192,48 @@ class Ollama(HttpAdapter):
             return {}
         me = canonical(self.model())
         for entry in models if isinstance(models, list) else []:
-            if isinstance(entry, dict) and canonical(str(entry.get("name") or entry.get("model"))) == me:
+            if isinstance(entry, dict) and canonical(model_name(entry) or "") == me:
                 return entry
         return {}
 
     def model_identity(self) -> ModelInfo:
         """The model as ``/api/show`` and ``/api/tags`` describe it; ``path``: its blob."""
-        show = self.show()
-        details = json_object(show, "details")
-        info = json_object(show, "model_info")
-        arch = info.get("general.architecture") or details.get("family")
-        quant = str(details["quantization_level"]) if details.get("quantization_level") else None
+        show = Fields(self.name, f"{self.base_url}/api/show", self.show())
+        details, info = show.inside("details"), show.inside("model_info")
+        arch = info.text("general.architecture") or details.text("family")
+        tag = Fields(self.name, f"{self.base_url}/api/tags", self._tag())
         return ModelInfo(
             file_name=self.model(),
-            path=modelfile_source(show),
-            file_bytes=count(self._tag().get("size")),
-            architecture=str(arch) if arch else None,
-            parameter_count=count(info.get("general.parameter_count")),
-            file_type=quant,
-            context_length=count(info.get(f"{arch}.context_length")) if arch else None,
+            path=modelfile_source(self.show()),
+            file_bytes=tag.count("size"),
+            architecture=arch or None,
+            parameter_count=info.count("general.parameter_count"),
+            file_type=details.text("quantization_level") or None,
+            context_length=info.tokens(f"{arch}.context_length") if arch else None,
         )
 
     # -- info -----------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
         version = self._get("/api/version", "Ollama version")
-        if "version" not in version:
+        said = Fields(self.name, f"{self.base_url}/api/version", version)
+        text = said.text("version", refuse=True)  # the build: the series key
+        if text is None:
             raise wrong_engine(self.name, self.base_url, "no version at GET /api/version",
                                self._client)
         show = self.show()
         me = canonical(self.model())
-        details = json_object(show, "details")
+        notes: list[str] = []
+        details = Fields(self.name, f"{self.base_url}/api/show", show, notes=notes).inside(
+            "details")
         settings = dict(self._settings)
         for key in ("parameter_size", "quantization_level", "family", "format"):
-            if details.get(key):
-                settings[f"model_{key}"] = str(details[key])
+            value = details.text(key)
+            if value:
+                settings[f"model_{key}"] = value
         warnings: list[str] = []
         loaded = self._loaded()
-        names = [str(m.get("name") or m.get("model")) for m in loaded]
+        names = [str(model_name(m)) for m in loaded]
         settings["loaded_models"] = str(len(loaded))
         if len(loaded) > 1:
             warnings.append(
@@ -211,11 +242,15 @@ class Ollama(HttpAdapter):
                 f"(OLLAMA_MAX_LOADED_MODELS=1 keeps one)"
             )
         context: int | None = None
-        for entry in loaded:
-            if canonical(str(entry.get("name") or entry.get("model"))) != me:
+        for index, entry in enumerate(loaded):
+            if canonical(str(model_name(entry))) != me:
                 continue
-            size, vram = count(entry.get("size")), count(entry.get("size_vram")) or 0
-            context = count(entry.get("context_length"))
+            ps = Fields(self.name, f"{self.base_url}/api/ps", entry, f"models[{index}]", notes)
+            size, vram = ps.count("size"), ps.count("size_vram") or 0
+            context = ps.tokens("context_length")
+            if size and vram > size:
+                notes.append(f"models[{index}].size_vram={vram} (more than its size, {size})")
+                size = None
             if size:
                 settings["size_bytes"] = str(size)
                 settings["size_vram_bytes"] = str(vram)
@@ -236,7 +271,7 @@ class Ollama(HttpAdapter):
                 f"{draft.num_predict}): decode speed is not the base speed; set "
                 f"draft_num_predict 0 to measure it"
             )
-        text = str(version["version"])
+        warnings.extend(unusable_warning(self.name, self.base_url, notes))
         settings["runner"] = "llama-server" if version_tuple(text) >= (0, 30) else "ollama"
         return EngineInfo(
             name=self.name,
@@ -263,8 +298,10 @@ class Ollama(HttpAdapter):
         if source is not None:
             name = source.replace("\\", "/").rsplit("/", 1)[-1]
             return Draft(name, str(asked) if asked is not None else "4 (default)")
-        mtp = any(key.endswith(".nextn_predict_layers") and (count(value) or 0) > 0
-                  for key, value in json_object(show, "model_info").items())
+        info = show.get("model_info")
+        mtp = isinstance(info, dict) and any(
+            isinstance(key, str) and key.endswith(".nextn_predict_layers")
+            and (count_or_none(value) or 0) > 0 for key, value in info.items())
         if mtp and asked is not None:
             return Draft("mtp (embedded layers)", str(asked))
         return None
@@ -281,8 +318,8 @@ class Ollama(HttpAdapter):
         if asked:
             options["num_ctx"] = int(asked)
         else:
-            loaded = [count(m.get("context_length")) for m in self._loaded()
-                      if canonical(str(m.get("name") or m.get("model"))) == canonical(self.model())]
+            loaded = [count_or_none(m.get("context_length"), MAX_TOKENS) for m in self._loaded()
+                      if canonical(str(model_name(m))) == canonical(self.model())]
             if not loaded or (loaded[0] or 0) < need:
                 options["num_ctx"] = max(4096, -(-need // 1024) * 1024)
         return options
@@ -306,7 +343,9 @@ class Ollama(HttpAdapter):
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 ndjson=True, stats=log.stats):
             last = event
-            answer, thought = str(event.get("response") or ""), str(event.get("thinking") or "")
+            answer, thought = event.get("response"), event.get("thinking")
+            answer = answer if isinstance(answer, str) else ""
+            thought = thought if isinstance(thought, str) else ""
             log.add(now, 1 if answer or thought else 0, thought + answer,
                     reasoning=bool(thought) and not answer)
             if event.get("done"):
@@ -316,12 +355,14 @@ class Ollama(HttpAdapter):
             raise log.cut_short(self.name, "the final done:true object", last)
         if not log.times_s:
             raise EngineProtocolError(
-                f"{url} streamed no generated tokens (done_reason {final.get('done_reason')!r})"
-            )
-        timings = _timings(final)
+                f"{url} streamed no generated tokens (done_reason "
+                f"{final.get('done_reason')!r:.80})")
+        said = Fields(self.name, url, final)
+        stop_reason = said.text("done_reason")
+        timings = _timings(said, request.generate_tokens)
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
-                              stop_reason=final.get("done_reason"), engine=timings)
+                              stop_reason=stop_reason, engine=timings)
 
 
 def _int(text: str) -> int | None:
@@ -331,15 +372,19 @@ def _int(text: str) -> int | None:
         return None
 
 
-def _timings(final: dict[str, Any]) -> EngineTimings:
-    """The done:true object, ns -> s; absent fields are zero (``omitempty``), not unknown."""
+def _timings(final: Fields, asked: int) -> EngineTimings:
+    """The done:true object, ns -> s; absent fields are zero (``omitempty``), not unknown,
+    unusable ones unknown."""
 
-    def seconds(key: str) -> float:
-        return (count(final.get(key)) or 0) / NS
+    def tokens(key: str, most: int = MAX_TOKENS) -> int | None:
+        return final.tokens(key, most=most) if final.has(key) else 0
 
-    return EngineTimings(
-        prompt_tokens=count(final.get("prompt_eval_count")) or 0,
+    def seconds(key: str) -> float | None:
+        return final.seconds(key, per_s=NS) if final.has(key) else 0.0
+
+    return final.timings(EngineTimings(
+        prompt_tokens=tokens("prompt_eval_count"),
         prefill_s=seconds("prompt_eval_duration"),
-        generated_tokens=count(final.get("eval_count")) or 0,
+        generated_tokens=tokens("eval_count", asked),
         decode_s=seconds("eval_duration"),
-    )
+    ))

@@ -6,22 +6,27 @@ Tolerates usage in any chunk or none, several tokens per chunk and keep-alives; 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
+from pytest_tokperf.engines.values import MAX_TOKENS, Fields
 from pytest_tokperf.engines.wire import (
     ChunkLog,
-    count,
     model_ids,
-    number,
     probe_ready,
     text_prompt,
 )
-from pytest_tokperf.transport.answers import error_text
 from pytest_tokperf.errors import EngineError, EngineProtocolError
-from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+)
+from pytest_tokperf.transport.answers import error_text
 
 
 class OpenAICompatible(HttpAdapter):
@@ -128,15 +133,16 @@ class OpenAICompatible(HttpAdapter):
 
     def _on_error(self, status: int, body: str) -> EngineError | None:
         detail = error_text(body)
-        if status == 404 or (status in (400, 500) and "model" in detail.lower()):
-            if self._model is not None and (status == 404 or self._model in detail):
-                return self.unknown_model(f"HTTP {status}: {detail}")
+        if (status == 404 or (status in (400, 500) and "model" in detail.lower())) and \
+                self._model is not None and (status == 404 or self._model in detail):
+            return self.unknown_model(f"HTTP {status}: {detail}")
         return None
 
     def generate(self, request: GenerationRequest) -> Generation:
         body = self.completion_body(request)
         url = f"{self.base_url}/v1/{'chat/completions' if request.chat else 'completions'}"
         log = ChunkLog(request, url)
+        notes: list[str] = []
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
         finish: str | None = None
@@ -144,17 +150,21 @@ class OpenAICompatible(HttpAdapter):
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 stats=log.stats):
             last = event
-            self._fingerprint = event.get("system_fingerprint") or self._fingerprint
+            fingerprint = event.get("system_fingerprint")
+            if isinstance(fingerprint, str) and fingerprint:
+                self._fingerprint = fingerprint
             chunk_usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
             if chunk_usage is not None:
                 usage = chunk_usage
-            choices = event.get("choices") or []
-            if not choices:
+            choices = event.get("choices")
+            if not isinstance(choices, list) or not choices:
                 continue
             choice = choices[0] if isinstance(choices[0], dict) else {}
             text, thought = _choice_text(choice)
-            finish = choice.get("finish_reason") or finish
-            cumulative = count(chunk_usage.get("completion_tokens")) if chunk_usage else None
+            reason = choice.get("finish_reason")
+            finish = reason if isinstance(reason, str) and reason else finish
+            cumulative = (self._cumulative(chunk_usage, seen_tokens, request, url, notes)
+                          if chunk_usage else None)
             if isinstance(choice.get("token_ids"), list):  # vLLM return_token_ids: exact
                 n = len(choice["token_ids"])
                 seen_tokens += n
@@ -162,6 +172,7 @@ class OpenAICompatible(HttpAdapter):
                 n, seen_tokens = cumulative - seen_tokens, cumulative
             else:
                 n = 1 if text or thought else 0
+                seen_tokens += n
             log.add(now, n, thought + text, reasoning=bool(thought) and not text)
         if finish is None and not log.stats.done:
             raise log.cut_short(self.name, "a finish_reason or data: [DONE]", last)
@@ -170,7 +181,8 @@ class OpenAICompatible(HttpAdapter):
                 f"{url} streamed no generated tokens (finish_reason {finish!r}, last event "
                 f"{last!r:.200})"
             )
-        timings = self.timings(last, usage)
+        said = Fields(self.name, url, last, notes=notes)
+        timings = said.noted(self.timings(said, usage, request.generate_tokens))
         generated = (
             timings.generated_tokens
             if timings is not None and timings.generated_tokens is not None
@@ -180,23 +192,35 @@ class OpenAICompatible(HttpAdapter):
                               prompt_tokens=timings.prompt_tokens if timings is not None else None,
                               stop_reason=finish, engine=timings)
 
-    def timings(self, last: dict[str, Any], usage: dict[str, Any] | None) -> EngineTimings | None:
+    def _cumulative(self, usage: dict[str, Any], seen: int, request: GenerationRequest,
+                    url: str, notes: list[str]) -> int | None:
+        """A chunk's running ``usage.completion_tokens`` (vLLM ``continuous_usage_stats``):
+        None when absent or unusable (above the request's tokens, or lower than before)."""
+        value = usage.get("completion_tokens")
+        if type(value) is int and seen <= value <= request.generate_tokens:
+            return value  # the usual case, without a reader per streamed event
+        total = Fields(self.name, url, usage, "usage", notes).tokens(
+            "completion_tokens", most=request.generate_tokens)
+        if total is not None and total < seen:
+            notes.append(f"usage.completion_tokens went down from {seen} to {total}")
+            return None
+        return total
+
+    def timings(self, last: Fields, usage: dict[str, Any] | None,
+                asked: int) -> EngineTimings | None:
         """Counts from ``usage``; durations from llama.cpp ``timings`` or vLLM ``metrics``."""
         if usage is None and not isinstance(last.get("timings"), dict):
             return None
-        usage = usage or {}
-        details = usage.get("prompt_tokens_details")
-        cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        counts = Fields(last.engine, last.url, usage or {}, "usage", last.notes)
         result = EngineTimings(
-            prompt_tokens=count(usage.get("prompt_tokens")),
-            cached_prompt_tokens=cached,
-            generated_tokens=count(usage.get("completion_tokens")),
+            prompt_tokens=counts.tokens("prompt_tokens"),
+            cached_prompt_tokens=counts.inside("prompt_tokens_details").tokens("cached_tokens"),
+            generated_tokens=counts.tokens("completion_tokens", most=asked),
         )
-        llama = last.get("timings")
-        if isinstance(llama, dict):
-            result = _with_llama_cpp_timings(result, llama)
-        metrics = last.get("metrics") or usage.get("metrics")
-        if isinstance(metrics, dict):
+        if last.has("timings"):
+            result = llama_cpp_timings(last.inside("timings"), asked, result)
+        metrics = last.inside("metrics") if last.has("metrics") else counts.inside("metrics")
+        if metrics.raw:
             result = _with_vllm_metrics(result, metrics)
         return result
 
@@ -215,42 +239,42 @@ def _choice_text(choice: dict[str, Any]) -> tuple[str, str]:
             thought if isinstance(thought, str) else "")
 
 
-def _with_llama_cpp_timings(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
-    """llama.cpp ``timings``: ms, ``prompt_n`` excludes ``cache_n`` (engines.md section 1)."""
+def llama_cpp_timings(raw: Fields, asked: int,
+                      base: EngineTimings | None = None) -> EngineTimings:
+    """llama.cpp ``timings``: ms, ``prompt_n`` excludes ``cache_n`` (engines.md section 1);
+    a count it lacks or sent unusable is ``base``'s. ``asked``: the request's tokens."""
 
-    def seconds(key: str) -> float | None:
-        value = number(raw.get(key))
-        return value / 1000.0 if value is not None else None
+    base = base or EngineTimings()
+
+    def tokens(key: str, fallback: int | None, most: int = asked) -> int | None:
+        value = raw.tokens(key, most=most)
+        return value if value is not None else fallback
 
     return EngineTimings(
-        prompt_tokens=count(raw.get("prompt_n")) if "prompt_n" in raw else base.prompt_tokens,
-        cached_prompt_tokens=count(raw.get("cache_n")) if "cache_n" in raw
-        else base.cached_prompt_tokens,
-        prefill_s=seconds("prompt_ms"),
-        generated_tokens=count(raw.get("predicted_n")) or base.generated_tokens,
-        decode_s=seconds("predicted_ms"),
-        draft_tokens=count(raw.get("draft_n")),
-        draft_accepted_tokens=count(raw.get("draft_n_accepted")),
+        prompt_tokens=tokens("prompt_n", base.prompt_tokens, MAX_TOKENS),
+        cached_prompt_tokens=tokens("cache_n", base.cached_prompt_tokens, MAX_TOKENS),
+        prefill_s=raw.seconds("prompt_ms", per_s=1e3),
+        generated_tokens=tokens("predicted_n", base.generated_tokens),
+        decode_s=raw.seconds("predicted_ms", per_s=1e3),
+        draft_tokens=raw.tokens("draft_n"),
+        draft_accepted_tokens=raw.tokens("draft_n_accepted"),
     )
 
 
-def _with_vllm_metrics(base: EngineTimings, raw: dict[str, Any]) -> EngineTimings:
+def _with_vllm_metrics(base: EngineTimings, raw: Fields) -> EngineTimings:
     """vLLM per-request ``metrics`` as the engine's own TTFT and decode time."""
-    ttft = number(raw.get("time_to_first_token_ms"))
-    generation = number(raw.get("generation_time_ms"))
-    spec = raw.get("speculative_decoding")
+    ttft = raw.seconds("time_to_first_token_ms", per_s=1e3)
+    generation = raw.seconds("generation_time_ms", per_s=1e3)
     draft: int | None = None
     accepted: int | None = None
-    if spec is not None:
-        spec_dict = spec if isinstance(spec, dict) else {}
-        draft = count(spec_dict.get("num_draft_tokens")) or 0
-        accepted = count(spec_dict.get("num_accepted_tokens"))
-    return EngineTimings(
-        prompt_tokens=base.prompt_tokens,
-        cached_prompt_tokens=base.cached_prompt_tokens,
-        prefill_s=ttft / 1000.0 if ttft is not None else base.prefill_s,
-        generated_tokens=base.generated_tokens,
-        decode_s=generation / 1000.0 if generation is not None else base.decode_s,
+    if raw.has("speculative_decoding"):
+        spec = raw.inside("speculative_decoding")
+        draft = spec.tokens("num_draft_tokens") or 0
+        accepted = spec.tokens("num_accepted_tokens")
+    return replace(
+        base,
+        prefill_s=ttft if ttft is not None else base.prefill_s,
+        decode_s=generation if generation is not None else base.decode_s,
         draft_tokens=draft if draft is not None else base.draft_tokens,
         draft_accepted_tokens=accepted if accepted is not None else base.draft_accepted_tokens,
     )

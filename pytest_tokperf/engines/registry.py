@@ -6,7 +6,6 @@ A conftest adds names through ``pytest_tokperf_add_engines``; nothing is global.
 from __future__ import annotations
 
 import importlib
-
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,11 +13,11 @@ from types import MappingProxyType
 
 import httpx
 
-from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.transport.credentials import ApiKey
 from pytest_tokperf.engines import DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.transport import MAX_BODY_BYTES
+from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.transport import MAX_BODY_BYTES
+from pytest_tokperf.transport.credentials import ApiKey
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,9 @@ from typing import Any
 import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.transport.answers import error_text
+from pytest_tokperf.engines.values import Fields
 from pytest_tokperf.engines.wire import (
     ChunkLog,
-    count,
     probe_ready,
     text_prompt,
     wrong_engine,
@@ -26,6 +25,7 @@ from pytest_tokperf.results import (
     GenerationRequest,
     ModelInfo,
 )
+from pytest_tokperf.transport.answers import error_text
 
 SERVER_SETTINGS = (
     "tp_size", "dp_size", "device", "dtype", "quantization", "kv_cache_dtype",
@@ -83,44 +83,56 @@ class SGLang(HttpAdapter):
                 f"drop the option."
             )
 
+    def _model_path(self) -> str:
+        """``GET /get_model_info``'s ``model_path``: what is served (refused unless text)."""
+        path = Fields(self.name, f"{self.base_url}/get_model_info", self._model_info()).text(
+            "model_path", refuse=True)
+        return path or ""
+
+    def _server(self) -> Fields:
+        return Fields(self.name, f"{self.base_url}/get_server_info", self._server_info())
+
     def info(self) -> EngineInfo:
-        model_info = self._model_info()
-        server = self._server_info()
-        model_path = str(model_info.get("model_path"))
-        served_name = server.get("served_model_name")
-        self._check_model((model_path, str(served_name) if served_name else ""))
+        model_path = self._model_path()
+        model_info = Fields(self.name, f"{self.base_url}/get_model_info", self._model_info())
+        server = self._server()
+        served_name = server.text("served_model_name")
+        self._check_model((model_path, served_name or ""))
         settings = dict(self._settings)
         for key in SERVER_SETTINGS:
-            if server.get(key) is not None:
-                settings[key] = str(server[key])
-        if model_info.get("weight_version") is not None:
-            settings["weight_version"] = str(model_info["weight_version"])
-        speculative = bool(server.get("speculative_algorithm"))
-        warnings = (f"speculative decoding ({server['speculative_algorithm']}) is on: decode "
-                    f"speed is not the base speed",) if speculative else ()
-        version = server.get("version")
+            value = server.scalar(key)
+            if value is not None:
+                settings[key] = value
+        weights = model_info.scalar("weight_version")
+        if weights is not None:
+            settings["weight_version"] = weights
+        algorithm = server.text("speculative_algorithm")
+        speculative = bool(server.get("speculative_algorithm"))  # unusable: it may draft
+        warnings = ((f"speculative decoding ({algorithm or 'unnamed'}) is on: decode speed "
+                     f"is not the base speed"),) if speculative else ()
+        version = server.text("version", refuse=True)  # the build: the series key
+        device = server.text("device")
         return EngineInfo(
             name=self.name,
-            version=str(version) if version else None,
+            version=version or None,
             build=f"sglang-{version}" if version else None,
             base_url=self.base_url,
-            backend=str(server["device"]) if server.get("device") else None,
+            backend=device or None,
             model_path=model_path,
-            model_name=str(served_name) if served_name else model_path,
-            context_size=count(server.get("context_length")),
+            model_name=served_name or model_path,
+            context_size=server.tokens("context_length"),
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
-            warnings=warnings,
+            warnings=(*warnings, *model_info.warning(), *server.warning()),
         )
 
     def model_identity(self) -> ModelInfo | None:
         """``model_path``, ``quantization``, ``context_length`` (no size or parameters)."""
-        path = str(self._model_info().get("model_path"))
-        server = self._server_info()
-        quant = server.get("quantization")
+        path = self._model_path()
+        server = self._server()
         return ModelInfo(file_name=path.rstrip("/").rsplit("/", 1)[-1], path=path,
-                         file_type=str(quant) if quant else None,
-                         context_length=count(server.get("context_length")))
+                         file_type=server.text("quantization") or None,
+                         context_length=server.tokens("context_length"))
 
     def _on_error(self, status: int, body: str) -> EngineError | None:
         return EngineProtocolError(
@@ -140,52 +152,61 @@ class SGLang(HttpAdapter):
         }
         url = f"{self.base_url}/generate"
         log = ChunkLog(request, url)
-        meta: dict[str, Any] = {}
+        notes: list[str] = []
+        meta = Fields(self.name, url, {}, "meta_info", notes)
         last: dict[str, Any] = {}
         seen_text = ""
         seen_tokens = 0
+        asked = request.generate_tokens
         for now, event in self._streams.events(url, body, request, self._on_error,
                                                 stats=log.stats):
             last = event
-            meta_info = event.get("meta_info")
-            meta = meta_info if isinstance(meta_info, dict) else {}
-            text = str(event.get("text") or "")
+            meta = Fields(self.name, url, event, notes=notes).inside("meta_info")
+            text = event.get("text")
+            text = text if isinstance(text, str) else ""
             if text.startswith(seen_text):
                 new_text, seen_text = text[len(seen_text):], text
             else:
                 new_text, seen_text = text, seen_text + text
-            total = count(meta.get("completion_tokens"))
+            total = meta.tokens("completion_tokens", most=asked)
+            if total is not None and total < seen_tokens:
+                notes.append(f"meta_info.completion_tokens went down from {seen_tokens} to "
+                             f"{total}")
+                total = None
             if total is not None:
                 n, seen_tokens = total - seen_tokens, total
             else:
                 n = 1 if new_text else 0
+                seen_tokens += n
             log.add(now, n, new_text)
-        if meta.get("finish_reason") is None and not log.stats.done:
+        finish = meta.get("finish_reason")
+        if finish is None and not log.stats.done:
             raise log.cut_short(self.name, "a meta_info.finish_reason or data: [DONE]", last)
         if not log.times_s:
             raise EngineProtocolError(
-                f"{url} streamed no generated tokens (last meta_info {meta!r:.200})"
+                f"{url} streamed no generated tokens (last meta_info {meta.raw!r:.200})"
             )
+        stop = (meta.inside("finish_reason").text("type") if isinstance(finish, dict)
+                else meta.text("finish_reason"))
         drafted, accepted = _draft_counts(meta)
-        timings = EngineTimings(
-            prompt_tokens=count(meta.get("prompt_tokens")),
-            cached_prompt_tokens=count(meta.get("cached_tokens")),
-            generated_tokens=count(meta.get("completion_tokens")),
+        timings = meta.timings(EngineTimings(
+            prompt_tokens=meta.tokens("prompt_tokens"),
+            cached_prompt_tokens=meta.tokens("cached_tokens"),
+            generated_tokens=meta.tokens("completion_tokens", most=asked),
             draft_tokens=drafted,
             draft_accepted_tokens=accepted,
-        )
-        finish = meta.get("finish_reason")
-        stop = finish.get("type") if isinstance(finish, dict) else finish
+        ))
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
-                              stop_reason=str(stop) if stop is not None else None, engine=timings)
+                              stop_reason=stop, engine=timings)
 
 
-def _draft_counts(meta: dict[str, Any]) -> tuple[int | None, int | None]:
+def _draft_counts(meta: Fields) -> tuple[int | None, int | None]:
     """Drafted and accepted tokens from ``meta_info`` (with speculation only)."""
 
     def first(*keys: str) -> int | None:
-        return next((count(meta[k]) for k in keys if count(meta.get(k)) is not None), None)
+        return next((value for value in (meta.tokens(k) for k in keys if meta.has(k))
+                     if value is not None), None)
 
     drafted = first("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num",
                     "spec_verify_ct")

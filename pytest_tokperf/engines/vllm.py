@@ -6,6 +6,7 @@ Exact counts, token-id prompts, ``cache_salt``; the engine's clock is the growth
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import time
@@ -17,7 +18,20 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.wire import count, json_field, probe_ready, text_prompt, wrong_engine
+from pytest_tokperf.engines.values import (
+    MAX_TOKENS,
+    Fields,
+    Unusable,
+    count_or_none,
+    seconds_of,
+    shown,
+)
+from pytest_tokperf.engines.wire import (
+    json_field,
+    probe_ready,
+    text_prompt,
+    wrong_engine,
+)
 from pytest_tokperf.errors import EngineError
 from pytest_tokperf.hardware.placement import DEVICE_KINDS
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
@@ -51,10 +65,12 @@ class VLLM(OpenAICompatible):
         except (httpx.HTTPError, ValueError):
             data = None
         tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list) or len(tokens) < request.prompt_tokens:
+        ids = ([count_or_none(t, MAX_TOKENS) for t in tokens[: request.prompt_tokens]]
+               if isinstance(tokens, list) else [])
+        if len(ids) < request.prompt_tokens or None in ids:
             self._tokenize = False
             return text_prompt(request.prompt_tokens, request.salt)
-        return [int(t) for t in tokens[: request.prompt_tokens]]
+        return [t for t in ids if t is not None]
 
     def completion_body(self, request: GenerationRequest) -> dict[str, Any]:
         body = super().completion_body(request)
@@ -75,8 +91,11 @@ class VLLM(OpenAICompatible):
             if itl is not None and itl[0] == generation.generated_tokens - 1:
                 ttft = _grown(before, after, "vllm:time_to_first_token_seconds")
                 prefill = ttft[1] if ttft is not None and ttft[0] == 1 else engine.prefill_s
-                return replace(generation, engine=replace(engine, decode_s=itl[1],
-                                                          prefill_s=prefill))
+                decode, why = _seconds(itl[1], "vllm:inter_token_latency_seconds_sum")
+                prefill, also = _seconds(prefill, "vllm:time_to_first_token_seconds_sum")
+                dropped = (*engine.dropped, *(w for w in (why, also) if w))
+                return replace(generation, engine=replace(engine, decode_s=decode,
+                                                          prefill_s=prefill, dropped=dropped))
             time.sleep(0.05 * (attempt + 1))
         return generation
 
@@ -92,17 +111,22 @@ class VLLM(OpenAICompatible):
         return None
 
     def info(self) -> EngineInfo:
-        version = get_json(self._client, f"{self.base_url}/version", "vLLM version")
+        url = f"{self.base_url}/version"
+        version = get_json(self._client, url, "vLLM version")
         if not isinstance(version, dict) or "version" not in version:
             raise wrong_engine(self.name, self.base_url, "no version at GET /version", self._client)
+        text = Fields(self.name, url, version).text("version", refuse=True)  # the series key
         self.check_model()
-        card = self._model_card()
+        card = Fields(self.name, f"{self.base_url}/v1/models", self._model_card() or {},
+                      "data[]")
         settings = dict(self._settings)
         settings.pop("log_path", None)  # a per-process path is not identity
-        if card:
-            settings["max_model_len"] = str(card.get("max_model_len"))
-            if card.get("root") and card.get("root") != card.get("id"):
-                settings["model_root"] = str(card["root"])
+        context = card.tokens("max_model_len")
+        root = card.text("root")
+        if card.raw:
+            settings["max_model_len"] = str(context)
+            if root and root != card.get("id"):
+                settings["model_root"] = root
         metrics = self._metrics_text()
         speculative = "vllm:spec_decode" in metrics
         self._prefix_caching = _prefix_caching(metrics)
@@ -111,29 +135,29 @@ class VLLM(OpenAICompatible):
         device = _device(metrics, settings) or _local_cpu(self.base_url)
         if device is not None:
             settings["device"], settings["device_source"] = device
-        warnings = ("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
-                    "decode speed is not the base speed",) if speculative else ()
+        warnings = (("speculative decoding is configured (vllm:spec_decode_* in /metrics): "
+                     "decode speed is not the base speed"),) if speculative else ()
         return EngineInfo(
             name=self.name,
-            version=str(version["version"]),
-            build=self._fingerprint or f"vllm-{version['version']}",
+            version=text,
+            build=self._fingerprint or (f"vllm-{text}" if text is not None else None),
             base_url=self.base_url,
-            model_path=str(card.get("root")) if card and card.get("root") else None,
+            model_path=root or None,
             model_name=self.model(),
-            context_size=count(card.get("max_model_len")) if card else None,
+            context_size=context,
             speculative=speculative,
             settings=tuple(sorted(settings.items())),
-            warnings=warnings,
+            warnings=(*warnings, *card.warning()),
         )
 
     def model_identity(self) -> ModelInfo | None:
         """What ``GET /v1/models`` says: name, ``root``, ``max_model_len``."""
-        card = self._model_card()
-        if card is None:
+        found = self._model_card()
+        if found is None:
             return None
-        root = card.get("root")
-        return ModelInfo(file_name=str(card.get("id")), path=str(root) if root else None,
-                         context_length=count(card.get("max_model_len")))
+        card = Fields(self.name, f"{self.base_url}/v1/models", found, "data[]")
+        return ModelInfo(file_name=str(card.get("id")), path=card.text("root") or None,
+                         context_length=card.tokens("max_model_len"))
 
     def _model_card(self) -> dict[str, Any] | None:
         try:
@@ -180,9 +204,23 @@ def histograms(metrics: str) -> dict[str, float]:
     """``{"vllm:x_seconds_sum": total, "..._count": total}`` over every label set."""
     out: dict[str, float] = {}
     for name, kind, value in _SERIES.findall(metrics):
+        try:
+            number = float(value)
+        except ValueError:
+            continue
         key = f"{name}_{kind}"
-        out[key] = out.get(key, 0.0) + float(value)
+        out[key] = out.get(key, 0.0) + number
     return out
+
+
+def _seconds(value: float | None, name: str) -> tuple[float | None, str | None]:
+    """A duration read off ``/metrics``, or None and why it cannot be used."""
+    if value is None:
+        return None, None
+    try:
+        return seconds_of(value), None
+    except Unusable as why:
+        return None, f"GET /metrics {name} grew by {shown(value)} ({why})"
 
 
 def _grown(before: dict[str, float], after: dict[str, float], name: str
@@ -191,7 +229,10 @@ def _grown(before: dict[str, float], after: dict[str, float], name: str
     keys = (f"{name}_count", f"{name}_sum")
     if not all(k in before and k in after for k in keys):
         return None
-    return round(after[keys[0]] - before[keys[0]]), after[keys[1]] - before[keys[1]]
+    observed = after[keys[0]] - before[keys[0]]
+    if not math.isfinite(observed):
+        return None
+    return round(observed), after[keys[1]] - before[keys[1]]
 
 
 def _local_cpu(base_url: str) -> tuple[str, str] | None:

@@ -12,12 +12,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from pytest_tokperf.transport.answers import auth_hint, error_text, html_title, looks_like_html
-from pytest_tokperf.transport.events import StreamStats
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
+from pytest_tokperf.transport.answers import (
+    auth_hint,
+    error_text,
+    html_title,
+    looks_like_html,
+)
+from pytest_tokperf.transport.events import StreamStats
 
-FILLER_WORDS = (
+FILLER_WORDS = (  # noqa: SIM905 (a paragraph of words reads better than a list)
     "time year people way day man thing woman life child world school state family "
     "student group country problem hand part place case week company system program "
     "question work number night point home water room mother area money story fact "
@@ -77,10 +82,10 @@ def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
     """What answers at ``base_url`` in words, and its ``--tokperf-engine`` name if known."""
     found = _json_dict(_get(client, f"{base_url}/api/version"))
     if found and "version" in found:
-        return f"Ollama {found['version']} (GET /api/version)", "ollama"
+        return f"Ollama {_said(found['version'])} (GET /api/version)", "ollama"
     found = _json_dict(_get(client, f"{base_url}/props"))
     if found and "build_info" in found:
-        return f"llama-server {found['build_info']} (GET /props)", "llama-server"
+        return f"llama-server {_said(found['build_info'])} (GET /props)", "llama-server"
     found = _json_dict(_get(client, f"{base_url}/get_model_info"))
     if found and "model_path" in found:
         return "SGLang (GET /get_model_info)", "sglang"
@@ -89,7 +94,7 @@ def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
         return "LM Studio (GET /api/v0/models)", "lmstudio"
     found = _json_dict(_get(client, f"{base_url}/version"))
     if found and "version" in found:
-        return f"vLLM {found['version']} (GET /version)", "vllm"
+        return f"vLLM {_said(found['version'])} (GET /version)", "vllm"
     health = _get(client, f"{base_url}/health")
     if _json_dict(health) == {"status": "ok"} and health is not None and "BaseHTTP" in \
             health.headers.get("server", ""):
@@ -107,6 +112,11 @@ def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
         return (f"a web page{f' titled {title!r}' if title else ''} "
                 f"(HTTP {response.status_code})"), None
     return f"HTTP {response.status_code} {response.text[:80]!r} on GET /", None
+
+
+def _said(value: object) -> str:
+    """A version or build as an engine gave it, short; anything but text as its repr."""
+    return f"{value:.60}" if isinstance(value, str) else f"{value!r:.60}"
 
 
 def _tls_problem(host: str, port: int) -> str | None:
@@ -270,16 +280,3 @@ class ChunkLog:
             clock_marks=marks,
         )
 
-
-def json_object(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """``parent[key]`` when it is a JSON object, else an empty one."""
-    value = parent.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def count(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

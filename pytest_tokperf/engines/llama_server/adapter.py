@@ -14,9 +14,10 @@ import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.llama_server import llama_server_settings
+from pytest_tokperf.engines.openai_compat import llama_cpp_timings
+from pytest_tokperf.engines.values import MAX_TOKENS, Fields
 from pytest_tokperf.engines.wire import (
     ChunkLog,
-    count,
     json_field,
     probe_ready,
     text_prompt,
@@ -25,7 +26,6 @@ from pytest_tokperf.engines.wire import (
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import (
     EngineInfo,
-    EngineTimings,
     Generation,
     GenerationRequest,
     ModelInfo,
@@ -67,19 +67,24 @@ class LlamaServer(HttpAdapter):
 
     def _vocab_size(self) -> int:
         if self._n_vocab is None:
-            models = get_json(self._client, f"{self.base_url}/v1/models", "model list")
-            meta = _first_model_meta(models)
-            if not meta or not isinstance(meta.get("n_vocab"), int):
+            url = f"{self.base_url}/v1/models"
+            models = get_json(self._client, url, "model list")
+            meta = Fields(self.name, url, _first_model_meta(models) or {}, "data[0].meta")
+            n_vocab = meta.count("n_vocab", most=MAX_TOKENS, refuse=True)
+            if n_vocab is None:
                 raise EngineProtocolError(
-                    f"{self.base_url}/v1/models has no data[0].meta.n_vocab: {models!r:.200}. "
+                    f"{url} has no data[0].meta.n_vocab: {models!r:.200}. "
                     f"Is this a llama-server with a model loaded?"
                 )
-            self._n_vocab = int(meta["n_vocab"])
+            if n_vocab < 4:
+                raise meta.refusal("n_vocab", n_vocab, "too few tokens to make a prompt of")
+            self._n_vocab = n_vocab
         return self._n_vocab
 
     def info(self) -> EngineInfo:
+        url = f"{self.base_url}/props"
         try:
-            props = get_json(self._client, f"{self.base_url}/props", "server properties")
+            props = get_json(self._client, url, "server properties")
         except EngineProtocolError as exc:
             # mlx_lm.server answers /health too, then 404s /props: name the engine there
             raise wrong_engine(self.name, self.base_url, f"GET /props failed: {exc}",
@@ -87,15 +92,18 @@ class LlamaServer(HttpAdapter):
         if not isinstance(props, dict) or "build_info" not in props:
             raise wrong_engine(self.name, self.base_url,
                                f"no build_info in GET /props: {props!r:.120}", self._client)
-        build, _commit = parse_build(props.get("build_info"))
-        defaults = props.get("default_generation_settings") or {}
+        said = Fields(self.name, url, props)
+        build_info = said.text("build_info", refuse=True)  # the build: the series key
+        build, _commit = parse_build(build_info)
+        defaults = said.inside("default_generation_settings")
         settings = dict(self._settings)
-        settings["total_slots"] = str(props.get("total_slots"))
+        settings["total_slots"] = str(said.count("total_slots", most=MAX_TOKENS))
         # typed speed settings (args, /props, start-up log): llama_server.speed_settings owns them
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
         settings.pop("log_path", None)  # read above; a per-process path is not identity
-        configured = bool(defaults.get("speculative", False)) or "draft_model" in settings
+        defaults.flag("speculative")  # noted unless true or false; truthy: it may draft
+        configured = bool(defaults.get("speculative")) or "draft_model" in settings
         # b11434's /props no longer says; each slot in /slots still does.
         drafting = self._slots_drafting()
         warnings: list[str] = []
@@ -105,20 +113,23 @@ class LlamaServer(HttpAdapter):
                 f"llama-server at {self.base_url} drafts (GET /slots: speculative true) "
                 "though no draft model was configured here: its decode speed is not the base "
                 "speed, so the result is kept apart from the base series")
+        model_path = said.text("model_path")
+        model_name = said.text("model_alias") or model_path
+        context_size = defaults.tokens("n_ctx")
         return EngineInfo(
             name=self.name,
             version=build,
             # builds.identity's label: one build_info can be several binaries
-            build=settings.get("build_label") or props.get("build_info"),
+            build=settings.get("build_label") or build_info,
             base_url=self.base_url,
             backend=server.backend,
-            model_path=props.get("model_path"),
-            model_name=props.get("model_alias") or props.get("model_path"),
-            context_size=defaults.get("n_ctx"),
+            model_path=model_path,
+            model_name=model_name,
+            context_size=context_size,
             threads=_int_or_none(settings.get("threads")),
             speculative=configured or bool(drafting),
             settings=tuple(sorted(settings.items())),
-            warnings=tuple(warnings),
+            warnings=(*warnings, *said.warning()),
         )
 
     def _slots_drafting(self) -> bool | None:
@@ -139,19 +150,21 @@ class LlamaServer(HttpAdapter):
 
     def model_identity(self) -> ModelInfo | None:
         """The model as ``/props`` and ``/v1/models`` describe it (no file size)."""
-        props = get_json(self._client, f"{self.base_url}/props", "server properties")
-        path = props.get("model_path") if isinstance(props, dict) else None
+        url = f"{self.base_url}/props"
+        props = Fields(self.name, url, get_json(self._client, url, "server properties"))
+        path = props.text("model_path")
         if not path:
             return None
-        meta = _first_model_meta(get_json(self._client, f"{self.base_url}/v1/models",
-                                          "model list")) or {}
-        ftype = meta.get("ftype") or (props.get("model_ftype") if isinstance(props, dict) else None)
+        models = f"{self.base_url}/v1/models"
+        meta = Fields(self.name, models, _first_model_meta(get_json(self._client, models,
+                                                                    "model list")) or {})
+        ftype = meta.text("ftype") or props.text("model_ftype")
         return ModelInfo(
-            file_name=str(path).replace("\\", "/").rsplit("/", 1)[-1],
-            path=str(path),
-            parameter_count=count(meta.get("n_params")),
-            file_type=str(ftype) if ftype else None,
-            context_length=count(meta.get("n_ctx_train")),
+            file_name=path.replace("\\", "/").rsplit("/", 1)[-1],
+            path=path,
+            parameter_count=meta.count("n_params"),
+            file_type=ftype or None,
+            context_length=meta.tokens("n_ctx_train"),
         )
 
     supports_chat = True
@@ -174,17 +187,26 @@ class LlamaServer(HttpAdapter):
         last: object = None
         for now, event in self._streams.events(url, body, request, stats=log.stats):
             last = event
-            n = len(event.get("tokens") or ()) or (1 if event.get("content") else 0)
-            log.add(now, n, str(event.get("content", "")))
+            tokens, content = event.get("tokens"), event.get("content")
+            text = content if isinstance(content, str) else ""
+            n = len(tokens) if isinstance(tokens, list) and tokens else (1 if text else 0)
+            log.add(now, n, text)
             if event.get("stop"):
                 final = event
         if final is None:
             raise log.cut_short(self.name, "a final (stop) event", last)
-        timings = _timings(final.get("timings"))
+        if not log.times_s:
+            raise EngineProtocolError(f"{url} streamed no generated tokens (the final event: "
+                                      f"{final!r:.200})")
+        said = Fields(self.name, url, final)
+        asked = request.generate_tokens
+        timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
+                   else None)
         return log.generation(
-            generated_tokens=timings.generated_tokens if timings else final.get("tokens_predicted"),
-            prompt_tokens=timings.prompt_tokens if timings else final.get("tokens_evaluated"),
-            stop_reason=final.get("stop_type"), engine=timings)
+            generated_tokens=timings.generated_tokens if timings
+            else said.tokens("tokens_predicted", most=asked),
+            prompt_tokens=timings.prompt_tokens if timings else said.tokens("tokens_evaluated"),
+            stop_reason=said.text("stop_type"), engine=said.noted(timings))
 
     def _chat(self, request: GenerationRequest) -> Generation:
         """``/v1/chat/completions`` through the template; thinking and answer apart."""
@@ -208,21 +230,28 @@ class LlamaServer(HttpAdapter):
             first = choices[0] if isinstance(choices, list) and choices else None
             delta = first.get("delta") if isinstance(first, dict) else None
             delta = delta if isinstance(delta, dict) else {}
-            thought = str(delta.get("reasoning_content") or "")
-            answer = str(delta.get("content") or "")
+            thought, answer = delta.get("reasoning_content"), delta.get("content")
+            thought = thought if isinstance(thought, str) else ""
+            answer = answer if isinstance(answer, str) else ""
             if thought or answer:
                 log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
             if "timings" in event or "usage" in event:
                 final = event
         if final is None:
             raise log.cut_short(self.name, "its usage/timings chunk", last)
-        timings = _timings(final.get("timings"))
-        usage = final.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+        if not log.times_s:
+            raise EngineProtocolError(f"{url} streamed no generated tokens (the final event: "
+                                      f"{final!r:.200})")
+        said = Fields(self.name, url, final)
+        asked = request.generate_tokens
+        timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
+                   else None)
+        usage = said.inside("usage")
         return log.generation(
-            generated_tokens=timings.generated_tokens if timings else usage.get("completion_tokens"),
-            prompt_tokens=timings.prompt_tokens if timings else usage.get("prompt_tokens"),
-            stop_reason=None, engine=timings)
+            generated_tokens=timings.generated_tokens if timings
+            else usage.tokens("completion_tokens", most=asked),
+            prompt_tokens=timings.prompt_tokens if timings else usage.tokens("prompt_tokens"),
+            stop_reason=None, engine=said.noted(timings))
 
 
 def _first_model_meta(models: Any) -> dict[str, Any] | None:
@@ -240,25 +269,3 @@ def _int_or_none(value: str | None) -> int | None:
     except ValueError:
         return None
 
-
-def _timings(raw: Any) -> EngineTimings | None:
-    if not isinstance(raw, dict):
-        return None
-
-    def seconds(key: str) -> float | None:
-        value = raw.get(key)
-        return float(value) / 1000.0 if isinstance(value, (int, float)) else None
-
-    def count(key: str) -> int | None:
-        value = raw.get(key)
-        return int(value) if isinstance(value, (int, float)) else None
-
-    return EngineTimings(
-        prompt_tokens=count("prompt_n"),
-        cached_prompt_tokens=count("cache_n"),
-        prefill_s=seconds("prompt_ms"),
-        generated_tokens=count("predicted_n"),
-        decode_s=seconds("predicted_ms"),
-        draft_tokens=count("draft_n"),
-        draft_accepted_tokens=count("draft_n_accepted"),
-    )

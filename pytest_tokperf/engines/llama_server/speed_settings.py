@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, cast
 
+from pytest_tokperf.engines.values import MAX_TOKENS, count_or_none
 from pytest_tokperf.hardware.placement import Device, Placement, backend_of_device_name
 from pytest_tokperf.results import EngineInfo
 
@@ -360,10 +361,9 @@ def parse_props(props: Mapping[str, Any]) -> ServerSettings:
     """What ``GET /props`` says: context per slot and the number of slots."""
     defaults = props.get("default_generation_settings")
     n_ctx = defaults.get("n_ctx") if isinstance(defaults, Mapping) else None
-    slots = props.get("total_slots")
-    return ServerSettings(
-        context_size=n_ctx if isinstance(n_ctx, int) else None,
-        parallel=slots if isinstance(slots, int) else None,
+    return ServerSettings(  # the adapter notes values that cannot be used
+        context_size=count_or_none(n_ctx, MAX_TOKENS),
+        parallel=count_or_none(props.get("total_slots"), MAX_TOKENS),
         sources=("/props",),
     )
 
