@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         "`tokperf VERB --help` tells more about each verb.",
     )
     parser.add_argument("--version", action="version", version=f"tokperf {__version__}")
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", help=argparse.SUPPRESS)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", help=argparse.SUPPRESS,
+                                  prog="tokperf")
 
     p = verbs.add_parser("make-model", parents=[JSON],
                          help="write a random-weight model (GGUF or HF folder)",
@@ -252,9 +253,11 @@ def glue_dash_values(args: Sequence[str]) -> list[str]:
     out: list[str] = []
     for arg in args:
         flag = out[-1] if out else ""
-        if flag.startswith("--") and "=" not in flag and _DASH_VALUE.match(arg) \
-                and not _NEGATIVE_NUMBER.fullmatch(arg):
-            out[-1] = f"{flag}={arg}"
+        if (flag.startswith("-") and flag != "--" and "=" not in flag
+                and _DASH_VALUE.match(arg) and not _NEGATIVE_NUMBER.fullmatch(arg)):
+            # -p-1 for a one-letter flag (-p=-1 would read '=-1'); -ngl=-1,5 and
+            # --bandwidth=-5GB/s for the rest (llama-bench's -ngl -1,5 included)
+            out[-1] = f"{flag}{arg}" if len(flag) == 2 else f"{flag}={arg}"
         else:
             out.append(arg)
     return out

@@ -92,3 +92,18 @@ def test_compare_builds_says_the_min_effect_each_mode_uses() -> None:
     assert (f"(default {PAIRED_MIN_EFFECT:g} with --mode paired, as the same-run A/B's; "
             f"{DECODE.min_effect:g} with --mode sessions)") in text
     assert "VM" not in text and "2-core" not in text
+
+
+def test_every_verbs_usage_and_errors_name_the_verb(capsys: pytest.CaptureFixture[str]) -> None:
+    # the usage line once read "tokperf [--version] [-h] VERB [options] accept: error: ..."
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if a.dest == "verb").choices  # type: ignore[union-attr]
+    assert verbs
+    for verb, sub in verbs.items():  # type: ignore[union-attr]
+        assert sub.prog == f"tokperf {verb}", sub.prog
+        assert sub.format_usage().startswith(f"usage: tokperf {verb} "), sub.format_usage()
+    with pytest.raises(SystemExit) as exited:
+        main(["accept"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "tokperf accept: error:" in err and "VERB [options] accept" not in err

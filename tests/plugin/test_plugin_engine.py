@@ -32,8 +32,13 @@ def test_decode(tok_bench):
     assert r.decode_tokens_per_s > 0 and r.ttft_s > 0
     # The client clock must track the engine's (a wrong token count or clock would be off
     # by 2x or more); the margin is wide because this test model decodes 48 tokens in
-    # ~0.1 s, where a starved client reads in bursts (30% apart with both cores busy).
-    assert res.decode_agreement is not None and res.decode_agreement < 0.5, res.notes
+    # ~0.1 s, where a starved client reads in bursts (30% apart with both cores busy). With
+    # neighbours busy the client may get the whole stream in one burst (98% apart with two
+    # busy loops): then the result must say the machine was busy, not claim agreement.
+    busy = res.load is not None and res.load.loaded
+    assert res.decode_agreement is not None, res.notes
+    assert res.decode_agreement < 0.5 or busy, res.notes
+    assert not busy or any(n.startswith(BUSY_NOTE) for n in res.notes), res.notes
     assert all(s.cached_prompt_tokens == 0 for s in res.samples)
     # nothing else went wrong; a busy machine (a shared CI runner) is said, not failed
     assert [n for n in res.notes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,13 @@ def refused(url: str) -> bool:
     return False
 
 
+def vllm_generated_tokens(url: str) -> float:
+    """vLLM's ``vllm:generation_tokens_total`` counter from its Prometheus ``/metrics``."""
+    text = httpx.get(f"{url}/metrics", timeout=5.0).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total"))
+
+
 BENCH_TESTS = """
 def test_text(tok_bench):
     r = tok_bench(prompt_tokens=16, generate_tokens=24, repetitions=2, warmup=1)
@@ -95,10 +103,13 @@ def cached_tokens(db: Path) -> list[int | None]:
         return [row[0] for row in conn.execute("select cached_prompt_tokens from samples")]
 
 
-def killed_mid_stream(session: EngineSession, tokens: int, after_s: float) -> BaseException:
+def killed_mid_stream(session: EngineSession, tokens: int, after_s: float,
+                      streaming: Callable[[], bool] | None = None) -> BaseException:
     """Start a ``tokens``-long generation on ``session``'s started server, SIGKILL the
     server's process group ``after_s`` seconds in, and return what the generation raised
-    (an AssertionError when it returned as if nothing happened)."""
+    (an AssertionError when it returned as if nothing happened). ``streaming``: the kill's
+    clock starts only once it says the engine is generating (a busy machine can hold a
+    request back for seconds before its first byte, and a kill then is no mid-stream one)."""
     import os
     import signal
     import threading
@@ -124,6 +135,10 @@ def killed_mid_stream(session: EngineSession, tokens: int, after_s: float) -> Ba
 
     worker = threading.Thread(target=generate)
     worker.start()
+    if streaming is not None:
+        deadline = time.monotonic() + 120
+        while not streaming() and worker.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
     time.sleep(after_s)
     os.killpg(server.process.pid, signal.SIGKILL)
     worker.join(timeout=150)
