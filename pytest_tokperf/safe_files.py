@@ -73,7 +73,7 @@ def read_regular(path: Path | str, *, cap: int = MAX_TEXT_BYTES) -> bytes:
         if size > cap:
             raise FileRefused(f"{str(path)!r} holds {size} bytes, more than the "
                               f"{cap} ({cap / (1 << 20):g} MiB) this file may have")
-        data = handle.read(cap + 1)
+        data = handle.read(min(size, cap) + 1)
     if len(data) > cap:  # grew while read
         raise FileRefused(f"{str(path)!r} holds more than {cap} bytes")
     return data

@@ -14,7 +14,7 @@ from pathlib import Path
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.storage import location
 from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, default_db,
-                                             is_pg_url, project_root)
+                                             is_pg_url, project_root, redact_dsn)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -56,7 +56,8 @@ def is_sqlite_file(path: str) -> bool:
 def chosen_db(args: argparse.Namespace, positional: str | None = None) -> str:
     """The DB a verb works on: ``--db``, else the old positional form, else the default."""
     if args.db is not None and positional is not None:
-        raise ConfigError(f"the results DB is given twice: --db {args.db!r} and {positional!r}; "
+        raise ConfigError(f"the results DB is given twice: --db {shown_db(args.db)!r} and "
+                          f"{shown_db(positional)!r}; "
                           f"drop one")
     return args.db or positional or default_db_here()
 
@@ -85,6 +86,11 @@ def db_then_pattern(args: argparse.Namespace, words: list[str],
             is_sqlite_file(words[0]) or words[0].endswith(DB_SUFFIXES) or is_pg_url(words[0])):
         return words[0], None
     return chosen_db(args), words[0] if words else None
+
+
+def shown_db(text: str) -> str:
+    """A DB as given, safe to show: a URL or libpq keyword string without its secrets."""
+    return redact_dsn(text) if is_pg_url(text) else text
 
 
 def missing_db_hint(path: str) -> ConfigError:

@@ -25,6 +25,7 @@ from pytest_tokperf.cli.common import (
     db_then_pattern,
     is_db_word,
     readable_db,
+    shown_db,
 )
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError
@@ -242,10 +243,12 @@ def compare(args: argparse.Namespace) -> int:
     """
     dbs = ([args.db] if args.db else []) + list(args.dbs)
     if len(dbs) > 2:
-        raise ConfigError(f"compare takes at most two DBs, got {dbs!r}: the baseline DB (--db "
+        raise ConfigError(f"compare takes at most two DBs, got {[shown_db(d) for d in dbs]!r}: "
+                          f"the baseline DB (--db "
                           f"or the first) and a second one whose latest runs are 'current'")
     if len(dbs) == 2 and same_db(db_location(dbs[0]), db_location(dbs[1])):
-        raise ConfigError(f"compare {dbs[0]!r} with {dbs[1]!r}: that is one DB twice, so its "
+        raise ConfigError(f"compare {shown_db(dbs[0])!r} with {shown_db(dbs[1])!r}: that is "
+                          f"one DB twice, so its "
                           "latest run would sit on both sides; give a second DB, or one DB "
                           "with --baseline VERSION --current VERSION")
     base_store = _open(dbs[0] if dbs else chosen_db(args))
@@ -351,7 +354,7 @@ def export(args: argparse.Namespace) -> int:
 
 
 def import_(args: argparse.Namespace) -> int:
-    from pytest_tokperf.storage.exchange import Added, import_dataset, load_reference_runs
+    from pytest_tokperf.storage.exchange import import_datasets
 
     files = list(args.files)
     positional = None
@@ -360,13 +363,8 @@ def import_(args: argparse.Namespace) -> int:
     db = db_location(chosen_db(args, positional))
     if isinstance(db, Path) and db.is_file():
         _open(str(db)).close()  # a tokperf DB, or refused before anything is written
-    added = Added()
-    for source in files:
-        path = Path(source)
-        added = added + (load_reference_runs(path, db) if path.is_dir()
-                         else import_dataset(db, path))
-    emit(args, {**asdict(added), "db": str(db)},
-         [f"added {added.runs} runs, {added.results} results, {added.samples} samples to {db}"])
+    added = import_datasets(db, [Path(source) for source in files])
+    emit(args, {**asdict(added), "db": str(db)}, added.summary(db))
     return 0
 
 
@@ -381,7 +379,8 @@ def merge(args: argparse.Namespace) -> int:
     if isinstance(out, Path) and out.is_file():
         _open(str(out)).close()  # a tokperf DB, or refused before anything is written
     added = merge_dbs(readable_db(dbs[0]), readable_db(dbs[1]) if len(dbs) == 2 else None, out)
-    emit(args, {**asdict(added), "output": str(out)},
+    emit(args, {"runs": added.runs, "results": added.results, "samples": added.samples,
+                "output": str(out)},
           [f"{out}: {added.runs} runs, {added.results} results, {added.samples} samples"])
     return 0
 
@@ -393,7 +392,7 @@ def save_reference(args: argparse.Namespace) -> int:
     store = _open(db)
     run_id = args.run or (store.runs()[-1].run.run_id if store.runs() else None)
     if run_id is None:
-        raise ConfigError(f"{db!r} holds no runs to save")
+        raise ConfigError(f"{shown_db(db)!r} holds no runs to save")
     path = write_reference_run(readable_db(db), run_id, Path(args.directory))
     emit(args, {"run_id": run_id, "path": str(path)}, [str(path)])
     return 0

@@ -36,7 +36,8 @@ from pytest_tokperf.results import (
     Verdict,
     Workload,
 )
-from pytest_tokperf.storage.exchange import Added, ResultBundle, RunBundle, add_run
+from pytest_tokperf.storage.exchange import Added, add_run
+from pytest_tokperf.storage.run_files import ResultBundle, RunBundle
 from pytest_tokperf.expected.llama_bench_parse import LlamaBenchRecord, read_llama_bench
 from pytest_tokperf.storage.env_hash import dumps
 from pytest_tokperf.storage.rows import (
@@ -365,9 +366,10 @@ def import_llama_bench(db: DbLocation, paths: Iterable[Path], *, device: str | N
     """
     extra = {k: v for k, v in (("device", device), ("gpu_cores", gpu_cores)) if v is not None}
     total, rows = Added(), []
+    read = [(path, [replace(r, fields={**r.fields, **extra}) for r in read_llama_bench(path)])
+            for path in _files(paths)]  # every file read before the DB is opened (or made)
     with ResultStore.open(db) as store:
-        for path in _files(paths):
-            records = [replace(r, fields={**r.fields, **extra}) for r in read_llama_bench(path)]
+        for path, records in read:
             added, imported = import_records(store, records, str(path))
             total += added
             rows += imported

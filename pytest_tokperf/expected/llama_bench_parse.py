@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import sqlite3
 from collections.abc import Iterable
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pytest_tokperf.errors import StorageError
+from pytest_tokperf.jsontext import loads
+from pytest_tokperf.safe_files import MAX_TEXT_BYTES, FileRefused, read_regular
 
 LlamaBenchForm = Literal["json", "jsonl", "csv", "sql", "md"]
 
@@ -144,18 +145,30 @@ def parse_llama_bench(text: str, source: str, form: LlamaBenchForm | None = None
     try:
         records = _PARSERS[chosen](text, source)
     except (ValueError, KeyError, TypeError, sqlite3.Error) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise StorageError(f"{source!r} is not readable llama-bench -o {chosen} output: "
-                           f"{exc}") from exc
+                           f"{reason}") from exc
     if not records:
         raise StorageError(f"{source!r} holds no llama-bench test rows (-o {chosen})")
     return tuple(records)
 
 
 def read_llama_bench(path: Path) -> tuple[LlamaBenchRecord, ...]:
+    """One llama-bench output file: a regular file of at most 64 MiB of UTF-8 text."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, cap=MAX_TEXT_BYTES)
+    except FileRefused as exc:
+        raise StorageError(f"{exc}: not llama-bench output; pass the file `llama-bench -o "
+                           f"json` wrote") from None
     except OSError as exc:
-        raise StorageError(f"cannot read llama-bench output {str(path)!r}: {exc}") from exc
+        raise StorageError(f"cannot read llama-bench output {str(path)!r}: "
+                           f"{exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StorageError(f"{str(path)!r} is not UTF-8 text (byte {exc.start}): not "
+                           f"llama-bench output; pass the file `llama-bench -o json` "
+                           f"wrote") from None
     return parse_llama_bench(text, str(path))
 
 
@@ -169,14 +182,14 @@ def _record(raw: dict[str, Any], form: LlamaBenchForm, source: str) -> LlamaBenc
 
 
 def _json(text: str, source: str) -> list[LlamaBenchRecord]:
-    rows = json.loads(text)
+    rows = loads(text)
     if not isinstance(rows, list):
         raise ValueError("expected a JSON list of test objects (llama-bench -o json)")
     return [_record(row, "json", f"{source}[{i}]") for i, row in enumerate(rows)]
 
 
 def _jsonl(text: str, source: str) -> list[LlamaBenchRecord]:
-    return [_record(json.loads(line), "jsonl", f"{source}:{n}")
+    return [_record(loads(line), "jsonl", f"{source}:{n}")
             for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 
@@ -262,7 +275,7 @@ def _md(text: str, source: str) -> list[LlamaBenchRecord]:
             after_table = False
         found_meta = _META.match(stripped)
         if found_meta:
-            meta = json.loads(found_meta["json"])
+            meta = loads(found_meta["json"])
             devices, ahead = [], {}
             guessed.clear()
         if _FOUND.search(stripped):

@@ -1,6 +1,10 @@
 """Hugging Face model folders: the safetensors tensor tables, config.json and identity.
 
-Only headers are read; weights count at the dtype the engine serves.
+Only headers are read; weights count at the dtype the engine serves. Every file is read
+as a stranger's (``safe_files``: regular files only, capped by size; ``jsontext``: depth
+bounded) and held to the GGUF reader's rules: known dtypes, whole counts, shapes whose
+bytes the file holds. A refusal is one ``ModelFileError`` line naming the file, the key
+and the fix.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pytest_tokperf.errors import ModelFileError
+from pytest_tokperf.jsontext import loads
 from pytest_tokperf.results import Footprint, ModelInfo
+from pytest_tokperf.safe_files import FileRefused, read_regular, regular_size
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
-               "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+               "F8_E8M0": 1, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+               "U16": 2, "U8": 1, "BOOL": 1, "C64": 8}
 """Bytes per element of each safetensors dtype."""
 
 TORCH_DTYPES = {"float32": "F32", "float": "F32", "float16": "F16", "half": "F16",
@@ -28,7 +35,62 @@ FLOATS = frozenset({"F64", "F32", "F16", "BF16"})
 _GATHERED = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings|embed_positions|wpe)\.weight$")
 _HEAD = re.compile(r"(^|\.)(lm_head|output|embed_out)\.weight$")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.|\.experts\.(gate_up_proj|down_proj|w1|w2|w3)")
-_MAX_HEADER = 100 << 20
+
+MAX_HEADER_BYTES = 16 << 20
+"""A safetensors header (real ones: a few KB to a few MB, ~100 bytes a tensor)."""
+MAX_CONFIG_BYTES = 16 << 20
+MAX_INDEX_BYTES = 32 << 20
+"""model.safetensors.index.json: ~100 bytes a tensor (the largest models: ~10 MB)."""
+MAX_JSON_VALUES = 1 << 21
+"""Values (counted by ``[``, ``{`` and ``,``) one JSON file may hold: ~10 a tensor entry;
+bounds what parsing costs (~70 bytes of Python a value) whatever the file's size."""
+MAX_TENSORS = 1 << 18
+"""Tensors of a whole folder (the largest MoE checkpoints list ~150k)."""
+MAX_SHARDS = 1 << 14
+MAX_DIMS = 8
+MAX_DIM = 1 << 48
+CONFIG_COUNTS: dict[str, int] = {
+    "num_attention_heads": 1 << 16, "num_key_value_heads": 1 << 16,
+    "hidden_size": 1 << 24, "head_dim": 1 << 20,
+    "sliding_window": 1 << 40, "max_position_embeddings": 1 << 40,
+    "num_local_experts": 1 << 16, "num_experts": 1 << 16, "n_routed_experts": 1 << 16,
+    "num_experts_per_tok": 1 << 16, "num_experts_per_token": 1 << 16,
+}
+"""config.json counts the footprint reads, each a whole number from 0 to its bound."""
+FIX = "download the model again (or write the file correctly)"
+
+
+def _show(value: object, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters: a message stays one short line."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _refuse(path: Path, problem: str) -> NoReturn:
+    raise ModelFileError(f"{str(path)!r}: {problem}; {FIX}")
+
+
+def _read(path: Path, cap: int) -> bytes:
+    try:
+        return read_regular(path, cap=cap)
+    except FileRefused as exc:
+        raise ModelFileError(f"{exc}; pass the model folder with its files as "
+                             f"downloaded") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def _json(path: Path, raw: bytes, what: str) -> Any:
+    """``raw`` parsed, at most ``MAX_JSON_VALUES`` values and ``jsontext.MAX_DEPTH`` deep."""
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if values > MAX_JSON_VALUES:
+        _refuse(path, f"{what} holds about {values} JSON values, more than the "
+                      f"{MAX_JSON_VALUES} a model's file has")
+    try:
+        return loads(raw)
+    except (ValueError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or ["unreadable"])[0][:120]
+        _refuse(path, f"{what} is not JSON ({reason})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +186,11 @@ class HFModel:
 
 
 def is_hf_folder(path: Path) -> bool:
-    """A folder with a config.json and safetensors weights (or a file inside one)."""
+    """A folder with a config.json and safetensors weights (or a file inside one); either
+    may be a FIFO or a broken link, which ``load_hf`` then refuses by name."""
     folder = path if path.is_dir() else path.parent
-    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+    config = folder / "config.json"
+    return (config.exists() or config.is_symlink()) and any(folder.glob("*.safetensors"))
 
 
 def hf_folder(path: Path) -> Path:
@@ -134,83 +198,161 @@ def hf_folder(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
+def _header(path: Path) -> tuple[dict[str, Any], int, int]:
+    """A safetensors file's header, its file size and the header's length in bytes."""
+    try:
+        size = regular_size(path)
+        with path.open("rb") as fh:
+            prefix = fh.read(8)
+            length = int.from_bytes(prefix, "little")
+            raw = fh.read(length) if len(prefix) == 8 and 2 <= length <= MAX_HEADER_BYTES \
+                else b""
+    except FileRefused as exc:
+        raise ModelFileError(f"{exc}; pass the model folder with its files as "
+                             f"downloaded") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    if len(prefix) < 8 or not 2 <= length <= MAX_HEADER_BYTES:
+        _refuse(path, f"not a safetensors file: its header length {length} is not between "
+                      f"2 bytes and {MAX_HEADER_BYTES >> 20} MiB")
+    if len(raw) < length:
+        _refuse(path, f"truncated: its header says {length} bytes but the file holds "
+                      f"{size - 8} after the length")
+    header = _json(path, raw, "the safetensors header")
+    if not isinstance(header, dict):
+        _refuse(path, f"the safetensors header is {type(header).__name__}, not a JSON object")
+    return header, size, length
+
+
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON table at the start of a safetensors file (no tensor data is read)."""
-    try:
-        with path.open("rb") as fh:
-            size = int.from_bytes(fh.read(8), "little")
-            if not 2 <= size <= _MAX_HEADER:
-                raise ModelFileError(
-                    f"{str(path)!r} is not a safetensors file: its header length {size} "
-                    f"is not between 2 bytes and 100 MB")
-            raw = fh.read(size)
-    except OSError as exc:
-        raise ModelFileError(f"cannot read {str(path)!r}: {exc}") from exc
-    try:
-        header = json.loads(raw)
-    except ValueError as exc:
-        raise ModelFileError(f"{str(path)!r}: the safetensors header is not JSON ({exc})") \
-            from exc
-    if not isinstance(header, dict):
-        raise ModelFileError(f"{str(path)!r}: the safetensors header is not a JSON object")
-    return header
+    return _header(path)[0]
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _tensor(path: Path, name: str, entry: object, data_bytes: int) -> HFTensor:
+    """One header entry, checked as the safetensors library checks it: a known dtype, a
+    shape of whole numbers, data offsets inside the file spanning exactly its bytes."""
+    where = f"tensor {_show(name)}"
+    if not isinstance(entry, dict):
+        _refuse(path, f"{where} is {_show(entry)}, not an object with dtype, shape and "
+                      f"data_offsets")
+    dtype = entry.get("dtype")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise ModelFileError(f"{str(path)!r}: {where} has dtype {_show(dtype)}, which "
+                             f"tokperf cannot size (it knows {', '.join(DTYPE_BYTES)})")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS \
+            or not all(_whole(n, 0, MAX_DIM) for n in shape):
+        _refuse(path, f"{where} has shape {_show(shape)}, not a list of at most {MAX_DIMS} "
+                      f"whole numbers from 0 to 2^48")
+    offsets = entry.get("data_offsets")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(_whole(n, 0, data_bytes) for n in offsets) and offsets[0] <= offsets[1]):
+        _refuse(path, f"{where} has data_offsets {_show(offsets)}, not [begin, end] inside "
+                      f"the file's {data_bytes} bytes of data (truncated?)")
+    n_bytes = math.prod(shape) * DTYPE_BYTES[dtype]
+    if offsets[1] - offsets[0] != n_bytes:
+        _refuse(path, f"{where}: shape {_show(shape)} of {dtype} takes {n_bytes} bytes but "
+                      f"its data_offsets {_show(offsets)} hold {offsets[1] - offsets[0]}")
+    return HFTensor(name, dtype, tuple(shape), path.name)
+
+
+def _file_tensors(path: Path, digest: Any) -> tuple[list[HFTensor], int]:
+    """The tensors of one safetensors file (hashed into ``digest``) and its size."""
+    header, size, length = _header(path)
+    digest.update(json.dumps(header, sort_keys=True).encode())
+    data_bytes = size - 8 - length
+    tensors = [_tensor(path, name, entry, data_bytes)
+               for name, entry in header.items() if name != "__metadata__"]
+    claimed = sum(t.n_bytes for t in tensors)
+    if claimed > data_bytes:
+        _refuse(path, f"its {len(tensors)} tensors claim {claimed} bytes but the file holds "
+                      f"{data_bytes} bytes of data: their data_offsets overlap")
+    return tensors, size
+
+
+_SHARD = re.compile(r"[^/\\\x00]+\.safetensors")
 
 
 def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            mapping = json.loads(index.read_text()).get("weight_map", {})
-        except (OSError, ValueError, AttributeError) as exc:
-            raise ModelFileError(f"cannot read {str(index)!r}: {exc}") from exc
-        return [folder / name for name in sorted(set(mapping.values()))]
-    return sorted(folder.glob("*.safetensors"))
+    if not (index.exists() or index.is_symlink()):
+        return sorted(folder.glob("*.safetensors"))
+    data = _json(index, _read(index, MAX_INDEX_BYTES), "the index")
+    mapping = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(mapping, dict) or not mapping:
+        _refuse(index, f"'weight_map' is {_show(mapping)}, not an object of tensor name -> "
+                       f".safetensors file")
+    names: set[str] = set()
+    for tensor, name in mapping.items():
+        if not isinstance(name, str) or not _SHARD.fullmatch(name) or name.startswith("."):
+            _refuse(index, f"'weight_map' maps {_show(tensor)} to {_show(name)}, not the "
+                           f"name of a .safetensors file in this folder")
+        names.add(name)
+    if len(names) > MAX_SHARDS:
+        _refuse(index, f"'weight_map' names {len(names)} files, more than the {MAX_SHARDS} "
+                       f"a model is split into")
+    return [folder / name for name in sorted(names)]
+
+
+def _check_config(model: HFModel, config_path: Path) -> None:
+    """Every count the footprint reads, typed and bounded (``CONFIG_COUNTS``)."""
+    layers = model.get("num_hidden_layers")
+    if layers is not None and not _whole(layers, 0, len(model.tensors)):
+        raise ModelFileError(
+            f"{str(config_path)!r} says num_hidden_layers {_show(layers)}, which its weights "
+            f"cannot hold (each layer has at least one tensor; the safetensors files list "
+            f"{len(model.tensors)}): the config is corrupt or belongs to another model; "
+            f"download it again")
+    for key, bound in CONFIG_COUNTS.items():
+        value = model.get(key)
+        if value is not None and not _whole(value, 0, bound):
+            _refuse(config_path, f"{key!r} is {_show(value)}, not a whole number from 0 to "
+                                 f"{bound}")
+    for key, kind in (("model_type", str), ("tie_word_embeddings", bool),
+                      ("layer_types", list)):
+        value = model.get(key)
+        if value is not None and not isinstance(value, kind):
+            _refuse(config_path, f"{key!r} is {_show(value)}, not a {kind.__name__}")
 
 
 def load_hf(path: str | Path) -> HFModel:
     """Read a model folder's config.json and safetensors headers (ModelFileError if not one)."""
     folder = hf_folder(Path(path).expanduser())
     config_path = folder / "config.json"
-    if not config_path.is_file():
+    if not (config_path.exists() or config_path.is_symlink()):
         raise ModelFileError(f"{str(folder)!r} has no config.json: not a Hugging Face model "
                              f"folder; pass the folder mlx_lm or vLLM loads, or a .gguf file")
-    try:
-        config_text = config_path.read_text()
-        config = json.loads(config_text)
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"cannot read {str(config_path)!r}: {exc}") from exc
+    raw_config = _read(config_path, MAX_CONFIG_BYTES)
+    config = _json(config_path, raw_config, "config.json")
     if not isinstance(config, dict):
-        raise ModelFileError(f"{str(config_path)!r} is not a JSON object")
+        _refuse(config_path, f"config.json is {type(config).__name__}, not a JSON object")
     files = _weight_files(folder)
     if not files:
         raise ModelFileError(f"{str(folder)!r} has no *.safetensors weights; tokperf reads "
                              f"bytes per token from safetensors headers only")
-    digest = hashlib.sha256(config_text.encode())
+    digest = hashlib.sha256(raw_config)
     tensors: list[HFTensor] = []
+    seen: dict[str, str] = {}
     total = 0
     for file in files:
-        header = read_safetensors_header(file)
-        digest.update(json.dumps(header, sort_keys=True).encode())
-        total += file.stat().st_size
-        for name, entry in header.items():
-            if name == "__metadata__" or not isinstance(entry, dict):
-                continue
-            dtype = str(entry.get("dtype"))
-            if dtype not in DTYPE_BYTES:
-                raise ModelFileError(f"{str(file)!r}: tensor {name!r} has dtype {dtype!r}, "
-                                     f"which tokperf cannot size")
-            tensors.append(HFTensor(name, dtype, tuple(int(n) for n in entry.get("shape", ())),
-                                    file.name))
-    layers = config.get("num_hidden_layers")
-    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int)
-                               or not 0 <= layers <= len(tensors)):
-        raise ModelFileError(
-            f"{str(config_path)!r} says num_hidden_layers {layers!r}, which its weights cannot "
-            f"hold (each layer has at least one tensor; the safetensors files list "
-            f"{len(tensors)}): the config is corrupt or belongs to another model; download it "
-            f"again")
-    return HFModel(path=folder, config=tuple(sorted(config.items())), tensors=tuple(tensors),
-                   file_bytes=total, content_hash=digest.hexdigest())
+        found, size = _file_tensors(file, digest)
+        total += size
+        for t in found:
+            if seen.setdefault(t.name, file.name) != file.name:
+                _refuse(file, f"tensor {_show(t.name)} is in {seen[t.name]!r} too")
+        tensors += found
+        if len(tensors) > MAX_TENSORS:
+            _refuse(file, f"the folder's safetensors files list more than {MAX_TENSORS} "
+                          f"tensors")
+    model = HFModel(path=folder, config=tuple(sorted(config.items())), tensors=tuple(tensors),
+                    file_bytes=total, content_hash=digest.hexdigest())
+    _check_config(model, config_path)
+    return model
 
 
 def served_dtype(text: str | None) -> str | None:

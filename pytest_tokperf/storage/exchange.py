@@ -10,43 +10,35 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.jsontext import dumps as strict_dumps
-from pytest_tokperf.storage.location import DbLocation, same_db
-from pytest_tokperf.storage.store import ResultStore
-from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
+from pytest_tokperf.safe_files import FileRefused, inside, regular_size
+from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, environment_hash
+from pytest_tokperf.storage.location import DbLocation, named_file, same_db
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
     Row,
     Series,
     series_row,
 )
+from pytest_tokperf.storage.run_files import (  # the bundles were defined here
+    MAX_FILE_BYTES,
+    RUN_FORMAT,
+    PlannedRun,
+    ResultBundle,
+    RunBundle,
+    read_run_file,
+)
+from pytest_tokperf.storage.store import ResultStore
 
-RUN_FORMAT = "tokperf-run/1"
 _RESULT_IDS = ("id", "run_id", "environment_id")
-
-
-@dataclass(frozen=True, slots=True)
-class ResultBundle:
-    """One result with everything it references, ids stripped."""
-
-    series_text: str
-    environment: Row
-    result: Row
-    samples: list[Row] = field(default_factory=list)
-    gate_verdicts: list[Row] = field(default_factory=list)
-    """What the gate said of the result, one row a metric (``result_id`` stripped)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunBundle:
-    run: Row
-    results: list[ResultBundle] = field(default_factory=list)
+SHOWN_SKIPS = 10
+"""Skipped files and runs a message lists by name; the rest are counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +48,28 @@ class Added:
     runs: int = 0
     results: int = 0
     samples: int = 0
+    skipped: tuple[str, ...] = field(default=(), compare=False)
+    """What was left out and why, one line each (a run already in the DB, a file that is
+    no run file); not compared: two imports that add the same rows are equal."""
 
     def __add__(self, other: Added) -> Added:
         return Added(
-            self.runs + other.runs, self.results + other.results, self.samples + other.samples
+            self.runs + other.runs, self.results + other.results,
+            self.samples + other.samples, self.skipped + other.skipped,
         )
+
+    def summary(self, target: object) -> list[str]:
+        """The lines a verb prints: the counts, then what was skipped and why."""
+        lines = [(f"added {self.runs} runs, {self.results} results, {self.samples} "
+                  f"samples to {target}")]
+        lines += [f"  skipped {note}" for note in self.skipped[:SHOWN_SKIPS]]
+        if len(self.skipped) > SHOWN_SKIPS:
+            lines.append(f"  ... and {len(self.skipped) - SHOWN_SKIPS} more skipped")
+        return lines
 
 
 def _decode(row: Row) -> Row:
     return {k: json.loads(v) if k in JSON_COLUMNS and v is not None else v for k, v in row.items()}
-
-
-def _encode(row: Row) -> Row:
-    return {k: dumps(v) if k in JSON_COLUMNS and v is not None else v for k, v in row.items()}
 
 
 def read_runs(store: ResultStore, run_ids: Iterable[str] | None = None) -> Iterator[RunBundle]:
@@ -102,16 +103,23 @@ def read_runs(store: ResultStore, run_ids: Iterable[str] | None = None) -> Itera
         yield RunBundle(run, bundles)
 
 
-def add_run(store: ResultStore, bundle: RunBundle) -> Added:
+def add_run(store: ResultStore, bundle: RunBundle, source: str = "") -> Added:
     """Insert one run bundle in one transaction, skipping what is already there."""
-    run_id = bundle.run["run_id"]
+    return add_results(store, bundle.run, lambda: iter(bundle.results), source)
+
+
+def add_results(store: ResultStore, run: Row, results: Callable[[], Iterable[ResultBundle]],
+                source: str = "") -> Added:
+    """Insert ``run`` and the results ``results()`` yields (called again when a locked
+    DB makes the transaction start over) in one transaction, skipping what is there."""
+    run_id = run["run_id"]
 
     def body() -> Added:
         known = store.query("SELECT 1 AS found FROM runs WHERE run_id = ?", (run_id,))
         if not known:
-            store.backend.insert("runs", bundle.run)
-        added = Added(runs=0 if known else 1)
-        for item in bundle.results:
+            store.backend.insert("runs", run)
+        added, present = Added(runs=0 if known else 1), 0
+        for item in results():
             key = (
                 run_id,
                 item.result["test_id"],
@@ -123,6 +131,7 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
                 " AND series_key = ? AND created_at = ?",
                 key,
             ):
+                present += 1
                 continue
             env = {**item.environment, "env_hash": environment_hash(item.environment)}
             series = series_row(Series.from_text(item.series_text))
@@ -133,7 +142,14 @@ def add_run(store: ResultStore, bundle: RunBundle) -> Added:
                 store.backend.insert_all("gate_verdicts", (
                     {**g, "result_id": result_id} for g in item.gate_verdicts))
             added += Added(results=1, samples=len(item.samples))
-        return added
+        origin = f" from {source}" if source else ""
+        if known and not added.results:
+            note = f"run {run_id!r}{origin}: already in the DB ({present} results)"
+        elif present:
+            note = f"run {run_id!r}{origin}: {present} results already in the DB"
+        else:
+            return added
+        return added + Added(skipped=(note,))
 
     return store.write(f"import run {run_id!r}", body)
 
@@ -162,45 +178,28 @@ def _run_text(bundle: RunBundle) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reference_path(directory: Path, run_id: str) -> Path:
+    """Where ``save-reference`` writes a run: ``<run id>.jsonl`` in ``directory``, the id
+    made a file name (``location.named_file``) whatever it holds."""
+    return named_file(directory, run_id, suffix=".jsonl")
+
+
 def write_reference_run(db: DbLocation, run_id: str, directory: Path) -> Path:
-    """Write one run into ``directory`` as ``<run_id>.jsonl`` (the ``db/runs`` dataset)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"{run_id}.jsonl"
-    target.write_text(dump_run(db, run_id), encoding="utf-8")
+    """Write one run into ``directory`` as ``<run_id>.jsonl`` (the ``db/runs`` dataset);
+    never anywhere else: not through a link planted under that name either."""
+    text = dump_run(db, run_id)
+    target = reference_path(directory, run_id)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or not inside(directory, target):
+            raise StorageError(f"{str(target)!r} is a symbolic link: save-reference writes "
+                               f"only inside {str(directory)!r}; remove the link or pick "
+                               f"another folder (-d)")
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot write {str(target)!r}: {exc.strerror or exc}; pick "
+                           f"another folder (-d)") from exc
     return target
-
-
-def parse_runs(text: str, source: str) -> list[RunBundle]:
-    """Read the text form; ``source`` names the file in error messages."""
-    runs: list[RunBundle] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if "format" in obj:
-                if obj["format"] != RUN_FORMAT:
-                    raise ValueError(f"unknown format {obj['format']!r}, expected {RUN_FORMAT!r}")
-                runs.append(RunBundle(obj["run"]))
-            elif not runs:
-                raise ValueError(f"a result before any {RUN_FORMAT!r} run line")
-            else:
-                runs[-1].results.append(
-                    ResultBundle(
-                        series_text=obj["series"],
-                        environment=_encode(obj["environment"]),
-                        result=_encode(obj["result"]),
-                        samples=[_encode(s) for s in obj["samples"]],
-                        gate_verdicts=[dict(g) for g in obj.get("gate_verdicts", [])],
-                    )
-                )
-        except RecursionError as exc:
-            raise StorageError(f"{source}:{number}: not a tokperf run line: JSON nested too "
-                               f"deeply to read; import a file `tokperf save-reference` or the "
-                               f"journal wrote") from exc
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise StorageError(f"{source}:{number}: not a tokperf run line: {exc}") from exc
-    return runs
 
 
 def _export_columns(store: ResultStore) -> list[str]:
@@ -244,54 +243,79 @@ def export_results(db: DbLocation, fmt: Literal["csv", "json"], out: Path) -> in
     return len(rows)
 
 
-def _runs_from_export(store: ResultStore, rows: list[Row]) -> list[RunBundle]:
-    run_cols, env_cols = store.columns("runs"), store.columns("environments")
-    result_cols = set(store.columns("results")) - set(_RESULT_IDS)
-    runs: dict[str, RunBundle] = {}
-    for raw in rows:
-        row = _encode(raw)
-        run_id = row["run_id"]
-        bundle = runs.setdefault(run_id, RunBundle({c: row.get(c) for c in run_cols}))
-        bundle.results.append(
-            ResultBundle(
-                series_text=row["series_text"],
-                environment={c: row.get(c) for c in env_cols if c != "id"},
-                result={c: row.get(c) for c in result_cols},
-            )
-        )
-    return list(runs.values())
+def import_files(paths: Iterable[Path]) -> tuple[list[Path], tuple[str, ...]]:
+    """The files an import reads: each file as named, each folder's ``*.jsonl`` files;
+    and what a folder holds that is not imported, with why (one line a folder and reason)."""
+    files: list[Path] = []
+    skipped: list[str] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        left: dict[str, list[str]] = {}
+        found = len(files)
+        try:
+            entries = sorted(path.iterdir())
+        except OSError as exc:
+            raise StorageError(f"cannot list {str(path)!r} to import: "
+                               f"{exc.strerror or exc}") from exc
+        for entry in entries:
+            if entry.is_dir():
+                left.setdefault("folders, not searched (import each by name)",
+                                []).append(entry.name)
+            elif entry.suffix != ".jsonl":
+                left.setdefault("files, not .jsonl run files", []).append(entry.name)
+            else:
+                try:
+                    regular_size(entry)
+                except FileRefused as exc:
+                    skipped.append(str(exc))
+                    continue
+                except OSError as exc:
+                    skipped.append(f"{str(entry)!r}: {exc.strerror or exc}")
+                    continue
+                files.append(entry)
+        skipped += [f"{str(path)!r}: {len(names)} {why}: {', '.join(names[:3])}"
+                    + (", ..." if len(names) > 3 else "") for why, names in left.items()]
+        if len(files) == found:
+            skipped.append(f"{str(path)!r}: holds no .jsonl run file")
+    return files, tuple(skipped)
+
+
+def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
+    """Load run text files (``.jsonl``), folders of them or JSON exports into ``db``.
+
+    Every file is read and checked before the DB is opened: a bad one is refused with
+    nothing imported and no new DB left behind; a DB is created only to hold runs.
+    """
+    files, skipped = import_files(paths)
+    plans: list[list[PlannedRun] | None] = []
+    kept = 0
+    empty: list[str] = []
+    for file in files:
+        planned = read_run_file(file)
+        if not planned:
+            empty.append(f"{str(file)!r}: holds no runs")
+        kept += file.stat().st_size
+        plans.append(planned if kept <= MAX_FILE_BYTES else None)  # else read again later
+    total = Added(skipped=skipped + tuple(empty))
+    if len(empty) == len(files):
+        return total  # nothing to add: no DB opened, none created
+    with ResultStore.open(db) as store:
+        for file, kept_runs in zip(files, plans, strict=True):
+            for run in kept_runs if kept_runs is not None else read_run_file(file):
+                total += add_results(store, run.run, run.results, run.source)
+    return total
 
 
 def import_dataset(db: DbLocation, path: Path) -> Added:
     """Load a run text file (``.jsonl``) or a JSON export (no samples) into ``db``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise StorageError(f"cannot read {str(path)!r} to import: {exc}") from exc
-    with ResultStore.open(db) as store:
-        if path.suffix == ".jsonl":
-            bundles = parse_runs(text, str(path))
-        else:
-            try:
-                rows = json.loads(text)
-                if not isinstance(rows, list):
-                    raise ValueError("expected a JSON list of result rows")
-                bundles = _runs_from_export(store, rows)
-            except RecursionError as exc:
-                raise StorageError(
-                    f"{str(path)!r} is not a `tokperf export --format json` file: its JSON "
-                    f"is nested too deeply to read; export it again with `tokperf export`"
-                ) from exc
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise StorageError(
-                    f"{str(path)!r} is not a `tokperf export --format json` file: {exc}"
-                ) from exc
-        return sum((add_run(store, b) for b in bundles), Added())
+    return import_datasets(db, [path])
 
 
 def load_reference_runs(directory: Path, db: DbLocation) -> Added:
     """Load every ``*.jsonl`` in ``directory`` (the ``db/runs`` dataset) into ``db``."""
-    return sum((import_dataset(db, p) for p in sorted(directory.glob("*.jsonl"))), Added())
+    return import_datasets(db, [directory])
 
 
 def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pytest_tokperf.results import (
     RunInfo,
     Verdict,
 )
+from pytest_tokperf.storage.location import named_file
 from pytest_tokperf.storage.rows import (
     JSON_COLUMNS,
     Row,
@@ -69,7 +71,8 @@ class Journal:
 
     @classmethod
     def beside(cls, db: Path, run: RunInfo) -> Journal:
-        return cls(db.parent / f"{db.name}.{run.run_id}.{os.getpid()}.journal.jsonl", run)
+        return cls(named_file(db.parent, db.name, run.run_id, os.getpid(),
+                              suffix=".journal.jsonl"), run)
 
     def append(self, line: Row) -> None:
         """Write ``line`` (and the run line first), flushed to disk on return; raises
@@ -96,7 +99,15 @@ class Journal:
 
     def _append(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
+        # no link followed out of the folder, no wait on a FIFO planted under the name
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(self.path, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{str(self.path)!r} is not a regular file")
+        os.set_blocking(fd, True)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

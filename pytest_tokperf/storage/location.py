@@ -3,20 +3,22 @@
 The default DB, logs and journals are in ``.tokperf/`` under the project root, the folder
 pytest takes as its rootdir (``project_root``): pytest and every verb, run from any folder
 of the project, find the same DB. A ``postgresql://`` URL is a DB wherever a DB path is;
-its password is in ``PgUrl.dsn`` only, and every message shows the URL without it.
+its password is in ``PgUrl.dsn`` only, and every message shows the URL without it. A libpq
+keyword string (``host=H dbname=D password=P``) is a PostgreSQL DB too, taken in URL form.
+Every file named after an identifier (a DB name, a run id) is named by ``named_file``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.transport.credentials import redact_url
+from pytest_tokperf.safe_files import safe_name
+from pytest_tokperf.transport.credentials import MASK, redact_url
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 TOKPERF_DIR = ".tokperf"
@@ -64,12 +66,12 @@ class PgUrl:
     @property
     def shown(self) -> str:
         """The URL without user info and with query values masked: safe to show."""
-        return redact_url(self.dsn)
+        return redact_dsn(self.dsn)
 
     @property
     def name(self) -> str:
         """The database name (what a report's subtitle names)."""
-        return urlsplit(self.dsn).path.lstrip("/") or "postgresql"
+        return unquote(urlsplit(self.dsn).path.lstrip("/")) or "postgresql"
 
     def __str__(self) -> str:
         return self.shown
@@ -81,14 +83,92 @@ class PgUrl:
 DbLocation = Path | PgUrl
 
 
+LIBPQ_KEYWORDS = frozenset({
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+    "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+    "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+    "requiressl", "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslpassword",
+    "sslcertmode", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer",
+    "ssl_min_protocol_version", "ssl_max_protocol_version", "krbsrvname", "gsslib",
+    "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
+})
+"""The connection keywords libpq knows (``host=... dbname=...`` strings)."""
+_SHOWN_KEYWORDS = frozenset({"host", "hostaddr", "port", "dbname"})
+_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)\s*")
+
+
+def keyword_pairs(text: str) -> list[tuple[str, str]] | None:
+    """A libpq keyword string as (keyword, value) pairs; None when ``text`` is not one
+    (every keyword must be libpq's: a file named ``a=b.db`` stays a file)."""
+    pairs: list[tuple[str, str]] = []
+    position = 0
+    while position < len(text):
+        found = _PAIR.match(text, position)
+        if found is None or found.end() == position or found[1] not in LIBPQ_KEYWORDS:
+            return None
+        value = found[2]
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        pairs.append((found[1], value))
+        position = found.end()
+    return pairs or None
+
+
+def redact_dsn(text: str) -> str:
+    """A DSN safe to show: a URL without user info, a keyword string or a URL's query
+    with every value but host, hostaddr, port and dbname masked (a URL without a host
+    too: ``redact_url`` shows those whole)."""
+    stripped = text.strip()
+    if not stripped.lower().startswith(PG_SCHEMES):
+        pairs = keyword_pairs(stripped)
+        if pairs is None:
+            return redact_url(text)
+        return " ".join(f"{k}={v if k in _SHOWN_KEYWORDS else MASK}" for k, v in pairs)
+    scheme, _, rest = stripped.partition("://")
+    location, _, query = rest.rpartition("@")[2].partition("?")  # a password may hold / ? #
+    pairs = parse_qsl(query.split("#")[0], keep_blank_values=True)
+    query = "&".join(f"{quote(k, safe='')}="
+                     f"{quote(v, safe='/') if k in _SHOWN_KEYWORDS else MASK}"
+                     for k, v in pairs) if pairs else (MASK if query else "")
+    return f"{scheme}://{location.split('#')[0]}" + (f"?{query}" if query else "")
+
+
+def dsn_secrets(dsn: str) -> list[str]:
+    """What a message must never hold of ``dsn``: its password (as written and decoded)
+    and every query value but host, hostaddr, port and dbname; longest first."""
+    rest = dsn.partition("://")[2]
+    userinfo, _, tail = rest.rpartition("@")
+    password = userinfo.partition(":")[2]
+    query = tail.partition("?")[2].split("#")[0]
+    found = [password, unquote(password)]
+    found += [v for k, v in parse_qsl(query) if k not in _SHOWN_KEYWORDS]
+    return sorted({v for v in found if v}, key=len, reverse=True)
+
+
 def is_pg_url(text: object) -> bool:
-    return isinstance(text, str) and text.strip().lower().startswith(PG_SCHEMES)
+    """A ``postgresql://`` URL or a libpq keyword string: a PostgreSQL DB, never a file."""
+    if not isinstance(text, str):
+        return False
+    return text.strip().lower().startswith(PG_SCHEMES) or keyword_pairs(text) is not None
+
+
+def _keyword_url(pairs: list[tuple[str, str]]) -> str:
+    """A keyword string as the URL libpq reads the same: the DB name in the path, every
+    other keyword a query parameter (whose values every message masks)."""
+    values = dict(pairs)
+    dbname = values.pop("dbname", "")
+    query = urlencode(list(values.items()))
+    return f"postgresql:///{quote(dbname, safe='')}" + (f"?{query}" if query else "")
 
 
 def parse_pg_url(text: str, where: str = "the results DB") -> PgUrl:
     """``text`` as a ``PgUrl``, or a one-line ``ConfigError`` that names it (redacted)."""
     text = text.strip()
-    shown = redact_url(text)
+    pairs = None if text.lower().startswith(PG_SCHEMES) else keyword_pairs(text)
+    if pairs is not None:
+        text = _keyword_url(pairs)
+    shown = redact_dsn(text)
     hint = ("write postgresql://USER@HOST[:PORT]/DBNAME (or postgresql:///DBNAME?host=/socket/dir); "
             "keep the password in PGPASSWORD or ~/.pgpass")
     try:
@@ -105,9 +185,9 @@ def parse_pg_url(text: str, where: str = "the results DB") -> PgUrl:
     except ImportError as exc:
         raise ConfigError(f"{where} {shown!r}: {NEEDS_PSYCOPG}") from exc
     except Exception as exc:  # psycopg.ProgrammingError: libpq's parser said no
-        reason = str(exc).replace(text, shown).strip().splitlines()[0]
-        if parts.password:
-            reason = reason.replace(parts.password, "***")
+        reason = (str(exc).replace(text, shown).strip().splitlines() or ["refused"])[0]
+        for secret in dsn_secrets(text):
+            reason = reason.replace(secret, MASK)
         raise ConfigError(f"{where} {shown!r} is not a PostgreSQL URL ({reason}); {hint}"
                           ) from exc
     return PgUrl(text)
@@ -135,14 +215,20 @@ def local_base(location: DbLocation) -> Path:
     logs) are named after: the SQLite file, or for a PostgreSQL DB
     ``.tokperf/postgresql-<dbname>`` under the project root."""
     if isinstance(location, PgUrl):
-        return project_root(Path.cwd()) / TOKPERF_DIR / f"postgresql-{file_name(location.name)}"
+        return named_file(project_root(Path.cwd()) / TOKPERF_DIR, f"postgresql-{location.name}")
     return location
 
 
 def file_name(text: str) -> str:
-    """``text`` as one file name that stays in its folder: characters other than
-    ``[A-Za-z0-9._-]`` and leading dots replaced, with a hash of ``text`` when changed."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip(".")
-    if safe == text:
-        return text
-    return f"{safe[:64]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    """``text`` as one file name that stays in its folder (``safe_files.safe_name``:
+    characters other than ``[A-Za-z0-9._-]`` and leading dots replaced, with a hash of
+    ``text`` when changed)."""
+    return safe_name(text)
+
+
+def named_file(folder: Path, *identifiers: object, suffix: str = "") -> Path:
+    """The one place an identifier (a run id, a DB name, a test id) becomes a file name:
+    ``folder/<id>.<id>...<suffix>``, each through ``safe_files.safe_name``, so the file
+    is in ``folder`` whatever the identifiers hold. A writer still opens it without
+    following links (a link planted under that name could lead anywhere)."""
+    return folder / (".".join(safe_name(str(part)) for part in identifiers) + suffix)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.backend import Cursor, Params, Row
-from pytest_tokperf.storage.location import NEEDS_PSYCOPG, PgUrl
+from pytest_tokperf.storage.location import NEEDS_PSYCOPG, PgUrl, dsn_secrets
 from pytest_tokperf.storage.schema import MIGRATIONS
 
 if TYPE_CHECKING:
@@ -76,14 +76,10 @@ def connect(url: PgUrl, *, read_only: bool = False) -> psycopg.Connection[Any]:
 
 
 def _scrub(text: str, url: PgUrl) -> str:
-    from urllib.parse import urlsplit
-
-    try:
-        secret = urlsplit(url.dsn).password
-    except ValueError:
-        secret = None
     text = text.replace(url.dsn, url.shown).strip().replace("\n", " ")
-    return text.replace(secret, "***") if secret else text
+    for secret in dsn_secrets(url.dsn):
+        text = text.replace(secret, "***")
+    return text
 
 
 class PostgresBackend:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
 from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
-from pytest_tokperf.transport.credentials import redact_url
 from pytest_tokperf.errors import StorageError
+from pytest_tokperf.jsontext import loads as bounded_loads
 from pytest_tokperf.results import (
     Bandwidth,
     BandwidthSource,
@@ -32,6 +32,7 @@ from pytest_tokperf.results import (
 )
 from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.schema import SUMMARY_FIGURES, SUMMARY_FIGURES_V6
+from pytest_tokperf.transport.credentials import redact_url
 
 Row = dict[str, Any]
 
@@ -145,7 +146,17 @@ class Series:
 
     @classmethod
     def from_text(cls, text: str) -> Series:
-        return cls(**json.loads(text))
+        """The series a ``series_text`` names; ``StorageError`` for text that names none."""
+        try:
+            fields = bounded_loads(text)
+            if not isinstance(fields, dict):
+                raise TypeError(f"a JSON {type(fields).__name__}, not an object")
+            return cls(**fields)
+        except (ValueError, TypeError) as exc:
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+            raise StorageError(f"series text {str(text)[:60]!r} names no tokperf series "
+                               f"({reason}): the DB or file was written by another tool or "
+                               f"is damaged") from exc
 
     @property
     def workload_key(self) -> str:

@@ -9,6 +9,8 @@ client reads the file without this package.
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from collections.abc import Callable
 
 from sqlite_utils import Database
@@ -359,3 +361,25 @@ MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v8_machine_load,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+Column = tuple[str, bool, bool]
+"""A column's SQLite type (``INTEGER``, ``REAL``, ``TEXT``), whether it is NOT NULL, and
+whether a row must name it (NOT NULL without a default)."""
+
+
+@functools.cache
+def current_columns() -> dict[str, dict[str, Column]]:
+    """Per table, its columns at ``SCHEMA_VERSION``, read from a database migrated in
+    memory: what an imported row is checked against before any DB is opened."""
+    db = Database(sqlite3.connect(":memory:"), execute_plugins=False)
+    try:
+        for step in MIGRATIONS:
+            step(db)
+        return {table: {name: (str(kind).upper(), bool(not_null),
+                               bool(not_null) and default is None)
+                        for _, name, kind, not_null, default, _ in
+                        db.execute(f"PRAGMA table_info([{table}])").fetchall()}
+                for table in db.table_names()}
+    finally:
+        db.close()

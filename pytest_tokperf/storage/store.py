@@ -80,6 +80,32 @@ def _locked(path: DbLocation, exc: BaseException) -> StorageError:
         f"--tokperf-db for this run.")
 
 
+_NO_ROOM = ("disk i/o error", "disk is full", "unable to open", "readonly", "read-only",
+            "out of memory")
+"""SQLite's words when the disk or folder, not the file, is at fault: no room (or no write
+permission) for its ``-wal``/``-shm`` files or a page."""
+
+
+def _no_room(path: DbLocation, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot use the results database {str(path)!r}: its disk or folder is full or "
+        f"read-only ({exc}); SQLite needs room beside the file for its -wal and -shm files. "
+        f"The database itself is intact: do not move or delete it. Free space or make the "
+        f"folder writable and retry, or name a DB elsewhere (pytest --tokperf-db, tokperf "
+        f"--db).")
+
+
+def _sqlite_failure(path: Path, exc: BaseException) -> StorageError:
+    """The message for an SQLite error opening or reading ``path``: locked, no room, or
+    (only when SQLite says so) not a database."""
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return _locked(path, exc)
+    if any(words in text for words in _NO_ROOM):
+        return _no_room(path, exc)
+    return _not_a_database(path, exc)
+
+
 def _not_a_database(path: DbLocation, exc: BaseException) -> StorageError:
     if isinstance(path, PgUrl):
         return StorageError(f"cannot read the results DB {str(path)!r}: {exc}. Check the server "
@@ -148,11 +174,9 @@ class ResultStore(StoreReads):
             raise
         except SqliteBackend.errors as exc:
             backend.close()
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise _locked(path, exc) from exc
             if "readonly" in str(exc) or "unable to open" in str(exc):
                 raise _unwritable(path, exc) from exc
-            raise _not_a_database(path, exc) from exc
+            raise _sqlite_failure(path, exc) from exc
         return store
 
     @classmethod
@@ -200,7 +224,7 @@ class ResultStore(StoreReads):
         try:
             backend = SqliteBackend.connect(path, BUSY_TIMEOUT_S, read_only=True)
         except SqliteBackend.errors as exc:
-            raise _not_a_database(path, exc) from exc
+            raise _sqlite_failure(path, exc) from exc
         store = cls(backend, path)
         try:
             version = store._user_version()
@@ -214,7 +238,7 @@ class ResultStore(StoreReads):
             raise
         except SqliteBackend.errors as exc:
             store.backend.close()
-            raise _not_a_database(path, exc) from exc
+            raise _sqlite_failure(path, exc) from exc
         return store
 
     def _check_ours(self, *, allow_empty: bool) -> None:
@@ -286,6 +310,9 @@ class ResultStore(StoreReads):
                     continue
                 if locked:
                     raise _locked(self.path, exc) from exc
+                if not isinstance(self.path, PgUrl) and any(
+                        words in str(exc).lower() for words in _NO_ROOM):
+                    raise _no_room(self.path, exc) from exc
                 raise StorageError(f"cannot {action} in {str(self.path)!r}: {exc}") from exc
 
     def _savepoint(self, action: str, body: Callable[[], _T]) -> _T:
@@ -309,9 +336,11 @@ class ResultStore(StoreReads):
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
         except self.backend.errors as exc:
-            if self.backend.busy(exc) or "locked" in str(exc) or "busy" in str(exc):
+            if self.backend.busy(exc):
                 raise _locked(self.path, exc) from exc
-            raise _not_a_database(self.path, exc) from exc
+            if isinstance(self.path, PgUrl):
+                raise _not_a_database(self.path, exc) from exc
+            raise _sqlite_failure(self.path, exc) from exc
 
     def begin_run(self, run: RunInfo) -> None:
         """Store the run; calling it again with the same id (an xdist worker) is a no-op.
