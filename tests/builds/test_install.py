@@ -214,7 +214,7 @@ def test_build_through_ccache_is_cached_and_labelled(cache: Path, tmp_path: Path
     configure = (tmp_path / "configure-args").read_text()
     assert "-DLLAMA_BUILD_NUMBER=11292" in configure
     assert "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache" in configure
-    assert not (cache / "engines" / ".work").exists()  # the build tree is gone
+    assert not list((cache / "engines").glob(".*.work"))  # the build tree is gone
     again = installed_llama_server(11292)
     assert again is not None and again.cached and again.identity == built.identity
     assert [b.build_number for b in installed_builds()] == [11292]
@@ -256,7 +256,7 @@ def test_failed_build_keeps_its_log(cache: Path, monkeypatch: pytest.MonkeyPatch
     log = Path(message.rsplit("full log: ", 1)[1])
     assert log.is_file() and "error: boom" in log.read_text()
     assert installed_llama_server(9093) is None
-    assert not (cache / "engines" / ".work").exists()
+    assert not list((cache / "engines").glob(".*.work"))
 
 
 def test_disk_full_during_the_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
