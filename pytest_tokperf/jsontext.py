@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 
@@ -57,12 +57,16 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def depth(value: Any, *, limit: int = MAX_DEPTH) -> int:
-    """How deep ``value`` nests (a scalar is 0), walked without recursion; stops counting
-    once past ``limit``."""
+    """How deep ``value`` nests (a scalar is 0), walked without recursion with one iterator
+    per open level (memory grows with the depth, not the item count); stops counting once
+    past ``limit``."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[Iterator[Any]] = [iter((value,))]
     while stack:
-        item, level = stack.pop()
+        item = next(stack[-1], _DONE)
+        if item is _DONE:
+            stack.pop()
+            continue
         children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
@@ -70,9 +74,11 @@ def depth(value: Any, *, limit: int = MAX_DEPTH) -> int:
             children = item
         else:
             continue
-        level += 1
-        deepest = max(deepest, level)
+        stack.append(iter(children))
+        deepest = max(deepest, len(stack) - 1)
         if deepest > limit:
             return deepest
-        stack.extend((child, level) for child in children)
     return deepest
+
+
+_DONE = object()

@@ -14,19 +14,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlparse
 
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.errors import ConfigError, TokperfDeprecationWarning
+from pytest_tokperf.storage.location import (
+    DEFAULT_DB_HELP,
+    DbLocation,
+    db_location,
+    default_db,
+    is_pg_url,
+    parse_pg_url,
+    project_root,
+)
 from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.credentials import (
     DEFAULT_API_KEY_ENV,
     ApiKey,
     api_key_from_env,
     redact_url,
+    url_problem,
 )
-from pytest_tokperf.errors import ConfigError, TokperfDeprecationWarning
-from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, db_location,
-                                             default_db, is_pg_url, parse_pg_url, project_root)
 
 if TYPE_CHECKING:
     from pytest_tokperf.hardware.placement import Device
@@ -77,6 +84,12 @@ def _number(lo: float, hi: float, *, closed_hi: bool, what: str, example: str) -
 
 
 _SECONDS = _number(0, 1e6, closed_hi=False, what="a number of seconds", example="e.g. 30")
+
+
+def _WAIT(value: str, where: str, name: str) -> float:
+    """Seconds in [0, 1e6): 0 turns the wait off."""
+    text = str(value).strip()
+    return 0.0 if text in ("0", "0.0") else _SECONDS(text, where, name)
 _TOKENS = _whole(1, 1 << 24, "4096")
 _COUNT = _whole(1, 1 << 20, "5")
 _REPETITION_BOUND = _whole(2, 1 << 20, "3 (an interval needs at least 2 repetitions)")
@@ -103,25 +116,10 @@ def _env_name(value: str, where: str, name: str) -> str:
 
 
 def _url(value: str, where: str, name: str) -> str:
-    fix = f"use e.g. {name} http://127.0.0.1:8080"
-    bad = "".join(sorted({c for c in value if ord(c) < 33 or ord(c) == 127}))
-    if bad:
-        raise ConfigError(
-            f"{name} {redact_url(value)!r} from {where} contains {bad!r} (whitespace or a "
-            f"control character: a pasted line break?); {fix}")
-    try:
-        parsed = urlparse(value)
-        hostname, port = parsed.hostname, parsed.port
-    except ValueError as exc:
-        raise ConfigError(f"{name} {redact_url(value)!r} from {where} is not a valid URL "
-                          f"({exc}); {fix}") from exc
-    if parsed.scheme not in ("http", "https") or not hostname:
-        raise ConfigError(
-            f"{name} {redact_url(value)!r} from {where} is not an http(s) URL; {fix}"
-        )
-    if port == 0:
-        raise ConfigError(f"{name} {redact_url(value)!r} from {where} has port 0, which no "
-                          f"server listens on; {fix}")
+    problem = url_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{name} {redact_url(value)!r} from {where} {problem}; use e.g. "
+                          f"{name} http://127.0.0.1:8080")
     return value.rstrip("/")
 
 
@@ -349,6 +347,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("target_interval", "adaptive repetitions stop once the 95% interval of the "
                "mean judged decode is within +/- this fraction of it", _SHARE, 0.02, "F",
                True, cli=False),
+    OptionSpec("busy_wait", "a call with a floor measured on a busy machine waits up to this "
+               "many seconds for a quiet window and measures once more (the busy try is "
+               "stored beside it as busy); 0: never", _WAIT, 30.0, "S", True, cli=False),
     OptionSpec("max_cv", "a result whose judged decode varies more than this (coefficient of "
                "variation over its repetitions) is 'unstable', never 'pass'", _SHARE, 0.05,
                "F", True, cli=False),
@@ -546,6 +547,8 @@ class Settings:
     min_repetitions: int = 3
     max_repetitions: int = 10
     max_cv: float = 0.05
+    busy_wait: float = 30.0
+    """Seconds a floor measured busy waits for a quiet window to measure again (0: never)."""
     bandwidth_file: Path | None = None
     """Where probes are kept per host (None: nowhere, this session's only)."""
     max_body: int = MAX_BODY_BYTES

@@ -34,6 +34,9 @@ def settings(tmp_path: Path, **cli: str) -> Settings:
     ("800 Gbit/s", "is 100 GB/s"),
     ("1e-30GB/s", "'1e-30GB/s' (1e-30 GB/s) is outside what memory can do (0.1 GB/s to 100 TB/s)"),
     ("1e30GB/s", "is outside what memory can do"),
+    ("1e308GB/s", ("'1e308GB/s' (beyond any real memory) is outside what memory can do "
+                   "(0.1 GB/s to 100 TB/s), the range accepted")),
+    ("1e400", "(beyond any real memory) is outside what memory can do (0.1 GB/s to 100 TB/s)"),
     ("0.05", "'0.05' (0.05 GB/s) is outside"),
     ("101TB/s", "is outside"),
 ])

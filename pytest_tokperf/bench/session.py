@@ -177,7 +177,12 @@ class EngineSession:
                 # in one), for the ceiling and the model's identity
                 self._model_path = local_model(candidate)
             engine = self._make(name, s.url, ())
-            if not engine.ready():
+            try:  # ready() itself may refuse (a dead proxy, a redirect): close either way
+                ready = engine.ready()
+            except BaseException:
+                engine.close()
+                raise
+            if not ready:
                 engine.close()
                 raise not_ready_error(name, engine.base_url)
             return engine
@@ -297,7 +302,12 @@ class EngineSession:
         name = Path(draft).name if draft else "attached-draft"
         if url not in self._drafts:  # one attached drafting engine, whatever the draft is called
             engine = self._make(self.settings.engine or "llama-server", url, (("draft_model", name),))
-            if not engine.ready():
+            try:
+                ready = engine.ready()
+            except BaseException:
+                engine.close()
+                raise
+            if not ready:
                 engine.close()
                 raise not_ready_error(
                     "server", engine.base_url, "--tokperf-speculative-url", "start the drafting "

@@ -59,7 +59,7 @@ def text_prompt(n_tokens: int, salt: int) -> str:
 def _get(client: httpx.Client, url: str) -> httpx.Response | None:
     try:
         return client.get(url, timeout=3.0)
-    except httpx.HTTPError:
+    except (httpx.HTTPError, EngineProtocolError):  # a path refused unread: not this engine's
         return None
 
 

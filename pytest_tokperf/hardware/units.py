@@ -54,12 +54,15 @@ def parse_bandwidth(value: str | float) -> float:
                 f"unknown unit {match.group(2)!r} in memory bandwidth {value!r}; use {_EXAMPLES}"
             )
     bytes_per_s = number * _UNITS[unit]
-    if not math.isfinite(bytes_per_s) or bytes_per_s <= 0:
+    if math.isnan(bytes_per_s) or bytes_per_s <= 0:
         raise ConfigError(f"memory bandwidth {value!r} must be a positive figure; use {_EXAMPLES}")
     if not MIN_BYTES_PER_S <= bytes_per_s <= MAX_BYTES_PER_S:
+        figure = f"{bytes_per_s / 1e9:.3g} GB/s" if math.isfinite(bytes_per_s) else ""
+        if bytes_per_s > MAX_BYTES_PER_S:
+            figure += (", " if figure else "") + "beyond any real memory"
         raise ConfigError(
-            f"memory bandwidth {value!r} ({bytes_per_s / 1e9:.3g} GB/s) is outside what "
-            f"memory can do (0.1 GB/s to 100 TB/s): a typo or a wrong unit? use {_EXAMPLES}")
+            f"memory bandwidth {value!r} ({figure}) is outside what memory can do (0.1 GB/s "
+            f"to 100 TB/s), the range accepted: a typo or a wrong unit? use {_EXAMPLES}")
     return bytes_per_s
 
 

@@ -6,11 +6,21 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 
+import pytest_tokperf.jsontext as jsontext
+from pytest_tokperf.errors import ConfigError, EngineUnavailable
 from pytest_tokperf.transport import MAX_BODY_BYTES
-from pytest_tokperf.transport.rawhttp import MalformedResponse, RawResponse, open_raw
+from pytest_tokperf.transport.answers import AnswerRefused, check_head
+from pytest_tokperf.transport.rawhttp import (
+    BadURL,
+    MalformedResponse,
+    ProxyError,
+    RawResponse,
+    open_raw,
+)
 
 DEFAULT_DEADLINE_S = 600.0
 """The total deadline of a request that names no read timeout."""
@@ -26,6 +36,14 @@ class BodyTooLarge(httpx.RemoteProtocolError):
 
 class DeadlineExceeded(httpx.ReadTimeout):
     """The total deadline of one request passed before its answer was whole."""
+
+
+class EngineResponse(httpx.Response):
+    """An answer under the policy: ``json()`` refuses JSON nested deeper than
+    ``jsontext.MAX_DEPTH`` with a ``ValueError``, as it refuses text that is not JSON."""
+
+    def json(self, **kwargs: Any) -> Any:
+        return jsontext.loads(self.content)
 
 
 def _deadline_s(request: httpx.Request) -> float:
@@ -92,8 +110,8 @@ class _RawBody(httpx.SyncByteStream):
             raise DeadlineExceeded(_expired(deadline.url, deadline.total_s),
                                    request=request) from exc
         except MalformedResponse as exc:
-            raise httpx.RemoteProtocolError(f"{deadline.url} sent a malformed HTTP answer: "
-                                            f"{exc}", request=request) from exc
+            raise AnswerRefused(f"{deadline.url} sent a malformed HTTP answer: {exc}") \
+                from exc
         except OSError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
 
@@ -168,16 +186,23 @@ class BoundedTransport(httpx.BaseTransport):
         deadline = _Deadline(url, _deadline_s(request))
         if self._stdlib and request.url.scheme in ("http", "https"):
             return self._raw(request, url, deadline)
+        request.headers["Accept-Encoding"] = "identity"
         response = self._inner.handle_request(request)
         stream = response.stream
         if not isinstance(stream, httpx.SyncByteStream):
             return response
+        try:
+            check_head(url, response.status_code, response.headers)
+        except AnswerRefused:
+            stream.close()
+            raise
         cap = None if _streamed(response.headers.get("content-type", "")) \
             else self.max_body_bytes
         network = response.extensions.get("network_stream")
         sock = network.get_extra_info("socket") if network is not None else None
-        response.stream = _CheckedBody(stream, deadline, cap, request, sock)
-        return response
+        return EngineResponse(response.status_code, headers=response.headers,
+                              stream=_CheckedBody(stream, deadline, cap, request, sock),
+                              extensions=response.extensions, request=request)
 
     def _raw(self, request: httpx.Request, url: str, deadline: _Deadline) -> httpx.Response:
         headers = tuple((k, v) for k, v in request.headers.items()
@@ -192,8 +217,12 @@ class BoundedTransport(httpx.BaseTransport):
             raise httpx.ConnectTimeout(f"the connection to {url} timed out",
                                        request=request) from exc
         except MalformedResponse as exc:
-            raise httpx.RemoteProtocolError(f"{url} sent a malformed HTTP answer: {exc}",
-                                            request=request) from exc
+            raise AnswerRefused(f"{url} sent a malformed HTTP answer: {exc}") from exc
+        except BadURL as exc:
+            raise ConfigError(f"cannot request {exc}; give an http(s) URL such as "
+                              f"http://127.0.0.1:8080") from exc
+        except ProxyError as exc:
+            raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
         except ConnectionRefusedError as exc:
             raise httpx.ConnectError(f"[Errno 111] Connection refused ({exc})",
                                      request=request) from exc
@@ -201,10 +230,15 @@ class BoundedTransport(httpx.BaseTransport):
             raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
         cap = None if _streamed(raw.content_type) else self.max_body_bytes
         length = raw.headers.get("content-length", "")
-        if cap is not None and length.isdigit() and int(length) > cap:
+        try:
+            check_head(url, raw.status, raw.headers)
+            if cap is not None and length.isdigit() and int(length) > cap:
+                raise BodyTooLarge(_too_large(url, cap), request=request)
+        except (AnswerRefused, BodyTooLarge):
             raw.close()
-            raise BodyTooLarge(_too_large(url, cap), request=request)
-        return httpx.Response(raw.status, headers=list(raw.headers.items()),
+            raise
+        fields = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in raw.headers.items()]
+        return EngineResponse(raw.status, headers=fields,
                               stream=_RawBody(raw, deadline, cap, request),
                               extensions={"http_version": b"HTTP/1.1"}, request=request)
 

@@ -1,4 +1,5 @@
-"""Secrets that reach an engine and never anything else: API keys, URL credentials.
+"""Secrets that reach an engine and never anything else: API keys, URL credentials;
+and the one check that an engine URL is one both clients can use.
 
 Keys come from an environment variable only and are sent as a Bearer header.
 """
@@ -7,9 +8,14 @@ from __future__ import annotations
 
 import base64
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+import httpx
+
+from pytest_tokperf.errors import ConfigError
 
 DEFAULT_API_KEY_ENV = "PYTEST_TOKPERF_API_KEY"
 """Where the API key is read from unless ``tokperf_api_key_env`` names another variable."""
@@ -27,6 +33,12 @@ class ApiKey:
         if not value or value != value.strip() or "\n" in value:
             raise ValueError(f"the API key from {source} is empty or has surrounding "
                              f"whitespace or a newline")
+        odd = next((i for i, c in enumerate(value) if not "!" <= c <= "~"), None)
+        if odd is not None:  # an HTTP header carries printable ASCII only
+            raise ValueError(
+                f"the API key from {source} has a character that is not printable ASCII "
+                f"(character {odd + 1} of {len(value)}: a space, or a quote or dash a "
+                f"document or chat turned typographic?); copy the key again from its source")
         self._value = value
         self.source = source
         """Where it came from, for messages (``$PYTEST_TOKPERF_API_KEY``)."""
@@ -63,9 +75,9 @@ def redact_url(url: str) -> str:
         hostname = parts.hostname
         port = parts.port
     except ValueError:
-        return _USERINFO.sub(r"\1", url)
+        return _rough_redact(url)
     if not parts.scheme or hostname is None:
-        return _USERINFO.sub(r"\1", url)
+        return _rough_redact(url)
     netloc = f"[{hostname}]" if ":" in hostname else hostname
     if port is not None:
         netloc += f":{port}"
@@ -76,7 +88,67 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-_USERINFO = re.compile(r"(^|//)[^/@\s]*@")
+_USERINFO = re.compile(r"//.*@", re.DOTALL)
+"""Everything up to the last ``@``: a password may hold ``/``, ``?``, ``#`` or a tab."""
+_QUERY_VALUE = re.compile(r"([?&][^=&#\s]*)=[^&#\s]*")
+
+
+def _rough_redact(url: str) -> str:
+    """``redact_url`` for text that does not parse as a URL: no userinfo, no query value."""
+    bare = _USERINFO.sub("//", url) if "//" in url else re.sub(r"^.*@", "", url, flags=re.DOTALL)
+    return _QUERY_VALUE.sub(rf"\1={MASK}", bare)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot name an http(s) server, in words that follow the URL in a message
+    (``'http://h:99999' is not a valid URL (...)``), never quoting its credentials; None
+    when the stdlib reader and httpx can both use it."""
+    bad = "".join(sorted({c for c in url if ord(c) < 33 or ord(c) == 127}))
+    if bad:
+        return f"contains {bad!r} (whitespace or a control character: a pasted line break?)"
+    shown = redact_url(url)
+    odd = "".join(dict.fromkeys(c for c in shown if not c.isascii()))
+    if odd:
+        return f"contains non-ASCII {odd[:8]!r} ({_in_ascii(url)})"
+    try:
+        parts = urlsplit(url)
+        hostname, port = parts.hostname, parts.port
+    except ValueError as exc:
+        return f"is not a valid URL ({_reason(url, exc)})"
+    if parts.scheme not in ("http", "https") or not hostname:
+        return "is not an http(s) URL"
+    if port == 0:
+        return "has port 0, which no server listens on"
+    try:
+        httpx.URL(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", "")))
+    except httpx.InvalidURL as exc:
+        return f"is not a valid URL ({exc})"
+    return None
+
+
+def _in_ascii(url: str) -> str:
+    """How to write ``url`` in ASCII: its compatibility form (full-width digits and
+    look-alikes made plain), the host in IDNA, or percent-encoding."""
+    plain = unicodedata.normalize("NFKC", url)
+    if plain.isascii() and url_problem(plain) is None:
+        return f"full-width digits or a look-alike letter? write {redact_url(plain)!r}"
+    try:
+        host = urlsplit(url).hostname or ""
+        if not host.isascii():
+            return f"write the host in ASCII, as IDNA: {host.encode('idna').decode('ascii')!r}"
+    except (ValueError, UnicodeError):
+        return "retype the host and port in ASCII"
+    return "percent-encode it, or retype it in ASCII"
+
+
+def _reason(url: str, exc: ValueError) -> str:
+    """``urlsplit``'s complaint, unless it quotes a piece of the userinfo."""
+    found = re.match(r"^[^:/?#]*://(\S*)@", url)
+    quoted = re.findall(r"'([^']*)'", str(exc))
+    if found and any(text and text in found.group(1) for text in quoted):
+        return ("its user name or password holds a '/', '?', '#' or '@' that ends the host "
+                "part early: percent-encode those (%2F, %3F, %23, %40)")
+    return str(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +164,11 @@ class Endpoint:
     @classmethod
     def of(cls, url: str, api_key: ApiKey | None = None) -> Endpoint:
         """Split ``url``; an API key is the ``Authorization``, else userinfo is Basic
-        auth."""
+        auth. ``ConfigError`` for a URL neither client could use."""
+        problem = url_problem(url.strip())
+        if problem is not None:
+            raise ConfigError(f"engine URL {redact_url(url.strip())!r} {problem}; use e.g. "
+                              f"http://127.0.0.1:8080")
         parts = urlsplit(url.strip())
         secrets: list[str] = []
         headers: list[tuple[str, str]] = []

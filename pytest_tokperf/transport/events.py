@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_tokperf.transport.answers import decode_json, error_text
+import pytest_tokperf.jsontext as jsontext
 from pytest_tokperf.errors import EngineProtocolError
+from pytest_tokperf.transport.answers import decode_json, error_text
 
 
 @dataclass(slots=True)
@@ -117,15 +118,20 @@ _scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan
 
 def decode_event(payload: bytes, url: str, ndjson: bool) -> dict[str, Any] | None:
     """One payload as a JSON object; None for SSE's ``[DONE]``."""
+    what = "an NDJSON line" if ndjson else "a stream event"
     try:
         text = payload.decode()
         event, end = _scan(text, 0)
         if end != len(text) and text[end:].strip():
             raise ValueError("extra data")
-    except (ValueError, StopIteration):
+    except (ValueError, StopIteration, RecursionError):
         if not ndjson and payload.strip() == b"[DONE]":
             return None
-        event = decode_json(payload, "an NDJSON line" if ndjson else "a stream event", url)
+        event = decode_json(payload, what, url)
+    else:
+        if (payload.count(b"[") + payload.count(b"{") > jsontext.MAX_DEPTH
+                and jsontext.depth(event) > jsontext.MAX_DEPTH):
+            event = decode_json(payload, what, url)  # refuses it, in words
     if type(event) is not dict:
         raise EngineProtocolError(
             f"{url} sent a non-object {'line' if ndjson else 'event'}: {event!r:.200}")

@@ -12,9 +12,11 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Callable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 import httpx
+
+from pytest_tokperf.transport.credentials import redact_url, url_problem
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 << 10
@@ -32,6 +34,10 @@ class MalformedResponse(ValueError):
 
 class ProxyError(ConnectionError):
     """The environment's proxy could not be reached or refused the tunnel."""
+
+
+class BadURL(ValueError):
+    """A URL the client cannot connect to (a port out of range, a host IDNA refuses)."""
 
 
 def default_port(scheme: str) -> int:
@@ -81,16 +87,22 @@ class RawResponse:
         self._ended = False
         self._left = -1
         """Chunked: data bytes left in this chunk; -1 a size line is next, -2 its CRLF."""
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        coding = headers.get("transfer-encoding", "").strip().lower()
+        if coding == "chunked":
             self._mode = "chunked"
+        elif coding:
+            raise MalformedResponse(
+                f"Transfer-Encoding {coding[:40]!r}: this client reads chunked or plain "
+                f"bodies only (a transfer coding such as gzip is refused unread)")
         elif "content-length" in headers:
             self._mode = "length"
-            try:
-                self._left = int(headers["content-length"])
-            except ValueError as exc:
+            length = headers["content-length"].strip()
+            if not (length.isascii() and length.isdigit()):
                 raise MalformedResponse(
-                    f"Content-Length {headers['content-length']!r} is not a number") from exc
-            self._ended = self._left <= 0
+                    f"Content-Length {headers['content-length'][:40]!r} is not a valid length "
+                    f"(one whole number of bytes)")
+            self._left = int(length)
+            self._ended = self._left == 0
         else:
             self._mode = "close"
 
@@ -187,10 +199,8 @@ class RawResponse:
 def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS,
              method: str = "POST", proxies: bool = True) -> RawResponse:
     """Send ``body`` as JSON to ``url`` and read the answer's status line and headers."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or default_port(parts.scheme)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    parts, host, port = _where(url)
+    target = _ascii_target((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
     authority = _authority(host, parts.port)
     proxy = proxy_for(url) if proxies else None
     extra: list[str] = []
@@ -214,6 +224,29 @@ def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s
         raise
 
 
+def _where(url: str) -> tuple[SplitResult, str, int]:
+    """``url`` split, its host in ASCII (IDNA) and its port; ``BadURL`` says why not."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or default_port(parts.scheme)
+        host = parts.hostname or ""
+        if not host.isascii():
+            host = host.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        why = url_problem(url) or "is not a URL to connect to"
+        raise BadURL(f"{redact_url(url)!r} {why}") from None
+    if not host:
+        raise BadURL(f"{redact_url(url)!r} names no host")
+    return parts, host, port
+
+
+def _ascii_target(target: str) -> str:
+    """The request target as the request line carries it: ASCII, percent-encoded."""
+    if target.isascii() and target.isprintable() and " " not in target:
+        return target
+    return quote(target, safe="/?&=%:@!$'()*+,;~-._[]")
+
+
 def _authority(host: str, port: int | None) -> str:
     return (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
 
@@ -225,17 +258,19 @@ def _connect(scheme: str, host: str, port: int, proxy: str | None,
         sock = _tcp(host, port, wait_s)
         return _tls(sock, host, wait_s) if scheme == "https" else sock
     shown = _shown(proxy)
+    problem = url_problem(proxy)
+    if problem is not None:
+        raise ProxyError(f"the proxy {shown} from the environment {problem}; tokperf tunnels "
+                         f"through http:// or https:// proxies only: fix HTTP_PROXY/HTTPS_PROXY "
+                         f"or set NO_PROXY={host} (or unset the proxy variable) to connect "
+                         f"directly")
     pparts = urlsplit(proxy)
-    if pparts.scheme not in ("http", "https"):
-        raise ProxyError(f"the proxy {shown} from the environment is not an http:// or "
-                         f"https:// proxy; tokperf tunnels through HTTP proxies only: set "
-                         f"NO_PROXY={host} (or unset the proxy variable) to connect directly")
     phost = pparts.hostname or ""
     try:
-        pport = pparts.port or default_port(pparts.scheme)
-        sock = _tcp(phost, pport, wait_s)
-    except (ConnectionRefusedError, socket.gaierror, ValueError) as exc:
-        raise ProxyError(f"the proxy {shown} from the environment cannot be reached ({exc}); "
+        sock = _tcp(phost, pparts.port or default_port(pparts.scheme), wait_s)
+    except (ConnectionRefusedError, socket.gaierror, UnicodeError, TimeoutError) as exc:
+        why = "no connection within the time left" if isinstance(exc, TimeoutError) else exc
+        raise ProxyError(f"the proxy {shown} from the environment cannot be reached ({why}); "
                          f"start it, fix HTTP_PROXY/HTTPS_PROXY, or set NO_PROXY={host}") \
             from exc
     try:
@@ -286,13 +321,14 @@ def _tls(sock: socket.socket, host: str, wait_s: WaitS) -> socket.socket:
 
 
 def _shown(proxy: str) -> str:
-    parts = urlsplit(proxy)
-    netloc = parts.netloc.rpartition("@")[2]
-    return repr(f"{parts.scheme}://{netloc}")
+    return repr(redact_url(proxy if "://" in proxy else f"http://{proxy}"))
 
 
 def _proxy_auth(proxy: str) -> list[str]:
-    parts = urlsplit(proxy)
+    try:
+        parts = urlsplit(proxy)
+    except ValueError:  # _connect refuses it, in words
+        return []
     if parts.username is None:
         return []
     pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -304,6 +340,9 @@ def _read_head(sock: socket.socket, wait_s: WaitS,
     """Status, headers and any body bytes with them (1xx skipped)."""
     buf = b""
     while True:
+        if buf[:1] in (b"\x15", b"\x16") and buf[1:2] == b"\x03":
+            raise MalformedResponse("the answer is a TLS record: this port speaks https, so "
+                                    "use https:// in the URL")
         end = buf.find(b"\r\n\r\n")
         if end >= 0:
             status, fields = _parse_head(buf[:end])

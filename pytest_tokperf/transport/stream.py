@@ -9,18 +9,29 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.transport.answers import auth_hint, error_text
-from pytest_tokperf.transport.events import EventParser, StreamStats, decode_event
-from pytest_tokperf.transport.rawhttp import MalformedResponse, RawResponse, open_raw, refused_hint
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.errors import (
+    ConfigError,
+    EngineError,
+    EngineProtocolError,
+    EngineUnavailable,
+)
 from pytest_tokperf.results import GenerationRequest
+from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
+from pytest_tokperf.transport.answers import auth_hint, check_head, error_text
+from pytest_tokperf.transport.events import EventParser, StreamStats, decode_event
+from pytest_tokperf.transport.rawhttp import (
+    BadURL,
+    MalformedResponse,
+    RawResponse,
+    open_raw,
+    refused_hint,
+)
 
 """Seconds without a new event, once events flow, before a stream counts as stalled."""
 
@@ -102,9 +113,12 @@ class _Clock:
 # -- events ----------------------------------------------------------------------------
 
 
-def _check_answer(url: str, status: int, content_type: str, body: Callable[[], str],
+def _check_answer(url: str, status: int, headers: Mapping[str, str], body: Callable[[], str],
                   on_error: OnError | None) -> None:
-    """Refuse an error status, an HTML page or one JSON document before streaming."""
+    """Refuse a redirect, a compressed body, an error status, an HTML page or one JSON
+    document before streaming."""
+    check_head(url, status, headers)
+    content_type = headers.get("content-type", "")
     if status >= 400:
         text = body()
         specific = on_error(status, text) if on_error else None
@@ -187,7 +201,7 @@ class StreamClient:
         response: RawResponse | None = None
         try:
             response = open_raw(target, data, self.headers, clock.wait_s)
-            _check_answer(url, response.status, response.content_type,
+            _check_answer(url, response.status, response.headers,
                           lambda: self.scrub(response.read_all(MAX_ERROR_BYTES, clock.wait_s)
                                              if response else ""), on_error)
             stats = clock.stats
@@ -225,6 +239,9 @@ class StreamClient:
             raise clock.expired(now) from exc
         except MalformedResponse as exc:
             raise EngineProtocolError(f"{url} sent a malformed HTTP response: {exc}") from exc
+        except BadURL as exc:
+            raise ConfigError(f"cannot request {exc}; give an http(s) URL such as "
+                              f"http://127.0.0.1:8080") from exc
         except OSError as exc:
             raise self._lost(url, exc, response is not None) from exc
         finally:
@@ -249,8 +266,7 @@ class StreamClient:
             timeout = httpx.Timeout(min(clock.request.timeout_s, MAX_WAIT_S), connect=10.0)
             with self.client.stream("POST", url, json=body, timeout=timeout) as response:
                 watchdog.watch(response)
-                _check_answer(url, response.status_code,
-                              response.headers.get("content-type", ""),
+                _check_answer(url, response.status_code, response.headers,
                               lambda: self.scrub(_read_capped(response)), on_error)
                 stats = clock.stats
                 perf = time.perf_counter
