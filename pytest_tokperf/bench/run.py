@@ -83,6 +83,15 @@ def salt_seed(run_id: str) -> int:
     return int.from_bytes(digest[:3], "big") * SALTS_PER_BENCH * 1000
 
 
+def ceiling_source(settings: Settings, models: ModelFiles) -> CeilingSource:
+    """The ceilings of an engine started or attached with ``settings``."""
+    return CeilingSource(explicit_bandwidth=settings.bandwidth, threads=settings.threads,
+                         kv_type=kv_type_from_args(settings.server_args),
+                         kv_type_v=kv_type_v_from_args(settings.server_args),
+                         models=models, device=settings.device,
+                         calibration=settings.bandwidth_file)
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """One result as the run recorded it: where it was stored and how the gate saw it.
@@ -184,12 +193,7 @@ class BenchRun:
             settings=settings,
             session=EngineSession(settings=settings, log_dir=log_dir, progress=progress,
                                   registry=registry),
-            ceilings=CeilingSource(explicit_bandwidth=settings.bandwidth,
-                                   threads=settings.threads,
-                                   kv_type=kv_type_from_args(settings.server_args),
-                                   kv_type_v=kv_type_v_from_args(settings.server_args),
-                                   models=models, device=settings.device,
-                                   calibration=settings.bandwidth_file),
+            ceilings=ceiling_source(settings, models),
             recorder=recorder,
             gate=gate,
             salt_seed=salt_seed(run_id),
@@ -251,6 +255,7 @@ class BenchRun:
             ab=self._ab_plan(test_id),
             engine_pids=self._engine_pids,
             judge_busy=s.busy == "judge",
+            busy_wait_s=s.busy_wait,
         )
 
     def _engine_pids(self) -> tuple[int, ...]:
@@ -346,6 +351,42 @@ class BenchRun:
             except StorageError as exc:  # the results are stored (or journaled) already
                 self.recorder.store_error = str(exc)
         return self.findings
+
+    # -- tokperf bench's grid: another server configuration within the same run --------
+
+    def serve(self, settings: Settings) -> None:
+        """Measure what follows on an engine started with ``settings`` (the next point of
+        ``tokperf bench``'s grid: other threads, model or llama-server arguments): the
+        engine running now stops, a new session and ceiling source take its place; the
+        store, the gate and everything recorded stay. ``TokBench`` values handed out
+        before measure the stopped engine: take new ones with ``tok_bench``.
+
+        Raises ``ConfigError`` for a model file that cannot be read, before anything
+        stops; with a same-run A/B (``Settings.ab``) the grid is refused.
+        """
+        if settings.ab or self.baseline is not None:
+            raise ConfigError("a same-run A/B measures one server configuration against "
+                              "another engine; it cannot change configuration mid-run")
+        models = self.ceilings.models
+        if settings.url is None and settings.model not in BUILTIN_MODELS:
+            path = Path(settings.model).expanduser()
+            source = f"--tokperf-model {settings.model!r}"
+            check_model_file(path, source=source)
+            try:
+                models.load(path)
+            except ModelFileError as exc:
+                raise ConfigError(f"{source}: {exc}") from exc
+        old = self.session
+        try:
+            old.close()
+        finally:
+            self.ceilings.close()
+        self.settings = settings
+        self.session = EngineSession(settings=settings, log_dir=old.log_dir,
+                                     progress=old.progress, registry=old.registry)
+        self.ceilings = ceiling_source(settings, models)
+        self._problems_seen = 0
+        self._identity_asked, self._identity = False, None
 
     def close(self) -> str | None:
         """Stop the engine (and any drafting engine) and close the store; returns the

@@ -1,0 +1,236 @@
+"""What ``tokperf bench`` measures: llama-bench's tests on each server configuration.
+
+llama-bench's lists (``-t 1,2``, ranges ``8-32+8`` and ``1-16*2``, a flag given twice)
+make a grid: every combination of the server's options (models, threads, GPU layers,
+flash attention, KV cache types, batch sizes) is one ``ServerPoint``, a llama-server
+started once; on each, the workload lists make the ``BenchTest`` values: ``pp`` (prompt
+only, ``-p``), ``tg`` (generation only, ``-n``) and ``pg`` (``-pg PP,TG``), each at every
+depth (``-d``), with tokperf's concurrency (``-c``) and warm prefixes (``--warm``). A
+0 in ``-p`` or ``-n`` asks for no test of that kind, as in llama-bench.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pytest_tokperf.errors import ConfigError
+
+TestKind = Literal["pp", "tg", "pg"]
+
+PP_GENERATE_TOKENS = 2
+"""A prompt-only test still streams this many tokens: the fewest whose timing tokperf
+reads (its t/s is the prefill's; its decode is not judged)."""
+TG_PROMPT_TOKENS = 1
+"""A generation-only test sends this many prompt tokens (llama-bench starts from one)."""
+MAX_VALUES = 1000
+"""The most values one list or range may give."""
+
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+"""What llama-server's ``-ctk``/``-ctv`` take."""
+FLASH_ATTN = {"on": "on", "1": "on", "true": "on", "enabled": "on",
+              "off": "off", "0": "off", "false": "off", "disabled": "off",
+              "auto": "auto", "-1": "auto"}
+"""``-fa`` values as llama-bench reads them (``common_arg_utils``), as llama-server's."""
+FLASH_ATTN_NUMBER = {"on": 1, "off": 0, "auto": -1}
+"""llama-bench's ``flash_attn`` field: 1 on, 0 off, -1 auto."""
+
+_RANGE = re.compile(r"(?P<first>-?\d+)(?:-(?P<last>\d+)(?:(?P<op>[+*])(?P<step>\d+))?)?")
+
+
+def parse_numbers(given: Sequence[str], flag: str, minimum: int) -> list[int]:
+    """Whole numbers from comma lists and llama-bench ranges (``first-last``,
+    ``first-last+step``, ``first-last*mult``), each at least ``minimum``."""
+    values: list[int] = []
+    for text in given:
+        for part in (p.strip() for p in text.split(",")):
+            found = _RANGE.fullmatch(part)
+            if not found:
+                raise ConfigError(f"{flag} {text!r}: {part!r} is not a whole number >= "
+                                  f"{minimum}; pass a comma-separated list such as {flag} "
+                                  f"64,512 or a range such as {flag} 64-512*2")
+            expanded = _expand(found, text, part, flag)
+            if min(expanded) < minimum:
+                raise ConfigError(f"{flag} {text!r}: {part!r} is not a whole number >= "
+                                  f"{minimum}; pass a comma-separated list such as {flag} "
+                                  f"64,512")
+            values += expanded
+    return values
+
+
+def _expand(found: re.Match[str], text: str, part: str, flag: str) -> list[int]:
+    first = int(found["first"])
+    if found["last"] is None:
+        return [first]
+    last, op, step = int(found["last"]), found["op"] or "+", int(found["step"] or 1)
+    out: list[int] = []
+    value = first
+    while value <= last:
+        out.append(value)
+        following = value + step if op == "+" else value * step
+        if following <= value or len(out) > MAX_VALUES:
+            why = ("never grows" if following <= value
+                   else f"gives more than {MAX_VALUES} values")
+            raise ConfigError(f"{flag} {text!r}: the range {part!r} {why}; e.g. {flag} "
+                              f"1-16*2 or {flag} 8-32+8")
+        value = following
+    if not out:
+        raise ConfigError(f"{flag} {text!r}: the range {part!r} is empty (its last value is "
+                          f"below its first); e.g. {flag} 8-32+8")
+    return out
+
+
+def parse_words(given: Sequence[str], flag: str, allowed: Sequence[str],
+                shown: str | None = None) -> list[str]:
+    """Comma-separated words, each one of ``allowed`` (compared in lower case); ``shown``
+    says what is allowed in the error (default: every word)."""
+    values = [w.strip().lower() for text in given for w in text.split(",")]
+    for word in values:
+        if word not in allowed:
+            raise ConfigError(f"{flag} {','.join(given)!r}: {word!r} is none of "
+                              f"{shown or ', '.join(allowed)}")
+    return values
+
+
+def parse_pairs(given: Sequence[str], flag: str = "-pg") -> list[tuple[int, int]]:
+    """``-pg PP,TG`` (the flag once per pair): PP prompt tokens, then TG generated."""
+    pairs = []
+    for text in given:
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 2 or not all(p.isdigit() for p in parts) \
+                or int(parts[0]) < 1 or int(parts[1]) < PP_GENERATE_TOKENS:
+            raise ConfigError(f"{flag} {text!r} is not PP,TG (prompt tokens >= 1, generated "
+                              f"tokens >= {PP_GENERATE_TOKENS}); e.g. {flag} 512,128, once "
+                              f"per pair")
+        pairs.append((int(parts[0]), int(parts[1])))
+    return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPoint:
+    """One server configuration of the grid; None: not given (the server's default)."""
+
+    model: str
+    threads: int | None = None
+    gpu_layers: int | None = None
+    flash_attn: str | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    batch: int | None = None
+    ubatch: int | None = None
+
+    def server_args(self) -> tuple[str, ...]:
+        """llama-server arguments for what was given (threads go through the settings)."""
+        args: list[str] = []
+        if self.gpu_layers is not None:
+            args += ["-ngl", "all" if self.gpu_layers < 0 else str(self.gpu_layers)]
+        for flag, value in (("-fa", self.flash_attn), ("-ctk", self.type_k),
+                            ("-ctv", self.type_v), ("-b", self.batch), ("-ub", self.ubatch)):
+            if value is not None:
+                args += [flag, str(value)]
+        return tuple(args)
+
+    def label(self, several_models: bool) -> str:
+        """The options given (``-t 2 -fa on``; ``-fa 1`` reads ``on``); the model's file
+        name when the grid has several."""
+        words = [f"-m {Path(self.model).name}"] if several_models else []
+        for flag, value in (("-t", self.threads), ("-ngl", self.gpu_layers),
+                            ("-fa", self.flash_attn), ("-ctk", self.type_k),
+                            ("-ctv", self.type_v), ("-b", self.batch), ("-ub", self.ubatch)):
+            if value is not None:
+                words.append(f"{flag} {value}")
+        return " ".join(words)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchTest:
+    """One llama-bench test: ``n_prompt``/``n_gen`` as llama-bench reports them (0 for
+    the kind's missing half); ``prompt_tokens``/``generate_tokens`` are what is sent."""
+
+    kind: TestKind
+    n_prompt: int
+    n_gen: int
+    n_depth: int = 0
+    concurrency: int = 1
+    warm: int = 0
+    chat: bool = False
+
+    @property
+    def name(self) -> str:
+        """llama-bench's test name: ``pp512``, ``tg128``, ``pp512+tg128``, `` @ d4096``."""
+        base = {"pp": f"pp{self.n_prompt}", "tg": f"tg{self.n_gen}",
+                "pg": f"pp{self.n_prompt}+tg{self.n_gen}"}[self.kind]
+        return f"{base} @ d{self.n_depth}" if self.n_depth else base
+
+    @property
+    def label(self) -> str:
+        """The name with tokperf's own parts: ``tg128 x4``, ``pp512 warm 256``, ``chat``."""
+        extras = [f"x{self.concurrency}"] if self.concurrency > 1 else []
+        extras += [f"warm {self.warm}"] if self.warm else []
+        extras += ["chat"] if self.chat else []
+        return " ".join((self.name, *extras))
+
+    @property
+    def prompt_tokens(self) -> int:
+        return TG_PROMPT_TOKENS if self.kind == "tg" else self.n_prompt
+
+    @property
+    def generate_tokens(self) -> int:
+        return PP_GENERATE_TOKENS if self.kind == "pp" else self.n_gen
+
+    @property
+    def tokens(self) -> int:
+        """The tokens llama-bench's t/s counts: n_prompt + n_gen."""
+        return self.n_prompt + self.n_gen
+
+
+def bench_tests(prompts: Sequence[int], gens: Sequence[int], pairs: Sequence[tuple[int, int]],
+                depths: Sequence[int], concurrency: Sequence[int], warm: Sequence[int],
+                chat: bool = False) -> list[BenchTest]:
+    """llama-bench's order on one server: per depth, the pp tests, the tg tests, the pg
+    tests. A warm prefix applies to the tests that send a prompt; tg tests run cold."""
+    tests: list[BenchTest] = []
+    for c, d in itertools.product(concurrency, depths):
+        tests += [BenchTest("pp", p, 0, d, c, w, chat)
+                  for p in prompts if p > 0 for w in warm]
+        tests += [BenchTest("tg", 0, n, d, c, 0, chat) for n in gens if n > 0]
+        tests += [BenchTest("pg", p, n, d, c, w, chat) for p, n in pairs for w in warm]
+    return list(dict.fromkeys(tests))
+
+
+def server_points(models: Sequence[str], threads: Sequence[int | None],
+                  gpu_layers: Sequence[int | None], flash_attn: Sequence[str | None],
+                  type_k: Sequence[str | None], type_v: Sequence[str | None],
+                  batch: Sequence[int | None], ubatch: Sequence[int | None]
+                  ) -> list[ServerPoint]:
+    """Every combination, in llama-bench's order (the model outermost, threads
+    innermost), so that consecutive points share what they can."""
+    return [ServerPoint(m, t, ngl, fa, k, v, b, ub)
+            for m, ngl, b, ub, k, v, fa, t in itertools.product(
+                models, gpu_layers, batch, ubatch, type_k, type_v, flash_attn, threads)]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPlan:
+    """What one ``tokperf bench`` measures: the server configurations, the tests on each."""
+
+    points: tuple[ServerPoint, ...]
+    tests: tuple[BenchTest, ...]
+    asked: frozenset[str]
+    """llama-bench fields the options set (the md table shows them)."""
+
+    @property
+    def context_tokens(self) -> int:
+        """A slot's context: the longest test and 64 to spare, at least 4096."""
+        needed = max((t.n_depth + t.prompt_tokens + t.generate_tokens for t in self.tests),
+                     default=0)
+        return max(4096, needed + 64)
+
+    @property
+    def several_models(self) -> bool:
+        return len({p.model for p in self.points}) > 1
+
