@@ -427,7 +427,8 @@ class _Progress:
             self._write(
                 f"tokperf {self.test_id}: {len(r.result.samples)} reps, decode "
                 + (f"{decode.median:.1f} tok/s" if decode else "-")
-                + f", TTFT {r.result.ttft_s.median * 1e3:.0f} ms, {r.verdict}")
+                + (f", TTFT {r.result.ttft_s.median * 1e3:.0f} ms" if r.result.ttft_s else "")
+                + f", {r.verdict}")
 
 
 def _short_id(test_id: str, width: int = 60) -> str:

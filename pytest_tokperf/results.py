@@ -208,9 +208,11 @@ def combine_loads(loads: Sequence[MachineLoad | None]) -> MachineLoad | None:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One measured repetition: client figures beside the engine's own."""
+    """One measured repetition: client figures beside the engine's own. ``ttft_s`` and
+    ``text_chars`` are None where the source did not measure them (an imported llama-bench
+    row has no request, so no first token and no text)."""
 
-    ttft_s: float
+    ttft_s: float | None
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
     prompt_tokens: int
@@ -221,7 +223,7 @@ class Sample:
     engine_decode_tokens_per_s: float | None
     cached_prompt_tokens: int | None
     speculative: bool
-    text_chars: int
+    text_chars: int | None
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -244,7 +246,7 @@ class Sample:
     @property
     def net_ttft_s(self) -> float | None:
         """TTFT less the time the engine waited for a CPU before its first token."""
-        if self.ttft_wait_s is None:
+        if self.ttft_wait_s is None or self.ttft_s is None:
             return None
         net = self.ttft_s - self.ttft_wait_s
         return net if net > 0 else None
@@ -268,7 +270,7 @@ class Sample:
     @property
     def chars_per_s(self) -> float | None:
         """Characters a reader sees per second during steady decode."""
-        if not self.decode_tokens_per_s or not self.generated_tokens:
+        if self.text_chars is None or not self.decode_tokens_per_s or not self.generated_tokens:
             return None
         return self.text_chars / self.generated_tokens * self.decode_tokens_per_s
 
@@ -362,7 +364,8 @@ class BenchResult:
     workload: Workload
     engine: EngineInfo
     samples: tuple[Sample, ...]
-    ttft_s: Summary
+    ttft_s: Summary | None
+    """None: not measured (an imported llama-bench row)."""
     decode_tokens_per_s: Summary | None
     prefill_tokens_per_s: Summary | None
     engine_decode_tokens_per_s: Summary | None

@@ -117,6 +117,7 @@ class TokBenchResult:
 
     @property
     def ttft_s(self) -> float:
+        assert self.result.ttft_s is not None  # a tok_bench run measures it (not an import)
         return self.result.ttft_s.median
 
     @property
@@ -205,7 +206,7 @@ class TokBenchResult:
         self._refuse_busy(check.message)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(_with(f"{check.message} (median of {self.result.ttft_s.n})",
+            raise AssertionError(_with(f"{check.message} (median of {len(self.result.samples)})",
                                        self._busy()))
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:

@@ -387,7 +387,8 @@ def summarize(
     agreement = statistics.median(differences) if differences else None
     if agreement is not None and agreement > tolerance:
         notes.append(_disagreement_note(samples, agreement, tolerance))
-    ttft_gaps = [s.ttft_s - s.engine_prefill_s for s in samples if s.engine_prefill_s is not None]
+    ttft_gaps = [s.ttft_s - s.engine_prefill_s for s in samples
+                 if s.ttft_s is not None and s.engine_prefill_s is not None]
     itl = [gap for s in samples for gap in s.inter_token_s]
     load = combine_loads(list({id(s.load): s.load for s in samples if s.load}.values()))
     warning = load.warning() if load is not None else None
@@ -568,8 +569,9 @@ def run_workload(
             rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
             streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
             known = f", decode +/-{interval:.1%}" if interval is not None else ""
+            ttft = round_samples[0].ttft_s
             progress(f"{phase} {done}/{of_text}: decode {rate}{streams}, "
-                     f"TTFT {round_samples[0].ttft_s * 1e3:.0f} ms{known}")
+                     f"TTFT {'-' if ttft is None else f'{ttft * 1e3:.0f}'} ms{known}")
         if (interval is not None and rounds >= options.min_repetitions
                 and interval <= options.target_interval):
             break

@@ -70,10 +70,12 @@ def _import(args: argparse.Namespace) -> int:
             "source": r.record.source, "form": r.record.form, "test_id": r.test_id,
             "series_key": r.series_key,
             "hardware": r.hardware.name if r.hardware else None,
+            "metric": r.metric,
             "tokens_per_s": r.record.get("avg_ts"),
-            "ceiling_tokens_per_s": r.ceiling.decode_tokens_per_s if r.ceiling else None,
+            "ceiling_tokens_per_s": (r.ceiling.decode_tokens_per_s
+                                     if r.ceiling and r.metric == "decode" else None),
             "efficiency": r.efficiency,
-            "band": None if r.band is None else {
+            "band": None if r.band is None or r.metric != "decode" else {
                 "low": r.band.low, "typical": r.band.typical, "high": r.band.high},
             "verdict": r.verdict,
         } for r in rows],

@@ -30,10 +30,10 @@ from pytest_tokperf.cli.common import (
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import format_noise, noise
-from pytest_tokperf.stats.changepoints import change_points, settled_baseline
+from pytest_tokperf.stats.changepoints import ChangePoint, change_points, settled_baseline
 from pytest_tokperf.stats.drift import resolution
-from pytest_tokperf.stats.comparing import DECODE, Comparison, compare_many
-from pytest_tokperf.stats.metric import fmt_p, pct
+from pytest_tokperf.stats.comparing import Comparison, compare_many
+from pytest_tokperf.stats.metric import Metric, fmt_p, pct
 from pytest_tokperf.storage.history import (
     HistoryEntry,
     JudgedEfficiency,
@@ -41,6 +41,7 @@ from pytest_tokperf.storage.history import (
     history_points,
     judged_efficiencies,
     series_history,
+    series_metric,
     session_points,
 )
 from pytest_tokperf.storage.location import same_db
@@ -106,6 +107,21 @@ def _short(value: object, width: int = 24) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+_CLOCKS = {
+    "decode": "engine timings where every repetition has them, else the client's",
+    "prefill": "prompt tokens over the client's TTFT (an imported llama-bench pp row: its "
+               "own t/s)",
+    "aggregate": "all streams' output tokens per second of a round's wall time",
+}
+"""Whose clock a series' samples are read from, per metric (``metric_values``)."""
+
+
+def _figure(row: HistoryRow, metric: Metric) -> float | None:
+    """A result's median of the metric its series is judged on (None: not in the row)."""
+    return {"decode": row.decode_tokens_per_s,
+            "prefill": row.prefill_tokens_per_s}.get(metric.name)
+
+
 def history(args: argparse.Namespace) -> int:
     """List series, or one series' runs with its noise and what it can detect."""
     db, pattern = db_then_pattern(args, args.words)
@@ -115,21 +131,26 @@ def history(args: argparse.Namespace) -> int:
         latest = sorted(latest, key=lambda r: (r.test_id, r.series_key))
         labels = series_labels(store, latest)
         judged = judged_efficiencies(store)
+        metrics = {r.series_key: series_metric(r) for r in latest}
         rows = [(labels[r.series_key], r.series_key[:12], r.engine_build or "-",
-                 _f(r.decode_tokens_per_s), _eff(judged[r.result_id]), r.created_at[:19])
+                 metrics[r.series_key].name, _f(_figure(r, metrics[r.series_key])),
+                 _eff(judged[r.result_id]), r.created_at[:19])
                 for r in latest]
         emit(args, [{**asdict(r), "label": labels[r.series_key],
+                     "metric": metrics[r.series_key].name,
                      "judged_efficiency": asdict(judged[r.result_id])} for r in latest],
-             [*table(("test", "series", "latest build", "decode tok/s", "eff", "at"), rows),
+             [*table(("test", "series", "latest build", "metric", "tok/s", "eff", "at"),
+                     rows),
               *efficiency_notes([judged[r.result_id] for r in latest])])
         return 0
     key = latest[0].series_key
-    entries = series_history(store, key, DECODE.name, since_accepted=False)
+    metric = series_metric(latest[0])
+    entries = series_history(store, key, metric.name, since_accepted=False)
     points = [e.point for e in entries]
     reps = max((len(p.samples) for p in points), default=0)
-    line = (format_noise(DECODE, noise([p.samples for p in points]), max(reps, 2))
+    line = (format_noise(metric, noise([p.samples for p in points]), max(reps, 2))
             if reps > 1 else "noise: fewer than 2 repetitions per run, cannot estimate")
-    phases = resolution(points, DECODE).note
+    phases = resolution(points, metric).note
     if phases:
         line += f"; {phases}"
     gate = store.gate_verdicts(e.row.result_id for e in entries)
@@ -140,34 +161,46 @@ def history(args: argparse.Namespace) -> int:
         r, verdicts = e.row, {v.metric: v.verdict for v in gate[e.row.result_id]}
         mark = " (accepted)" if r.result_id in accepted else ""
         run_rows.append((r.created_at[:19] + mark, e.point.version, r.hardware_name or "-",
-                         _f(statistics.median(e.point.samples)), _f(r.ttft_s * 1e3, ".0f"),
+                         _f(statistics.median(e.point.samples)),
+                         _f(None if r.ttft_s is None else r.ttft_s * 1e3, ".0f"),
                          _eff(judged[r.result_id]), r.verdict,
-                         verdicts.get("decode", "-"), verdicts.get("ttft", "-")))
+                         verdicts.get(metric.name, "-"), verdicts.get("ttft", "-")))
     notes = [f"accepted level from {a.accepted_at[:19]}"
              + (f" by {a.accepted_by}" if a.accepted_by else "")
              + (f": {a.reason}" if a.reason else "") for a in accepted.values()]
-    emit(args, {"series_key": key, "noise": line, "decode": "engine timings where every "
-                "repetition has them, else the client's",
-                "runs": [{**asdict(e.row), "decode_samples": list(e.point.samples),
+    emit(args, {"series_key": key, "metric": metric.name, "noise": line,
+                "clock": _CLOCKS[metric.name],
+                "runs": [{**asdict(e.row), "samples": list(e.point.samples),
                           "judged_efficiency": asdict(judged[e.row.result_id]),
                           "gate": [asdict(v) for v in gate[e.row.result_id]]} for e in entries],
                 "acceptances": [asdict(a) for a in accepted.values()]},
          [f"series {key} ({latest[0].test_id})",
-          *table(("at", "build", "hardware", "decode", "TTFT ms", "eff", "verdict",
-                  "gate decode", "gate TTFT"), run_rows),
+          *table(("at", "build", "hardware", metric.name, "TTFT ms", "eff", "verdict",
+                  f"gate {metric.name}", "gate TTFT"), run_rows),
           *notes, *efficiency_notes([judged[e.row.result_id] for e in entries]), line])
     return 0
 
 
+def series_metrics(*stores: ResultStore) -> dict[str, Metric]:
+    """Per series key, the metric it is judged on (``series_metric`` of its latest
+    result); a series in several stores takes the first store's."""
+    out: dict[str, Metric] = {}
+    for store in reversed(stores):
+        out.update({r.series_key: series_metric(r) for r in store.latest_per_series()})
+    return out
+
+
 def _samples_by_series(
-    store: ResultStore, version: str | None, settled: bool = False
+    store: ResultStore, version: str | None, metrics: dict[str, Metric], settled: bool = False
 ) -> dict[str, list[list[float]]]:
-    """Per series, each stored run's decode samples; ``settled``: since the last step."""
+    """Per series, each stored run's samples of its metric; ``settled``: since the last
+    step."""
     out: dict[str, list[list[float]]] = {}
     for row in store.latest_per_series():
-        points = history_points(store, row.series_key, DECODE.name, engine_version=version)
+        metric = metrics[row.series_key]
+        points = history_points(store, row.series_key, metric.name, engine_version=version)
         if settled and points:
-            points = settled_baseline(points, DECODE)
+            points = settled_baseline(points, metric)
         if points:
             out[row.series_key] = [list(p.samples) for p in points]
     return out
@@ -208,7 +241,7 @@ def _is(row: HistoryRow, version: str) -> bool:
 
 
 def _sessions_of(
-    store: ResultStore, baseline: str, current: str
+    store: ResultStore, baseline: str, current: str, metrics: dict[str, Metric]
 ) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]],
            dict[str, list[list[list[float]]]]]:
     """Per series: the baseline's and the current version's runs (one session each), and
@@ -217,7 +250,7 @@ def _sessions_of(
     cur: dict[str, list[list[float]]] = {}
     spread: dict[str, list[list[list[float]]]] = {}
     for row in store.latest_per_series():
-        entries = series_history(store, row.series_key, DECODE.name)
+        entries = series_history(store, row.series_key, metrics[row.series_key].name)
         b = _runs([e for e in entries if _is(e.row, baseline)])
         c = _runs([e for e in entries if _is(e.row, current)])
         if not (b and c):
@@ -256,10 +289,11 @@ def compare(args: argparse.Namespace) -> int:
     spread: dict[str, list[list[list[float]]]] = {}
     if other:
         current_store = _open(other)
+        metrics = series_metrics(base_store, current_store)
         base = _samples_by_series(base_store, _stored_version(base_store, args.baseline),
-                                  settled=True)
+                                  metrics, settled=True)
         current = {k: [v[-1]] for k, v in _samples_by_series(
-            current_store, _stored_version(current_store, args.current)).items()}
+            current_store, _stored_version(current_store, args.current), metrics).items()}
     else:
         if not (args.baseline and args.current):
             raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
@@ -270,19 +304,20 @@ def compare(args: argparse.Namespace) -> int:
             raise ConfigError(f"--baseline {args.baseline!r} and --current {args.current!r} "
                               f"are both {baseline}: a build compared with itself has no "
                               "change to judge; name two versions `tokperf history` lists")
-        base, current, spread = _sessions_of(base_store, baseline, current_version)
+        metrics = series_metrics(base_store)
+        base, current, spread = _sessions_of(base_store, baseline, current_version, metrics)
     common = sorted(set(base) & set(current))
     if not common:
         raise ConfigError("no series has results on both sides; check the versions with "
                           "`tokperf history`")
     tests = {r.series_key: r.test_id for r in base_store.latest_per_series()}
     verdicts: dict[str, Comparison] = compare_many(
-        {k: base[k] for k in common}, {k: current[k] for k in common}, DECODE,
-        spread={k: spread.get(k, []) for k in common})
-    rows = [(k[:12], tests.get(k, "?"), v.verdict, pct(v.relative_change))
+        {k: base[k] for k in common}, {k: current[k] for k in common},
+        {k: metrics[k] for k in common}, spread={k: spread.get(k, []) for k in common})
+    rows = [(k[:12], tests.get(k, "?"), v.verdict, v.metric, pct(v.relative_change))
             for k, v in verdicts.items()]
     emit(args, {k: asdict(v) for k, v in verdicts.items()},
-         [*table(("series", "test", "verdict", "decode"), rows), "",
+         [*table(("series", "test", "verdict", "metric", "change"), rows), "",
           *(f"{k[:12]} {v.verdict}: {v.reason}" for k, v in verdicts.items())])
     return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
 
@@ -292,21 +327,23 @@ def changes(args: argparse.Namespace) -> int:
     series whose runs sit in machine phases too far apart for a step to show."""
     db, pattern = db_then_pattern(args, args.words)
     store = _open(db)
-    found = []
+    found: list[tuple[HistoryRow, Metric, ChangePoint]] = []
     notes = []
     for row in _find_series(store, pattern):
-        points = session_points(series_history(store, row.series_key, DECODE.name))
-        for cp in change_points(points, DECODE):
-            found.append((row, cp))
-        seen = resolution(points, DECODE)
+        metric = series_metric(row)
+        points = session_points(series_history(store, row.series_key, metric.name))
+        for cp in change_points(points, metric):
+            found.append((row, metric, cp))
+        seen = resolution(points, metric)
         if seen.phase_dominated:
             notes.append(f"{row.series_key[:12]} {row.test_id}: {seen.note}")
     rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
-             pct(cp.relative_change), fmt_p(cp.p_value),
+             m.name, pct(cp.relative_change), fmt_p(cp.p_value),
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
-            for r, cp in found]
-    emit(args, [{"series_key": r.series_key, **asdict(cp)} for r, cp in found],
-          (table(("series", "test", "step", "change", "p", "what changed"), rows)
+            for r, m, cp in found]
+    emit(args, [{"series_key": r.series_key, "metric": m.name, **asdict(cp)}
+                for r, m, cp in found],
+          (table(("series", "test", "step", "metric", "change", "p", "what changed"), rows)
            if rows else ["no change points: every series is level, or too short to tell (a "
                          "step needs 2 runs on each side; 5-10 runs of 3-5 repetitions "
                          "resolve a 5% step at a few % noise)"
@@ -412,7 +449,9 @@ def plot(args: argparse.Namespace) -> int:
     store = _open(chosen_db(args, args.path))
     keys = _series_keys(store, args.series)
     plots = plot_all(store_figures(store, run_id=args.run, series_keys=keys),
-                     load_histories(store, keys, metric=metric_named(args.metric), limit=args.limit),
+                     load_histories(store, keys,
+                                    metric=metric_named(args.metric) if args.metric else None,
+                                    limit=args.limit),
                      Path(args.output))
     emit(args, [asdict(p) for p in plots],
           [f"{p.kind}: {p.path}" if p.path else f"{p.kind}: skipped ({p.note})" for p in plots])
@@ -427,7 +466,8 @@ def report(args: argparse.Namespace) -> int:
     store = _open(chosen_db(args, args.path))
     path = build_html_report(store, Path(args.output), run_id=args.run,
                              series_keys=_series_keys(store, args.series),
-                             metric=metric_named(args.metric), limit=args.limit)
+                             metric=metric_named(args.metric) if args.metric else None,
+                             limit=args.limit)
     emit(args, {"path": str(path)}, [str(path)])
     return 0
 
@@ -444,14 +484,16 @@ def add_parsers(verbs: Any) -> None:
     p = verbs.add_parser(
         "history", parents=both, help="stored series, or one series' runs and noise",
         description="Without SERIES: every stored series, sorted by test id, with its latest "
-        "build, decode and efficiency. With SERIES: that series' runs, its gate verdicts and "
+        "build, the figure it is judged on (decode; prefill for a prompt-only llama-bench row) "
+        "and efficiency. With SERIES: that series' runs, its gate verdicts and "
         "its noise (the smallest change it can detect).",
         usage="tokperf history [--db PATH] [SERIES] [--json]")
     _series_words(p)
     p.set_defaults(func=history)
 
     p = verbs.add_parser(
-        "compare", parents=both, help="decode tok/s of two engine versions, or two DBs",
+        "compare", parents=both, help="tok/s of two engine versions, or two DBs (decode; "
+        "prefill for a prompt-only series)",
         description="Per series, each stored run a session (its repetitions nested in it): "
         "significant AND at least 5% -> regression or improvement; too noisy or "
         "phase-dominated -> inconclusive. Holm across series. A version is written "
@@ -487,8 +529,10 @@ def add_parsers(verbs: Any) -> None:
         p.add_argument("--series", action="append", help="series key prefix or test id part "
                        "(repeatable; default: all)")
         p.add_argument("--run", help="only this run's results in the tables and curves")
-        p.add_argument("--metric", default="decode", choices=["decode", "prefill", "ttft"],
-                       help=f"the history's figure: {METRICS_HELP} (default decode)")
+        p.add_argument("--metric", choices=["decode", "prefill", "ttft"],
+                       help=f"the history's figure: {METRICS_HELP} (default: the one each "
+                       "series is judged on: decode, prefill for a prompt-only llama-bench "
+                       "row)")
         p.add_argument("--limit", type=int, help="newest N results per history")
         p.set_defaults(func=func)
 

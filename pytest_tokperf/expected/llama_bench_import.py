@@ -37,6 +37,7 @@ from pytest_tokperf.results import (
     Workload,
 )
 from pytest_tokperf.storage.exchange import Added, add_run
+from pytest_tokperf.storage.history import series_metric
 from pytest_tokperf.storage.run_files import ResultBundle, RunBundle
 from pytest_tokperf.expected.llama_bench_parse import LlamaBenchRecord, read_llama_bench
 from pytest_tokperf.storage.env_hash import dumps
@@ -71,6 +72,9 @@ class ImportedRow:
     band: Band | None
     efficiency: float | None
     verdict: Verdict
+    metric: str = "decode"
+    """What the row's series is judged on (``storage.history.series_metric``): a pp row is
+    a prefill series, with no decode ceiling, band or efficiency."""
 
 
 def quant_of(model_type: str | None) -> str | None:
@@ -161,27 +165,24 @@ def bench_result(record: LlamaBenchRecord) -> BenchResult:
     rates = [float(x) for x in f.get("samples_ts") or []] if kind != "pg" else []
     walls = [int(x) / 1e9 for x in f.get("samples_ns") or []] if kind != "pg" else []
     samples = []
-    for index, ts in enumerate(rates):
+    for index, ts in enumerate(rates):  # no request: no TTFT, no text (None: not measured)
         samples.append(Sample(
-            ttft_s=(prompt / ts) if kind == "pp" else 1 / ts,
+            ttft_s=None,
             prefill_tokens_per_s=ts if kind == "pp" else None,
             decode_tokens_per_s=ts if kind == "tg" else None,
             prompt_tokens=prompt, generated_tokens=gen, inter_token_s=(),
             engine_prefill_s=(prompt / ts) if kind == "pp" else None,
             engine_prefill_tokens_per_s=ts if kind == "pp" else None,
             engine_decode_tokens_per_s=ts if kind == "tg" else None,
-            cached_prompt_tokens=None, speculative=False, text_chars=0,
+            cached_prompt_tokens=None, speculative=False, text_chars=None,
             round_index=index, round_wall_s=walls[index] if index < len(walls) else None,
         ))
     figure = _summary(rates, float(f["avg_ts"]), float(f.get("stddev_ts") or 0.0))
-    tokens = prompt if kind == "pp" else gen if kind == "tg" else prompt + gen
-    ttft = Summary.of([s.ttft_s for s in samples]) or _summary(
-        [], tokens / figure.mean if kind != "tg" else 1 / figure.mean, 0.0)
     engine = _engine(f)
     return BenchResult(
         workload=Workload(prompt_tokens=prompt, generate_tokens=gen, depth_tokens=depth,
                           repetitions=len(samples), warmup=0),
-        engine=engine, samples=tuple(samples), ttft_s=ttft,
+        engine=engine, samples=tuple(samples), ttft_s=None,
         decode_tokens_per_s=figure if kind == "tg" else None,
         prefill_tokens_per_s=figure if kind == "pp" else None,
         engine_decode_tokens_per_s=figure if kind == "tg" else None,
@@ -305,8 +306,8 @@ def imported_row(record: LlamaBenchRecord) -> tuple[ImportedRow, ResultBundle]:
                 "created_at": _created_at(f, record), **result_row(result, ceiling, eff, verdict)}
     bundle = ResultBundle(series.text, environment_row(result.engine, model, hardware), row,
                           sample_rows(result.samples))
-    return (ImportedRow(record, test_id, series.key, hardware, ceiling, band, eff, verdict),
-            bundle)
+    return (ImportedRow(record, test_id, series.key, hardware, ceiling, band, eff, verdict,
+                        series_metric(result).name), bundle)
 
 
 _UNKEYED = (("no_kv_offload", "nkvo", (False, 0, None)), ("n_cpu_moe", "ncmoe", (0, None)),

@@ -3,7 +3,8 @@
 ``find_outliers(db)`` reports results under ``factor x`` their band's low end, with the
 reasons the data offers, and builds whose efficiency fell more than ``drop`` below the
 best earlier build of the same series. A result is listed once: one that is both keeps
-its band's figure and carries the fall from the earlier build as a reason.
+its band's figure and carries the fall from the earlier build as a reason. Only series
+judged on decode (``series_metric``) are read: a prefill row has no decode ceiling.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pytest_tokperf.expected.bands import Band, device_class, quant_family
 from pytest_tokperf.expected.band_choice import expected_band
 from pytest_tokperf.expected.prediction import OVERHEAD_BOUND_BYTES
 from pytest_tokperf.storage.exchange import export_rows
+from pytest_tokperf.storage.history import series_metric
 from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
 
@@ -150,8 +152,10 @@ def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
                   drop: float = DEFAULT_DROP) -> list[Outlier]:
     """Results far below their band, then build regressions (see the module docstring)."""
     with ResultStore.open(db) as store:
-        rows = [r for r in export_rows(store)
-                if r.get("efficiency") is not None and _decode(r) is not None]
+        decoded = {r.series_key for r in store.latest_per_series()
+                   if series_metric(r).name == "decode"}  # a pp row has no decode ceiling
+        rows = [r for r in export_rows(store) if r["series_key"] in decoded
+                and r.get("efficiency") is not None and _decode(r) is not None]
     by_workload: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         key = (row.get("hardware_name"), row.get("model_file_name"), row.get("model_file_bytes"),

@@ -55,7 +55,7 @@ def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
     return (
         fig.test_id,
         workload_label(fig.workload) + (f", draft {fig.draft_model}" if fig.draft_model else ""),
-        f"{fig.ttft_s * 1e3:.1f}",
+        "-" if fig.ttft_s is None else f"{fig.ttft_s * 1e3:.1f}",
         rate(fig.prefill_tokens_per_s),
         rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
         rate(fig.ceiling_decode_tokens_per_s),

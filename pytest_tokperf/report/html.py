@@ -22,7 +22,7 @@ from pytest_tokperf.report.report_data import (
     store_figures,
 )
 from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline, summary_cells
-from pytest_tokperf.stats.comparing import DECODE, Metric
+from pytest_tokperf.stats.comparing import Metric
 from pytest_tokperf.storage.store import ResultStore
 
 SORT_SCRIPT = """
@@ -223,13 +223,13 @@ def build_html_report(
     *,
     run_id: str | None = None,
     series_keys: Sequence[str] | None = None,
-    metric: Metric = DECODE,
+    metric: Metric | None = None,
     limit: int | None = None,
     extra_changes: Sequence[SeriesChange] = (),
     title: str = "pytest-tokperf report",
 ) -> Path:
     """Read ``store``, draw every figure and write one self-contained page to ``path`` (all
-    series' latest, or the results of ``run_id``)."""
+    series' latest, or the results of ``run_id``); ``metric`` None: each series' own."""
     figures = store_figures(store, run_id=run_id, series_keys=series_keys)
     keys = series_keys if run_id is None else sorted({f.series_key for f in figures
                                                        if f.series_key is not None})

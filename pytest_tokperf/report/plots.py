@@ -233,7 +233,8 @@ def ttft_curves(figures: Sequence[ResultFigures]) -> Curves:
     cold = [f for f in figures if f.concurrency == 1 and not f.cached_prefix_tokens
             and not f.chat and f.draft_model is None]
     return _curves(cold, lambda f: f.depth_tokens + f.prompt_tokens,
-                   lambda f: f.ttft_s * 1e3, lambda f: f.setup_label)
+                   lambda f: None if f.ttft_s is None else f.ttft_s * 1e3,
+                   lambda f: f.setup_label)
 
 
 def plot_ttft_vs_prompt(figures: Sequence[ResultFigures], path: Path) -> Plot:

@@ -28,6 +28,7 @@ from pytest_tokperf.storage.history import (
     JudgedEfficiency,
     history_points,
     judged_efficiencies,
+    series_metric,
     version_label,
 )
 from pytest_tokperf.storage.store import ResultStore, StoredResult
@@ -51,12 +52,15 @@ class ResultFigures:
     depth_tokens: int
     concurrency: int
     repetitions: int
-    ttft_s: float
+    ttft_s: float | None
+    """None: not measured (an imported llama-bench row)."""
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
     """The judged decode: what efficiency, floors and the gate use."""
     decode_tokens_per_s_stdev: float | None
     ceiling_decode_tokens_per_s: float | None
+    """None where the series is judged on another metric (``series_metric``): a prompt-only
+    row is never held against the decode ceiling."""
     efficiency: float | None
     verdict: str
     run_id: str | None = None
@@ -127,11 +131,15 @@ def figures_from_result(
     model: ModelInfo | None = None, hardware: HardwareInfo | None = None,
     run_id: str | None = None, created_at: str | None = None, gate: str = "",
 ) -> ResultFigures:
-    """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``."""
+    """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``; a
+    result judged on another metric than decode has no decode ceiling or efficiency."""
     decode = result.judged_decode_tokens_per_s
-    ceiling_tps = ceiling.decode_tokens_per_s if ceiling else None
+    decoded = series_metric(result).name == DECODE.name
+    ceiling_tps = ceiling.decode_tokens_per_s if ceiling and decoded else None
     if efficiency is None:
         efficiency = decode_efficiency(result, ceiling)
+    if not decoded:
+        efficiency = None
     w = result.workload
     return ResultFigures(
         test_id=test_id, series_key=series_key, engine_name=result.engine.name,
@@ -141,7 +149,7 @@ def figures_from_result(
         prompt_tokens=w.prompt_tokens, generate_tokens=w.generate_tokens,
         depth_tokens=w.depth_tokens, concurrency=w.concurrency,
         repetitions=len(result.samples) or w.repetitions,
-        ttft_s=result.ttft_s.median,
+        ttft_s=_median(result.ttft_s),
         prefill_tokens_per_s=_median(result.prefill_tokens_per_s),
         decode_tokens_per_s=_median(decode),
         decode_tokens_per_s_stdev=decode.stdev if decode else None,
@@ -276,14 +284,17 @@ def metric_named(name: str) -> Metric:
 
 
 def load_history(
-    store: ResultStore, series_key: str, *, metric: Metric = DECODE, limit: int | None = None,
-    judged: dict[int, JudgedEfficiency] | None = None,
+    store: ResultStore, series_key: str, *, metric: Metric | None = None,
+    limit: int | None = None, judged: dict[int, JudgedEfficiency] | None = None,
 ) -> SeriesHistory:
-    """A series' history with its change points and the ceiling its latest is judged by."""
+    """A series' history with its change points and the ceiling its latest is judged by;
+    ``metric`` None: the one the series is judged on (``series_metric``), and the decode
+    ceiling only where that is decode."""
     rows = store.history(series_key, 1)
     if not rows:
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
                           "list series with `tokperf history`")
+    metric = series_metric(rows[-1]) if metric is None else metric
     points = history_points(store, series_key, metric.name, limit=limit, since_accepted=False)
     stored = store.result(rows[-1].result_id)
     label = workload_label(stored.result.workload)
@@ -292,15 +303,17 @@ def load_history(
         series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
         points=tuple(points), changes=tuple(change_points(points, metric)),
         ceiling_decode_tokens_per_s=(judged or judged_efficiencies(store))[
-            rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s),
+            rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s)
+        if metric.name == DECODE.name else None,
     )
 
 
 def load_histories(
     store: ResultStore, series_keys: Sequence[str] | None = None, *,
-    metric: Metric = DECODE, limit: int | None = None,
+    metric: Metric | None = None, limit: int | None = None,
 ) -> list[SeriesHistory]:
-    """``load_history`` for each of ``series_keys`` (default: every series), by test id."""
+    """``load_history`` for each of ``series_keys`` (default: every series), by test id;
+    ``metric`` None: each series' own (``series_metric``)."""
     keys = ([h.series_key for h in store.latest_per_series()] if series_keys is None
             else list(series_keys))
     judged = judged_efficiencies(store)

@@ -112,7 +112,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         + (" chat" if r.workload.chat else "")
         + (" +draft" if r.engine.speculative else "")
         + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
-        f"{r.ttft_s.median * 1e3:.0f}",
+        f"{r.ttft_s.median * 1e3:.0f}" if r.ttft_s else "-",
         _ttft_bound(r, row.ceiling),
         _rate(r.prefill_tokens_per_s),
         _rate(r.decode_tokens_per_s),

@@ -3,8 +3,8 @@
 The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML report all
 read a series through ``series_history``: one point per stored result, oldest first,
 labelled with what a comparison varies, its figures per metric (``metric_values``), by
-default since the series' latest accepted level. docs/design.md says which clock each
-metric reads.
+default since the series' latest accepted level; ``series_metric`` is the metric every
+door judges a series on. docs/design.md says which clock each metric reads.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import judged_decode_values
+from pytest_tokperf.stats.metric import AGGREGATE, DECODE, PREFILL, Metric
 
 if TYPE_CHECKING:
     from pytest_tokperf.stats.changepoints import Point
@@ -35,7 +36,7 @@ class Figures(Protocol):
     """The per-repetition figures a metric reads: a ``Sample`` or a stored ``SampleFigures``."""
 
     @property
-    def ttft_s(self) -> float: ...
+    def ttft_s(self) -> float | None: ...
 
     @property
     def prefill_tokens_per_s(self) -> float | None: ...
@@ -75,6 +76,32 @@ def metric_values(samples: Sequence[Figures], metric: str) -> list[float]:
         raise ConfigError(f"metric {metric!r} has no per-sample history: use one of "
                           f"{', '.join(METRIC_NAMES)}")
     return [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+
+
+class MeasuredFigures(Protocol):
+    """What ``series_metric`` reads of a result: a ``HistoryRow``, a ``BenchResult``, a
+    ``Sample`` (a figure or its summary; None where it was not measured)."""
+
+    @property
+    def decode_tokens_per_s(self) -> object | None: ...
+
+    @property
+    def engine_decode_tokens_per_s(self) -> object | None: ...
+
+    @property
+    def prefill_tokens_per_s(self) -> object | None: ...
+
+
+def series_metric(result: MeasuredFigures) -> Metric:
+    """The metric a series is judged on at every door (history, compare, changes, the
+    report, outliers), read off one of its results (each door reads the latest): decode
+    where it has a decode figure (every tokperf workload, a llama-bench tg row); else
+    prefill where it has one (a llama-bench pp row: prompt processing only, never held
+    against the decode ceiling); else aggregate (a llama-bench pg row: prompt and
+    generation in one figure)."""
+    if result.decode_tokens_per_s is not None or result.engine_decode_tokens_per_s is not None:
+        return DECODE
+    return PREFILL if result.prefill_tokens_per_s is not None else AGGREGATE
 
 
 def labels_of(row: HistoryRow) -> dict[str, str]:

@@ -46,10 +46,10 @@ WITH chosen AS (
   ORDER BY created_at DESC, result_id DESC
   {limit}
 )
-SELECT chosen.*, s.ttft_s AS sample_ttft_s, s.prefill_tokens_per_s AS sample_prefill,
-       s.decode_tokens_per_s AS sample_decode, s.engine_decode_tokens_per_s AS sample_engine,
-       s.generated_tokens AS sample_generated, s.round_index AS sample_round,
-       s.round_wall_s AS sample_round_wall
+SELECT chosen.*, s.repetition AS sample_repetition, s.ttft_s AS sample_ttft_s,
+       s.prefill_tokens_per_s AS sample_prefill, s.decode_tokens_per_s AS sample_decode,
+       s.engine_decode_tokens_per_s AS sample_engine, s.generated_tokens AS sample_generated,
+       s.round_index AS sample_round, s.round_wall_s AS sample_round_wall
 FROM chosen LEFT JOIN samples s ON s.result_id = chosen.result_id
 ORDER BY chosen.created_at, chosen.result_id, s.repetition
 """
@@ -143,10 +143,11 @@ class StoreReads:
             limit="" if limit is None else "LIMIT :limit"), params)
         out: list[tuple[HistoryRow, list[SampleFigures]]] = []
         for row in rows:
+            repetition = row.pop("sample_repetition")
             figures = [row.pop(name) for name in _SAMPLE_ALIASES]
             if not out or out[-1][0].result_id != row["result_id"]:
                 out.append((HistoryRow(**row), []))
-            if figures[0] is not None:  # a result stored without samples has none
+            if repetition is not None:  # None: stored without samples (TTFT may be NULL)
                 out[-1][1].append(SampleFigures(*figures))
         return [(row, tuple(figures)) for row, figures in out]
 

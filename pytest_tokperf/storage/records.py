@@ -38,7 +38,8 @@ class HistoryRow:
     model_content_hash: str | None
     project_commit: str | None
     host: str
-    ttft_s: float
+    ttft_s: float | None
+    """None: not measured (an imported llama-bench row)."""
     decode_tokens_per_s: float | None
     decode_tokens_per_s_stdev: float | None
     prefill_tokens_per_s: float | None
@@ -55,7 +56,7 @@ class SampleFigures:
     """The figures of one stored repetition that a history judges (no inter-token times:
     parsing those was three quarters of the gate's cost)."""
 
-    ttft_s: float
+    ttft_s: float | None
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
     engine_decode_tokens_per_s: float | None

@@ -457,9 +457,6 @@ def _workload_from_row(row: Row) -> Workload:
 
 
 def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) -> BenchResult:
-    ttft = _summary(result, "ttft_s")
-    if ttft is None:
-        raise StorageError(f"result {result.get('id')!r} has no ttft_s summary: not a tokperf row")
     load, loads = machine_loads_from_json(result.get("machine_load"))
     read = [sample_from_row(r) for r in samples]
     if len(loads) == len(read):
@@ -468,7 +465,7 @@ def bench_result_from_rows(result: Row, environment: Row, samples: list[Row]) ->
         workload=_workload_from_row(result),
         engine=engine_from_row(environment),
         samples=tuple(read),
-        ttft_s=ttft,
+        ttft_s=_summary(result, "ttft_s"),  # None: not measured (an imported llama-bench row)
         decode_tokens_per_s=_summary(result, "decode_tokens_per_s"),
         prefill_tokens_per_s=_summary(result, "prefill_tokens_per_s"),
         engine_decode_tokens_per_s=_summary(result, "engine_decode_tokens_per_s"),

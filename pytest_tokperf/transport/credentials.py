@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-import httpx
 
 from pytest_tokperf.errors import ConfigError
 
@@ -119,6 +118,8 @@ def url_problem(url: str) -> str | None:
         return "is not an http(s) URL"
     if port == 0:
         return "has port 0, which no server listens on"
+    import httpx  # late: the option check runs at pytest's start-up, which stays light
+
     try:
         httpx.URL(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", "")))
     except httpx.InvalidURL as exc:

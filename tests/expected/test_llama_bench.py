@@ -112,6 +112,25 @@ def test_import_gives_ceiling_efficiency_verdict_and_samples(tmp_path: Path) -> 
     assert (again.runs, again.results) == (0, 0)
 
 
+def test_a_pp_row_is_a_prefill_series_with_nothing_invented(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-bench measures no TTFT and no text: the import once stored 1/ts (tg) or
+    # prompt/ts (pp) as TTFT and 0 characters; and showed a pp row the decode ceiling
+    db = tmp_path / "r.db"
+    assert main(["import-llama-bench", str(FIXTURES / "readme.json"), "--db", str(db),
+                 "--json"]) == 0
+    rows = {r["test_id"].split()[1]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["pp512"]["metric"] == "prefill" and rows["tg128"]["metric"] == "decode"
+    assert rows["pp512"]["ceiling_tokens_per_s"] is None and rows["pp512"]["band"] is None
+    assert rows["tg128"]["ceiling_tokens_per_s"] and rows["tg128"]["band"]
+    with ResultStore.open(db) as store:
+        for result_id, in store.tuples("SELECT id FROM results"):
+            result = store.result(result_id).result
+            assert result.ttft_s is None and result.chars_per_s is None
+            assert all(s.ttft_s is None and s.text_chars is None and s.chars_per_s is None
+                       for s in result.samples)
+
+
 @pytest.mark.parametrize("name", FULL_FORMS)
 def test_round_trip_through_export_loses_no_field(tmp_path: Path, name: str) -> None:
     db, out = tmp_path / "r.db", tmp_path / "x.json"

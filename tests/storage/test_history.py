@@ -7,17 +7,26 @@ import random
 from pathlib import Path
 
 import pytest
-from tests.support.storage_factory import fill_history, result_at
+from tests.support.storage_factory import (
+    fill_history,
+    make_hardware,
+    make_model,
+    make_run,
+    result_at,
+)
 
 from pytest_tokperf.bench.gate import Gate, GateFinding
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.settings import Baseline
-from pytest_tokperf.stats import DECODE, compare
+from pytest_tokperf.results import Summary
+from pytest_tokperf.stats import DECODE, PREFILL, compare
+from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import (
     history_points,
     metric_values,
     series_histories,
     series_history,
+    series_metric,
     session_points,
 )
 from pytest_tokperf.storage.store import ResultStore
@@ -50,6 +59,43 @@ def test_decode_is_the_engines_figure_when_every_repetition_has_it() -> None:
                            for s in engine[1:])]
     assert metric_values(partly, "decode") == [s.decode_tokens_per_s for s in partly]
     assert metric_values(engine, "ttft") == [s.ttft_s for s in engine]
+
+
+def test_a_series_is_judged_on_the_figure_it_has() -> None:
+    # one rule for every door: decode where there is one (the engine's alone will do),
+    # else prefill (llama-bench pp), else aggregate (llama-bench pg)
+    result = result_at("b1", 100.0, random.Random(1))
+    figure = Summary.of([1.0, 2.0])
+    none = dataclasses.replace(result, decode_tokens_per_s=None, engine_decode_tokens_per_s=None,
+                               prefill_tokens_per_s=None)
+    assert series_metric(result) is DECODE
+    assert series_metric(dataclasses.replace(none, engine_decode_tokens_per_s=figure)) is DECODE
+    assert series_metric(dataclasses.replace(none, prefill_tokens_per_s=figure)) is PREFILL
+    assert series_metric(dataclasses.replace(none, aggregate_tokens_per_s=figure)) is AGGREGATE
+    sample = result.samples[0]
+    assert series_metric(sample) is DECODE
+    assert series_metric(dataclasses.replace(sample, decode_tokens_per_s=None,
+                                             engine_decode_tokens_per_s=None)) is PREFILL
+
+
+def test_repetitions_without_a_ttft_still_count_for_the_rates(tmp_path: Path) -> None:
+    # an imported llama-bench row stores no TTFT (NULL): its samples once read as absent
+    result = result_at("b1", 100.0, random.Random(1))
+    result = dataclasses.replace(result, ttft_s=None, samples=tuple(
+        dataclasses.replace(s, ttft_s=None, text_chars=None) for s in result.samples))
+    store = ResultStore.open(tmp_path / "r.db")
+    store.begin_run(make_run())
+    stored = store.record("run-1", "t::decode", result, model=make_model(),
+                          hardware=make_hardware(), ceiling=None, efficiency=None,
+                          verdict="unchecked")
+    both = series_histories(store, stored.series_key, ("decode", "ttft"))
+    assert len(both["decode"]) == 1 and len(both["decode"][0].point.samples) == 5
+    assert both["ttft"] == []
+    back = store.result(stored.result_id).result
+    assert back.ttft_s is None and back.chars_per_s is None
+    assert {(s.ttft_s, s.chars_per_s) for s in back.samples} == {(None, None)}
+    assert store.history(stored.series_key)[0].ttft_s is None
+    store.close()
 
 
 def test_unknown_metric_names_the_choices() -> None:
