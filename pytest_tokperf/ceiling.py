@@ -7,6 +7,7 @@ far), per stream; prefill is bounded by ``peak FLOP/s / (2 x active parameters)`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -101,12 +102,13 @@ def compute_ceiling(
     )
 
 
-def describe_ceiling(ceiling: Ceiling) -> str:
-    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``."""
+def describe_ceiling(ceiling: Ceiling, size: Callable[[float], str] = format_gb) -> str:
+    """``1008 GB/s / 11.78 GB per token: weights 11.50 GB + KV 0.28 GB at depth 4096``;
+    ``size`` writes the bytes (``format_size``: in the unit that shows them)."""
     fp = ceiling.footprint
     text = (
-        f"{format_bandwidth(ceiling.bandwidth.bytes_per_s)} / {format_gb(fp.total_bytes)} "
-        f"per token: weights {format_gb(fp.weights_bytes)} + KV {format_gb(fp.kv_bytes)} "
+        f"{format_bandwidth(ceiling.bandwidth.bytes_per_s)} / {size(fp.total_bytes)} "
+        f"per token: weights {size(fp.weights_bytes)} + KV {size(fp.kv_bytes)} "
         f"at depth {fp.depth_tokens}"
     )
     if ceiling.bandwidth.source in ("split", "measured") and ceiling.bandwidth.detail:

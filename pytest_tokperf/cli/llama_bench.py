@@ -1,17 +1,22 @@
 """``tokperf import-llama-bench`` and ``tokperf outliers``: llama-bench's own output as data.
 
 ``add_parsers(verbs)`` adds both verbs to the ``tokperf`` parser; each sets its handler
-with ``set_defaults(func=...)``.
+with ``set_defaults(func=...)``. A file that is no tokperf DB (an empty one included) is
+refused by both and left as it is; ``outliers`` only reads.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_tokperf.cli.common import DB_HELP, chosen_db, db_location
 from pytest_tokperf.cli.output import emit, table
+
+if TYPE_CHECKING:
+    from pytest_tokperf.storage.location import DbLocation
+    from pytest_tokperf.storage.store import ResultStore
 
 
 def add_parsers(verbs: Any) -> None:
@@ -53,6 +58,14 @@ def add_parsers(verbs: Any) -> None:
     p.set_defaults(func=_outliers)
 
 
+def _readable(db: DbLocation) -> ResultStore:
+    """``db`` opened read-only: a file that is no tokperf DB (an empty one, another
+    program's) is refused and left byte for byte as it was."""
+    from pytest_tokperf.storage.store import ResultStore
+
+    return ResultStore.open_read_only(db)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -61,6 +74,8 @@ def _import(args: argparse.Namespace) -> int:
     from pytest_tokperf.expected.llama_bench_import import import_llama_bench
 
     db = db_location(chosen_db(args))
+    if isinstance(db, Path) and db.is_file():
+        _readable(db).close()  # a tokperf DB, or refused before anything is written
     added, rows = import_llama_bench(db, [Path(f) for f in args.files],
                                      device=args.device, gpu_cores=args.gpu_cores)
     data = {

@@ -8,6 +8,7 @@ handler (``set_defaults(func=...)``); the shared options come from ``cli.common`
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.cli.common import EXIT_CODES, GROUPS, JSON
-from pytest_tokperf.cli.output import emit
+from pytest_tokperf.cli.output import OUTPUT_RULE, emit, make_folder, output_file
 from pytest_tokperf.errors import ConfigError, TokperfError
 
 
@@ -38,6 +39,7 @@ def _make_model(args: argparse.Namespace) -> int:
         spec = spec_for_size(parse_size(args.size), tensor_type=args.type)
     else:
         spec = replace(presets[args.preset], tensor_type=args.type)
+    _check_shape(args, spec.n_head if spec.head_dim is None else 1)
     overrides = {k: v for k, v in (("n_layer", args.layers), ("n_embd", args.width),
                                    ("n_vocab", args.vocab)) if v is not None}
     if overrides:
@@ -45,14 +47,43 @@ def _make_model(args: argparse.Namespace) -> int:
     if args.format == "hf":
         from pytest_tokperf.model.hf_writer import cached_hf_model, write_hf_model
 
-        path = write_hf_model(spec, Path(args.output)) if args.output else cached_hf_model(spec)
+        if args.output:
+            folder = Path(args.output).expanduser()
+            if folder.exists() and not folder.is_dir():
+                raise ConfigError(f"--output {args.output!r} is a file; --format hf writes a "
+                                  "folder: name a new or empty one")
+            make_folder(folder.parent, f"--output {args.output!r}")
+            path = write_hf_model(spec, folder)
+        else:
+            path = cached_hf_model(spec)
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     else:
-        path = write_model(spec, Path(args.output)) if args.output else cached_model(spec)
+        out = output_file(args.output) if args.output else None
+        path = write_model(spec, out) if out else cached_model(spec)
         size = path.stat().st_size
     emit(args, {"path": str(path), "bytes": size, "format": args.format, "spec": asdict(spec)},
          f"{path} ({size / 1e6:.1f} MB)")
     return 0
+
+
+def _check_shape(args: argparse.Namespace, heads: int) -> None:
+    """--layers, --width and --vocab, refused under their own names (``heads``: what the
+    width must divide into; Q8_0 blocks of 32 as well)."""
+    from pytest_tokperf.model.spec import MIN_VOCAB, multiple_near
+
+    for flag, value, least in (("--layers", args.layers, 1), ("--width", args.width, 1),
+                               ("--vocab", args.vocab, MIN_VOCAB)):
+        if value is not None and value < least:
+            raise ConfigError(f"{flag} {value} is too small: give at least {least}")
+    if args.width is None:
+        return
+    step = math.lcm(heads, 32) if args.type == "Q8_0" else heads
+    if args.width % step:
+        what = (f"the {heads} attention heads" if heads > 1 else "") + (
+            (" and " if heads > 1 else "") + "Q8_0's blocks of 32" if args.type == "Q8_0"
+            else "")
+        raise ConfigError(f"--width {args.width} is not a multiple of {what}: give a "
+                          f"multiple of {step} (e.g. {multiple_near(args.width, step)})")
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -182,9 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", help="target file size instead of a preset, e.g. 1GB, 500MB")
     p.add_argument("--type", default="F16", choices=["F16", "F32", "Q8_0"], help="tensor type")
     p.add_argument("--layers", type=int, help="number of layers")
-    p.add_argument("--width", type=int, help="embedding width")
+    p.add_argument("--width", type=int, help="embedding width: a multiple of the model's "
+                   "attention heads (and of 32 for Q8_0)")
     p.add_argument("--vocab", type=int, help="vocabulary size")
-    p.add_argument("--output", "-o", help="write here instead of the cache")
+    p.add_argument("--output", "-o", help="write here instead of the cache: the .gguf file, "
+                   f"or the folder with --format hf ({OUTPUT_RULE})")
     p.set_defaults(func=_make_model)
 
     p = verbs.add_parser("predict", parents=[JSON],

@@ -88,6 +88,16 @@ _CPU_RUN_REACHED = (
 )
 
 
+def format_share(fraction: float) -> str:
+    """An efficiency as a percentage that tells bands apart: ``68%`` from 10% up, else two
+    significant figures: ``1.3%``, ``0.52%``."""
+    percent = fraction * 100
+    if not math.isfinite(percent) or percent == 0 or abs(percent) >= 9.95:
+        return f"{fraction:.0%}"
+    decimals = 1 - math.floor(math.log10(abs(percent)))
+    return f"{percent:.{decimals}f}%"
+
+
 @dataclass(frozen=True, slots=True)
 class Band:
     """Expected efficiency of one quant family on one device class."""
@@ -110,8 +120,8 @@ class Band:
         """``68% (55-80%) for q4 on a consumer or workstation GPU``."""
         family = self.family or "an unknown quant"
         return (
-            f"{self.typical:.0%} ({self.low:.0%}-{self.high:.0%}) for {family} on "
-            f"{DEVICE_CLASS_NAMES[self.device_class]}"
+            f"{format_share(self.typical)} ({format_share(self.low)}-"
+            f"{format_share(self.high)}) for {family} on {DEVICE_CLASS_NAMES[self.device_class]}"
         )
 
 

@@ -150,8 +150,9 @@ def _reasons(row: dict[str, Any], settings: dict[str, Any], peers: list[dict[str
 
 def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
                   drop: float = DEFAULT_DROP) -> list[Outlier]:
-    """Results far below their band, then build regressions (see the module docstring)."""
-    with ResultStore.open(db) as store:
+    """Results far below their band, then build regressions (see the module docstring).
+    ``db`` is only read (a file that is no tokperf DB is refused as it is)."""
+    with ResultStore.open_read_only(db) as store:
         decoded = {r.series_key for r in store.latest_per_series()
                    if series_metric(r).name == "decode"}  # a pp row has no decode ceiling
         rows = [r for r in export_rows(store) if r["series_key"] in decoded

@@ -13,10 +13,10 @@ from typing import Any, cast
 
 from pytest_tokperf.ceiling import compute_ceiling, describe_ceiling
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.expected.bands import Band, device_class, quant_family
+from pytest_tokperf.expected.bands import Band, device_class, format_share, quant_family
 from pytest_tokperf.expected.band_choice import BandOrigin, BandSource, expected_band
 from pytest_tokperf.hardware.catalog import CatalogEntry, close_names, lookup
-from pytest_tokperf.hardware.units import format_bandwidth, format_gb, parse_bandwidth
+from pytest_tokperf.hardware.units import format_bandwidth, format_size, parse_bandwidth
 from pytest_tokperf.results import Bandwidth, Ceiling, Footprint
 
 
@@ -164,7 +164,7 @@ def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
             "so the band (from multi-GB models) overstates it; measure it, do not read it "
             "from here")
         out.append(
-            f"{format_gb(fp.weights_bytes)} of weights per token is under "
+            f"{format_size(fp.weights_bytes)} of weights per token is under "
             f"{OVERHEAD_BOUND_BYTES / 1e9:g} GB: on a GPU decode is then bound by the fixed "
             f"per-token cost (kernel launches, synchronisation), not by memory: {consequence}")
     # only an estimate can be a MoE of unknown shape: a model file names its experts, and
@@ -177,9 +177,16 @@ def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
             "for the expert weights' own type; the band is from dense models")
     if entry is not None and entry.memory_bytes is not None and needed > entry.memory_bytes:
         out.append(
-            f"does not fit: {format_gb(needed)} needed of {format_gb(entry.memory_bytes)}; "
+            f"does not fit: {format_size(needed)} needed of {format_size(entry.memory_bytes)}; "
             "layers left in system RAM run at its speed, far below this range")
     return tuple(out)
+
+
+def _count(n: float) -> str:
+    """A parameter count that shows: ``8.03 B``, ``4.2 M``, ``950 K``."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
 
 
 def format_prediction(pred: Prediction) -> str:
@@ -194,18 +201,18 @@ def format_prediction(pred: Prediction) -> str:
     expected = (
         f"expected decode: {pred.expected_low:.1f}-{pred.expected_high:.1f} tok/s ("
         + ", ".join(
-            f"{f:.0%}: {t:.1f}"
+            f"{format_share(f)}: {t:.1f}"
             for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
         )
         + ")"
     )
     if pred.fits is False:
-        expected = (f"expected decode: does not fit ({format_gb(pred.memory_needed_bytes)} "
-                    f"needed of {format_gb(cast(int, pred.memory_available_bytes))})")
+        expected = (f"expected decode: does not fit ({format_size(pred.memory_needed_bytes)} "
+                    f"needed of {format_size(cast(int, pred.memory_available_bytes))})")
     lines = [
         head,
         f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
-        f"({describe_ceiling(pred.ceiling)})",
+        f"({describe_ceiling(pred.ceiling, format_size)})",
         expected,
     ]
     if pred.band is not None:
@@ -219,18 +226,18 @@ def format_prediction(pred: Prediction) -> str:
             lines.append(f"  derived: {pred.band.derived}")
         lines.extend(f"  source: {source}" for source in pred.band.sources)
     needed = (
-        f"memory needed: {format_gb(pred.memory_needed_bytes)} (model "
-        f"{format_gb(fp.resident_bytes)} + KV {format_gb(fp.kv_bytes)} at depth {fp.depth_tokens})"
+        f"memory needed: {format_size(pred.memory_needed_bytes)} (model "
+        f"{format_size(fp.resident_bytes)} + KV {format_size(fp.kv_bytes)} at depth {fp.depth_tokens})"
     )
     if pred.memory_available_bytes is not None:
         verdict = "fits" if pred.fits else "does NOT fit"
-        needed += f" of {format_gb(pred.memory_available_bytes)}: {verdict}"
+        needed += f" of {format_size(pred.memory_available_bytes)}: {verdict}"
     lines.append(needed)
     prefill = pred.ceiling.prefill_tokens_per_s
     if prefill is not None and pred.entry is not None and pred.entry.fp16_flops:
         lines.append(
             f"prefill bound: {prefill:.0f} tok/s ({pred.entry.fp16_flops / 1e12:g} TFLOPS FP16 "
-            f"dense / 2 x {fp.active_parameters / 1e9:.2f} B active parameters)"
+            f"dense / 2 x {_count(fp.active_parameters)} active parameters)"
         )
     lines.extend(f"warning: {w}" for w in pred.warnings if not w.startswith("does not fit"))
     lines.extend(f"note: {w}" for w in fp.warnings)

@@ -88,3 +88,14 @@ def format_bandwidth(bytes_per_s: float) -> str:
 def format_gb(n_bytes: float) -> str:
     """Bytes as decimal gigabytes with two decimals: ``11.78 GB``."""
     return f"{n_bytes / 1e9:.2f} GB"
+
+
+def format_size(n_bytes: float) -> str:
+    """Bytes in the unit that shows them: ``11.78 GB`` (``format_gb``) from 1 GB up, else
+    ``10.1 MB``, ``262.1 KB``, ``512 B``, ``0 B``."""
+    if abs(n_bytes) >= 1e9:
+        return format_gb(n_bytes)
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if abs(n_bytes) >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes:.0f} B"

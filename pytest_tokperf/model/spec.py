@@ -28,6 +28,8 @@ WRITER_VERSION = 3
 """Bump when the bytes written for a spec change, so cached files are rewritten."""
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+MIN_VOCAB = len(SPECIAL_TOKENS) + 257
+"""The smallest vocabulary: the control tokens, 256 byte tokens and one more."""
 
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -70,6 +72,12 @@ def parse_size(text: str | int) -> int:
     return value
 
 
+def multiple_near(value: int, step: int) -> str:
+    """The multiples of ``step`` either side of ``value``: ``"256 or 288"``, ``"32"``."""
+    below = value // step * step
+    return f"{below} or {below + step}" if below > 0 else str(step)
+
+
 def _check_spec(s: ModelSpec) -> str | None:
     """The first thing wrong with a spec, in words, or None."""
     for field in ("n_layer", "n_embd", "n_ff", "n_head", "n_head_kv", "context_length"):
@@ -80,10 +88,13 @@ def _check_spec(s: ModelSpec) -> str | None:
         return f"architecture={s.architecture!r} is not one of {ARCHITECTURES}"
     if s.tensor_type not in TENSOR_TYPES:
         return f"tensor_type={s.tensor_type!r} is not one of {TENSOR_TYPES}"
-    if not isinstance(s.n_vocab, int) or s.n_vocab < len(SPECIAL_TOKENS) + 257:
-        return f"n_vocab={s.n_vocab!r} must be >= 260 (3 control + 256 byte tokens + 1)"
+    if not isinstance(s.n_vocab, int) or s.n_vocab < MIN_VOCAB:
+        return (f"n_vocab={s.n_vocab!r} must be >= {MIN_VOCAB} ({len(SPECIAL_TOKENS)} control "
+                f"+ 256 byte tokens + 1)")
     if s.head_dim is None and s.n_embd % s.n_head:
-        return f"n_embd={s.n_embd!r} is not a multiple of n_head={s.n_head!r}; set head_dim"
+        return (f"n_embd={s.n_embd!r} is not a multiple of n_head={s.n_head!r}: give n_embd "
+                f"a multiple of {s.n_head} (e.g. {multiple_near(s.n_embd, s.n_head)}), or set "
+                f"head_dim")
     if s.head_dim is not None and s.head_dim < 2:
         return f"head_dim={s.head_dim!r} must be >= 2"
     if s.n_head % s.n_head_kv:

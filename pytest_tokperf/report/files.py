@@ -1,7 +1,9 @@
 """The files a session leaves behind: markdown (and the GitHub step summary), JSON, HTML.
 
 Built from what the session measured (its rows and gate findings); the HTML report
-also reads the results DB for each series' history and change points.
+also reads the results DB for each series' history and change points. ``tokperf report``
+writes the same three from a results DB; the suffix names the format in both
+(``report_kind``).
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 from pytest_tokperf.bench.gate import GateFinding
+from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.report.table import Row
 from pytest_tokperf.report.report_data import ResultFigures, SeriesChange, figures_from_row
 from pytest_tokperf.report.formats import (
@@ -25,7 +28,25 @@ from pytest_tokperf.results import RunInfo
 from pytest_tokperf.storage.location import DbLocation
 
 if TYPE_CHECKING:
+    from pytest_tokperf.stats.metric import Metric
     from pytest_tokperf.storage.store import ResultStore
+
+ReportKind = Literal["md", "json", "html"]
+
+
+def report_kind(path: str, flag: str) -> ReportKind:
+    """The format a report path's suffix names, by the rule ``--tokperf-report`` follows
+    (``settings.REPORT_FORMATS``), or a ``ConfigError`` naming the suffixes written here."""
+    from pytest_tokperf.settings import REPORT_FORMATS
+
+    suffix = Path(path).suffix.lower()
+    kinds = {s: cast(ReportKind, k) for s, k in REPORT_FORMATS.items()
+             if k in ("md", "json", "html")}
+    if suffix not in kinds:
+        raise ConfigError(f"{flag} {path!r}: the suffix names the format, and "
+                          f"{suffix or 'no suffix'!r} is none of {', '.join(kinds)}; "
+                          f"e.g. {flag} report.html")
+    return kinds[suffix]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +111,29 @@ def _html(figures: list[ResultFigures], changes: list[SeriesChange], path: Path,
         finally:
             store.close()
     return write_html(render_html(figures, changes, (), subtitle="results not stored"), path)
+
+
+def store_report(
+    store: ResultStore, kind: ReportKind, path: Path, *, run_id: str | None = None,
+    series_keys: Sequence[str] | None = None, metric: Metric | None = None,
+    limit: int | None = None,
+) -> Path:
+    """A report of a results DB, as the session's: its latest result per series (or
+    ``run_id``'s results), and every series' change points. HTML draws the figures too."""
+    from pytest_tokperf.report.html import build_html_report
+    from pytest_tokperf.report.report_data import load_histories, store_figures
+
+    if kind == "html":
+        return build_html_report(store, path, run_id=run_id, series_keys=series_keys,
+                                 metric=metric, limit=limit)
+    figures = store_figures(store, run_id=run_id, series_keys=series_keys)
+    keys = series_keys if run_id is None else sorted({f.series_key for f in figures
+                                                       if f.series_key is not None})
+    changes = [c for h in load_histories(store, keys, metric=metric, limit=limit)
+               for c in h.series_changes()]
+    if kind == "md":
+        return write_markdown(markdown_summary(figures, changes), path,
+                              source="tokperf report -o")
+    run = next((r.run for r in store.runs() if r.run.run_id == run_id), None)
+    path.write_text(dumps_report(report_json(figures, changes, run=run)), encoding="utf-8")
+    return path

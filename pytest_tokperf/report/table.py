@@ -58,9 +58,28 @@ def session_rows(recorded: Sequence[Recorded], findings: Sequence[GateFinding]) 
             for r in recorded]
 
 
+UNSTABLE_SPREAD = 0.25
+"""A rate whose repetitions' standard deviation is over this share of its median shows
+its range (min-max) and ``!`` instead of a ± that would reach toward zero or below."""
+UNSTABLE_NOTE = (f"!: the repetitions spread by more than {UNSTABLE_SPREAD:.0%} of the "
+                 "median, so the range (slowest-fastest) is shown, not ±: an unstable figure")
+
+
+def _unstable(summary: Summary | None) -> bool:
+    return (summary is not None and summary.n > 1
+            and summary.stdev > UNSTABLE_SPREAD * abs(summary.median))
+
+
+def _bound(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
 def _rate(summary: Summary | None) -> str:
+    """``208.09 ±3.12``; ``208.09 (12.4-590)!`` when the spread is a large share of it."""
     if summary is None:
         return "-"
+    if _unstable(summary):
+        return f"{summary.median:.2f} ({_bound(summary.minimum)}-{_bound(summary.maximum)})!"
     if summary.n > 1:
         return f"{summary.median:.2f} ±{summary.stdev:.2f}"
     return f"{summary.median:.2f}"
@@ -168,7 +187,7 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
         out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
                              f"{option} shows them)", columns, subsequent_indent=" ",
                              break_on_hyphens=False)
-    notes = []
+    notes = [UNSTABLE_NOTE] if any(c.endswith(")!") for line in body for c in line[1:]) else []
     for row in rows:
         notes += [f"note: {_short(row.test_id)}: {note}" for note in row.result.notes]
         if row.ceiling is not None:

@@ -56,13 +56,13 @@ def test_format_prediction() -> None:
     assert lines[0].startswith("NVIDIA GeForce RTX 4090: 1008 GB/s (https://")
     assert lines[1] == (
         "decode ceiling: 205.7 tok/s "
-        "(1008 GB/s / 4.90 GB per token: weights 4.90 GB + KV 0.00 GB at depth 0)"
+        "(1008 GB/s / 4.90 GB per token: weights 4.90 GB + KV 0 B at depth 0)"
     )
     assert lines[2] == (
         "expected decode: 102.9-164.6 tok/s (50%: 102.9, 60%: 123.4, 75%: 154.3, 80%: 164.6)"
     )
     assert lines[3] == (
-        "memory needed: 4.92 GB (model 4.92 GB + KV 0.00 GB at depth 0) of 24.00 GB: fits"
+        "memory needed: 4.92 GB (model 4.92 GB + KV 0 B at depth 0) of 24.00 GB: fits"
     )
     assert lines[4].startswith("prefill bound: 20567 tok/s (330.3 TFLOPS FP16 dense")
 
@@ -241,7 +241,7 @@ def test_small_model_on_a_gpu_warns_overhead_bound() -> None:
     """67 MB of weights on an RTX 4090: the band's 80-98% would promise ~7,000 tok/s."""
     tiny = footprint_from_file_size(67e6, "F16")
     text = format_prediction(predict("RTX 4090", tiny, quant="F16"))
-    assert "warning: 0.07 GB of weights per token is under 1 GB" in text
+    assert "warning: 67.0 MB of weights per token is under 1 GB" in text
     assert "overhead" not in format_prediction(predict("RTX 4090", LLAMA_8B_Q4_K_M))
     cpu = format_prediction(predict("DDR5-5600 x2", tiny, quant="F16"))
     assert "under 1 GB" not in cpu  # a CPU has no launch overhead to speak of
