@@ -31,7 +31,8 @@ Every `--tokperf-*` option also has an ini key (`tokperf_*` in `pytest.ini`,
 `pyproject.toml`'s `[tool.pytest.ini_options]` or `tox.ini`) and, where shown, an
 environment variable. Settings a project sets once (`tokperf_target_interval`,
 `tokperf_max_cv`, `tokperf_agreement`, `tokperf_max_body`, `tokperf_columns`,
-`tokperf_idle_timeout`, `tokperf_bandwidth_file`, `tokperf_api_key_env`) are ini keys and
+`tokperf_table_columns`, `tokperf_sort`, `tokperf_busy_wait`, `tokperf_idle_timeout`,
+`tokperf_bandwidth_file`, `tokperf_api_key_env`) are ini keys and
 `PYTEST_TOKPERF_*` variables only. Old names (`--tokperf-baseline-url`,
 `--tokperf-report-md`, `--tokperf-min-repetitions`, ...) still work, each with a one-line
 deprecation warning naming the new one.

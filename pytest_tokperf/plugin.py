@@ -454,13 +454,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     findings = run.finish()
     terminalreporter.section("tokperf")
     rows = session_rows(run.recorded, findings)
+    if state.settings.sort:
+        from pytest_tokperf.report.formats import sort_rows
+
+        rows = sort_rows(rows, state.settings.sort)
     warned = warning_count(rows)
     if warned:
         terminalreporter.write_line(
             f"{warned} of {len(rows)} result{'s' * (len(rows) != 1)} "
             f"{'have' if warned != 1 else 'has'} warnings (the note and ceiling lines below)",
             yellow=True)
-    for line in summary_table(rows, columns=state.settings.columns):
+    for line in summary_table(rows, columns=state.settings.columns,
+                              show=state.settings.table_columns):
         terminalreporter.write_line(line)
     judged = [f for f in findings if f.comparison.verdict != "inconclusive"]
     noisy = [f for f in findings if f.comparison.verdict == "inconclusive"
@@ -514,9 +519,27 @@ def _write_reports(state: PluginState, run: BenchRun, rows: list[Row], findings:
         written = write_session_reports(
             rows, findings, paths, os.environ,
             db=run.recorder.location, run=run.recorder.run, store=run.recorder.store,
+            table_columns=s.table_columns,
         )
     except TokperfError as exc:
         terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)
-        return
+        written = []
     for path in written:
         terminalreporter.write_line(f"report: {path}")
+    if s.report_histogram:  # drawn whether or not the others could be written
+        _write_histogram(Path(s.report_histogram), rows, terminalreporter)
+
+
+def _write_histogram(path: Path, rows: list[Row],
+                     terminalreporter: pytest.TerminalReporter) -> None:
+    """``--tokperf-report x.svg``: each result's repetitions as a box plot (matplotlib)."""
+    from pytest_tokperf.report.plots import plot_repetitions
+    from pytest_tokperf.report.report_data import figures_from_row
+
+    try:
+        plot = plot_repetitions([figures_from_row(row) for row in rows], path)
+    except TokperfError as exc:
+        terminalreporter.write_line(f"tokperf: report not written: {exc}", red=True)
+        return
+    terminalreporter.write_line(f"report: {plot.path}" if plot.path is not None
+                                else f"tokperf: {path} not drawn: {plot.note}")

@@ -7,6 +7,7 @@ value raises ``ConfigError`` naming the value and where it came from.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -284,7 +285,15 @@ def _repetitions(value: str, where: str, name: str) -> tuple[int | None, int, in
 
 
 REPORT_FORMATS = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html",
-                  ".htm": "html"}
+                  ".htm": "html", ".svg": "histogram", ".png": "histogram"}
+"""Suffix -> report; ``histogram``: a box plot of each test's repetitions (matplotlib)."""
+
+TABLE_COLUMNS = (
+    "test", "workload", "ttft", "ttft_percentiles", "ttft_bound", "prefill", "decode",
+    "engine_decode", "agreement", "inter_token_percentiles", "repetitions", "ceiling",
+    "efficiency", "chars_per_s", "all_streams", "build", "verdict", "gate",
+)
+"""The summary table's column names (``report.formats.COLUMNS`` draws each one)."""
 
 
 def _reports(value: str, where: str, name: str) -> tuple[tuple[str, str], ...]:
@@ -296,8 +305,32 @@ def _reports(value: str, where: str, name: str) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f"{name} {path!r} from {where}: the suffix names the format, "
                               f"and {Path(path).suffix or 'no suffix'!r} is none of "
                               f"{', '.join(REPORT_FORMATS)}; e.g. {name} summary.md")
+        if kind == "histogram" and importlib.util.find_spec("matplotlib") is None:
+            raise ConfigError(f"{name} {path!r} from {where}: the box plot of the repetitions "
+                              f"needs matplotlib, which is not installed here; pip install "
+                              f"'pytest-tokperf[plot]', or name a .md, .json or .html report")
         out.append((kind, path))
     return tuple(out)
+
+
+def _column_names(value: str, where: str, name: str, *, signed: bool) -> tuple[str, ...]:
+    """Comma- or space-separated column names, each once; ``signed``: '-' may lead one."""
+    names = tuple(dict.fromkeys(w for w in re.split(r"[,\s]+", str(value)) if w))
+    unknown = [w for w in names if (w[1:] if signed and w.startswith("-") else w)
+               not in TABLE_COLUMNS]
+    if unknown or not names:
+        what = f"no column {', '.join(map(repr, unknown))}" if unknown else "names no column"
+        raise ConfigError(f"{name} {value!r} from {where}: {what}; known: "
+                          f"{', '.join(TABLE_COLUMNS)}")
+    return names
+
+
+def _table_columns(value: str, where: str, name: str) -> tuple[str, ...]:
+    return _column_names(value, where, name, signed=False)
+
+
+def _sort(value: str, where: str, name: str) -> tuple[str, ...]:
+    return _column_names(value, where, name, signed=True)
 
 
 def _ab_engine(value: str, where: str, name: str) -> tuple[str, str]:
@@ -389,9 +422,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("min_effect", "smallest relative change the regression gate flags (0.05 = 5%)",
                _FRACTION, 0.05, "F"),
     OptionSpec("report", "write a report here at the end, the format by suffix: .md (the "
-               "GitHub step summary gets one whenever GITHUB_STEP_SUMMARY is set), .json, "
-               ".html (plots: pip install 'pytest-tokperf[plot]'); repeatable", _reports, None,
-               "PATH", repeat=True),
+               "GitHub step summary gets one whenever GITHUB_STEP_SUMMARY is set), .json "
+               "(every repetition's figures too), .html, .svg or .png (a box plot of each "
+               "test's repetitions); plots need pip install 'pytest-tokperf[plot]'; "
+               "repeatable", _reports, None, "PATH", repeat=True),
     OptionSpec("agreement", "tolerated client vs engine decode difference (fraction)",
                _number(0, 1, closed_hi=True, what="a fraction",
                        example="0.05 tolerates a 5% difference"), 0.05, "F", True, cli=False),
@@ -405,6 +439,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("columns", "width of the terminal summary table: columns that do not fit are "
                "left out, least important first, and named under it (default 120; e.g. 250 "
                "shows every column)", _whole(60, 10_000, "120"), 120, "N", True, cli=False),
+    OptionSpec("table_columns", "the summary table's columns, in order (terminal and "
+               f"markdown; comma-separated): {', '.join(TABLE_COLUMNS)} (default: the usual "
+               "ones, as many as fit)", _table_columns, None, "NAMES", True, cli=False),
+    OptionSpec("sort", "order of the summary table's rows by these columns, the first "
+               "deciding; '-' before a name sorts descending (e.g. verdict,-decode: worst "
+               "verdict first, then fastest); missing figures last (default: the order the "
+               "tests ran)", _sort, (), "NAMES", True, cli=False),
     OptionSpec("ab_engine", "same-run A/B: every tok_bench call also measures this engine in "
                "interleaved ABBA pairs and judges the paired ratio (docs/ci-and-builds.md): an http(s) URL "
                "(attach; you run it), a llama.cpp release (b11292: a cached build) or a "
@@ -555,6 +596,12 @@ class Settings:
     """The byte cap of one non-streamed answer (``tokperf_max_body``)."""
     columns: int = 120
     """Width the terminal summary fits in (``report.table.summary_table``)."""
+    table_columns: tuple[str, ...] | None = None
+    """The summary table's columns by name (``TABLE_COLUMNS``); None: the usual ones."""
+    sort: tuple[str, ...] = ()
+    """Column names the summary's rows are sorted by; '-name' descending."""
+    report_histogram: str | None = None
+    """A box plot of each test's repetitions, .svg or .png (``report.plots``)."""
     ab_server_bin: str | None = None
     ab_engine_version: str | None = None
     ab_url: str | None = None

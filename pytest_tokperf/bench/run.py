@@ -49,7 +49,8 @@ def check_report_paths(settings: Settings) -> None:
     folder is a file or cannot be made, the path is a folder, or nothing may be written
     there. Only folders are created; the reports themselves are written at the end."""
     flag = "--tokperf-report"
-    for value in (settings.report_md, settings.report_json, settings.report_html):
+    for value in (settings.report_md, settings.report_json, settings.report_html,
+                  settings.report_histogram):
         if not value:
             continue
         path = Path(value).expanduser()

@@ -75,13 +75,15 @@ def write_session_reports(
     db: DbLocation | None = None,
     run: RunInfo | None = None,
     store: ResultStore | None = None,
+    table_columns: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write every requested report; returns the paths written. ``store``: the run's
-    open store (on PostgreSQL only its connection sees the run before it is committed)."""
+    open store (on PostgreSQL only its connection sees the run before it is committed);
+    ``table_columns``: the markdown table's (``tokperf_table_columns``)."""
     figures: list[ResultFigures] = [figures_from_row(row) for row in rows]
     changes = gate_changes(findings)
     written: list[Path] = []
-    markdown = markdown_summary(figures, changes)
+    markdown = markdown_summary(figures, changes, columns=table_columns)
     step = write_step_summary(markdown, env)
     if step is not None:
         written.append(step)

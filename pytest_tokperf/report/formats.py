@@ -1,6 +1,7 @@
 """CI formats: a markdown summary for one screen, a JSON document, JUnit properties.
 
-JSON keys are stable with units in their names; NaN becomes ``null``.
+The summary's columns (``COLUMNS``) are chosen and sorted by name. JSON keys are stable
+with units in their names, every repetition under ``samples``; NaN becomes ``null``.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.report.table import Row
 from pytest_tokperf.report.report_data import (
+    Percentiles,
+    RepetitionFigures,
     ResultFigures,
     SeriesChange,
     figures_from_row,
@@ -27,11 +30,6 @@ from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
-SUMMARY_HEADER = (
-    "test", "workload", "TTFT ms", "prefill tok/s", "decode tok/s", "ceiling tok/s",
-    "efficiency", "chars/s", "all streams tok/s", "build", "verdict", "gate",
-)
-_VERDICT = SUMMARY_HEADER.index("verdict")
 VERDICT_ORDER = ("fail", "error", "suspect", "unstable", "busy", "pass", "unchecked")
 _SECTIONS = (
     ("regression", "Regressions"),
@@ -50,22 +48,134 @@ def rate(value: float | None, stdev: float | None = None) -> str:
     return text
 
 
-def summary_cells(fig: ResultFigures) -> tuple[str, ...]:
-    """One row of the summary table as text, in ``SUMMARY_HEADER`` order."""
-    return (
-        fig.test_id,
-        workload_label(fig.workload) + (f", draft {fig.draft_model}" if fig.draft_model else ""),
-        "-" if fig.ttft_s is None else f"{fig.ttft_s * 1e3:.1f}",
-        rate(fig.prefill_tokens_per_s),
-        rate(fig.decode_tokens_per_s, fig.decode_tokens_per_s_stdev),
-        rate(fig.ceiling_decode_tokens_per_s),
-        f"{fig.efficiency:.1%}" if fig.efficiency is not None else "-",
-        rate(fig.chars_per_s),
-        rate(fig.aggregate_tokens_per_s) if fig.concurrency > 1 else "-",
-        fig.build_label,
-        fig.verdict,
-        fig.gate or "-",
-    )
+def milliseconds(value_s: float | None) -> str:
+    """Seconds as ms to a useful precision: ``0.42``, ``9.84``, ``50.0``, ``1240``."""
+    if value_s is None:
+        return "-"
+    ms = value_s * 1e3
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
+
+
+def percentiles_ms(values: Percentiles | None) -> str:
+    """p50/p90/p99 in ms, ``50.0/52.1/55.0``; ``-`` where none are stored."""
+    return "-" if values is None else "/".join(milliseconds(v) for v in values)
+
+
+SortValue = float | str | None
+"""A column's value for sorting: numbers as numbers, text as text, None (missing) last."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of the summary table (markdown, HTML): its header, cell and sort value."""
+
+    name: str
+    header: str
+    cell: Callable[[ResultFigures], str]
+    value: Callable[[ResultFigures], SortValue]
+    numeric: bool = True
+
+
+def _verdict_rank(fig: ResultFigures) -> float:
+    order = VERDICT_ORDER
+    return float(order.index(fig.verdict) if fig.verdict in order else len(order))
+
+
+def _workload_cell(fig: ResultFigures) -> str:
+    return workload_label(fig.workload) + (f", draft {fig.draft_model}" if fig.draft_model
+                                           else "")
+
+
+def _p50(values: Percentiles | None) -> float | None:
+    return None if values is None else values[0]
+
+
+def _streams(fig: ResultFigures) -> float | None:
+    return fig.aggregate_tokens_per_s if fig.concurrency > 1 else None
+
+
+_COLUMN_LIST = (
+    Column("test", "test", lambda f: f.test_id, lambda f: f.test_id, numeric=False),
+    Column("workload", "workload", _workload_cell,
+           lambda f: float(f.depth_tokens + f.prompt_tokens), numeric=False),
+    Column("ttft", "TTFT ms", lambda f: "-" if f.ttft_s is None else f"{f.ttft_s * 1e3:.1f}",
+           lambda f: f.ttft_s),
+    Column("ttft_percentiles", "TTFT p50/p90/p99 ms", lambda f: percentiles_ms(f.ttft),
+           lambda f: _p50(f.ttft)),
+    Column("ttft_bound", "TTFT bound ms", lambda f: milliseconds(f.ttft_bound_s),
+           lambda f: f.ttft_bound_s),
+    Column("prefill", "prefill tok/s", lambda f: rate(f.prefill_tokens_per_s),
+           lambda f: f.prefill_tokens_per_s),
+    Column("decode", "decode tok/s",
+           lambda f: rate(f.decode_tokens_per_s, f.decode_tokens_per_s_stdev),
+           lambda f: f.decode_tokens_per_s),
+    Column("engine_decode", "engine decode tok/s", lambda f: rate(f.engine_decode_tokens_per_s),
+           lambda f: f.engine_decode_tokens_per_s),
+    Column("agreement", "agree",
+           lambda f: "-" if f.decode_agreement is None else f"{f.decode_agreement:.2%}",
+           lambda f: f.decode_agreement),
+    Column("inter_token_percentiles", "inter-token p50/p90/p99 ms",
+           lambda f: percentiles_ms(f.inter_token), lambda f: _p50(f.inter_token)),
+    Column("repetitions", "n", lambda f: str(f.repetitions), lambda f: float(f.repetitions)),
+    Column("ceiling", "ceiling tok/s", lambda f: rate(f.ceiling_decode_tokens_per_s),
+           lambda f: f.ceiling_decode_tokens_per_s),
+    Column("efficiency", "efficiency",
+           lambda f: f"{f.efficiency:.1%}" if f.efficiency is not None else "-",
+           lambda f: f.efficiency),
+    Column("chars_per_s", "chars/s", lambda f: rate(f.chars_per_s), lambda f: f.chars_per_s),
+    Column("all_streams", "all streams tok/s", lambda f: rate(_streams(f)), _streams),
+    Column("build", "build", lambda f: f.build_label, lambda f: f.build_label, numeric=False),
+    Column("verdict", "verdict", lambda f: f.verdict, _verdict_rank, numeric=False),
+    Column("gate", "gate", lambda f: f.gate or "-", lambda f: f.gate or None, numeric=False),
+)
+COLUMNS: dict[str, Column] = {c.name: c for c in _COLUMN_LIST}
+"""Every column the summary can show, by the name ``tokperf_table_columns`` uses (the
+names ``settings.TABLE_COLUMNS`` checks, in its order)."""
+DEFAULT_COLUMNS = (
+    "test", "workload", "ttft_percentiles", "prefill", "decode", "inter_token_percentiles",
+    "ceiling", "efficiency", "chars_per_s", "all_streams", "build", "verdict", "gate",
+)
+"""What the markdown and HTML summaries show unless ``tokperf_table_columns`` says."""
+SUMMARY_HEADER = tuple(COLUMNS[name].header for name in DEFAULT_COLUMNS)
+
+
+def table_columns(names: Sequence[str] | None = None) -> list[Column]:
+    """The columns named (default ``DEFAULT_COLUMNS``); ``ConfigError`` lists the known."""
+    chosen = DEFAULT_COLUMNS if names is None else names
+    unknown = [n for n in chosen if n not in COLUMNS]
+    if unknown:
+        raise ConfigError(f"no column {', '.join(map(repr, unknown))}; known: "
+                          f"{', '.join(COLUMNS)}")
+    return [COLUMNS[n] for n in chosen]
+
+
+def _order_key(value: SortValue) -> tuple[float, str]:
+    return (value, "") if isinstance(value, float) else (0.0, str(value))
+
+
+def sort_figures(figures: Sequence[ResultFigures], order: Sequence[str]) -> list[ResultFigures]:
+    """``figures`` sorted by the columns in ``order`` (the first deciding; ``-name``
+    descending); a missing figure goes last either way, ties keep their order."""
+    out = list(figures)
+    for spec in reversed(order):
+        (column,) = table_columns([spec.removeprefix("-")])
+        present = [f for f in out if column.value(f) is not None]
+        present.sort(key=lambda f: _order_key(column.value(f)), reverse=spec.startswith("-"))
+        out = present + [f for f in out if column.value(f) is None]
+    return out
+
+
+def sort_rows(rows: Sequence[Row], order: Sequence[str]) -> list[Row]:
+    """The terminal summary's rows in the order ``sort_figures`` gives their figures."""
+    figures = [figures_from_row(row) for row in rows]
+    row_of = {id(fig): row for fig, row in zip(figures, rows, strict=True)}
+    return [row_of[id(fig)] for fig in sort_figures(figures, order)]
+
+
+def summary_cells(fig: ResultFigures, columns: Sequence[Column] | None = None
+                  ) -> tuple[str, ...]:
+    """One row of the summary table as text, in ``columns`` order (default ones)."""
+    return tuple(c.cell(fig) for c in (columns or table_columns()))
 
 
 def change_line(change: SeriesChange) -> str:
@@ -107,20 +217,26 @@ def markdown_summary(
     changes: Sequence[SeriesChange] = (),
     *,
     title: str = "pytest-tokperf",
+    columns: Sequence[str] | None = None,
+    sort: Sequence[str] = (),
 ) -> str:
     """One screen of GitHub-flavoured markdown: the results table, then the changes. Flags
-    and inconclusive changes get a section each; unchanged ones only a count."""
+    and inconclusive changes get a section each; unchanged ones only a count. ``columns``
+    and ``sort``: names from ``COLUMNS`` (``tokperf_table_columns``, ``tokperf_sort``)."""
+    chosen = table_columns(columns)
+    figures = sort_figures(figures, sort)
     lines = [f"### {title}: {headline(figures, changes)}", ""]
     setups = sorted({f.setup_label for f in figures})
     if setups:
         lines += [f"Setup: {_md_cell('; '.join(setups))}", ""]
     if figures:
-        lines.append("| " + " | ".join(SUMMARY_HEADER) + " |")
-        lines.append("|" + "|".join(["---", "---", *["---:"] * 7, "---", "---", "---"]) + "|")
+        lines.append("| " + " | ".join(c.header for c in chosen) + " |")
+        lines.append("|" + "|".join("---:" if c.numeric else "---" for c in chosen) + "|")
         for fig in figures:
-            cells = [_md_cell(c) for c in summary_cells(fig)]
-            if fig.verdict in ("fail", "error", "suspect"):
-                cells[_VERDICT] = f"**{cells[_VERDICT]}**"
+            cells = [_md_cell(c) for c in summary_cells(fig, chosen)]
+            for i, column in enumerate(chosen):
+                if column.name == "verdict" and fig.verdict in ("fail", "error", "suspect"):
+                    cells[i] = f"**{cells[i]}**"
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     else:
@@ -197,7 +313,11 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "prefill_tokens_per_s": _finite(fig.prefill_tokens_per_s),
         "decode_tokens_per_s": _finite(fig.decode_tokens_per_s),
         "decode_tokens_per_s_stdev": _finite(fig.decode_tokens_per_s_stdev),
+        "engine_decode_tokens_per_s": _finite(fig.engine_decode_tokens_per_s),
         "decode_source": fig.decode_source,
+        "decode_agreement": _finite(fig.decode_agreement),
+        **_percentiles_json("ttft", fig.ttft),
+        **_percentiles_json("inter_token", fig.inter_token),
         "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
         "efficiency": _finite(fig.efficiency),
         "chars_per_s": _finite(fig.chars_per_s),
@@ -208,6 +328,29 @@ def result_json(fig: ResultFigures) -> dict[str, Any]:
         "gate": fig.gate or None,
         "warnings": list(fig.warnings),
         "machine_load": load_json(fig.machine_load),
+        "samples": [sample_json(i, s) for i, s in enumerate(fig.samples)],
+    }
+
+
+def _percentiles_json(figure: str, values: Percentiles | None) -> dict[str, float | None]:
+    """``{figure}_p50_s``, ``_p90_s``, ``_p99_s``: null where none are stored."""
+    return {f"{figure}_p{q}_s": None if values is None else _finite(v)
+            for q, v in zip((50, 90, 99), values or (None, None, None), strict=True)}
+
+
+def sample_json(index: int, sample: RepetitionFigures) -> dict[str, Any]:
+    """One repetition's raw figures (``repetition`` counts from 0, in the order measured)."""
+    return {
+        "repetition": index,
+        "round_index": sample.round_index,
+        "ttft_s": _finite(sample.ttft_s),
+        "prefill_tokens_per_s": _finite(sample.prefill_tokens_per_s),
+        "engine_prefill_tokens_per_s": _finite(sample.engine_prefill_tokens_per_s),
+        "decode_tokens_per_s": _finite(sample.decode_tokens_per_s),
+        "engine_decode_tokens_per_s": _finite(sample.engine_decode_tokens_per_s),
+        "prompt_tokens": sample.prompt_tokens,
+        "generated_tokens": sample.generated_tokens,
+        **_percentiles_json("inter_token", sample.inter_token),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from html import escape
@@ -21,7 +22,7 @@ from pytest_tokperf.report.report_data import (
     load_histories,
     store_figures,
 )
-from pytest_tokperf.report.formats import SUMMARY_HEADER, change_line, headline, summary_cells
+from pytest_tokperf.report.formats import Column, change_line, headline, table_columns
 from pytest_tokperf.stats.comparing import Metric
 from pytest_tokperf.storage.store import ResultStore
 
@@ -34,7 +35,9 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
     table.querySelectorAll("th").forEach(function (h) { delete h.dataset.order; });
     th.dataset.order = up ? "asc" : "desc";
     function key(row) {
-      var text = row.cells[col].textContent.trim(), n = parseFloat(text.replace(/[^0-9.eE+-]/g, ""));
+      var cell = row.cells[col];
+      if (cell.dataset.sort !== undefined) { return parseFloat(cell.dataset.sort); }
+      var text = cell.textContent.trim(), n = parseFloat(text.replace(/[^0-9.eE+-]/g, ""));
       return /^[-+]?[0-9.]/.test(text.replace("\u2212", "-")) && !isNaN(n) ? n : text.toLowerCase();
     }
     rows.sort(function (a, b) {
@@ -46,7 +49,8 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
   });
 });
 """
-"""Sorts the summary table by the clicked column (numbers as numbers), again to reverse."""
+"""Sorts the summary table by the clicked column (a cell's ``data-sort`` number, else its
+text: numbers as numbers), again to reverse."""
 SCRIPT_HASH = base64.b64encode(hashlib.sha256(SORT_SCRIPT.encode()).digest()).decode()
 CSP = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        f"script-src 'sha256-{SCRIPT_HASH}'")
@@ -58,7 +62,7 @@ h1 { font-size: 22px; margin: 0 0 4px; }
 .headline { font-size: 16px; margin: 0 0 12px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
-td:nth-child(n+3):nth-child(-n+9) { white-space: nowrap; }
+td.num { white-space: nowrap; }
 th { background: #f0f3f7; text-align: left; cursor: pointer; }
 th[data-order="asc"]::after { content: " \\25B2"; }
 th[data-order="desc"]::after { content: " \\25BC"; }
@@ -74,9 +78,6 @@ figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #555; font-size: 13px; }
 .skipped { color: #666; }
 """
-_NUMERIC = {2, 3, 4, 5, 6, 7, 8}
-_VERDICT = SUMMARY_HEADER.index("verdict")
-_GATE = SUMMARY_HEADER.index("gate")
 _SECTIONS = (
     ("regression", "Regressions"),
     ("improvement", "Improvements"),
@@ -84,28 +85,33 @@ _SECTIONS = (
 )
 
 
+def _cell(column: Column, fig: ResultFigures, anchor: str | None) -> str:
+    text = column.cell(fig)
+    if column.name == "test" and anchor:
+        return (f'<td><a href="#{escape(anchor)}" title="its history figure">'
+                f"{escape(text)}</a></td>")
+    css = "num" if column.numeric else ""
+    if column.name == "verdict":
+        css = f"v-{fig.verdict}"
+    elif column.name == "gate" and fig.gate.split(" ", 1)[0] in ("regression", "improvement"):
+        css = fig.gate.split(" ", 1)[0]
+    value = column.value(fig)
+    attr = f' class="{css}"' if css else ""
+    if isinstance(value, float) and math.isfinite(value) and column.name != "test":
+        attr += f' data-sort="{value:.9g}"'
+    return f"<td{attr}>{escape(text)}</td>"
+
+
 def _table(figures: Sequence[ResultFigures], links: Mapping[str, str]) -> list[str]:
     if not figures:
         return ["<p>No results.</p>"]
+    columns = table_columns()
     out = ['<table class="sortable">',
-           "<thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in SUMMARY_HEADER)
+           "<thead><tr>" + "".join(f"<th>{escape(c.header)}</th>" for c in columns)
            + "</tr></thead><tbody>"]
     for fig in figures:
-        cells = []
         anchor = links.get(fig.series_key or "")
-        for i, text in enumerate(summary_cells(fig)):
-            if i == 0 and anchor:
-                cells.append(f'<td><a href="#{escape(anchor)}" title="its history figure">'
-                             f"{escape(text)}</a></td>")
-                continue
-            css = "num" if i in _NUMERIC else ""
-            if i == _VERDICT:
-                css = f"v-{fig.verdict}"
-            elif i == _GATE and fig.gate.split(" ", 1)[0] in ("regression", "improvement"):
-                css = fig.gate.split(" ", 1)[0]
-            attr = f' class="{css}"' if css else ""
-            cells.append(f"<td{attr}>{escape(text)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("<tr>" + "".join(_cell(c, fig, anchor) for c in columns) + "</tr>")
     out.append("</tbody></table>")
     return out
 

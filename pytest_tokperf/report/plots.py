@@ -1,20 +1,23 @@
-"""PNG figures from plain report values, drawn with matplotlib (the ``plot`` extra).
+"""Figures from plain report values, drawn with matplotlib (the ``plot`` extra): PNG, or
+SVG where the file name asks for it.
 
 A figure the data cannot support comes back with no path and a note saying why.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import statistics
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.report_data import ResultFigures, SeriesHistory
+from pytest_tokperf.report.report_data import ResultFigures, SeriesHistory, workload_label
 from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.stats.comparing import TTFT
 from pytest_tokperf.stats.metric import pct
@@ -26,7 +29,8 @@ if TYPE_CHECKING:
     from pytest_tokperf.stats.changepoints import Point
 
 INSTALL_HINT = "pip install 'pytest-tokperf[plot]'"
-PlotKind = Literal["history", "efficiency-depth", "ttft-prompt", "concurrency"]
+PlotKind = Literal["history", "efficiency-depth", "ttft-prompt", "concurrency",
+                   "repetitions"]
 LINE = "#1f77b4"
 """The colour of every measured line (tests look for it in rendered pages)."""
 VERDICT_COLOURS = {"regression": "#d62728", "improvement": "#2ca02c"}
@@ -47,7 +51,7 @@ class Plot:
         return self.path is None
 
 
-def _new_figure(width_in: float = 9.0, height_in: float = 4.8) -> tuple[Figure, Axes]:
+def _blank_figure(width_in: float, height_in: float) -> Figure:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -57,6 +61,11 @@ def _new_figure(width_in: float = 9.0, height_in: float = 4.8) -> tuple[Figure, 
         ) from exc
     fig = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
+    return fig
+
+
+def _new_figure(width_in: float = 9.0, height_in: float = 4.8) -> tuple[Figure, Axes]:
+    fig = _blank_figure(width_in, height_in)
     ax = fig.add_subplot()
     ax.grid(True, alpha=0.3)
     return fig, ax
@@ -271,6 +280,60 @@ def _workload_group(fig: ResultFigures) -> str:
             + (f", depth {fig.depth_tokens}" if fig.depth_tokens else ""))
 
 
+def _row_labels(figures: Sequence[ResultFigures], width: int = 48) -> list[str]:
+    """Each result's test id (its end kept), with its workload where a test measured more."""
+    seen = Counter(f.test_id for f in figures)
+    labels = []
+    for fig in figures:
+        label = fig.test_id if len(fig.test_id) <= width else "…" + fig.test_id[-(width - 1):]
+        labels.append(label + (f"\n{workload_label(fig.workload)}" if seen[fig.test_id] > 1
+                               else ""))
+    return labels
+
+
+def _horizontal(ax: Axes) -> dict[str, Any]:
+    """Horizontal boxes in any matplotlib: ``orientation`` from 3.10, ``vert`` before it."""
+    if "orientation" in inspect.signature(ax.boxplot).parameters:
+        return {"orientation": "horizontal"}
+    return {"vert": False}
+
+
+def plot_repetitions(figures: Sequence[ResultFigures], path: Path) -> Plot:
+    """Each result's repetitions as a box with every repetition a dot, one row per result:
+    judged decode tok/s and TTFT ms side by side (pytest-benchmark's histogram)."""
+    title = "Repetitions per test"
+    panels = [
+        ("decode tok/s (judged) per repetition", [f.judged_decode_samples for f in figures]),
+        ("TTFT ms per repetition", [[s.ttft_s * 1e3 for s in f.samples if s.ttft_s is not None]
+                                    for f in figures]),
+    ]
+    panels = [(label, rows) for label, rows in panels if any(rows)]
+    if not panels:
+        return Plot("repetitions", title, None,
+                    "no result has repetitions with a decode or TTFT figure")
+    labels = _row_labels(figures)
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig = _blank_figure(4.5 + 4.0 * len(panels), min(80.0, 1.3 + 0.3 * lines))
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (xlabel, rows) in zip(axes, panels, strict=True):
+        ax.grid(True, axis="x", alpha=0.3)
+        drawn = [i for i, values in enumerate(rows) if values]
+        ax.boxplot([rows[i] for i in drawn], positions=drawn, widths=0.6, showfliers=False,
+                   manage_ticks=False, medianprops={"color": LINE, "linewidth": 2},
+                   **_horizontal(ax))
+        for i in drawn:
+            spread = [(k % 5 - 2) * 0.06 for k in range(len(rows[i]))]
+            ax.plot(rows[i], [i + d for d in spread], ".", color=LINE, alpha=0.6, markersize=5)
+        ax.set_xlabel(xlabel)
+    axes[0].set_yticks(list(range(len(labels))))
+    axes[0].set_yticklabels(labels, fontsize="small")
+    axes[0].set_ylim(len(labels) - 0.5, -0.5)  # the first result on top
+    fig.suptitle(f"{title} ({sum(len(f.samples) for f in figures)} repetitions of "
+                 f"{len(figures)} result{'s' * (len(figures) != 1)})", fontsize="medium")
+    return Plot("repetitions", title, _save(fig, path), "box: quartiles and median; whiskers: "
+                "up to 1.5 IQR; dots: every repetition")
+
+
 def slug(text: str) -> str:
     """A file-name-safe test id: ``a/test_m.py::test_x[64]`` -> ``test_m.py--test_x-64``."""
     text = text.split("/")[-1].replace("::", "--")
@@ -290,11 +353,13 @@ def history_file_names(histories: Sequence[SeriesHistory]) -> dict[str, str]:
 def plot_all(
     figures: Sequence[ResultFigures], histories: Sequence[SeriesHistory], out_dir: Path
 ) -> list[Plot]:
-    """Every figure into ``out_dir``: one history per series, then the three curves."""
+    """Every figure into ``out_dir``: one history per series, the three curves, then each
+    result's repetitions."""
     out_dir = Path(out_dir)
     names = history_file_names(histories)
     plots = [plot_history(h, out_dir / names[h.series_key]) for h in histories]
     plots.append(plot_efficiency_vs_depth(figures, out_dir / "efficiency-vs-depth.png"))
     plots.append(plot_ttft_vs_prompt(figures, out_dir / "ttft-vs-prompt.png"))
     plots.append(plot_concurrency(figures, out_dir / "concurrency.png"))
+    plots.append(plot_repetitions(figures, out_dir / "repetitions.png"))
     return plots

@@ -5,6 +5,7 @@ The one place that reads a ``ResultStore`` for ``formats``, ``plots`` and ``html
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -19,8 +20,10 @@ from pytest_tokperf.results import (
     HardwareInfo,
     MachineLoad,
     ModelInfo,
+    Sample,
     Summary,
     Workload,
+    judged_decode_values,
 )
 from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
 from pytest_tokperf.stats.metric import AGGREGATE
@@ -34,6 +37,50 @@ from pytest_tokperf.storage.history import (
 from pytest_tokperf.storage.store import ResultStore, StoredResult
 
 METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT, AGGREGATE)}
+
+Percentiles = tuple[float, float, float]
+"""p50, p90 and p99 of one figure, in its unit."""
+
+
+def percentiles(values: Sequence[float | None]) -> Percentiles | None:
+    """p50/p90/p99, linear between the closest ranks (as ``numpy.percentile``); None when
+    nothing was measured. Over a few repetitions p99 is close to the slowest one."""
+    clean = sorted(v for v in values if v is not None)
+    if not clean:
+        return None
+    if len(clean) == 1:
+        return clean[0], clean[0], clean[0]
+    cuts = statistics.quantiles(clean, n=100, method="inclusive")
+    return cuts[49], cuts[89], cuts[98]
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionFigures:
+    """One measured repetition as the reports carry it: the raw data behind the medians."""
+
+    ttft_s: float | None
+    prefill_tokens_per_s: float | None
+    engine_prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    """The client's clock."""
+    engine_decode_tokens_per_s: float | None
+    """The engine's own timing (None: it reports none)."""
+    prompt_tokens: int
+    generated_tokens: int
+    inter_token: Percentiles | None
+    """p50/p90/p99 of this repetition's gaps between tokens (None: none stored)."""
+    round_index: int | None = None
+
+    @classmethod
+    def of(cls, sample: Sample) -> RepetitionFigures:
+        return cls(
+            ttft_s=sample.ttft_s, prefill_tokens_per_s=sample.prefill_tokens_per_s,
+            engine_prefill_tokens_per_s=sample.engine_prefill_tokens_per_s,
+            decode_tokens_per_s=sample.decode_tokens_per_s,
+            engine_decode_tokens_per_s=sample.engine_decode_tokens_per_s,
+            prompt_tokens=sample.prompt_tokens, generated_tokens=sample.generated_tokens,
+            inter_token=percentiles(sample.inter_token_s), round_index=sample.round_index,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +131,21 @@ class ResultFigures:
     """The TTFT the compute bound allows, where the device's peak FLOP/s is known."""
     machine_load: MachineLoad | None = None
     """The machine over the repetitions (None: not sampled)."""
+    engine_decode_tokens_per_s: float | None = None
+    """Median of the engine's own decode timing (None: it reports none)."""
+    decode_agreement: float | None = None
+    """Median relative difference of client and engine decode (0.001 = 0.1%)."""
+    ttft: Percentiles | None = None
+    """p50/p90/p99 of TTFT over the repetitions (None: not measured)."""
+    inter_token: Percentiles | None = None
+    """p50/p90/p99 of every gap between tokens of every repetition, as stored."""
+    samples: tuple[RepetitionFigures, ...] = ()
+    """Each repetition, in the order measured."""
+
+    @property
+    def judged_decode_samples(self) -> list[float]:
+        """Per repetition, the decode this result is judged on (``judged_decode_values``)."""
+        return judged_decode_values(self.samples)
 
     @property
     def workload(self) -> Workload:
@@ -169,7 +231,19 @@ def figures_from_result(
                       (w.depth_tokens + w.prompt_tokens) / ceiling.prefill_tokens_per_s)
         if ceiling is not None else None,
         machine_load=result.load,
+        engine_decode_tokens_per_s=_median(result.engine_decode_tokens_per_s),
+        decode_agreement=result.decode_agreement,
+        ttft=percentiles([s.ttft_s for s in result.samples]),
+        inter_token=_stored_percentiles(result),
+        samples=tuple(RepetitionFigures.of(s) for s in result.samples),
     )
+
+
+def _stored_percentiles(result: BenchResult) -> Percentiles | None:
+    p50, p90, p99 = result.inter_token_p50_s, result.inter_token_p90_s, result.inter_token_p99_s
+    if p50 is None or p90 is None or p99 is None:
+        return None
+    return p50, p90, p99
 
 
 def _median(summary: Summary | None) -> float | None:

@@ -108,8 +108,19 @@ DEFAULT_COLUMNS = 120
 _HEADER = (
     "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
     "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
-    "engine build", "verdict", "gate",
+    "engine build", "verdict", "gate", "TTFT p50/p90/p99", "ITL p50/p90/p99",
 )
+_ON_REQUEST = ("TTFT p50/p90/p99", "ITL p50/p90/p99")
+"""Shown only when ``tokperf_table_columns`` names them (the reports show them always)."""
+COLUMN_NAMES = {
+    "test": "test", "workload": "prompt/gen", "ttft": "TTFT ms", "ttft_bound": "TTFT bound",
+    "prefill": "prefill tok/s", "decode": "decode tok/s", "engine_decode": "engine decode",
+    "agreement": "agree", "repetitions": "n", "ceiling": "ceiling", "efficiency": "eff",
+    "chars_per_s": "chars/s", "all_streams": "all streams", "build": "engine build",
+    "verdict": "verdict", "gate": "gate", "ttft_percentiles": "TTFT p50/p90/p99",
+    "inter_token_percentiles": "ITL p50/p90/p99",
+}
+"""Each ``tokperf_table_columns`` name (``settings.TABLE_COLUMNS``) and its column here."""
 _LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling",
               "prefill tok/s", "engine build", "gate", "engine decode")
 """Columns left out, in order, until the table fits (the core columns always stay)."""
@@ -119,7 +130,17 @@ _MIN_TEST_WIDTH = 24
 """...and to this only when every column that may go has gone."""
 
 
-def _cells(row: Row) -> tuple[str, ...]:
+def _percentile_cells(row: Row) -> tuple[str, str]:
+    """TTFT and inter-token p50/p90/p99 in ms, as the reports write them."""
+    from pytest_tokperf.report.formats import COLUMNS
+    from pytest_tokperf.report.report_data import figures_from_row
+
+    fig = figures_from_row(row)
+    return (COLUMNS["ttft_percentiles"].cell(fig),
+            COLUMNS["inter_token_percentiles"].cell(fig))
+
+
+def _cells(row: Row, percentiles: bool = False) -> tuple[str, ...]:
     r = row.result
     ceiling = row.ceiling.decode_tokens_per_s if row.ceiling else None
     efficiency = decode_efficiency(r, row.ceiling)
@@ -146,12 +167,16 @@ def _cells(row: Row) -> tuple[str, ...]:
         r.engine.build or r.engine.version or "?",
         row.verdict + (" (busy)" if r.load is not None and r.load.loaded else ""),
         row.gate or "-",
+        *(_percentile_cells(row) if percentiles else ("-", "-")),
     )
 
 
-def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
-    """The columns kept and the test id's width, to fit ``columns``."""
-    kept = list(range(len(_HEADER)))
+def _layout(body: list[tuple[str, ...]], columns: int, chosen: list[int] | None = None
+            ) -> tuple[list[int], int]:
+    """The columns kept and the test id's width, to fit ``columns``; ``chosen`` columns
+    are all kept (only the test id is shortened)."""
+    kept = chosen if chosen is not None else [i for i, name in enumerate(_HEADER)
+                                              if name not in _ON_REQUEST]
 
     def width(test_width: int) -> int:
         widths = [min(test_width, max(len(line[i]) for line in (_HEADER, *body))) if i == 0
@@ -161,7 +186,7 @@ def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
     test_width = min(44, max(len(line[0]) for line in (_HEADER, *body)))
     while width(test_width) > columns and test_width > _SHORT_TEST_WIDTH:
         test_width -= 1
-    for name in _LEAVE_OUT:
+    for name in _LEAVE_OUT if chosen is None else ():
         if width(test_width) <= columns:
             break
         kept.remove(_HEADER.index(name))
@@ -171,10 +196,14 @@ def _layout(body: list[tuple[str, ...]], columns: int) -> tuple[list[int], int]:
 
 
 def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
-                  option: str = "PYTEST_TOKPERF_COLUMNS=250") -> list[str]:
-    """Aligned lines of at most ``columns`` characters; ``option`` asks for more."""
-    full = [_cells(row) for row in rows]
-    kept, test_width = _layout(full, columns)
+                  option: str = "PYTEST_TOKPERF_COLUMNS=250",
+                  show: Sequence[str] | None = None) -> list[str]:
+    """Aligned lines of at most ``columns`` characters; ``option`` asks for more. ``show``:
+    these columns by name (``COLUMN_NAMES``), in order, none left out."""
+    chosen = None if show is None else [_HEADER.index(COLUMN_NAMES[name]) for name in show]
+    extra = chosen is not None and any(_HEADER[i] in _ON_REQUEST for i in chosen)
+    full = [_cells(row, extra) for row in rows]
+    kept, test_width = _layout(full, columns, chosen)
     header = tuple(_HEADER[i] for i in kept)
     body = [tuple(_short(line[i], test_width) if i == 0 else line[i] for i in kept)
             for line in full]
@@ -182,7 +211,8 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip()]
     out.append("  ".join("-" * w for w in widths))
     out.extend("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in body)
-    left_out = [name for i, name in enumerate(_HEADER) if i not in kept]
+    left_out = [] if chosen is not None else [
+        name for i, name in enumerate(_HEADER) if i not in kept and name not in _ON_REQUEST]
     if left_out:
         out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
                              f"{option} shows them)", columns, subsequent_indent=" ",

@@ -94,8 +94,8 @@ def test_adaptive_repetition_options_and_the_bandwidth_file(
      "--tokperf-ab-engine is not an http(s) URL; use e.g. --tokperf-ab-engine http://"),
     ({"ab_engine": "b11292x"}, "is no http(s) URL, no llama.cpp release"),
     ({"report": "out.txt"}, "--tokperf-report 'out.txt' from option --tokperf-report: the "
-     "suffix names the format, and '.txt' is none of .md, .markdown, .json, .html, .htm; e.g. "
-     "--tokperf-report summary.md"),
+     "suffix names the format, and '.txt' is none of .md, .markdown, .json, .html, .htm, .svg, "
+     ".png; e.g. --tokperf-report summary.md"),
     ({"report": "out"}, "and 'no suffix' is none of .md"),
 ])
 def test_bad_values_name_value_and_fix(cli: dict[str, str], message: str) -> None:

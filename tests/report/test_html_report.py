@@ -71,11 +71,12 @@ def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
     assert ('<p class="headline">6 results: 1 fail, 4 pass, 1 unchecked · 6 with warnings · '
             '1 regression</p>') in html
     assert ('<td><a href="#fig-history-test_decode-short-decode" title="its history figure">'
-            'test_decode[short]</a></td><td>prompt 512, gen 128</td><td class="num">50.0</td>'
-            in html)
-    assert '<td class="num">88.0 ±0.3</td>' in html
-    assert '<td class="v-fail">fail</td>' in html
-    assert '<td class="v-unchecked">unchecked</td>' in html
+            'test_decode[short]</a></td><td data-sort="512">prompt 512, gen 128</td>'
+            '<td class="num" data-sort="0.05">50.0/50.2/50.2</td>' in html)
+    assert '<td class="num" data-sort="88">88.0 ±0.3</td>' in html
+    assert '<td class="num" data-sort="0.01">10.0/12.0/20.0</td>' in html  # inter-token
+    assert '<td class="v-fail" data-sort="0">fail</td>' in html  # worst sorts first
+    assert '<td class="v-unchecked" data-sort="6">unchecked</td>' in html
     assert "<h2>Regressions</h2>" in html
     # the headline counts 6 with warnings: the page shows them
     warnings = html.split("<h2>Warnings</h2>", 1)[1].split("</ul>", 1)[0]
@@ -94,6 +95,7 @@ def test_report_is_self_contained(report: Path) -> None:
         "test_decode[deep]\ndecode across engine builds · prompt 512, gen 128, depth 8192",
         "test_decode[long]\ndecode across engine builds · prompt 4096, gen 128",
         "Decode efficiency vs depth", "TTFT vs prompt length", "Aggregate output vs concurrency",
+        "Repetitions per test",
     ]
     for _, src in sources:
         assert src.startswith("data:image/png;base64,")
@@ -110,7 +112,7 @@ def test_report_is_self_contained(report: Path) -> None:
 def test_run_report_and_escaping(db: ResultStore, tmp_path: Path) -> None:
     one_run = build_html_report(db, tmp_path / "run.html", run_id="run-00").read_text()
     assert one_run.count("<tr>") == 4 and "run run-00" in one_run
-    assert '<td class="num">100.3 ±0.4</td>' in one_run
+    assert '<td class="num" data-sort="100.3">100.3 ±0.4</td>' in one_run
     odd = dataclasses.replace(store_figures(db)[0], test_id="t[<b>&]")
     html = render_html([odd], [], [Plot("concurrency", "c", None, "no <data>")])
     assert "<td>t[&lt;b&gt;&amp;]</td>" in html and "no &lt;data&gt;" in html
@@ -144,7 +146,7 @@ def test_chromium_renders_it_without_console_errors(
 
 def test_chromium_builds_the_whole_dom(report: Path, chromium: str, tmp_path: Path) -> None:
     dom = run_chromium(chromium, tmp_path / "profile", "--dump-dom", report.as_uri()).stdout
-    assert dom.count("<img") == 6 and dom.count("<figure id=") == 6
+    assert dom.count("<img") == 7 and dom.count("<figure id=") == 7
     assert dom.count("<tr>") == 7
     assert "test_decode[short]" in dom and "b6006 (c0ffee6)" in dom
     assert dom.rstrip().endswith("</body></html>")

@@ -159,10 +159,11 @@ def test_plot_all_writes_one_file_per_drawn_figure(data: Data, tmp_path: Path) -
     figures, histories = data
     long_only = [h for h in histories if h.test_id == "test_decode[long]"]
     plots = plot_all(figures, long_only, tmp_path / "out")
-    assert [p.kind for p in plots] == ["history", "efficiency-depth", "ttft-prompt", "concurrency"]
+    assert [p.kind for p in plots] == ["history", "efficiency-depth", "ttft-prompt", "concurrency",
+                                       "repetitions"]
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == sorted(p.path.name for p in plots if p.path is not None)
-    assert len(written) == 4
+    assert len(written) == 5
 
 
 def test_missing_matplotlib_says_what_to_install(

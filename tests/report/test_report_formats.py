@@ -102,12 +102,14 @@ def test_markdown_shows_results_verdicts_and_the_regression(
     assert lines[0] == ("### pytest-tokperf: 3 results: 1 fail, 1 pass, 1 unchecked "
                         "· 3 with warnings · 1 regression")  # the factory's ceiling warns
     assert "Setup: llama-server b6011 (c0ffeeb) · tiny.gguf · NVIDIA H200" in lines
-    assert ("| test_decode[short] | prompt 512, gen 128 | 50.0 | 10240 | 88.0 ±0.3 | 125.0 "
-            "| 70.4% | 441.4 | - | b6011 (c0ffeeb) | **fail** | - |") in lines
-    assert ("| test_decode[deep] | prompt 512, gen 128, depth 8192 | 80.0 | 6400 | 60.0 ±0.2 "
-            "| 85.0 | 70.6% | 301.0 | - | b6011 (c0ffeeb) | unchecked | - |") in lines
+    assert ("| test_decode[short] | prompt 512, gen 128 | 50.0/50.2/50.2 | 10240 | 88.0 ±0.3 "
+            "| 10.0/12.0/20.0 | 125.0 | 70.4% | 441.4 | - | b6011 (c0ffeeb) | **fail** | - |"
+            ) in lines
+    assert ("| test_decode[deep] | prompt 512, gen 128, depth 8192 | 80.0/80.3/80.4 | 6400 "
+            "| 60.0 ±0.2 | 10.0/12.0/20.0 | 85.0 | 70.6% | 301.0 | - | b6011 (c0ffeeb) "
+            "| unchecked | - |") in lines
     assert "#### Warnings" in lines and "- **test_decode[deep]**: no output tensor" in lines
-    assert "| test_decode[long] | prompt 4096, gen 128 | 400.0 |" in md
+    assert "| test_decode[long] | prompt 4096, gen 128 | 400.0/401.5/402.0 |" in md
     assert "#### Regressions" in lines
     (regression,) = [line for line in lines if line.startswith("- ") and "regression:" in line]
     assert regression.startswith("- **test_decode[short]** regression: decode −12.0% [−12.")
