@@ -91,7 +91,7 @@ def percent_of(line: str) -> float | None:
 
 
 @dataclass(slots=True)
-class _Step:
+class BuildSteps:
     """Runs build steps into one log file; the build's own percent lines drive a meter
     (percent, elapsed, time left)."""
 
@@ -187,7 +187,7 @@ def compile_llama_server(
     if ccache_dir is not None:
         env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="1")
         launcher = CCACHE_LAUNCHER
-    step = _Step(log, progress, label, nice, env)
+    step = BuildSteps(log, progress, label, nice, env)
     clean(work)  # an interrupted build's tree: never build on it
     try:
         archive = fetch_sdist(cache, release, log, progress)
@@ -196,17 +196,8 @@ def compile_llama_server(
         tree = unpack_tree(archive, work / "src")
         used = (*flags, *layout_flags(tree))
         before = _ccache_stats(env) if ccache_dir is not None else None
-        step(["cmake", "-S", str(tree), "-B", str(work / "build"), *used, *launcher], "configure")
-        step(["cmake", "--build", str(work / "build"), "--config", "Release",
-              "--target", "llama-server", f"-j{jobs}"], "build", counted=True)
+        built = cmake_llama_server(tree, work / "build", (*used, *launcher), step, jobs)
         after = _ccache_stats(env) if ccache_dir is not None else None
-        built = work / "build" / "bin" / "llama-server"
-        version = version_text(built)
-        with open(log, "a", encoding="utf-8") as out:
-            out.write(f"\n$ {built} --version\n{version}\n")
-        if version is None:
-            raise InstallError(f"{label}: the build finished but {built} does not run "
-                               f"`--version`; full log: {log}")
     except OSError as exc:
         clean(work)
         if exc.errno == errno.ENOSPC:
@@ -220,6 +211,23 @@ def compile_llama_server(
         hits, misses = after[0] - before[0], after[1] - before[1]
     return Compiled(built, used, identity, time.monotonic() - started,
                     round(_children_cpu_s() - cpu_started, 1), hits, misses)
+
+
+def cmake_llama_server(tree: Path, build: Path, flags: tuple[str, ...], step: BuildSteps,
+                       jobs: int) -> Path:
+    """Configure ``tree`` into ``build`` and build the llama-server target; the binary,
+    checked to answer ``--version`` (a release's sdist tree or a local llama.cpp tree)."""
+    step(["cmake", "-S", str(tree), "-B", str(build), *flags], "configure")
+    step(["cmake", "--build", str(build), "--config", "Release",
+          "--target", "llama-server", f"-j{jobs}"], "build", counted=True)
+    built = build / "bin" / "llama-server"
+    version = version_text(built)
+    with open(step.log, "a", encoding="utf-8") as out:
+        out.write(f"\n$ {built} --version\n{version}\n")
+    if version is None:
+        raise InstallError(f"{step.label}: the build finished but {built} does not run "
+                           f"`--version`; full log: {step.log}")
+    return built
 
 
 def clean(work: Path) -> None:

@@ -1,8 +1,10 @@
-"""``tokperf`` verbs over engine builds: install-engine, compare-builds, bisect.
+"""``tokperf`` verbs over engine builds: install-engine, compare-builds, bisect, watch.
 
 install-engine builds any registry release (``builds.install``); compare-builds and
 bisect run the same pytest selection on several builds, interleaved, into one
-results DB, and judge with ``stats`` (``builds.compare``, ``builds.bisect``).
+results DB, and judge with ``stats`` (``builds.compare``, ``builds.bisect``); watch
+A/Bs a list of builds step by step (``builds.watch``). A build is what ``builds.specs``
+reads: a release, a llama-server binary or a llama.cpp source tree.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.cli.common import DB, JSON, chosen_db, db_location
+from pytest_tokperf.cli.common import DB, JSON, METRICS_HELP, chosen_db, db_location
 from pytest_tokperf.cli.output import emit, table
 from pytest_tokperf.errors import ConfigError, InstallError
 from pytest_tokperf.results import Progress
@@ -127,38 +129,16 @@ def _runner(args: argparse.Namespace, progress: Progress) -> Any:
                        metrics=args.metric or ("decode", "ttft"))
 
 
+def _builder(args: argparse.Namespace, progress: Progress,
+             timeout_s: float | None = None) -> Any:
+    """The one way a verb turns a release, a binary or a source tree into a build."""
+    from pytest_tokperf.builds.specs import Builder, BuildOptions
+
+    return Builder(BuildOptions(args.jobs, not args.no_ccache, args.nice, timeout_s), progress)
+
+
 def _installer(args: argparse.Namespace, progress: Progress) -> Callable[[int], Any]:
-    from pytest_tokperf.builds.compare import Build
-    from pytest_tokperf.builds.install import install_llama_server
-    from pytest_tokperf.paths import cache_root
-    from pytest_tokperf.builds.releases import release_index
-
-    index = None
-
-    def provide(number: int) -> Build:
-        nonlocal index
-        index = index or release_index(cache_root())
-        installed = install_llama_server(number, jobs=args.jobs, progress=progress,
-                                         use_ccache=not args.no_ccache, nice=args.nice,
-                                         index=index)
-        return Build(f"b{number}", installed.binary, number)
-
-    return provide
-
-
-def _build_for(spec: str, provide: Callable[[int], Any]) -> Any:
-    """A path to a llama-server binary, or a release (built when not cached)."""
-    from pytest_tokperf.builds.compare import Build
-    from pytest_tokperf.builds.releases import release_number
-
-    path = Path(spec).expanduser()
-    if path.is_file():
-        if not os.access(path, os.X_OK):
-            raise ConfigError(f"{spec!r} is not executable: chmod +x it or name a release")
-        return Build(spec, path.resolve())
-    if "/" in spec or path.suffix:
-        raise ConfigError(f"{spec!r} is neither a llama-server binary nor a release number")
-    return provide(release_number(spec))
+    return _builder(args, progress).release  # type: ignore[no-any-return]
 
 
 def compare_builds(args: argparse.Namespace) -> int:
@@ -178,8 +158,8 @@ def _compare_sessions(args: argparse.Namespace, progress: Progress) -> int:
     if rounds < 3:
         raise ConfigError(f"--rounds {rounds}: the judge needs at least 3 sessions per build")
     runner = _runner(args, progress)
-    provide = _installer(args, progress)
-    a, b = (_build_for(spec, provide) for spec in args.builds)
+    builder = _builder(args, progress)
+    a, b = (builder(spec) for spec in args.builds)
     if a.binary == b.binary:
         raise ConfigError(f"{args.builds[0]!r} and {args.builds[1]!r} are the same binary")
     args.rounds = rounds
@@ -191,6 +171,11 @@ def _compare_sessions(args: argparse.Namespace, progress: Progress) -> int:
                      f"{f.median_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict,
                      f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}",
                      f"{c.p_value:.2g}"))
+    if args.markdown:
+        _append_markdown(args.markdown, f"tokperf compare-builds: A = {a.label}, B = {b.label}, "
+                         f"{args.rounds} sessions each, interleaved",
+                         ("test", "metric", "median A", "median B", "B/A", "verdict",
+                          "change [interval]", "p"), rows, [])
     emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
           [f"A = {a.label}, B = {b.label}: {args.rounds} sessions each, interleaved; "
            f"results in {run_db(args)}",
@@ -213,8 +198,8 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
         raise ConfigError(f"--start-sd {args.start_sd!r}: give a percent from 0 to 100, e.g. 1")
     start_sd = math.log1p(args.start_sd / 100)
     runner = _runner(args, progress)
-    provide = _installer(args, progress)
-    a, b = (_build_for(spec, provide) for spec in args.builds)
+    builder = _builder(args, progress)
+    a, b = (builder(spec) for spec in args.builds)
     found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect,
                                   start_sd=start_sd)
     rows = []
@@ -227,6 +212,11 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
     data = {"a": a.label, "b": b.label, "changed": found.changed, "wall_s": round(found.wall_s, 1),
             "ab_json": [str(p) for p in found.documents],
             "results": [asdict(f) for f in found.results]}
+    if args.markdown:
+        _append_markdown(args.markdown, f"tokperf compare-builds: A = {a.label} (baseline), "
+                         f"B = {b.label} (candidate), same-run A/B, {sessions} session(s)",
+                         ("test", "metric", "median A", "median B", "pairs", "verdict",
+                          "B/A change [interval]"), rows, [f"changed: {found.changed or 'unknown'}"])
     emit(args, data,
          [f"A = {a.label} (baseline), B = {b.label} (candidate): same-run A/B, {sessions} "
           f"session(s), both servers up at once, ABBA pairs; {found.wall_s:.0f} s",
@@ -242,6 +232,28 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
             "--busy judge lets it decide, --busy fail fails it; rerun on a quiet machine"]
            if (busy := next((f.busy for f in found.results if f.busy), "")) else [])])
     return 1 if args.fail and any(_decides(f, args.busy) for f in found.results) else 0
+
+
+def _append_markdown(path: str, title: str, header: tuple[str, ...],
+                     rows: Sequence[tuple[str, ...]], notes: Sequence[str]) -> None:
+    """Append a verdict table as markdown (``--markdown "$GITHUB_STEP_SUMMARY"``)."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"### {cell(title)}", "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header), *("| " + " | ".join(cell(c) for c in r) + " |"
+                                          for r in rows), "", *(f"{cell(n)}" for n in notes)]
+    _append_text(path, "\n".join(lines) + "\n")
+
+
+def _append_text(path: str, text: str) -> None:
+    try:
+        target = Path(path).expanduser()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise ConfigError(f"--markdown {path!r} cannot be written: {exc.strerror}") from exc
 
 
 def _decides(found: Any, busy: str) -> bool:
@@ -273,8 +285,8 @@ def bisect(args: argparse.Namespace) -> int:
 def _bisect(args: argparse.Namespace, progress: Progress) -> int:
     from pytest_tokperf.builds.bisect import RunnerLab, bisect_releases, format_result
     from pytest_tokperf.builds.compare import Build
-    from pytest_tokperf.paths import cache_root
     from pytest_tokperf.builds.releases import release_index, release_number
+    from pytest_tokperf.paths import cache_root
 
     good, bad = release_number(args.good), release_number(args.bad)
     runner = _runner(args, progress)
@@ -307,6 +319,119 @@ def _bisect(args: argparse.Namespace, progress: Progress) -> int:
     return 0 if result.status in ("found", "no-regression") else 1
 
 
+def watch(args: argparse.Namespace) -> int:
+    from pytest_tokperf.cli.progress import reporter
+
+    with reporter(args.progress) as progress:
+        return _watch(args, progress)
+
+
+def _watch(args: argparse.Namespace, progress: Progress) -> int:
+    from pytest_tokperf.builds.bisect import RunnerLab
+    from pytest_tokperf.builds.compare import BuildRunner, selection_key
+    from pytest_tokperf.builds.paired_builds import run_paired_session
+    from pytest_tokperf.builds.watch import Watch
+    from pytest_tokperf.builds.watch_journal import (
+        WatchJournal,
+        journal_for,
+        watch_folder,
+    )
+    from pytest_tokperf.builds.watch_report import format_markdown, format_summary
+    from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+
+    if args.build_timeout is not None and not (math.isfinite(args.build_timeout)
+                                               and args.build_timeout > 0):
+        raise ConfigError(f"--build-timeout {args.build_timeout!r}: give seconds above 0, "
+                          f"e.g. 1800")
+    for name in ("sessions", "max_sessions"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)!r}: give 1 or more")
+    db = run_db(args)
+    selection = _selection(args)
+    key = selection_key(selection, ["watch"])
+    journal = WatchJournal(journal_for(db))
+    builder = _builder(args, progress, timeout_s=args.build_timeout)
+    specs, reference = _watch_specs(args, builder, journal, key)
+    if len(specs) < 2:
+        emit(args, {"status": "nothing-new", "builds": [s.text for s in specs]},
+             [f"nothing to watch: {len(specs)} build(s) "
+              f"({', '.join(s.text for s in specs) or 'none'}); a watch A/Bs each build "
+              f"against the one before, so give at least two"])
+        return 0
+    folder = Path(args.folder) if args.folder else watch_folder(db, specs)
+    runner = BuildRunner(db, selection, progress=progress, metrics=("decode", "ttft"),
+                         log_dir=folder)
+    result = Watch(
+        journal, folder, key, provide=builder,
+        measure=lambda a, b, n: run_paired_session(runner, a, b, n),
+        lab=lambda: RunnerLab(runner, builder.release),
+        between=lambda lo, hi: [n for n in builder.index().numbers if lo < n < hi],
+        metrics=tuple(args.metric or ("decode",)),
+        min_effect=PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
+        busy=args.busy, confirm=not args.no_confirm, retry_failed=args.retry_failed,
+        sessions=args.sessions, max_sessions=args.max_sessions, progress=progress,
+    ).run(specs, reference)
+    if args.markdown:
+        _append_text(args.markdown, format_markdown(result))
+    emit(args, result.as_json(), format_summary(result))
+    return 1 if args.fail and any(f.kind == "regression" for f in result.named) else 0
+
+
+def _watch_specs(args: argparse.Namespace, builder: Any, journal: Any,
+                 key: str) -> tuple[list[Any], Any]:
+    """The builds to watch, in order, and the reference: BUILD words (a release, a span
+    ``10380..10499``, a binary, a source tree), ``--from/--to``, or ``--since-last``."""
+    from pytest_tokperf.builds.releases import release_number
+    from pytest_tokperf.builds.specs import BuildSpec, parse_spec
+
+    def releases(low: int, high: int) -> list[BuildSpec]:
+        inside = builder.index().between(low, high)
+        if not inside:
+            builder.index().get(low)  # names the nearest releases
+        return [BuildSpec(r.tag, "release", r.number) for r in inside]
+
+    words = list(args.builds or [])
+    last = None
+    if args.since_last or args.from_release or args.to_release:
+        if words:
+            raise ConfigError(f"{' '.join(words)!r} beside --from/--to/--since-last: give the "
+                              f"builds one way")
+        if args.since_last:
+            last = journal.last_watched(key)
+            if last is not None and last.get("last_number") is None:
+                raise ConfigError(f"the last watch in {journal.path} ended on "
+                                  f"{last.get('last')!r}, not a release: give --from")
+        if last is None and not args.from_release:
+            raise ConfigError("give --from N (the first release to watch)"
+                              + (f": {journal.path} holds no earlier watch of this selection"
+                                 if args.since_last else ""))
+        low = int(last["last_number"]) if last is not None else release_number(args.from_release)
+        high = (release_number(args.to_release) if args.to_release
+                else builder.index().numbers[-1])
+        if low > high:
+            raise ConfigError(f"--from b{low} comes after --to b{high}: write the older first")
+        specs = releases(low, high)
+    elif words:
+        specs = []
+        for word in words:
+            if ".." in word and not Path(word).expanduser().exists():
+                specs += [BuildSpec(r.tag, "release", r.number) for r in builder.index().select(word)]
+            else:
+                specs.append(parse_spec(word))
+    else:
+        raise ConfigError("nothing to watch: give builds (`tokperf watch 10380..10499`, "
+                          "binaries or source trees), --from N [--to N], or --since-last")
+    if args.reference:
+        reference = parse_spec(args.reference)
+    elif last is not None:
+        reference = parse_spec(str(last["reference"]))
+    elif specs:
+        reference = specs[0]
+    else:
+        raise ConfigError("no release lies in the span given: nothing to watch")
+    return specs, reference
+
+
 def _build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, help="parallel build jobs (default: all cores)")
     p.add_argument("--nice", type=int, default=0,
@@ -332,10 +457,11 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def attach_pytest_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
                        rest: list[str]) -> None:
-    """Give compare-builds and bisect the arguments after ``--``; refuse them elsewhere."""
+    """Give compare-builds, bisect and watch the arguments after ``--``; refuse them
+    elsewhere."""
     if not hasattr(args, "pytest_args"):
         if rest:
-            parser.error(f"'-- {' '.join(rest)}': only compare-builds and bisect take "
+            parser.error(f"'-- {' '.join(rest)}': only compare-builds, bisect and watch take "
                          f"pytest arguments")
         return
     args.pytest_args = rest
@@ -409,6 +535,9 @@ def add_parsers(verbs: Any) -> None:
                    "session is allowed when the sessions are pooled; the sessions' own spread "
                    f"is used where larger (default {100 * math.expm1(START_SD):.1f}, docs/ci-and-builds.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="also append the verdict table as markdown to PATH (in GitHub "
+                   "Actions: \"$GITHUB_STEP_SUMMARY\", the job's summary page)")
     p.add_argument("--busy", choices=("skip", "fail", "judge"), default="skip",
                    help="paired: a verdict measured with neighbours busy is a reading, not a "
                    "gate's: 'skip' (default) never fails on it, 'fail' fails --fail on it, "
@@ -437,3 +566,62 @@ def add_parsers(verbs: Any) -> None:
                    "neighbours; three rounds are the least the paired judge decides on")
     run_options(p, f"{DECODE.min_effect:g}")
     p.set_defaults(func=bisect)
+
+    p = verbs.add_parser(
+        "watch", parents=[DB, JSON], help="A/B each release against a reference and its predecessor; name the steps",
+        description="Build each llama-server of a list (registry releases in a span, binaries or "
+        "llama.cpp source trees, in order), each within --build-timeout, and A/B it with the "
+        "same-run A/B against the reference and against the build before it. A step flagged "
+        "against its predecessor (a decode regression or improvement, measured quiet) is "
+        "A/B'd again to confirm it, then bisected over the registry releases the list "
+        "skipped, and named: the first bad (or improved) release, the upstream builds and the "
+        "compare link. Every A/B goes to the results DB and its A/B JSON to a folder under "
+        "the DB's (runs/watch-<first>-<last>); a journal beside the DB (<db>.watch.jsonl) "
+        "keeps every finished step, so the same command after a kill measures only what is "
+        "missing, and --since-last goes on from the last release watched.")
+    p.usage = ("tokperf watch [options] (BUILD... | --from N [--to N] | --since-last) "
+               "[-- PYTEST_ARGS]")
+    p.add_argument("builds", nargs="*", metavar="BUILD",
+                   help="in order: a release (10429, b10429), every registry release in a "
+                   "span (10380..10499) or N spread over it (10380..10499/5), a llama-server "
+                   "binary, or a llama.cpp source tree (built with the releases' flags)")
+    p.add_argument("--from", dest="from_release", metavar="N",
+                   help="watch the registry's releases from N (with --since-last: where a DB "
+                   "with no earlier watch starts)")
+    p.add_argument("--to", dest="to_release", metavar="N",
+                   help="up to release N (default: the registry's newest)")
+    p.add_argument("--since-last", action="store_true",
+                   help="the releases since the last one this DB's journal watched (with the "
+                   "same selection), that one included as the first predecessor; its "
+                   "reference too, unless --reference")
+    p.add_argument("--reference", metavar="BUILD",
+                   help="the build every other is A/B'd against (default: the first)")
+    p.add_argument("--build-timeout", type=float, default=1800.0, metavar="S",
+                   help="stop a build that takes longer (default 1800 s); the build is "
+                   "skipped and said so")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="name a flagged step on one A/B (default: a second A/B must agree)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="build again the releases the journal records as failed or timed out")
+    p.add_argument("--busy", choices=("skip", "judge"), default="skip",
+                   help="an A/B measured with neighbours busy: 'skip' (default) reports it "
+                   "and never counts it as a flag; 'judge' lets its figures flag")
+    p.add_argument("--metric", action="append", choices=["decode", "prefill", "ttft"],
+                   help=f"flag steps on this metric (repeatable; default: decode): "
+                   f"{METRICS_HELP}")
+    p.add_argument("--min-effect", type=float, default=None,
+                   help="smallest relative change that flags (default 0.02, as the same-run "
+                   "A/B's)")
+    p.add_argument("--sessions", type=int, default=3,
+                   help="the bisect's sessions per release to start (3)")
+    p.add_argument("--max-sessions", type=int, default=8,
+                   help="the bisect's sessions of a midpoint before its step is undecided (8)")
+    p.add_argument("--folder", metavar="DIR",
+                   help="the A/B JSON documents and summary.json go here (default: "
+                   "runs/watch-<first>-<last> beside the DB)")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="also append the summary as markdown to PATH (\"$GITHUB_STEP_SUMMARY\")")
+    p.add_argument("--fail", action="store_true",
+                   help="exit 1 when a confirmed regression was named")
+    _build_options(p)
+    p.set_defaults(func=watch, pytest_args=[])

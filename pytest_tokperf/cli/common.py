@@ -13,8 +13,14 @@ from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.storage import location
-from pytest_tokperf.storage.location import (DEFAULT_DB_HELP, DbLocation, default_db,
-                                             is_pg_url, project_root, redact_dsn)
+from pytest_tokperf.storage.location import (
+    DEFAULT_DB_HELP,
+    DbLocation,
+    default_db,
+    is_pg_url,
+    project_root,
+    redact_dsn,
+)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -27,7 +33,7 @@ DB.add_argument("--db", metavar="PATH", default=None, help=DB_HELP)
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("make-model", "predict")),
-    ("engines and builds", ("install-engine", "compare-builds", "bisect")),
+    ("engines and builds", ("install-engine", "compare-builds", "bisect", "watch")),
     ("measure", ("bench",)),
     ("results", ("history", "compare", "changes", "accept", "plot", "report", "export",
                  "import", "merge", "save-reference", "import-llama-bench", "outliers")),

@@ -87,16 +87,16 @@ def _check_shape(args: argparse.Namespace, heads: int) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from pytest_tokperf.model.footprint import estimate_footprint, footprint
-    from pytest_tokperf.model.gguf_file import load_gguf
-    from pytest_tokperf.model.hf_file import hf_footprint, is_hf_folder, load_hf
-    from pytest_tokperf.model.spec import parse_size
     from pytest_tokperf.expected.prediction import (
         footprint_from_file_size,
         format_prediction,
         predict,
         prediction_to_dict,
     )
+    from pytest_tokperf.model.footprint import estimate_footprint, footprint
+    from pytest_tokperf.model.gguf_file import load_gguf
+    from pytest_tokperf.model.hf_file import hf_footprint, is_hf_folder, load_hf
+    from pytest_tokperf.model.spec import parse_size
 
     given = _quant(args.quant or "Q4_K_M")
     quant: str | float | None = given  # what picks the efficiency band
@@ -255,8 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_predict)
 
     from pytest_tokperf.cli.bench import add_parser as add_bench
-    from pytest_tokperf.cli.results_verbs import add_parsers
     from pytest_tokperf.cli.builds import add_parsers as add_engine_verbs
+    from pytest_tokperf.cli.results_parsers import add_parsers
 
     add_engine_verbs(verbs)
     add_bench(verbs)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from pytest_tokperf.bench.gate import GateFinding
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.table import Row
-from pytest_tokperf.report.report_data import ResultFigures, SeriesChange, figures_from_row
 from pytest_tokperf.report.formats import (
     dumps_report,
     markdown_summary,
@@ -24,6 +22,12 @@ from pytest_tokperf.report.formats import (
     write_markdown,
     write_step_summary,
 )
+from pytest_tokperf.report.report_data import (
+    ResultFigures,
+    SeriesChange,
+    figures_from_row,
+)
+from pytest_tokperf.report.table import Row
 from pytest_tokperf.results import RunInfo
 from pytest_tokperf.storage.location import DbLocation
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.jsontext import dumps
-from pytest_tokperf.report.table import Row
 from pytest_tokperf.report.report_data import (
     Percentiles,
     RepetitionFigures,
@@ -25,6 +24,7 @@ from pytest_tokperf.report.report_data import (
     figures_from_row,
     workload_label,
 )
+from pytest_tokperf.report.session_rows import Row
 from pytest_tokperf.results import MachineLoad, RunInfo
 from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
 

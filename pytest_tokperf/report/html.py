@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.report.formats import Column, change_line, headline, table_columns
 from pytest_tokperf.report.plots import Plot, history_file_names, plot_all
 from pytest_tokperf.report.report_data import (
     ResultFigures,
@@ -22,7 +23,6 @@ from pytest_tokperf.report.report_data import (
     load_histories,
     store_figures,
 )
-from pytest_tokperf.report.formats import Column, change_line, headline, table_columns
 from pytest_tokperf.stats.comparing import Metric
 from pytest_tokperf.storage.store import ResultStore
 

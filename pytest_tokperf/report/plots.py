@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.report_data import ResultFigures, SeriesHistory, workload_label
+from pytest_tokperf.report.report_data import (
+    ResultFigures,
+    SeriesHistory,
+    workload_label,
+)
 from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.stats.comparing import TTFT
 from pytest_tokperf.stats.metric import pct

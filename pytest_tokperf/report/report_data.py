@@ -11,9 +11,8 @@ from dataclasses import dataclass, replace
 
 from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.ceiling import decode_efficiency
-from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.report.table import Row, gate_label
+from pytest_tokperf.report.session_rows import Row, gate_label
 from pytest_tokperf.results import (
     BenchResult,
     Ceiling,
@@ -25,7 +24,15 @@ from pytest_tokperf.results import (
     Workload,
     judged_decode_values,
 )
-from pytest_tokperf.stats.comparing import DECODE, PREFILL, TTFT, Comparison, Metric, Outcome
+from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
+from pytest_tokperf.stats.comparing import (
+    DECODE,
+    PREFILL,
+    TTFT,
+    Comparison,
+    Metric,
+    Outcome,
+)
 from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import (
     JudgedEfficiency,
