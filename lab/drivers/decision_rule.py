@@ -1,8 +1,9 @@
 """How often each verdict is given under the decision rule, on simulated data.
 
-Two tables: the same-run A/B's paired judge (one start, independent pairs whose log-ratio
-has SD 6%) and the history gate (5 earlier runs of 5 repetitions, repetition CV 2%, runs
-that agree or spread 1%). Each cell counts the verdicts of --trials simulated comparisons.
+Three tables: the same-run A/B's paired judge (one start, independent pairs whose log-ratio
+has SD 6%), the history gate (5 earlier runs of 5 repetitions, repetition CV 2%, runs
+that agree or spread 1%) and the gate on histories whose sessions sit in two machine
+phases. Each cell counts the verdicts of --trials simulated comparisons.
 
     PYTHONPATH=$PWD .venv/bin/python lab/drivers/decision_rule.py [--trials 400]
 """
@@ -54,12 +55,31 @@ def gate(trials: int) -> None:
             print(f"  runs spread {between:.0%}, true step {step:+.1%}: {_counts(verdicts)}")
 
 
+def two_phase(trials: int) -> None:
+    """Step-free histories of 3-5 sessions (5 repetitions, CV 2%) whose machine sits in one
+    of two phases (+-p, each session's at random), the current session too."""
+    print(f"history gate on two-phase histories, 3-5 sessions, {trials} judgements a cell")
+    for phase in (0.02, 0.03, 0.05, 0.075, 0.10):
+        flagged = 0
+        for seed in range(trials):
+            rng = np.random.default_rng(seed)
+
+            def level() -> float:
+                return 100 * math.exp(phase * (1 if rng.random() < 0.5 else -1))
+
+            runs = [list(level() * np.exp(rng.normal(0, 0.02, 5))) for _ in range(3 + seed % 3)]
+            current = list(level() * np.exp(rng.normal(0, 0.02, 5)))
+            flagged += compare(runs, current, DECODE).flagged
+        print(f"  phases +-{phase:.1%}: {flagged / trials:.1%} flagged")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=400)
     args = parser.parse_args()
     paired(args.trials)
     gate(args.trials)
+    two_phase(args.trials)
 
 
 if __name__ == "__main__":

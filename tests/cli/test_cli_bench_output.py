@@ -164,3 +164,13 @@ def test_build_is_read_from_llama_servers_build_info() -> None:
     assert build_of(result) == ("pypi-sdist", 11434)
     result = make_result(engine=make_engine(version="b9093", build=None))
     assert build_of(result) == ("b9093", 9093)
+
+
+def test_a_markdown_renderer_reads_the_md_table(rows: list[BenchRow]) -> None:
+    # markdown-it-py (rich's own Markdown parser) with GitHub's table extension
+    markdown_it = pytest.importorskip("markdown_it")
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(
+        _text("md", rows, frozenset({"flash_attn"})))
+    assert html.count("<table>") == 1 and len(re.findall(r"<th[ >]", html)) == 11
+    assert html.count("<tr>") == 4  # the header and three tests
+    assert "pp512+tg128" in html and re.search(r"<td[^>]*>-</td>", html)  # pp: no eff

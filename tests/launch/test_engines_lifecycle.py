@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 TRIALS = 50
-BUDGET_S = 150.0
+BUDGET_S = 60.0
 """Stop early (after at least 10 trials) on a slow machine."""
 
 CHILD = """

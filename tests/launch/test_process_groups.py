@@ -65,8 +65,9 @@ def wait_for(path: Path, within_s: float = 10.0) -> None:
 
 @pytest.fixture(autouse=True)
 def _stop_leftovers() -> Iterator[None]:
+    before = set(launch._running)  # the session's own servers (the llama_server fixture) stay
     yield
-    for pid in list(launch._running):  # a failed test must not leave a server running
+    for pid in set(launch._running) - before:  # a failed test must not leave a server running
         launch._running[pid].stop(1.0)
 
 
