@@ -178,16 +178,17 @@ def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
 
 def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession) -> None:
     # last in the module: it kills the module's server (its teardown then finds it gone)
-    from tests.support.real_engines import killed_mid_stream, vllm_generated_tokens
+    from tests.support.real_engines import answers_started, killed_mid_stream
 
     from pytest_tokperf.errors import EngineError
 
     url = started.engine().base_url
-    before = vllm_generated_tokens(url)
-    # the kill waits for vLLM to generate: on a busy machine its front end can hold the
-    # request for seconds before the first byte, and a kill then is no mid-stream one
+    before = answers_started(started)
+    # the kill's clock starts once vLLM's front end has begun the answer (its access log
+    # line): on a busy machine it can hold a request for seconds before the first byte, and
+    # a kill then is no mid-stream one. 4000 tokens take vLLM 8 s here when quiet.
     raised = killed_mid_stream(started, tokens=4000, after_s=1.0,
-                               streaming=lambda: vllm_generated_tokens(url) > before)
+                               streaming=lambda: answers_started(started) > before)
     assert isinstance(raised, EngineError), repr(raised)
     # vLLM's chunked body breaks off mid-chunk: the stream's error names the engine, the
     # URL and what it had sent

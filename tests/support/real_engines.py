@@ -66,11 +66,15 @@ def refused(url: str) -> bool:
     return False
 
 
-def vllm_generated_tokens(url: str) -> float:
-    """vLLM's ``vllm:generation_tokens_total`` counter from its Prometheus ``/metrics``."""
-    text = httpx.get(f"{url}/metrics", timeout=5.0).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:generation_tokens_total"))
+def answers_started(session: EngineSession, path: str = "/v1/completions") -> int:
+    """How many answers to ``POST path`` the started server's access log shows (uvicorn,
+    vLLM's front end, logs one when an answer's headers go out: its stream has begun)."""
+    from pytest_tokperf.launch.process import ServerProcess
+
+    server = session.server
+    assert isinstance(server, ServerProcess)
+    text = server.log_path.read_text(encoding="utf-8", errors="replace")
+    return text.count(f'"POST {path} HTTP/1.1" 200')
 
 
 BENCH_TESTS = """
