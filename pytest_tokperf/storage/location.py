@@ -17,7 +17,6 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.transport.credentials import MASK, redact_url
 
 PG_SCHEMES = ("postgresql://", "postgres://")
@@ -223,6 +222,8 @@ def file_name(text: str) -> str:
     """``text`` as one file name that stays in its folder (``safe_files.safe_name``:
     characters other than ``[A-Za-z0-9._-]`` and leading dots replaced, with a hash of
     ``text`` when changed)."""
+    from pytest_tokperf.safe_files import safe_name  # late: not needed at pytest's start-up
+
     return safe_name(text)
 
 
@@ -231,4 +232,4 @@ def named_file(folder: Path, *identifiers: object, suffix: str = "") -> Path:
     ``folder/<id>.<id>...<suffix>``, each through ``safe_files.safe_name``, so the file
     is in ``folder`` whatever the identifiers hold. A writer still opens it without
     following links (a link planted under that name could lead anywhere)."""
-    return folder / (".".join(safe_name(str(part)) for part in identifiers) + suffix)
+    return folder / (".".join(file_name(str(part)) for part in identifiers) + suffix)
