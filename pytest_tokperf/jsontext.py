@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -82,3 +83,21 @@ def depth(value: Any, *, limit: int = MAX_DEPTH) -> int:
 
 
 _DONE = object()
+
+
+def jsonl_objects(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines journal, oldest first: nothing for a missing file,
+    and a line cut short by a kill (or not an object) is passed over."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            value = loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found

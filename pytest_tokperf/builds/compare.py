@@ -24,6 +24,7 @@ from pathlib import Path
 from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.errors import ConfigError, EngineError
+from pytest_tokperf.jsontext import jsonl_objects
 from pytest_tokperf.results import Progress
 from pytest_tokperf.safe_files import safe_name, tail_text
 from pytest_tokperf.stats.comparing import compare_many
@@ -108,17 +109,12 @@ class Journal:
 
     def sessions(self, build: Build, selection: str) -> list[Session]:
         """The journalled sessions of this binary (path and content) and selection."""
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
         found = []
-        for line in lines:
+        for data in jsonl_objects(self.path):  # a line cut short by an interruption: passed over
             try:
-                data = json.loads(line)
                 session = Session(**{**data, "run_ids": tuple(data["run_ids"])})
             except (ValueError, TypeError, KeyError):
-                continue  # a line cut short by an interruption
+                continue
             if (session.binary, session.selection) != (str(build.binary), selection):
                 continue
             if (session.binary_sha256 == self.digest(build.binary) if session.binary_sha256

@@ -6,7 +6,6 @@ JSON line per finished step beside the DB (``<db>.watch.jsonl``), read back by a
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from pytest_tokperf.builds.compare import Build
 from pytest_tokperf.builds.paired_builds import PairedBuildComparison
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.builds.specs import BuildSpec
-from pytest_tokperf.jsontext import dumps
+from pytest_tokperf.jsontext import dumps, jsonl_objects
 from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.storage.location import DbLocation, local_base
 
@@ -211,19 +210,7 @@ class WatchJournal:
         self._digests: dict[tuple[str, int, int], str] = {}
 
     def entries(self, step: str) -> list[dict[str, Any]]:
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        found = []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a kill
-            if isinstance(entry, dict) and entry.get("step") == step:
-                found.append(entry)
-        return found
+        return [entry for entry in jsonl_objects(self.path) if entry.get("step") == step]
 
     def add(self, entry: dict[str, Any]) -> None:
         from pytest_tokperf.environment import utc_now

@@ -60,7 +60,7 @@ def test_stop_kills_a_wrapper_scripts_child(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     wrapper = script(tmp_path / "wrapper.sh", f"sleep 300 &\necho $! >> {pids}\nwait\n")
     server = start_server([str(wrapper)], "http://127.0.0.1:9", tmp_path / "log",
-                          lambda: pids.exists(), 10.0)
+                          lambda: bool(pids_in(pids)), 10.0)  # written, not only created
     server.stop(grace_s=5.0)
     children = pids_in(pids)
     assert len(children) == 1

@@ -74,7 +74,7 @@ def _stop_leftovers() -> Iterator[None]:
 def test_stop_kills_the_grandchild_and_the_watchdog(tmp_path: Path) -> None:
     binary, pids = wrapper(tmp_path)
     server = start_server([str(binary)], "http://127.0.0.1:9", tmp_path / "log",
-                          pids.exists, 10.0)
+                          lambda: bool(pids_in(pids)), 10.0)
     assert isinstance(server, ServerProcess) and server.watchdog is not None
     server.stop(grace_s=5.0)
     assert len(pids_in(pids)) == 1
@@ -115,7 +115,7 @@ def test_the_sigterm_handler_is_there_only_while_servers_run(tmp_path: Path) -> 
     before = signal.getsignal(signal.SIGTERM)
     binary, pids = wrapper(tmp_path)
     server = start_server([str(binary)], "http://127.0.0.1:9", tmp_path / "log",
-                          pids.exists, 10.0)
+                          lambda: bool(pids_in(pids)), 10.0)
     try:
         assert signal.getsignal(signal.SIGTERM) is launch._on_sigterm
     finally:
@@ -127,7 +127,7 @@ def test_a_server_started_from_another_thread_is_stopped_all_the_same(tmp_path: 
     binary, pids = wrapper(tmp_path)
     started: list[ServerProcess] = []
     thread = threading.Thread(target=lambda: started.append(start_server(
-        [str(binary)], "http://127.0.0.1:9", tmp_path / "log", pids.exists, 10.0)))
+        [str(binary)], "http://127.0.0.1:9", tmp_path / "log", lambda: bool(pids_in(pids)), 10.0)))
     thread.start()
     thread.join()
     assert started, "start_server failed outside the main thread"
@@ -148,7 +148,7 @@ if sys.argv[2] == "own-handler":
     signal.signal(signal.SIGTERM, own)
 pids = folder / "pids"
 server = start_server([str(folder / "wrapper.sh")], "http://127.0.0.1:9", folder / "log",
-                      pids.exists, 30.0)
+                      lambda: pids.exists() and bool(pids.read_text().strip()), 30.0)
 (folder / "ready").write_text("yes")
 time.sleep(120)
 """

@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +65,6 @@ def refused(url: str) -> bool:
     return False
 
 
-def answers_started(session: EngineSession, path: str = "/v1/completions") -> int:
-    """How many answers to ``POST path`` the started server's access log shows (uvicorn,
-    vLLM's front end, logs one when an answer's headers go out: its stream has begun)."""
-    from pytest_tokperf.launch.process import ServerProcess
-
-    server = session.server
-    assert isinstance(server, ServerProcess)
-    text = server.log_path.read_text(encoding="utf-8", errors="replace")
-    return text.count(f'"POST {path} HTTP/1.1" 200')
-
-
 BENCH_TESTS = """
 def test_text(tok_bench):
     r = tok_bench(prompt_tokens=16, generate_tokens=24, repetitions=2, warmup=1)
@@ -107,18 +95,20 @@ def cached_tokens(db: Path) -> list[int | None]:
         return [row[0] for row in conn.execute("select cached_prompt_tokens from samples")]
 
 
-def killed_mid_stream(session: EngineSession, tokens: int, after_s: float,
-                      streaming: Callable[[], bool] | None = None) -> BaseException:
+def killed_mid_stream(session: EngineSession, tokens: int, after_s: float, salt: int = 4242
+                      ) -> BaseException:
     """Start a ``tokens``-long generation on ``session``'s started server, SIGKILL the
-    server's process group ``after_s`` seconds in, and return what the generation raised
-    (an AssertionError when it returned as if nothing happened). ``streaming``: the kill's
-    clock starts only once it says the engine is generating (a busy machine can hold a
-    request back for seconds before its first byte, and a kill then is no mid-stream one)."""
+    server's process group ``after_s`` seconds after the client got its first streamed
+    token, and return what the generation raised (an AssertionError when it returned as if
+    nothing happened). The clock starts at that token, not at the request: a busy machine
+    can hold a request back for seconds before its first byte, and a kill then is no
+    mid-stream one."""
     import os
     import signal
     import threading
     import time
 
+    from pytest_tokperf.engines import wire
     from pytest_tokperf.launch.process import ServerProcess
     from pytest_tokperf.results import GenerationRequest
 
@@ -126,25 +116,35 @@ def killed_mid_stream(session: EngineSession, tokens: int, after_s: float,
     assert isinstance(server, ServerProcess), "the kill needs a server this session started"
     engine = session.engine()
     outcome: list[BaseException] = []
+    streaming = threading.Event()
+    add = wire.ChunkLog.add
+
+    def seen(log: wire.ChunkLog, now_s: float, n_tokens: int, text: str,
+             reasoning: bool = False) -> None:
+        if n_tokens:
+            streaming.set()
+        add(log, now_s, n_tokens, text, reasoning)
 
     def generate() -> None:
         try:
             engine.generate(GenerationRequest(prompt_tokens=16, generate_tokens=tokens,
-                                              salt=4242, timeout_s=120.0))
+                                              salt=salt, timeout_s=120.0))
         except BaseException as exc:  # what the user would see
             outcome.append(exc)
         else:
-            outcome.append(AssertionError(f"{tokens} tokens asked, the server killed after "
-                                          f"{after_s} s, and the generation returned"))
+            outcome.append(AssertionError(f"{tokens} tokens asked, the server killed "
+                                          f"{after_s} s after the first, and the "
+                                          "generation returned"))
 
-    worker = threading.Thread(target=generate)
-    worker.start()
-    if streaming is not None:
-        deadline = time.monotonic() + 120
-        while not streaming() and worker.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-    time.sleep(after_s)
-    os.killpg(server.process.pid, signal.SIGKILL)
-    worker.join(timeout=150)
+    wire.ChunkLog.add = seen  # type: ignore[method-assign]
+    try:
+        worker = threading.Thread(target=generate)
+        worker.start()
+        streaming.wait(timeout=120)
+        time.sleep(after_s)
+        os.killpg(server.process.pid, signal.SIGKILL)
+        worker.join(timeout=150)
+    finally:
+        wire.ChunkLog.add = add  # type: ignore[method-assign]
     assert not worker.is_alive(), "the generation did not end after its server was killed"
     return outcome[0]

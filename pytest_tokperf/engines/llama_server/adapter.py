@@ -26,6 +26,7 @@ from pytest_tokperf.engines.wire import (
 from pytest_tokperf.errors import EngineProtocolError
 from pytest_tokperf.results import (
     EngineInfo,
+    EngineTimings,
     Generation,
     GenerationRequest,
     ModelInfo,
@@ -193,20 +194,28 @@ class LlamaServer(HttpAdapter):
             log.add(now, n, text)
             if event.get("stop"):
                 final = event
-        if final is None:
-            raise log.cut_short(self.name, "a final (stop) event", last)
-        if not log.times_s:
-            raise EngineProtocolError(f"{url} streamed no generated tokens (the final event: "
-                                      f"{final!r:.200})")
-        said = Fields(self.name, url, final)
+        said, timings = self._ending(log, url, final, last, "a final (stop) event",
+                                     request.generate_tokens)
         asked = request.generate_tokens
-        timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
-                   else None)
         return log.generation(
             generated_tokens=timings.generated_tokens if timings
             else said.tokens("tokens_predicted", most=asked),
             prompt_tokens=timings.prompt_tokens if timings else said.tokens("tokens_evaluated"),
             stop_reason=said.text("stop_type"), engine=said.noted(timings))
+
+    def _ending(self, log: ChunkLog, url: str, final: dict[str, Any] | None, last: object,
+                what: str, asked: int) -> tuple[Fields, EngineTimings | None]:
+        """The stream's final event read (its fields and llama.cpp's timings), or the error
+        of a stream that ended without ``what`` or without a generated token."""
+        if final is None:
+            raise log.cut_short(self.name, what, last)
+        if not log.times_s:
+            raise EngineProtocolError(f"{url} streamed no generated tokens (the final event: "
+                                      f"{final!r:.200})")
+        said = Fields(self.name, url, final)
+        timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
+                   else None)
+        return said, timings
 
     def _chat(self, request: GenerationRequest) -> Generation:
         """``/v1/chat/completions`` through the template; thinking and answer apart."""
@@ -237,15 +246,9 @@ class LlamaServer(HttpAdapter):
                 log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
             if "timings" in event or "usage" in event:
                 final = event
-        if final is None:
-            raise log.cut_short(self.name, "its usage/timings chunk", last)
-        if not log.times_s:
-            raise EngineProtocolError(f"{url} streamed no generated tokens (the final event: "
-                                      f"{final!r:.200})")
-        said = Fields(self.name, url, final)
+        said, timings = self._ending(log, url, final, last, "its usage/timings chunk",
+                                     request.generate_tokens)
         asked = request.generate_tokens
-        timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
-                   else None)
         usage = said.inside("usage")
         return log.generation(
             generated_tokens=timings.generated_tokens if timings
