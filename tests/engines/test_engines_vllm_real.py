@@ -182,18 +182,17 @@ def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession)
 
     from pytest_tokperf.errors import EngineError
 
-    from pytest_tokperf.launch.process import ServerProcess
-
     url = started.engine().base_url
-    server = started.server
-    assert isinstance(server, ServerProcess)
-    # the kill comes 0.5 s after the client's first token; 4000 take vLLM 8 s here quiet.
-    # In about one full suite in four the generation still returned whole: a kill that
-    # missed the stream is no mid-stream kill, so while the server lives it is tried again
-    for attempt in range(3):
-        raised = killed_mid_stream(started, tokens=4000, after_s=0.5, salt=4242 + attempt)
-        if isinstance(raised, EngineError) or server.process.poll() is not None:
-            break
+    # the kill comes 0.5 s after the client's first token (4000 tokens reach the client
+    # over 8 s here when they stream)
+    raised = killed_mid_stream(started, tokens=4000, after_s=0.5)
+    if isinstance(raised, AssertionError) and "returned 4000 tokens" in str(raised):
+        # vLLM's front end (a process of its own) can hand the client a whole answer at
+        # once, generated before its first byte (lab/2026-12-01-three-engines.md): already
+        # in the socket's buffers, no kill can cut it. Seen in about one full suite in three;
+        # the cut-off stream itself is also held by the fault corpus's 'broken' engine.
+        pytest.skip(f"the whole answer was out before the kill, no mid-stream kill to "
+                    f"judge: {raised}")
     assert isinstance(raised, EngineError), repr(raised)
     # vLLM's chunked body breaks off mid-chunk: the stream's error names the engine, the
     # URL and what it had sent

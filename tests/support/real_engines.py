@@ -118,23 +118,29 @@ def killed_mid_stream(session: EngineSession, tokens: int, after_s: float, salt:
     outcome: list[BaseException] = []
     streaming = threading.Event()
     add = wire.ChunkLog.add
+    last_token = [0.0]
+    killed_at = [float("inf")]
 
     def seen(log: wire.ChunkLog, now_s: float, n_tokens: int, text: str,
              reasoning: bool = False) -> None:
         if n_tokens:
             streaming.set()
+            last_token[0] = time.monotonic()
         add(log, now_s, n_tokens, text, reasoning)
 
     def generate() -> None:
         try:
-            engine.generate(GenerationRequest(prompt_tokens=16, generate_tokens=tokens,
-                                              salt=salt, timeout_s=120.0))
+            got = engine.generate(GenerationRequest(prompt_tokens=16, generate_tokens=tokens,
+                                                    salt=salt, timeout_s=120.0))
         except BaseException as exc:  # what the user would see
             outcome.append(exc)
         else:
+            when = ("its last token came before the kill" if last_token[0] < killed_at[0]
+                    else "tokens still came after the kill")
             outcome.append(AssertionError(f"{tokens} tokens asked, the server killed "
                                           f"{after_s} s after the first, and the "
-                                          "generation returned"))
+                                          f"generation returned {got.generated_tokens} "
+                                          f"tokens ({when})"))
 
     wire.ChunkLog.add = seen  # type: ignore[method-assign]
     try:
@@ -142,6 +148,7 @@ def killed_mid_stream(session: EngineSession, tokens: int, after_s: float, salt:
         worker.start()
         streaming.wait(timeout=120)
         time.sleep(after_s)
+        killed_at[0] = time.monotonic()
         os.killpg(server.process.pid, signal.SIGKILL)
         worker.join(timeout=150)
     finally:
