@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -294,7 +294,9 @@ def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | No
     return window(sent, first, t1 - t0), decode
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile, linear between the closest ranks (``numpy.percentile``'s rule);
+    None for no values."""
     if not values:
         return None
     ordered = sorted(values)
@@ -405,9 +407,9 @@ def summarize(
         prefill_tokens_per_s=Summary.of([s.prefill_tokens_per_s for s in samples]),
         engine_decode_tokens_per_s=Summary.of([s.engine_decode_tokens_per_s for s in samples]),
         engine_prefill_tokens_per_s=Summary.of([s.engine_prefill_tokens_per_s for s in samples]),
-        inter_token_p50_s=_percentile(itl, 0.50),
-        inter_token_p90_s=_percentile(itl, 0.90),
-        inter_token_p99_s=_percentile(itl, 0.99),
+        inter_token_p50_s=percentile(itl, 0.50),
+        inter_token_p90_s=percentile(itl, 0.90),
+        inter_token_p99_s=percentile(itl, 0.99),
         decode_agreement=agreement,
         ttft_minus_engine_prefill_s=statistics.median(ttft_gaps) if ttft_gaps else None,
         notes=tuple(notes),

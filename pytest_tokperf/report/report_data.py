@@ -5,7 +5,6 @@ The one place that reads a ``ResultStore`` for ``formats``, ``plots`` and ``html
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -52,13 +51,13 @@ Percentiles = tuple[float, float, float]
 def percentiles(values: Sequence[float | None]) -> Percentiles | None:
     """p50/p90/p99, linear between the closest ranks (as ``numpy.percentile``); None when
     nothing was measured. Over a few repetitions p99 is close to the slowest one."""
-    clean = sorted(v for v in values if v is not None)
-    if not clean:
+    from pytest_tokperf.bench.measure import percentile  # the one rule, as measured
+
+    clean = [v for v in values if v is not None]
+    p50, p90, p99 = (percentile(clean, q) for q in (0.50, 0.90, 0.99))
+    if p50 is None or p90 is None or p99 is None:
         return None
-    if len(clean) == 1:
-        return clean[0], clean[0], clean[0]
-    cuts = statistics.quantiles(clean, n=100, method="inclusive")
-    return cuts[49], cuts[89], cuts[98]
+    return p50, p90, p99
 
 
 @dataclass(frozen=True, slots=True)
