@@ -15,8 +15,8 @@ On a machine with an NVIDIA GPU, its driver and ``nvcc``:
 4. prints decode, TTFT, ceiling and efficiency from the results DB beside NVML's
    bandwidth, the backend and layers the engine reported, and the expected band.
 
-Sized for an H200 with 16 cores: the CUDA build for one architecture takes ~4-6
-minutes, the models ~2 minutes alongside it, each main job ~1 minute. ``--dry-run``
+On an H100 with 16 cores (2026-12-05) the CUDA build for one architecture took 4 minutes,
+the models were written alongside it, each main job took 6-8 s. ``--dry-run``
 prints the plan without running anything (used by tests/test_gpu_check.py with a fake
 ``nvidia-smi``, ``nvcc`` and NVML).
 """
