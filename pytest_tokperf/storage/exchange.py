@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +37,23 @@ from pytest_tokperf.storage.run_files import (  # the bundles were defined here
 from pytest_tokperf.storage.store import ResultStore
 
 _RESULT_IDS = ("id", "run_id", "environment_id")
+NOT_MEASURED_BY = {"llama-bench": (("ttft_s", "chars_per_s"), ("ttft_s", "text_chars"))}
+"""Per engine name, what its imported rows cannot have measured (summaries, sample
+columns): llama-bench sends no request and shows no text, so no TTFT and no characters.
+A run file written before the importer stored NULL there (schema 9's migration) has
+figures made up from tok/s; they are read as NULL."""
+
+
+def without_invented(item: ResultBundle) -> ResultBundle:
+    """``item`` with the figures its engine cannot have measured set to NULL."""
+    unmeasured = NOT_MEASURED_BY.get(str(item.environment.get("engine_name")))
+    if unmeasured is None:
+        return item
+    summaries, columns = unmeasured
+    result = {k: (None if k.rsplit("_", 1)[0] in summaries else v)
+              for k, v in item.result.items()}
+    samples = [{k: (None if k in columns else v) for k, v in s.items()} for s in item.samples]
+    return replace(item, result=result, samples=samples)
 SHOWN_SKIPS = 10
 """Skipped files and runs a message lists by name; the rest are counted."""
 
@@ -119,7 +136,7 @@ def add_results(store: ResultStore, run: Row, results: Callable[[], Iterable[Res
         if not known:
             store.backend.insert("runs", run)
         added, present = Added(runs=0 if known else 1), 0
-        for item in results():
+        for item in map(without_invented, results()):
             key = (
                 run_id,
                 item.result["test_id"],

@@ -355,10 +355,24 @@ def _v8_machine_load(db: Database) -> None:
     db.table("results").add_column("machine_load", str)
 
 
+def _v9_imported_rows_invent_nothing(db: Database) -> None:
+    """Rows imported from llama-bench before 0.1 stored a TTFT made up from its tok/s
+    (1/ts for a tg row, prompt/ts for pp) and 0 characters: llama-bench sends no request
+    and shows no text, so neither was measured. They become NULL (not measured), as the
+    importer writes them now; every other row is left as it is."""
+    imported = ("SELECT r.id FROM results r JOIN environments e ON e.id = r.environment_id"
+                " WHERE e.engine_name = 'llama-bench'")
+    figures = [f"{figure}_{part} = NULL" for figure in ("ttft_s", "chars_per_s")
+               for part in SUMMARY_PARTS]
+    db.execute(f"UPDATE samples SET ttft_s = NULL, text_chars = NULL"
+               f" WHERE result_id IN ({imported})")
+    db.execute(f"UPDATE results SET {', '.join(figures)} WHERE id IN ({imported})")
+
+
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (
     _v1_tables, _v2_history, _v3_warm_prefix_and_drafts, _v4_gate_verdicts_and_acceptances,
     _v5_speed_settings, _v6_concurrency_and_text_figures, _v7_one_row_per_environment,
-    _v8_machine_load,
+    _v8_machine_load, _v9_imported_rows_invent_nothing,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

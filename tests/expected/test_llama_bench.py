@@ -131,6 +131,62 @@ def test_a_pp_row_is_a_prefill_series_with_nothing_invented(
                        for s in result.samples)
 
 
+def _invent_as_before(db: Path) -> None:
+    """What an importer before schema 9 stored: TTFT 1/ts (tg) or prompt/ts (pp) and 0
+    characters, on the llama-bench rows; a llama-server row beside them is measured."""
+    with ResultStore.open(db) as store:
+        store.db.execute("UPDATE samples SET text_chars = 0, ttft_s = CASE WHEN"
+                         " decode_tokens_per_s IS NOT NULL THEN 1 / decode_tokens_per_s"
+                         " ELSE prompt_tokens / prefill_tokens_per_s END")
+        store.db.execute("UPDATE results SET chars_per_s_median = 0.0, ttft_s_n = 5,"
+                         " ttft_s_median = 0.008, ttft_s_mean = 0.008, ttft_s_min = 0.007")
+        store.db.conn.commit()
+
+
+def _invented(db: Path) -> list[object]:
+    with ResultStore.open(db) as store:
+        return [v for row in store.db.execute(
+            "SELECT s.ttft_s, s.text_chars, r.ttft_s_median, r.ttft_s_n, r.chars_per_s_median"
+            " FROM samples s JOIN results r ON r.id = s.result_id").fetchall()
+            for v in row if v is not None]
+
+
+def test_an_old_db_forgets_the_ttft_it_invented_for_llama_bench_rows(tmp_path: Path) -> None:
+    from tests.support.storage_factory import make_result, record_kwargs
+
+    db = tmp_path / "r.db"
+    import_llama_bench(db, [FIXTURES / "readme.json"])
+    _invent_as_before(db)
+    assert _invented(db)  # the planted figures are there
+    with ResultStore.open(db) as store:  # a measured row beside them, then back to schema 8
+        store.record(store.tuples("SELECT run_id FROM runs")[0][0], "measured::t",
+                     make_result(), **record_kwargs())
+        store.db.execute("PRAGMA user_version = 8")
+        store.db.conn.commit()
+    with ResultStore.open(db) as store:  # migrates 8 -> 9
+        left = store.tuples(
+            "SELECT s.ttft_s, s.text_chars, r.ttft_s_median, r.ttft_s_n, r.chars_per_s_median"
+            " FROM samples s JOIN results r ON r.id = s.result_id JOIN environments e"
+            " ON e.id = r.environment_id WHERE e.engine_name = 'llama-bench'")
+        measured = store.tuples("SELECT r.ttft_s_median, s.ttft_s FROM results r JOIN samples"
+                                " s ON s.result_id = r.id JOIN environments e ON e.id ="
+                                " r.environment_id WHERE e.engine_name != 'llama-bench'")
+    assert len(left) == 10 and {v for row in left for v in row} == {None}
+    assert measured and measured[0][0] == pytest.approx(make_result().ttft_s.median)
+    assert all(ttft is not None for _, ttft in measured)  # measured rows keep their TTFT
+
+
+def test_an_old_run_file_imports_without_the_invented_ttft(tmp_path: Path) -> None:
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    import_llama_bench(old, [FIXTURES / "readme.json"])
+    _invent_as_before(old)
+    assert main(["save-reference", "--db", str(old), "-d", str(tmp_path / "runs")]) == 0
+    text = next((tmp_path / "runs").glob("*.jsonl")).read_text(encoding="utf-8")
+    assert '"ttft_s_median": 0.008' in text  # the file carries the invented figures
+    assert main(["import", "--db", str(new), str(tmp_path / "runs")]) == 0
+    assert _invented(new) == []
+
+
 @pytest.mark.parametrize("name", FULL_FORMS)
 def test_round_trip_through_export_loses_no_field(tmp_path: Path, name: str) -> None:
     db, out = tmp_path / "r.db", tmp_path / "x.json"
