@@ -73,6 +73,42 @@ def two_phase(trials: int) -> None:
         print(f"  phases +-{phase:.1%}: {flagged / trials:.1%} flagged")
 
 
+DECODE_PER_BANDWIDTH = 0.33
+"""Decode follows bandwidth as ~bandwidth^0.33 on the project's VMs (physics.md)."""
+
+
+def two_phase_probed(trials: int) -> None:
+    """The two-phase histories again, each session with a bandwidth probe: the phase's
+    bandwidth (decode's phase ratio to the power 1 / 0.33 around 47 GB/s) times a probe
+    noise of SD 5%; the gate's flag withheld where the memory moved (``stats.moved``).
+    Columns: no step (false flags), and a true -10% step (found)."""
+    from pytest_tokperf.stats.moved import moved_verdict
+
+    print(f"two-phase histories with probes (SD 5%), 3-5 sessions, {trials} judgements a cell")
+    for phase in (0.02, 0.03, 0.05, 0.075, 0.10):
+        found = {0.0: [0, 0], -0.10: [0, 0]}
+        for step in found:
+            for seed in range(trials):
+                rng = np.random.default_rng(seed)
+
+                def session(shift: float = 0.0) -> tuple[list[float], float]:
+                    sign = 1 if rng.random() < 0.5 else -1
+                    decode = 100 * math.exp(phase * sign + shift)
+                    probe = 47e9 * math.exp(phase * sign / DECODE_PER_BANDWIDTH
+                                            + rng.normal(0, 0.05))
+                    return list(decode * np.exp(rng.normal(0, 0.02, 5))), probe
+
+                history = [session() for _ in range(3 + seed % 3)]
+                current, probe = session(step)
+                verdict = compare([h for h, _ in history], current, DECODE)
+                withheld = moved_verdict(verdict, probe, [p for _, p in history])
+                found[step][0] += verdict.flagged
+                found[step][1] += withheld.flagged
+        (f0, w0), (f1, w1) = found[0.0], found[-0.10]
+        print(f"  phases +-{phase:.1%}: false flags {f0 / trials:.1%} -> {w0 / trials:.1%}"
+              f" with probes; -10% step found {f1 / trials:.1%} -> {w1 / trials:.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=400)
@@ -80,6 +116,7 @@ def main() -> None:
     paired(args.trials)
     gate(args.trials)
     two_phase(args.trials)
+    two_phase_probed(args.trials)
 
 
 if __name__ == "__main__":

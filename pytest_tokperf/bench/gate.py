@@ -9,7 +9,9 @@ The baseline is, by ``--tokperf-baseline``:
 
 Decode tok/s and TTFT are judged per result as it is recorded (``stats.judge_history``)
 and, at the end of the session, every test x metric together (Holm, ``stats.judge_family``).
-A series too noisy or too short to judge is "inconclusive": reported, never failed.
+A series too noisy or too short to judge is "inconclusive": reported, never failed, and so
+is a flag measured busy (``busy_verdict``) or one the machine's memory moved with
+(``stats.moved``: the run's bandwidth probe outside every baseline run's).
 ``--tokperf-baseline off`` judges nothing (``compare-builds`` sessions).
 """
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, replace
 from pytest_tokperf.results import BUSY_NOTE, MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, judge_family, judge_history
+from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.stats.metric import AGGREGATE, DEFAULT_ALPHA
 from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.storage.history import metric_values, series_histories, session_points
@@ -132,6 +135,11 @@ class Gate:
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
+                if comparison.verdict in ("regression", "improvement") and result_id is not None:
+                    ids = [e.row.result_id for e in histories[metric.name]]
+                    now = store.probed_bandwidths([result_id]).get(result_id)
+                    comparison = moved_verdict(comparison, now,
+                                               list(source.probed_bandwidths(ids).values()))
                 busy = ""
                 if comparison.verdict in ("regression", "improvement") and load is not None:
                     ids = [e.row.result_id for e in histories[metric.name]]

@@ -22,6 +22,7 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.changepoints import settled_baseline
 from pytest_tokperf.stats.comparing import Comparison, compare_many
 from pytest_tokperf.stats.metric import Metric, interval_text, pct
+from pytest_tokperf.stats.moved import moved, moved_verdict
 from pytest_tokperf.storage.history import (
     HistoryEntry,
     series_histories,
@@ -220,8 +221,10 @@ def compared(args: argparse.Namespace) -> Compared:
                           "with --baseline VERSION --current VERSION")
     base_db = dbs[0] if dbs else chosen_db(args)
     base_store = open_db(base_db)
+    cur_store = base_store
     if len(dbs) == 2:
-        sides = _two_dbs(base_store, open_db(dbs[1]), args)
+        cur_store = open_db(dbs[1])
+        sides = _two_dbs(base_store, cur_store, args)
         names = [_db_name(dbs[0], [v[0] for v in sides.values()]),
                  _db_name(dbs[1], [v[1] for v in sides.values()])]
     else:
@@ -246,11 +249,28 @@ def compared(args: argparse.Namespace) -> Compared:
     verdicts: dict[str, Comparison] = compare_many(
         {k: sides[k][0].sessions for k in common}, {k: sides[k][1].sessions for k in common},
         metric_of, spread={k: sides[k][2] for k in common})
+    verdicts = {k: _machine(v, metric_of[k], sides[k][0], sides[k][1], base_store, cur_store)
+                for k, v in verdicts.items()}
     labels = series_labels(base_store, [rows[k] for k in common])
     tests = _test_names(base_store, common)
     return Compared(names[0], names[1], tuple(
         SeriesComparison(k, labels[k], tests[k], metric_of[k], sides[k][0], sides[k][1], v)
         for k, v in verdicts.items()))
+
+
+def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,
+             base_store: ResultStore, cur_store: ResultStore) -> Comparison:
+    """A flag withheld when every current run's bandwidth probe lies outside the
+    baseline's and the change goes the way the memory went (``stats.moved``)."""
+    if not verdict.flagged:
+        return verdict
+    ids = [[e.row.result_id for e in side.entries.get(metric.name, ())] for side in (base, cur)]
+    then = list(base_store.probed_bandwidths(ids[0]).values())
+    now = list(cur_store.probed_bandwidths(ids[1]).values())
+    ways = {moved(n, then) for n in now}
+    if len(ways) != 1 or 0 in ways:
+        return verdict
+    return moved_verdict(verdict, statistics.median(n for n in now if n), then)
 
 
 def _db_name(db: str, sides: Sequence[Side]) -> str:

@@ -34,6 +34,7 @@ from pytest_tokperf.storage.history import (
     series_history,
     series_metric,
     session_points,
+    session_probes,
 )
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
@@ -180,8 +181,9 @@ def changes(args: argparse.Namespace) -> int:
     notes = []
     for row in find_series(store, pattern):
         metric = series_metric(row)
-        points = session_points(series_history(store, row.series_key, metric.name))
-        for cp in change_points(points, metric):
+        entries = series_history(store, row.series_key, metric.name)
+        points = session_points(entries)
+        for cp in change_points(points, metric, probes=session_probes(store, entries)):
             found.append((row, metric, cp))
         seen = resolution(points, metric)
         if seen.phase_dominated:

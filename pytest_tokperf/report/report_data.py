@@ -35,8 +35,8 @@ from pytest_tokperf.stats.comparing import (
 from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import (
     JudgedEfficiency,
-    history_points,
     judged_efficiencies,
+    series_history,
     series_metric,
     version_label,
 )
@@ -375,13 +375,16 @@ def load_history(
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
                           "list series with `tokperf history`")
     metric = series_metric(rows[-1]) if metric is None else metric
-    points = history_points(store, series_key, metric.name, limit=limit, since_accepted=False)
+    entries = series_history(store, series_key, metric.name, limit=limit, since_accepted=False)
+    points = [e.point for e in entries]
+    probed = store.probed_bandwidths(e.row.result_id for e in entries)
+    probes = [probed.get(e.row.result_id) for e in entries]
     stored = store.result(rows[-1].result_id)
     label = workload_label(stored.result.workload)
     title = f"{rows[-1].test_id} — {label}"
     return SeriesHistory(
         series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
-        points=tuple(points), changes=tuple(change_points(points, metric)),
+        points=tuple(points), changes=tuple(change_points(points, metric, probes=probes)),
         ceiling_decode_tokens_per_s=(judged or judged_efficiencies(store))[
             rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s)
         if metric.name == DECODE.name else None,

@@ -10,6 +10,7 @@ door judges a series on. docs/design.md says which clock each metric reads.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -193,6 +194,22 @@ def session_points(entries: Sequence[HistoryEntry]) -> list[Point]:
             out.append(entry.point)
             runs.append(entry.row.run_id)
     return out
+
+
+def session_probes(store: ResultStore, entries: Sequence[HistoryEntry]) -> list[float | None]:
+    """Per point of ``session_points(entries)``, the bandwidth probed around it (bytes/s,
+    the median of its results'; None: not probed), for ``stats.moved``."""
+    probes = store.probed_bandwidths(e.row.result_id for e in entries)
+    out: list[list[float]] = []
+    runs: list[str] = []
+    for entry in entries:
+        value = probes.get(entry.row.result_id)
+        if not (runs and runs[-1] == entry.row.run_id):
+            out.append([])
+            runs.append(entry.row.run_id)
+        if value:
+            out[-1].append(value)
+    return [statistics.median(v) if v else None for v in out]
 
 
 def history_points(

@@ -161,6 +161,17 @@ class StoreReads:
                           f"({', '.join('?' * len(ids))})", tuple(ids))
         return {row["id"]: machine_loads_from_json(row["machine_load"])[0] for row in rows}
 
+    def probed_bandwidths(self, result_ids: Iterable[int]) -> dict[int, float | None]:
+        """Each result's read bandwidth probed around it, bytes/s (None: not probed)."""
+        ids = sorted(set(result_ids))
+        out: dict[int, float | None] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = self._read("SELECT id, measured_bandwidth_bytes_per_s AS bw FROM results "
+                              f"WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk))
+            out.update({row["id"]: row["bw"] for row in rows})
+        return out
+
     def gate_verdicts(self, result_ids: Iterable[int]) -> dict[int, tuple[GateVerdict, ...]]:
         """The stored gate verdicts of these results, by result id (metric order)."""
         ids = list(result_ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 import hashlib
 import random
 from pathlib import Path
@@ -197,11 +198,13 @@ def result_at(build: str, decode: float, rng: random.Random, cv: float = 0.01) -
 def fill_history(db: Path | PgUrl, levels: list[tuple[str, float]], seed: int = 1, *,
                  test_id: str = "t::decode", speculative: bool = False, finish: bool = False,
                  load: MachineLoad | None = None,
+                 probed: float | Sequence[float] | None = None,
                  ) -> tuple[ResultStore, str]:
     """A DB with one run per (build, decode level), 5 samples each at CV 1%;
     ``speculative``: with a draft model (another series of the same test); ``finish``:
     each run finished (committed, on PostgreSQL); ``load``: every run measured on a
-    machine in that state."""
+    machine in that state; ``probed``: each run's bandwidth probe, GB/s (one for all, or
+    one per level)."""
     rng = random.Random(seed)
     store = ResultStore.open(db)
     key = ""
@@ -215,7 +218,9 @@ def fill_history(db: Path | PgUrl, levels: list[tuple[str, float]], seed: int = 
             engine = dataclasses.replace(result.engine, speculative=True, settings=(
                 *result.engine.settings, ("draft_model", "draft.gguf")))
             result = dataclasses.replace(result, engine=engine)
-        store.record(run.run_id, test_id, result, model=make_model(), hardware=make_hardware(),
+        store.record(run.run_id, test_id, result, model=make_model(),
+                     hardware=make_hardware() if probed is None else probed_hardware(
+                         probed if isinstance(probed, (int, float)) else probed[i]),
                      ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
         if finish:
             store.finish_run(run.run_id)

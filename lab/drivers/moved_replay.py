@@ -1,0 +1,58 @@
+"""The gate replayed over real sessions, with and without the machine-moved rule.
+
+Loads a folder of run files (default ``db/runs/releases``: 9 llama.cpp releases x 3
+sessions of the main job on a VM whose memory sat at ~37 or ~60 GB/s by the hour) and
+judges each session of each decode series against the sessions before it, as the pytest
+gate does (``judge_history`` over at most 20 earlier sessions, from the third on). Prints
+the flags, and the flags left once a flag that the memory moved with is withheld
+(``stats.moved``), with each session's probe.
+
+    PYTHONPATH=$PWD .venv/bin/python lab/drivers/moved_replay.py [FOLDER]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from pytest_tokperf.stats import DECODE, judge_history
+from pytest_tokperf.stats.moved import moved_verdict
+from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.storage.history import series_history, session_points
+from pytest_tokperf.storage.store import ResultStore
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "db/runs/releases")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "r.db"
+        load_reference_runs(folder, db)
+        with ResultStore.open_read_only(db) as store:
+            keys = [k for k, in store.tuples("SELECT DISTINCT series_key FROM results")]
+            total = left = judged = 0
+            for key in keys:
+                entries = series_history(store, key, DECODE.name, since_accepted=False)
+                points = session_points(entries)
+                if len(points) != len(entries) or len(points) < 4:
+                    continue
+                probes = store.probed_bandwidths(e.row.result_id for e in entries)
+                bw = [probes.get(e.row.result_id) for e in entries]
+                print(f"{entries[0].row.test_id}: {len(points)} sessions")
+                for i in range(3, len(points)):
+                    verdict = judge_history(points[max(0, i - 20):i], points[i].samples,
+                                            DECODE).comparison
+                    kept = moved_verdict(verdict, bw[i], bw[max(0, i - 20):i])
+                    judged += 1
+                    total += verdict.flagged
+                    left += kept.flagged
+                    if verdict.flagged:
+                        print(f"  {points[i].version} at {(bw[i] or 0) / 1e9:.0f} GB/s: "
+                              f"{verdict.verdict} {verdict.relative_change:+.1%} -> "
+                              f"{kept.verdict}")
+            print(f"{judged} sessions judged: {total} flagged, {left} once the memory's "
+                  f"moves are withheld")
+
+
+if __name__ == "__main__":
+    main()

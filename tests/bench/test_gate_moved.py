@@ -1,0 +1,84 @@
+"""The gate withholds a flag that the machine's memory moved with (stats.moved)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_tokperf.bench.gate import Gate
+from pytest_tokperf.settings import Baseline
+from pytest_tokperf.stats import DECODE, compare
+from pytest_tokperf.stats.moved import moved, moved_verdict
+from tests.support.storage_factory import (
+    fill_history,
+    make_ceiling,
+    make_model,
+    make_run,
+    probed_hardware,
+    result_at,
+)
+
+
+def _gate(tmp_path: Path, history_gb: float | None, now_gb: float | None,
+          level: float) -> tuple[str, str]:
+    """Five runs at 100 tok/s probed at ``history_gb``; a run at ``level`` probed at
+    ``now_gb``, recorded, then judged as the plugin does."""
+    store, key = fill_history(tmp_path / "r.db", [(f"b{i}", 100.0) for i in range(5)],
+                              probed=history_gb)
+    if history_gb is None:  # the factory's hardware carries a probe: a history without
+        store.db.execute("UPDATE results SET measured_bandwidth_bytes_per_s = NULL")
+    run = make_run(run_id="current", started_at="2026-02-01T00:00:00+00:00")
+    store.begin_run(run)
+    result = result_at("bnew", level, random.Random(3))
+    rid = store.record(run.run_id, "t::decode", result, model=make_model(),
+                       hardware=probed_hardware(now_gb) if now_gb else None,
+                       ceiling=make_ceiling(), efficiency=0.7, verdict="unchecked")
+    gate = Gate(Baseline("history"))
+    findings = gate.judge(store, test_id="t::decode", series_key=key, samples=result.samples,
+                          current_build="bnew", run_id="current", result_id=rid.result_id)
+    store.close()
+    findings, _ = gate.finish(findings)
+    decode = next(f for f in findings if f.comparison.metric == "decode")
+    return decode.comparison.verdict, decode.comparison.reason
+
+
+def test_a_drop_on_memory_that_moved_down_is_withheld_with_both_figures(tmp_path: Path) -> None:
+    verdict, reason = _gate(tmp_path, 60.0, 37.0, 80.0)
+    assert verdict == "inconclusive"
+    assert reason.startswith("inconclusive: the machine's memory moved: it read 37.0 GB/s")
+    assert "60.0 GB/s around the baseline's" in reason and "-20" in reason.replace("−", "-")
+
+
+def test_a_drop_with_the_memory_where_it_was_is_a_regression(tmp_path: Path) -> None:
+    for now in (60.0, 55.0, None):  # within the probes' spread, or not probed
+        verdict, reason = _gate(tmp_path / str(now), 60.0, now, 80.0)
+        assert verdict == "regression" and "memory moved" not in reason
+
+
+def test_a_drop_on_faster_memory_stands(tmp_path: Path) -> None:
+    # slower on faster memory: the machine cannot explain it
+    assert _gate(tmp_path, 37.0, 60.0, 80.0)[0] == "regression"
+
+
+def test_a_gain_on_memory_that_moved_up_is_withheld(tmp_path: Path) -> None:
+    verdict, reason = _gate(tmp_path, 37.0, 60.0, 125.0)
+    assert verdict == "inconclusive" and "memory moved" in reason
+
+
+def test_a_history_never_probed_judges_as_before(tmp_path: Path) -> None:
+    assert _gate(tmp_path, None, 37.0, 80.0)[0] == "regression"
+
+
+@pytest.mark.parametrize(("now", "then", "way"), [
+    (37e9, [60e9, 58e9], -1), (70e9, [55e9, 60e9], 1), (52e9, [55e9, 60e9], 0),
+    (68e9, [55e9, 60e9], 0), (None, [60e9], 0), (37e9, [None, 0.0], 0), (37e9, [], 0),
+])
+def test_moved_needs_the_probe_outside_every_baseline_one(now, then, way) -> None:
+    assert moved(now, then) == way
+
+
+def test_an_unflagged_comparison_is_left_alone() -> None:
+    same = compare([[100.0, 101.0, 99.0, 100.5, 99.5]] * 3, [100.0, 100.4, 99.8], DECODE)
+    assert moved_verdict(same, 37e9, [60e9]) is same
