@@ -103,17 +103,22 @@ class Watch:
         releases: list[ReleaseWatch] = []
         flags: list[StepFlag] = []
         before: tuple[Build, BuildStep] | None = None
+        paced_from = 0  # the time left is paced by work done now, not by steps replayed
         for i, spec in enumerate(order):
-            if i and not self._worked:  # the time left is paced by work done now, not replayed
-                meter.close()
-                meter = Meter(self.progress, "watch:", float(len(order)), unit="builds",
-                              line_every=1.0, warmup=float(i))
-                meter.update(float(i))
+            if not self._worked:
+                paced_from = i
             self.progress(f"[{i + 1}/{len(order)}] {spec.text}")
             done = self._one(spec, ref, ref_step, before, flags)
             releases.append(done)
             if not done.skipped:
                 before = (build_of(done.build), done.build)
+            if not self._worked:  # replayed from the journal: no pace to tell
+                continue
+            if paced_from and meter.warmup != paced_from:
+                meter.close()
+                meter = Meter(self.progress, "watch:", float(len(order)), unit="builds",
+                              line_every=1.0, warmup=float(paced_from))
+                meter.update(float(paced_from))
             meter.update(float(i + 1))
         meter.close()
         last = next((r for r in reversed(releases) if not r.skipped), None)
@@ -167,7 +172,7 @@ class Watch:
             if step.ok and self.journal.digest(Path(step.binary)) == step.sha256:
                 return step
         started = time.monotonic()
-        self._worked = True
+        self._worked = self._worked or spec.kind != "binary"  # a given binary is no work
         try:
             build = self.provide(spec)
         except BuildTimedOut as exc:

@@ -359,9 +359,13 @@ def test_the_verb_watches_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # again, as JSON: nothing measured
     measured = len(fakes.abs)
     assert main([*args, "--json", "--", "t.py"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    replayed = capsys.readouterr()
+    data = json.loads(replayed.out)
     assert (data["measured"], data["reused"]) == (0, measured)
     assert [f["kind"] for f in data["named"]] == ["regression", "improvement"]
+    # a replay tells no pace: no "N of 3 builds, 0 s elapsed" line per replayed build
+    assert "tokperf: watch: 1 of 3 builds" not in replayed.err
+    assert "from the journal" in replayed.err
 
 
 def test_the_verb_goes_on_since_the_last_release_watched(
