@@ -193,6 +193,12 @@ class WatchResult:
     def skipped(self) -> tuple[ReleaseWatch, ...]:
         return tuple(r for r in self.releases if r.skipped)
 
+    @property
+    def measured_busy(self) -> tuple[int, int]:
+        """(A/Bs measured with neighbours busy, A/Bs) over every release."""
+        abs_ = [ab for r in self.releases for ab in r.abs]
+        return sum(any(row.busy for row in ab.rows) for ab in abs_), len(abs_)
+
     def median_wall_s(self) -> float | None:
         walls = [r.wall_s for r in self.releases if not r.skipped]
         return statistics.median(walls) if walls else None

@@ -74,9 +74,18 @@ def headline(result: WatchResult) -> str:
     return (f"watch of {len(result.releases)} builds against {result.reference}: "
             f"{len(named)} step(s) flagged and named ({what})"
             + (f", {unconfirmed} not confirmed" if unconfirmed else "")
-            + f", {len(result.skipped)} skipped, {len(result.busy)} busy; "
+            + f", {len(result.skipped)} skipped, {_busy(result)}; "
             f"{duration(result.wall_s)} ({result.measured} A/B(s) measured now, "
             f"{result.reused} from the journal)")
+
+
+def _busy(result: WatchResult) -> str:
+    """``2 of 8 A/Bs measured busy`` (``, 1 change not a flag`` where one read a change)."""
+    busy, total = result.measured_busy
+    if not busy:
+        return "no A/B measured busy"
+    held = f", {len(result.busy)} change(s) not a flag" if result.busy else ""
+    return f"{busy} of {total} A/Bs measured busy{held}"
 
 
 def format_summary(result: WatchResult) -> list[str]:

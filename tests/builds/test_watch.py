@@ -165,7 +165,7 @@ def test_a_regression_and_its_recovery_are_flagged_confirmed_and_bisected(tmp_pa
     text = "\n".join(format_summary(result))
     assert text.splitlines()[0].startswith(
         "watch of 5 builds against b100: 2 step(s) flagged and named (regression at b103, "
-        "improvement at b107), 0 skipped, 0 busy;")
+        "improvement at b107), 0 skipped, no A/B measured busy;")
     assert "REGRESSION: b102 -> b104: decode regression −30.0%" in text
     assert ("first bad release: b103 (last good: b102); llama.cpp builds b103: "
             "https://github.com/ggml-org/llama.cpp/compare/b102...b103") in text
@@ -257,6 +257,7 @@ def test_a_busy_ab_is_reported_not_flagged(tmp_path: Path) -> None:
                                    "busy): not a flag")
     text = "\n".join(format_summary(result))
     assert "busy, not a flag: b106 vs b104 (predecessor)" in text
+    assert ", 1 of 9 A/Bs measured busy, 1 change(s) not a flag;" in text.splitlines()[0]
     assert "decode regression" in text and "(busy)" in text
     # --busy judge: its figures flag it
     judged = watch(Fakes(tmp_path / "judge", busy=((104, 106),)), tmp_path / "judge",
