@@ -101,7 +101,7 @@ def two_phase_probed(trials: int) -> None:
                 history = [session() for _ in range(3 + seed % 3)]
                 current, probe = session(step)
                 verdict = compare([h for h, _ in history], current, DECODE)
-                withheld = moved_verdict(verdict, probe, [p for _, p in history])
+                withheld = moved_verdict(verdict, [probe], [p for _, p in history])
                 found[step][0] += verdict.flagged
                 found[step][1] += withheld.flagged
         (f0, w0), (f1, w1) = found[0.0], found[-0.10]

@@ -42,7 +42,7 @@ def main() -> None:
                 for i in range(3, len(points)):
                     verdict = judge_history(points[max(0, i - 20):i], points[i].samples,
                                             DECODE).comparison
-                    kept = moved_verdict(verdict, bw[i], bw[max(0, i - 20):i])
+                    kept = moved_verdict(verdict, [bw[i]], bw[max(0, i - 20):i])
                     judged += 1
                     total += verdict.flagged
                     left += kept.flagged

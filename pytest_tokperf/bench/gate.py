@@ -135,14 +135,13 @@ class Gate:
                         f"{comparison.reason}; but {len(points)} earlier run cannot tell a "
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
+                ids = [e.row.result_id for e in histories[metric.name]]
                 if comparison.verdict in ("regression", "improvement") and result_id is not None:
-                    ids = [e.row.result_id for e in histories[metric.name]]
-                    now = store.probed_bandwidths([result_id]).get(result_id)
-                    comparison = moved_verdict(comparison, now,
-                                               list(source.probed_bandwidths(ids).values()))
+                    comparison = moved_verdict(
+                        comparison, list(store.probed_bandwidths([result_id]).values()),
+                        list(source.probed_bandwidths(ids).values()))
                 busy = ""
                 if comparison.verdict in ("regression", "improvement") and load is not None:
-                    ids = [e.row.result_id for e in histories[metric.name]]
                     comparison, busy = busy_verdict(comparison, load,
                                                     list(source.machine_loads(ids).values()))
                 findings.append(GateFinding(test_id, series_key, comparison, span,

@@ -22,7 +22,7 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.changepoints import settled_baseline
 from pytest_tokperf.stats.comparing import Comparison, compare_many
 from pytest_tokperf.stats.metric import Metric, interval_text, pct
-from pytest_tokperf.stats.moved import moved, moved_verdict
+from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.storage.history import (
     HistoryEntry,
     series_histories,
@@ -265,12 +265,8 @@ def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,
     if not verdict.flagged:
         return verdict
     ids = [[e.row.result_id for e in side.entries.get(metric.name, ())] for side in (base, cur)]
-    then = list(base_store.probed_bandwidths(ids[0]).values())
-    now = list(cur_store.probed_bandwidths(ids[1]).values())
-    ways = {moved(n, then) for n in now}
-    if len(ways) != 1 or 0 in ways:
-        return verdict
-    return moved_verdict(verdict, statistics.median(n for n in now if n), then)
+    return moved_verdict(verdict, list(cur_store.probed_bandwidths(ids[1]).values()),
+                         list(base_store.probed_bandwidths(ids[0]).values()))
 
 
 def _db_name(db: str, sides: Sequence[Side]) -> str:

@@ -71,6 +71,8 @@ def change_points(
     """Steps in ``history`` (oldest first) that are significant and reach ``min_effect``;
     ``probes`` (each point's bandwidth probe, bytes/s) leave out a step that goes the way
     the machine's memory went across it (``stats.moved``)."""
+    from pytest_tokperf.stats.moved import moved_together
+
     check_level(alpha, "alpha")
     if len(history) < 2 * MIN_SIZE:
         _logs(history, metric)  # bad samples are still named
@@ -85,9 +87,9 @@ def change_points(
         verdict = judge(shift, metric, alpha=level)
         if verdict.verdict not in ("regression", "improvement"):
             continue
-        if len(probes) == len(history) and _memory_moved(
-                verdict.verdict == "regression", probes[bounds[i]:split.index],
-                probes[split.index:bounds[i + 2]]):
+        if len(probes) == len(history) and moved_together(
+                probes[split.index:bounds[i + 2]], probes[bounds[i]:split.index]) == (
+                -1 if verdict.verdict == "regression" else 1):
             continue
         before, after = history[split.index - 1], history[split.index]
         changed = _changed(before.labels, after.labels)
@@ -112,15 +114,6 @@ def change_points(
             set_aside=tuple(s for s in aside if bounds[i] <= s.version < bounds[i + 2]),
         ))
     return found
-
-
-def _memory_moved(slower: bool, before: Sequence[float | None],
-                  after: Sequence[float | None]) -> bool:
-    """Every probe after the step outside every one before, on the side the step went."""
-    from pytest_tokperf.stats.moved import moved
-
-    ways = {moved(a, before) for a in after}
-    return ways == {-1 if slower else 1}
 
 
 def settled_baseline(

@@ -24,36 +24,49 @@ probes within one state span 54-65 GB/s (db/runs/releases), the two states 37 an
 MOVED_NOTE = "the machine's memory moved:"
 
 
+def _probed(probes: Sequence[float | None]) -> list[float]:
+    return sorted(p for p in probes if p is not None and p > 0)
+
+
 def moved(current: float | None, baseline: Sequence[float | None],
           spread: float = PROBE_SPREAD) -> int:
     """+1 (faster memory) or -1 (slower) when ``current`` lies outside every probe of
     ``baseline`` by more than ``spread``; 0 when it does not or a side has no probe."""
-    known = [b for b in baseline if b is not None and b > 0]
+    known = _probed(baseline)
     if current is None or current <= 0 or not known:
         return 0
-    if current > max(known) * (1 + spread):
+    if current > known[-1] * (1 + spread):
         return 1
-    if current < min(known) / (1 + spread):
+    if current < known[0] / (1 + spread):
         return -1
     return 0
 
 
-def moved_verdict(comparison: Comparison, current: float | None,
+def moved_together(current: Sequence[float | None], baseline: Sequence[float | None],
+                   spread: float = PROBE_SPREAD) -> int:
+    """The way every probe of ``current`` moved from ``baseline``'s (``moved``); 0 where
+    they do not all move one way, one has no probe, or there are none."""
+    ways = {moved(c, baseline, spread) for c in current}
+    return ways.pop() if len(ways) == 1 else 0
+
+
+def _span(probes: list[float]) -> str:
+    first, last = format_bandwidth(probes[0]), format_bandwidth(probes[-1])
+    return first if first == last else f"{first} to {last}"
+
+
+def moved_verdict(comparison: Comparison, current: Sequence[float | None],
                   baseline: Sequence[float | None], spread: float = PROBE_SPREAD) -> Comparison:
     """``comparison`` withheld as inconclusive when it is a flag that goes the way the
-    bandwidth went between ``baseline``'s probes and ``current``'s; unchanged otherwise."""
+    bandwidth went from ``baseline``'s probes to every one of ``current``'s
+    (``moved_together``); unchanged otherwise."""
     if comparison.verdict not in ("regression", "improvement"):
         return comparison
-    way = moved(current, baseline, spread)
-    slower = comparison.verdict == "regression"
-    if way == 0 or (way < 0) != slower:
+    way = moved_together(current, baseline, spread)
+    if way == 0 or (way < 0) != (comparison.verdict == "regression"):
         return comparison
-    assert current is not None
-    known = sorted(b for b in baseline if b is not None and b > 0)
-    then = (format_bandwidth(known[0]) if len(known) == 1 or known[0] == known[-1] else
-            f"{format_bandwidth(known[0])} to {format_bandwidth(known[-1])}")
     return replace(comparison, verdict="inconclusive", shift=None, reason=(
-        f"inconclusive: {MOVED_NOTE} it read {format_bandwidth(current)} around this run and "
-        f"{then} around the baseline's, and the change goes the way the memory went "
-        f"({comparison.reason}); rerun in the baseline's machine state, or use the "
-        f"same-run A/B (both builds measured in one run)"))
+        f"inconclusive: {MOVED_NOTE} it read {_span(_probed(current))} around this run and "
+        f"{_span(_probed(baseline))} around the baseline's, and the change goes the way the "
+        f"memory went ({comparison.reason}); rerun in the baseline's machine state, or use "
+        f"the same-run A/B (both builds measured in one run)"))

@@ -34,6 +34,7 @@ from pytest_tokperf.storage.run_files import (  # the bundles were defined here
     RunBundle,
     read_run_file,
 )
+from pytest_tokperf.storage.schema import SUMMARY_PARTS
 from pytest_tokperf.storage.store import ResultStore
 
 _RESULT_IDS = ("id", "run_id", "environment_id")
@@ -42,6 +43,8 @@ NOT_MEASURED_BY = {"llama-bench": (("ttft_s", "chars_per_s"), ("ttft_s", "text_c
 columns): llama-bench sends no request and shows no text, so no TTFT and no characters.
 A run file written before the importer stored NULL there (schema 9's migration) has
 figures made up from tok/s; they are read as NULL."""
+SHOWN_SKIPS = 10
+"""Skipped files and runs a message lists by name; the rest are counted."""
 
 
 def without_invented(item: ResultBundle) -> ResultBundle:
@@ -50,12 +53,10 @@ def without_invented(item: ResultBundle) -> ResultBundle:
     if unmeasured is None:
         return item
     summaries, columns = unmeasured
-    result = {k: (None if k.rsplit("_", 1)[0] in summaries else v)
-              for k, v in item.result.items()}
+    cleared = {f"{figure}_{part}" for figure in summaries for part in SUMMARY_PARTS}
+    result = {k: (None if k in cleared else v) for k, v in item.result.items()}
     samples = [{k: (None if k in columns else v) for k, v in s.items()} for s in item.samples]
     return replace(item, result=result, samples=samples)
-SHOWN_SKIPS = 10
-"""Skipped files and runs a message lists by name; the rest are counted."""
 
 
 @dataclass(frozen=True, slots=True)

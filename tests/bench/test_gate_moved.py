@@ -81,4 +81,4 @@ def test_moved_needs_the_probe_outside_every_baseline_one(now, then, way) -> Non
 
 def test_an_unflagged_comparison_is_left_alone() -> None:
     same = compare([[100.0, 101.0, 99.0, 100.5, 99.5]] * 3, [100.0, 100.4, 99.8], DECODE)
-    assert moved_verdict(same, 37e9, [60e9]) is same
+    assert moved_verdict(same, [37e9], [60e9]) is same
