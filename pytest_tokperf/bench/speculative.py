@@ -3,8 +3,10 @@
 The base run is the engine's real decode speed and the only one compared to the
 bandwidth ceiling: a draft changes how many tokens one pass of the weights yields,
 not how fast the weights stream. The accelerated run gives the multiplier (its decode
-over the base's) and, where the engine reports drafted and accepted tokens
-(llama-server's ``timings.draft_n`` / ``draft_n_accepted``), the acceptance rate.
+over the base's, on the clock tokperf judges by: the engine's where every repetition of
+both sides has it, else the client's) and, where the engine reports drafted and
+accepted tokens (llama-server's ``timings.draft_n`` / ``draft_n_accepted``), the
+acceptance rate.
 
 Rounds alternate base, accelerated, base, ... with the same salts on both sides, so a
 machine whose bandwidth drifts shifts both sides alike.
@@ -28,8 +30,24 @@ class SpeculativeResult:
     accelerated: BenchResult
 
     @property
+    def engine_clock(self) -> bool:
+        """Whether every repetition of both sides has the engine's decode timing: then the
+        multiplier is the engine's ratio, as the ceiling judges the engine's figure. A
+        client that got a whole answer in one read (a client or server starved on a busy
+        machine) timed no decode of its own; the engine's timing still holds."""
+        return all(s.engine_decode_tokens_per_s
+                   for side in (self.base, self.accelerated) for s in side.samples) and bool(
+            self.base.samples and self.accelerated.samples)
+
+    @property
     def multiplier(self) -> float | None:
-        """Accelerated over base median decode tok/s, client clock (2.0 = twice as fast)."""
+        """Accelerated over base median decode tok/s (2.0 = twice as fast), on one clock
+        for both sides: the engine's where ``engine_clock``, else the client's."""
+        return self.engine_multiplier if self.engine_clock else self.client_multiplier
+
+    @property
+    def client_multiplier(self) -> float | None:
+        """The same ratio from the client's clock (time after the first token)."""
         return _ratio(self.accelerated.decode_tokens_per_s, self.base.decode_tokens_per_s)
 
     @property
@@ -56,13 +74,20 @@ class SpeculativeResult:
 
     def describe(self) -> str:
         multiplier = self.multiplier
-        base, fast = self.base.decode_tokens_per_s, self.accelerated.decode_tokens_per_s
+        engine = self.engine_clock
+        base, fast = ((self.base.engine_decode_tokens_per_s,
+                       self.accelerated.engine_decode_tokens_per_s) if engine else
+                      (self.base.decode_tokens_per_s, self.accelerated.decode_tokens_per_s))
         text = "speculative A/B: "
         if multiplier is not None and base is not None and fast is not None:
             text += (f"{multiplier:.2f}x the base decode ({fast.median:.1f} vs "
-                     f"{base.median:.1f} tok/s)")
+                     f"{base.median:.1f} tok/s, {'engine' if engine else 'client'} clock)")
         else:
-            text += "no decode speed on one side"
+            missing = [name for name, side in (("base", base), ("speculative", fast))
+                       if side is None]
+            text += (f"no multiplier: the {' and '.join(missing) or 'base'} side timed no "
+                     "decode (its tokens arrived at once, in one read on a starved machine, or "
+                     "one token, and the engine gave no decode timing)")
         rate = self.acceptance_rate
         if rate is not None:
             text += f", draft acceptance {rate:.0%} ({self.accepted_tokens} of {self.drafted_tokens})"

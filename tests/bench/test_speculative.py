@@ -18,8 +18,10 @@ class _Engine:
 
     def __init__(self, name: str, log: list[tuple[str, int, int]], step_s: float,
                  drafted: int | None = None, accepted: int | None = None,
-                 fail_at: int | None = None) -> None:
+                 fail_at: int | None = None, one_read: bool = False,
+                 timed: bool = True) -> None:
         self.name, self.log, self.step_s = name, log, step_s
+        self.one_read, self.timed = one_read, timed
         self.drafted, self.accepted, self.fail_at = drafted, accepted, fail_at
         self.info_value = EngineInfo(name="llama-server", version="b1", build="b1-x",
                                      base_url=f"http://{name}", speculative=drafted is not None)
@@ -35,8 +37,13 @@ class _Engine:
         timings = EngineTimings(prompt_tokens=request.prompt_tokens, cached_prompt_tokens=0,
                                 prefill_s=0.05, generated_tokens=n, decode_s=self.step_s * (n - 1),
                                 draft_tokens=self.drafted, draft_accepted_tokens=self.accepted)
+        if not self.timed:
+            timings = EngineTimings(prompt_tokens=request.prompt_tokens)
+        # A starved client reads the whole answer at once: every event, one arrival time
+        arrival = (lambda i: 0.05 + self.step_s * (n - 1)) if self.one_read else (
+            lambda i: 0.05 + self.step_s * i)
         return Generation(request=request, sent_s=0.0,
-                          chunk_times_s=tuple(0.05 + self.step_s * i for i in range(n)),
+                          chunk_times_s=tuple(arrival(i) for i in range(n)),
                           chunk_tokens=(1,) * n, generated_tokens=n,
                           prompt_tokens=request.prompt_tokens, text="ab" * n,
                           stop_reason="limit", engine=timings)
@@ -59,7 +66,7 @@ def test_ab_interleaves_rounds_on_identical_prompts_and_sums_acceptance() -> Non
     assert ab.acceptance_rate == pytest.approx(0.8)
     assert len(ab.base.samples) == len(ab.accelerated.samples) == 3
     assert ab.accelerated.notes[-1] == (
-        "speculative A/B: 2.50x the base decode (250.0 vs 100.0 tok/s), "
+        "speculative A/B: 2.50x the base decode (250.0 vs 100.0 tok/s, engine clock), "
         "draft acceptance 80% (72 of 90)")
     assert not any("speculative" in n for n in ab.base.notes)
 
@@ -70,6 +77,38 @@ def test_ab_without_draft_counts_says_so() -> None:
                             Workload(16, 11, repetitions=2, warmup=0))
     assert ab.acceptance_rate is None and ab.multiplier == pytest.approx(0.5)
     assert ab.accelerated.notes[-1].endswith("the engine reported no draft counts")
+
+
+def test_a_side_read_at_once_is_judged_on_the_engine_clock() -> None:
+    # Under two busy loops a starved client read a whole answer in one read: the client
+    # timed no decode on that side, and the multiplier was None although the engine had
+    # timed every repetition on both sides (the suite's one failure under load).
+    log: list[tuple[str, int, int]] = []
+    ab = run_speculative_ab(_Engine("base", log, 0.01),  # type: ignore[arg-type]
+                            _Engine("spec", log, 0.004, drafted=30, accepted=0, one_read=True),
+                            Workload(16, 11, repetitions=2, warmup=0))
+    assert ab.accelerated.decode_tokens_per_s is None and ab.client_multiplier is None
+    assert ab.engine_clock and ab.multiplier == pytest.approx(2.5)
+    assert ab.accelerated.notes[-1].startswith(
+        "speculative A/B: 2.50x the base decode (250.0 vs 100.0 tok/s, engine clock)")
+
+
+def test_without_engine_timings_the_multiplier_is_the_clients_and_names_the_blind_side() -> None:
+    log: list[tuple[str, int, int]] = []
+    timed_by_us = run_speculative_ab(
+        _Engine("base", log, 0.01, timed=False),  # type: ignore[arg-type]
+        _Engine("spec", log, 0.004, drafted=30, accepted=30),  # type: ignore[arg-type]
+        Workload(16, 11, repetitions=2, warmup=0))
+    assert not timed_by_us.engine_clock and timed_by_us.multiplier == pytest.approx(2.5)
+    assert "(250.0 vs 100.0 tok/s, client clock)" in timed_by_us.accelerated.notes[-1]
+    blind = run_speculative_ab(
+        _Engine("base", log, 0.01, timed=False, one_read=True),  # type: ignore[arg-type]
+        _Engine("spec", log, 0.004, drafted=30, accepted=30),  # type: ignore[arg-type]
+        Workload(16, 11, repetitions=2, warmup=0))
+    assert blind.multiplier is None
+    assert blind.accelerated.notes[-1].startswith(
+        "speculative A/B: no multiplier: the base side timed no decode (its tokens arrived "
+        "at once")
 
 
 def test_ab_failure_keeps_the_base_rounds_measured() -> None:
