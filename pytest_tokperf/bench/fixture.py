@@ -59,6 +59,9 @@ returns how to revise that stored verdict later, or None when nothing was stored
 T = TypeVar("T")
 
 
+NO_DECODE = ("no decode speed was measured: fewer than 2 tokens per run, or each run's "
+             "tokens arrived at once (one read: a starved client) and the engine timed none")
+
 @dataclass(frozen=True, slots=True)
 class ABPlan:
     """Turns every call of a ``TokBench`` into a same-run A/B (``bench.ab``)."""
@@ -178,7 +181,7 @@ class TokBenchResult:
                 "--tokperf-bandwidth 1008GB/s"
             )
         if self.decode_tokens_per_s is None:
-            raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
+            raise AssertionError(NO_DECODE)
         return check_efficiency(self.decode_tokens_per_s, self.ceiling, min_fraction)
 
     def assert_efficiency(self, min_fraction: float = 0.6) -> None:
@@ -215,7 +218,7 @@ class TokBenchResult:
         decode = self.decode_tokens_per_s
         if decode is None:
             self._decided("fail")
-            raise AssertionError("no decode speed was measured (fewer than 2 tokens per run)")
+            raise AssertionError(NO_DECODE)
         check = check_usable(decode, min_tokens_per_s)
         self._refuse_busy(check.message)
         if not check.ok:

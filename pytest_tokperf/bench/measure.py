@@ -581,7 +581,9 @@ def run_workload(
     result = replace(summarize(done_workload, info, samples, options.agreement_tolerance),
                      aggregate_tokens_per_s=Summary.of(aggregates))
     result = replace(result, notes=(*result.notes, *repetition_notes(result, options)))
-    agg, per_stream = result.aggregate_tokens_per_s, result.decode_tokens_per_s
+    # Per stream, the judged figure: a starved client may read a fast stream in one burst
+    # (no client rate) while the engine timed it.
+    agg, per_stream = result.aggregate_tokens_per_s, result.judged_decode_tokens_per_s
     if n > 1 and agg is not None and per_stream is not None:
         note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
                 f"{per_stream.median:.1f} tok/s decode per stream")

@@ -411,3 +411,28 @@ def test_fixed_repetitions_run_exactly_n_and_judge_the_client_without_engine_tim
     assert engine.calls == 5 and len(result.samples) == 4
     assert any(n.startswith("unstable: the client's decode varied") for n in result.notes)
     assert not any(n.startswith("adaptive") for n in result.notes)  # not adaptive: no target
+
+
+
+def test_concurrent_streams_read_in_one_burst_still_give_the_per_stream_note() -> None:
+    # Under two busy loops the client read each 32-token stream in one read: no client
+    # rate, and the "N concurrent streams" note went missing although the engine had
+    # timed every stream (the suite's failure under load).
+    result = run_workload(_BurstEngine([500.0]),  # type: ignore[arg-type]
+                          Workload(16, 32, repetitions=2, warmup=0, concurrency=2),
+                          MeasureOptions(sample_load=False))
+    assert result.decode_tokens_per_s is None
+    assert result.judged_decode_tokens_per_s is not None
+    note = [n for n in result.notes if n.startswith("2 concurrent streams")]
+    assert note == [f"2 concurrent streams: aggregate {32 * 2 / 0.2:.1f} tok/s output, "
+                    "500.0 tok/s decode per stream"]
+
+
+def test_no_decode_at_all_names_both_reasons() -> None:
+    from pytest_tokperf.bench.fixture import TokBenchResult
+
+    result = run_workload(_BurstEngine([500.0], engine_timings=False),  # type: ignore[arg-type]
+                          Workload(8, 16, repetitions=1, warmup=0), MeasureOptions(sample_load=False))
+    with pytest.raises(AssertionError, match=r"fewer than 2 tokens per run, or each run's tokens "
+                                             r"arrived at once .* the engine timed none"):
+        TokBenchResult(result=result).assert_usable()
