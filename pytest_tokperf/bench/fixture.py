@@ -62,6 +62,7 @@ T = TypeVar("T")
 NO_DECODE = ("no decode speed was measured: fewer than 2 tokens per run, or each run's "
              "tokens arrived at once (one read: a starved client) and the engine timed none")
 
+
 @dataclass(frozen=True, slots=True)
 class ABPlan:
     """Turns every call of a ``TokBench`` into a same-run A/B (``bench.ab``)."""

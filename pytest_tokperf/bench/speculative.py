@@ -35,9 +35,9 @@ class SpeculativeResult:
         multiplier is the engine's ratio, as the ceiling judges the engine's figure. A
         client that got a whole answer in one read (a client or server starved on a busy
         machine) timed no decode of its own; the engine's timing still holds."""
-        return all(s.engine_decode_tokens_per_s
-                   for side in (self.base, self.accelerated) for s in side.samples) and bool(
-            self.base.samples and self.accelerated.samples)
+        both = (*self.base.samples, *self.accelerated.samples)
+        return bool(self.base.samples and self.accelerated.samples) and all(
+            s.engine_decode_tokens_per_s for s in both)
 
     @property
     def multiplier(self) -> float | None:
@@ -85,7 +85,8 @@ class SpeculativeResult:
         else:
             missing = [name for name, side in (("base", base), ("speculative", fast))
                        if side is None]
-            text += (f"no multiplier: the {' and '.join(missing) or 'base'} side timed no "
+            sides = f"{' and '.join(missing)} side{'s' if len(missing) > 1 else ''}"
+            text += (f"no multiplier: the {sides if missing else 'base side'} timed no "
                      "decode (its tokens arrived at once, in one read on a starved machine, or "
                      "one token, and the engine gave no decode timing)")
         rate = self.acceptance_rate
