@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pytest_tokperf.bench.measure import (
     DEFAULT_MAX_REPETITIONS,
@@ -172,6 +172,14 @@ class TokBenchResult:
             raise MeasuredBusy(f"{busy}; neither a pass nor a fail: {message.splitlines()[0]}; "
                                "rerun on a quiet machine (--tokperf-busy fail counts it)")
 
+    def _no_decode(self) -> NoReturn:
+        """No decode to check: on a busy machine (a starved client reads a stream in one
+        burst) neither a pass nor a fail, else a fail."""
+        __tracebackhide__ = True
+        self._refuse_busy(NO_DECODE)
+        self._decided("fail")
+        raise AssertionError(NO_DECODE)
+
     def check_efficiency(self, min_fraction: float) -> EfficiencyCheck:
         """Compare the median decode to the ceiling; the message shows the arithmetic."""
         __tracebackhide__ = True
@@ -192,6 +200,8 @@ class TokBenchResult:
         with ``TokperfWarning`` instead of passing silently.
         """
         __tracebackhide__ = True
+        if self.ceiling is not None and self.decode_tokens_per_s is None:
+            self._no_decode()
         check = self.check_efficiency(min_fraction)
         if check.status in ("pass", "fail"):
             self._refuse_busy(check.message)
@@ -218,8 +228,7 @@ class TokBenchResult:
         __tracebackhide__ = True
         decode = self.decode_tokens_per_s
         if decode is None:
-            self._decided("fail")
-            raise AssertionError(NO_DECODE)
+            self._no_decode()
         check = check_usable(decode, min_tokens_per_s)
         self._refuse_busy(check.message)
         if not check.ok:
@@ -473,9 +482,12 @@ class TokBench:
         ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
         outcome = TokBenchResult(result=result, ceiling=ceiling, judge_busy=self.judge_busy)
         check = None
-        if self.min_efficiency is not None and ceiling is not None:
-            check = outcome.check_efficiency(self.min_efficiency)
-        verdict: Verdict = check.status if check else "unchecked"
+        floor = self.min_efficiency if ceiling is not None else None
+        floored = floor is not None
+        if floor is not None and outcome.decode_tokens_per_s is not None:
+            check = outcome.check_efficiency(floor)
+        # No decode to check is a fail (busy: neither), stored before it is raised
+        verdict: Verdict = check.status if check else "fail" if floored else "unchecked"
         if verdict in ("pass", "fail") and not self.judge_busy and outcome._busy():
             verdict = "busy"  # neither: the neighbours had the machine (assert_efficiency)
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):

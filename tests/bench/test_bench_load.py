@@ -226,3 +226,21 @@ def test_a_busy_check_is_skipped_unless_the_user_says_otherwise() -> None:
     assert settings({"PYTEST_TOKPERF_BUSY": "judge"}) == "judge"
     with pytest.raises(ConfigError, match="--tokperf-busy 'maybe' from environment variable PYTEST_TOKPERF_BUSY is not 'skip'"):
         settings({"PYTEST_TOKPERF_BUSY": "maybe"})
+
+
+@pytest.mark.parametrize("reading, raised, verdict", [(BUSY, MeasuredBusy, "busy"),
+                                                       (QUIET, AssertionError, "fail")])
+def test_no_decode_at_all_is_a_fail_only_on_a_quiet_machine(
+    reading: MachineLoad, raised: type[Exception], verdict: str
+) -> None:
+    # A starved client reads each stream in one burst, and an engine without timings of
+    # its own (vLLM on the CPU) gives no decode either: busy, that is no fail.
+    from tests.bench.test_measure import _BurstEngine
+
+    bench, recorded, _ = _bench(reading)
+    burst = _BurstEngine([10.0], engine_timings=False)
+    bench = dataclasses.replace(bench, engine=lambda: burst)  # type: ignore[arg-type, return-value]
+    with pytest.raises(raised, match="no decode speed was measured") as failed:
+        bench(prompt_tokens=8, generate_tokens=16)
+    assert isinstance(failed.value, MeasuredBusy) == (reading is BUSY)
+    assert recorded[0][1] == verdict
