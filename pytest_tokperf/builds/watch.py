@@ -44,6 +44,7 @@ from pytest_tokperf.builds.watch_journal import (
     build_step_of,
 )
 from pytest_tokperf.errors import EngineError, InstallError, TokperfError
+from pytest_tokperf.hardware.load import wait_for_quiet
 from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.metric import pct
@@ -81,6 +82,12 @@ class Watch:
     retry_failed: bool = False
     sessions: int = 3
     max_sessions: int = 8
+    busy_wait: float = 0.0
+    """Seconds an A/B measured busy waits for a quiet window to be measured again
+    (``--busy skip`` only; 0: never)."""
+    wait_quiet: Callable[[float], float | None] | None = None
+    """Seconds waited for a quiet window within a budget, None when none came
+    (default ``hardware.load.wait_for_quiet``)."""
     progress: Progress = print
     _measured: int = field(default=0, init=False)
     _worked: bool = field(default=False, init=False)
@@ -202,7 +209,8 @@ class Watch:
                     else tuple(AbRow(**r) for r in entry["rows"]))
             self.progress(f"A/B {base.label} -> {cand.label} ({role}): from the journal")
             return AbStep(role, base.label, cand.label, attempt, str(document),
-                          float(entry["seconds"]), rows, measured=False)
+                          float(entry["seconds"]), rows, measured=False,
+                          busy_first=str(entry.get("busy_first") or ""))
         self.progress(f"A/B {base.label} -> {cand.label} ({role}"
                       f"{', again to confirm' if role == 'confirm' else ''})")
         expected = statistics.fmean(self._ab_seconds) if self._ab_seconds else None
@@ -210,21 +218,48 @@ class Watch:
         started = time.monotonic()
         with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
             document = self.measure(base, cand, attempt)
-        seconds = time.monotonic() - started
-        self._ab_seconds.append(seconds)
-        self._measured += 1
         rows = self._judge(document)
-        done = AbStep(role, base.label, cand.label, attempt, str(document), round(seconds, 1), rows)
+        busy_first = ""
+        one_ab_s = time.monotonic() - started
+        if self._quiet_again(f"A/B {base.label} -> {cand.label}", rows):
+            busy_first = str(document)
+            again = time.monotonic()
+            with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
+                document = self.measure(base, cand, attempt)
+            rows = self._judge(document)
+            one_ab_s = time.monotonic() - again
+        seconds = time.monotonic() - started  # the busy try and the wait included
+        self._ab_seconds.append(one_ab_s)  # what the next A/B is expected to take
+        self._measured += 1
+        done = AbStep(role, base.label, cand.label, attempt, str(document), round(seconds, 1),
+                      rows, busy_first=busy_first)
         self.journal.add({"step": "ab", "role": role, "baseline": base.label,
                           "baseline_sha256": base_step.sha256, "candidate": cand.label,
                           "candidate_sha256": cand_step.sha256, "selection": self.selection,
                           "attempt": attempt, "document": str(document),
-                          "seconds": done.seconds, "rows": [asdict(r) for r in rows]})
+                          "seconds": done.seconds, "rows": [asdict(r) for r in rows],
+                          **({"busy_first": busy_first} if busy_first else {})})
         lead = done.lead(self.metrics)
         if lead is not None:
             self.progress(f"  {cand.label} vs {base.label}: {lead.metric} {lead.verdict} "
                           f"{lead.change:+.1%}{' (measured busy)' if lead.busy else ''}")
         return done
+
+    def _quiet_again(self, what: str, rows: tuple[AbRow, ...]) -> bool:
+        """Whether an A/B measured busy is to be measured again: ``--busy skip`` (a busy
+        A/B cannot flag) and a quiet window came within ``busy_wait``."""
+        busy = next((r.busy for r in rows if r.busy), "")
+        if not busy or self.busy != "skip" or not self.busy_wait > 0:
+            return False
+        self.progress(f"  {what} measured busy ({busy}): waiting up to {self.busy_wait:g} s "
+                      f"for a quiet window to measure it again")
+        waited = (self.wait_quiet or wait_for_quiet)(self.busy_wait)
+        if waited is None:
+            self.progress(f"  no quiet window within {self.busy_wait:g} s: the busy A/B "
+                          f"stands, reported and not a flag (--busy-wait)")
+            return False
+        self.progress(f"  quiet after {waited:.0f} s: measuring {what} again")
+        return True
 
     def _judge(self, document: Path) -> tuple[AbRow, ...]:
         found = judge_documents([json.loads(document.read_text(encoding="utf-8"))], JUDGED,

@@ -73,6 +73,9 @@ class AbStep:
     rows: tuple[AbRow, ...]
     measured: bool = True
     """Measured by this run (False: found in the journal)."""
+    busy_first: str = ""
+    """The document of a first try measured busy, which this one (measured after a quiet
+    window, ``--busy-wait``) replaces ("" when there was none)."""
 
     def counted(self, metrics: Sequence[str], busy: BusyRule) -> list[AbRow]:
         """The rows that may flag: the watched metrics, measured quiet (or busy judged)."""
@@ -198,6 +201,11 @@ class WatchResult:
         """(A/Bs measured with neighbours busy, A/Bs) over every release."""
         abs_ = [ab for r in self.releases for ab in r.abs]
         return sum(any(row.busy for row in ab.rows) for ab in abs_), len(abs_)
+
+    @property
+    def measured_again(self) -> int:
+        """A/Bs measured busy, then again after a quiet window (``--busy-wait``)."""
+        return sum(bool(ab.busy_first) for r in self.releases for ab in r.abs)
 
     def median_wall_s(self) -> float | None:
         walls = [r.wall_s for r in self.releases if not r.skipped]

@@ -82,10 +82,12 @@ def headline(result: WatchResult) -> str:
 def _busy(result: WatchResult) -> str:
     """``2 of 8 A/Bs measured busy`` (``, 1 change not a flag`` where one read a change)."""
     busy, total = result.measured_busy
+    again = (f" ({result.measured_again} measured again after a quiet window)"
+             if result.measured_again else "")
     if not busy:
-        return "no A/B measured busy"
+        return f"no A/B measured busy{again}"
     held = f", {len(result.busy)} change(s) not a flag" if result.busy else ""
-    return f"{busy} of {total} A/Bs measured busy{held}"
+    return f"{busy} of {total} A/Bs measured busy{held}{again}"
 
 
 def format_summary(result: WatchResult) -> list[str]:

@@ -343,6 +343,9 @@ def _watch(args: argparse.Namespace, progress: Progress) -> int:
                                                and args.build_timeout > 0):
         raise ConfigError(f"--build-timeout {args.build_timeout!r}: give seconds above 0, "
                           f"e.g. 1800")
+    if not (math.isfinite(args.busy_wait) and args.busy_wait >= 0):
+        raise ConfigError(f"--busy-wait {args.busy_wait!r}: give seconds, 0 or more (0: a busy "
+                          f"A/B is never measured again), e.g. 120")
     for name in ("sessions", "max_sessions"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)!r}: give 1 or more")
@@ -369,7 +372,8 @@ def _watch(args: argparse.Namespace, progress: Progress) -> int:
         metrics=tuple(args.metric or ("decode",)),
         min_effect=PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
         busy=args.busy, confirm=not args.no_confirm, retry_failed=args.retry_failed,
-        sessions=args.sessions, max_sessions=args.max_sessions, progress=progress,
+        sessions=args.sessions, max_sessions=args.max_sessions, busy_wait=args.busy_wait,
+        progress=progress,
     ).run(specs, reference)
     if args.markdown:
         _append_text(args.markdown, format_markdown(result))
@@ -606,6 +610,10 @@ def add_parsers(verbs: Any) -> None:
     p.add_argument("--busy", choices=("skip", "judge"), default="skip",
                    help="an A/B measured with neighbours busy: 'skip' (default) reports it "
                    "and never counts it as a flag; 'judge' lets its figures flag")
+    p.add_argument("--busy-wait", type=float, default=120.0, metavar="S",
+                   help="with --busy skip, an A/B measured busy waits up to S seconds for a "
+                   "quiet window and is measured once more; the busy one stands if none "
+                   "comes (default 120; 0: never)")
     p.add_argument("--metric", action="append", choices=["decode", "prefill", "ttft"],
                    help=f"flag steps on this metric (repeatable; default: decode): "
                    f"{METRICS_HELP}")

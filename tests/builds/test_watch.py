@@ -18,7 +18,7 @@ from pytest_tokperf.builds.compare import Build, Groups, Target
 from pytest_tokperf.builds.specs import BuildSpec, BuildTimedOut, parse_spec
 from pytest_tokperf.builds.watch import Watch
 from pytest_tokperf.builds.watch_journal import WatchJournal, WatchResult
-from pytest_tokperf.builds.watch_report import format_markdown, format_summary
+from pytest_tokperf.builds.watch_report import format_markdown, format_summary, headline
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError, InstallError
 from tests.builds.test_first_minute import cache  # noqa: F401 (a fixture)
@@ -265,6 +265,60 @@ def test_a_busy_ab_is_reported_not_flagged(tmp_path: Path) -> None:
     assert ("b104", "b106") in [(f.before, f.after) for f in judged.flags]
 
 
+class BusyOnce(Fakes):
+    """The first A/B of each ``busy`` pair ran beside a neighbour; later ones are quiet."""
+
+    def measure(self, a: Build, b: Build, attempt: int) -> Path:
+        pair = (a.number, b.number)
+        first = pair in self.busy and not any((x, y) == pair for x, y, _ in self.abs)
+        busy, self.busy = self.busy, ((pair,) if first else ())
+        try:
+            return super().measure(a, b, attempt)
+        finally:
+            self.busy = busy
+
+
+def test_a_busy_ab_is_measured_again_after_a_quiet_window(tmp_path: Path) -> None:
+    waits: list[float] = []
+    fakes = BusyOnce(tmp_path, busy=((104, 106),))
+    lines: list[str] = []
+    w = Watch(WatchJournal(tmp_path / "r.db.watch.jsonl"), tmp_path / "runs" / "watch", "sel",
+              provide=fakes.provide, measure=fakes.measure, lab=fakes.lab,
+              between=fakes.between, progress=lines.append, busy_wait=90.0,
+              wait_quiet=lambda budget: waits.append(budget) or 12.0)
+    specs = [BuildSpec(f"b{n}", "release", n) for n in WATCHED]
+    result = w.run(specs, specs[0])
+    # measured twice, the quiet one stands: the busy slowdown is gone, so no flag and
+    # nothing reported busy
+    assert fakes.abs.count((104, 106, 1)) == 2 and waits == [90.0]
+    step = next(r for r in result.releases if r.label == "b106").vs_predecessor
+    assert step is not None and not step.busy and step.busy_first != step.document
+    assert json.loads(Path(step.busy_first).read_text())["ab"][0]["busy"] is True
+    assert [(f.before, f.after) for f in result.flags] == [("b102", "b104"), ("b106", "b108")]
+    assert result.busy == () and result.measured_again == 1
+    assert "no A/B measured busy (1 measured again after a quiet window)" in headline(result)
+    assert any(line.startswith("  A/B b104 -> b106 measured busy (session 1: machine: others "
+                               "1.7 of 2 CPUs, busy): waiting up to 90 s") for line in lines)
+    assert "  quiet after 12 s: measuring A/B b104 -> b106 again" in lines
+    # the journal keeps the one that stands, and where the busy one is
+    replay = watch(fakes, tmp_path)
+    again = next(r for r in replay.releases if r.label == "b106").vs_predecessor
+    assert again is not None and not again.measured and again.busy_first == step.busy_first
+    assert fakes.abs.count((104, 106, 1)) == 2
+
+
+def test_a_busy_ab_stands_when_no_quiet_window_comes(tmp_path: Path) -> None:
+    fakes = Fakes(tmp_path, busy=((104, 106),))
+    result = watch(fakes, tmp_path, busy_wait=30.0, wait_quiet=lambda budget: None)
+    assert fakes.abs.count((104, 106, 1)) == 1 and result.measured_again == 0
+    assert len(result.busy) == 1 and result.busy[0].startswith("b106 vs b104 (predecessor)")
+    # --busy judge: its figures count, so it is never measured again
+    judged = Fakes(tmp_path / "judge", busy=((104, 106),))
+    watch(judged, tmp_path / "judge", busy="judge", busy_wait=30.0,
+          wait_quiet=lambda budget: pytest.fail("--busy judge waited"))
+    assert judged.abs.count((104, 106, 1)) == 1
+
+
 def test_an_unconfirmed_flag_is_not_named(tmp_path: Path) -> None:
     # the first A/B of b102 -> b104 ran beside a neighbour it did not see; the second is clean
     class Flaky(Fakes):
@@ -408,6 +462,9 @@ def test_bad_watch_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
     assert "beside --from/--to/--since-last: give the builds one way" in capsys.readouterr().err
     assert main(["watch", "100", "101", "--build-timeout", "0", *db, "--", "t.py"]) == 2
     assert "--build-timeout 0.0: give seconds above 0" in capsys.readouterr().err
+    for wait in ("-1", "nan"):
+        assert main(["watch", "100", "101", "--busy-wait", wait, *db, "--", "t.py"]) == 2
+        assert f"--busy-wait {float(wait)!r}: give seconds, 0 or more" in capsys.readouterr().err
     assert not (tmp_path / "w.db").exists()
 
 
