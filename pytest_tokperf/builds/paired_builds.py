@@ -12,7 +12,7 @@ import json
 import statistics
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from pytest_tokperf.builds.compare import Build, BuildRunner
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.errors import ConfigError, EngineError
+from pytest_tokperf.results import Progress
 from pytest_tokperf.safe_files import safe_name, tail_text
 from pytest_tokperf.stats.metric import (
     DECODE,
@@ -62,6 +63,40 @@ class PairedComparison:
     results: tuple[PairedBuildComparison, ...]
     documents: tuple[Path, ...]
     wall_s: float
+    busy_first: tuple[Path, ...] = ()
+    """Sessions measured busy and replaced by one measured after a quiet window."""
+
+
+QuietWait = Callable[[float], "float | None"]
+"""Seconds waited for a quiet window within a budget, None when none came."""
+
+
+def document_busy(document: Path) -> str:
+    """The machine of an A/B document's tests measured busy ("" when none was)."""
+    doc = json.loads(document.read_text(encoding="utf-8"))
+    return next((str(ab.get("load") or "busy") for ab in doc.get("ab", []) if ab.get("busy")), "")
+
+
+def again_if_busy(measure: Callable[[], Path], what: str, busy_wait: float,
+                  progress: Progress, wait_quiet: QuietWait | None = None
+                  ) -> tuple[Path, Path | None]:
+    """Measure; a session measured busy waits up to ``busy_wait`` s for a quiet window
+    (``hardware.load.wait_for_quiet``) and is measured once more. Returns the document
+    that stands and the busy one it replaced (None when it was not replaced)."""
+    document = measure()
+    busy = document_busy(document) if busy_wait > 0 else ""
+    if not busy:
+        return document, None
+    from pytest_tokperf.hardware.load import wait_for_quiet
+
+    progress(f"{what} measured busy ({busy}): waiting up to {busy_wait:g} s for a quiet "
+             f"window to measure it again (--busy-wait)")
+    waited = (wait_quiet or wait_for_quiet)(busy_wait)
+    if waited is None:
+        progress(f"no quiet window within {busy_wait:g} s: {what} stands as measured busy")
+        return document, None
+    progress(f"quiet after {waited:.0f} s: measuring {what} again")
+    return measure(), document
 
 
 def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> Path:
@@ -70,6 +105,8 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = safe_name(f"{a.label}-vs-{b.label}")
     document = runner.log_dir / f"ab-{name}-{stamp}-{number}.json"
+    if document.exists():  # measured again within the same second: keep the first
+        document = document.with_name(f"{document.stem}-again.json")
     log = document.with_suffix(".log")
     command = [*runner.command(b), f"--tokperf-ab-engine={a.binary}",
                f"--tokperf-ab-json={document}"]
@@ -148,17 +185,27 @@ def _workload_text(workload: str) -> str:
 
 
 def compare_builds_paired(runner: BuildRunner, a: Build, b: Build, sessions: int = 1, *,
-                          min_effect: float | None = None, start_sd: float = START_SD
+                          min_effect: float | None = None, start_sd: float = START_SD,
+                          busy_wait: float = 0.0, wait_quiet: QuietWait | None = None
                           ) -> PairedComparison:
     """``sessions`` A/B sessions of the selection (both servers restarted for each), then
-    every test's metrics judged from the pooled pairs."""
+    every test's metrics judged from the pooled pairs. A session measured busy is measured
+    again after a quiet window within ``busy_wait`` s (``again_if_busy``; 0: never)."""
     if sessions < 1:
         raise ConfigError(f"--rounds {sessions!r}: give at least 1 A/B session")
     started = time.monotonic()
-    paths = tuple(run_paired_session(runner, a, b, n + 1) for n in range(sessions))
+    kept: list[Path] = []
+    replaced: list[Path] = []
+    for n in range(sessions):
+        path, busy = again_if_busy(lambda: run_paired_session(runner, a, b, n + 1),
+                                   f"A/B session {n + 1}", busy_wait, runner.progress,
+                                   wait_quiet)
+        kept.append(path)
+        replaced += [busy] if busy is not None else []
+    paths = tuple(kept)
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     results = judge_documents(documents, runner.metrics,
                               min_effect=PAIRED_MIN_EFFECT if min_effect is None else min_effect,
                               start_sd=start_sd)
     return PairedComparison(a, b, build_changes(a.binary, b.binary), tuple(results), paths,
-                            time.monotonic() - started)
+                            time.monotonic() - started, tuple(replaced))

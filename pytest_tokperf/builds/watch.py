@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pytest_tokperf.builds.bisect import Lab, bisect_releases
 from pytest_tokperf.builds.compare import Build, Groups
-from pytest_tokperf.builds.paired_builds import judge_documents
+from pytest_tokperf.builds.paired_builds import QuietWait, again_if_busy, judge_documents
 from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.specs import BuildSpec, BuildTimedOut
 from pytest_tokperf.builds.watch_journal import (
@@ -44,7 +44,6 @@ from pytest_tokperf.builds.watch_journal import (
     build_step_of,
 )
 from pytest_tokperf.errors import EngineError, InstallError, TokperfError
-from pytest_tokperf.hardware.load import wait_for_quiet
 from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.metric import pct
@@ -85,7 +84,7 @@ class Watch:
     busy_wait: float = 0.0
     """Seconds an A/B measured busy waits for a quiet window to be measured again
     (``--busy skip`` only; 0: never)."""
-    wait_quiet: Callable[[float], float | None] | None = None
+    wait_quiet: QuietWait | None = None
     """Seconds waited for a quiet window within a budget, None when none came
     (default ``hardware.load.wait_for_quiet``)."""
     progress: Progress = print
@@ -216,20 +215,20 @@ class Watch:
         expected = statistics.fmean(self._ab_seconds) if self._ab_seconds else None
         self._worked = True
         started = time.monotonic()
-        with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
-            document = self.measure(base, cand, attempt)
-        rows = self._judge(document)
-        busy_first = ""
-        one_ab_s = time.monotonic() - started
-        if self._quiet_again(f"A/B {base.label} -> {cand.label}", rows):
-            busy_first = str(document)
-            again = time.monotonic()
+        measured_at = [started]
+
+        def measure() -> Path:
+            measured_at[0] = time.monotonic()
             with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
-                document = self.measure(base, cand, attempt)
-            rows = self._judge(document)
-            one_ab_s = time.monotonic() - again
-        seconds = time.monotonic() - started  # the busy try and the wait included
-        self._ab_seconds.append(one_ab_s)  # what the next A/B is expected to take
+                return self.measure(base, cand, attempt)
+
+        document, busy = again_if_busy(measure, f"A/B {base.label} -> {cand.label}",
+                                       self.busy_wait if self.busy == "skip" else 0.0,
+                                       self.progress, self.wait_quiet)
+        busy_first = str(busy) if busy is not None else ""
+        rows = self._judge(document)
+        seconds = time.monotonic() - started  # a busy try and the wait included
+        self._ab_seconds.append(time.monotonic() - measured_at[0])  # the next A/B's expected
         self._measured += 1
         done = AbStep(role, base.label, cand.label, attempt, str(document), round(seconds, 1),
                       rows, busy_first=busy_first)
@@ -244,22 +243,6 @@ class Watch:
             self.progress(f"  {cand.label} vs {base.label}: {lead.metric} {lead.verdict} "
                           f"{lead.change:+.1%}{' (measured busy)' if lead.busy else ''}")
         return done
-
-    def _quiet_again(self, what: str, rows: tuple[AbRow, ...]) -> bool:
-        """Whether an A/B measured busy is to be measured again: ``--busy skip`` (a busy
-        A/B cannot flag) and a quiet window came within ``busy_wait``."""
-        busy = next((r.busy for r in rows if r.busy), "")
-        if not busy or self.busy != "skip" or not self.busy_wait > 0:
-            return False
-        self.progress(f"  {what} measured busy ({busy}): waiting up to {self.busy_wait:g} s "
-                      f"for a quiet window to measure it again")
-        waited = (self.wait_quiet or wait_for_quiet)(self.busy_wait)
-        if waited is None:
-            self.progress(f"  no quiet window within {self.busy_wait:g} s: the busy A/B "
-                          f"stands, reported and not a flag (--busy-wait)")
-            return False
-        self.progress(f"  quiet after {waited:.0f} s: measuring {what} again")
-        return True
 
     def _judge(self, document: Path) -> tuple[AbRow, ...]:
         found = judge_documents([json.loads(document.read_text(encoding="utf-8"))], JUDGED,

@@ -25,6 +25,9 @@ from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.metric import DECODE, START_SD
 from pytest_tokperf.storage.location import DbLocation
 
+BUSY_WAIT_S = 120.0
+"""How long an A/B measured busy waits for a quiet window to be measured again."""
+
 
 def _engine_json(installed: Any) -> dict[str, Any]:
     return {**asdict(installed), "binary": str(installed.binary), "label": installed.label,
@@ -197,11 +200,12 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
     if not (math.isfinite(args.start_sd) and 0 <= args.start_sd < 100):
         raise ConfigError(f"--start-sd {args.start_sd!r}: give a percent from 0 to 100, e.g. 1")
     start_sd = math.log1p(args.start_sd / 100)
+    busy_wait = _busy_wait(args)
     runner = _runner(args, progress)
     builder = _builder(args, progress)
     a, b = (builder(spec) for spec in args.builds)
     found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect,
-                                  start_sd=start_sd)
+                                  start_sd=start_sd, busy_wait=busy_wait)
     rows = []
     for f in found.results:
         c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
@@ -211,6 +215,7 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
                      f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"))
     data = {"a": a.label, "b": b.label, "changed": found.changed, "wall_s": round(found.wall_s, 1),
             "ab_json": [str(p) for p in found.documents],
+            "busy_first": [str(p) for p in found.busy_first],
             "results": [asdict(f) for f in found.results]}
     if args.markdown:
         _append_markdown(args.markdown, f"tokperf compare-builds: A = {a.label} (baseline), "
@@ -228,10 +233,27 @@ def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
              f"allowed a level of its own of {args.start_sd:g}% or the sessions' own spread "
              "where larger" if sessions > 1
              else "has the pair as its unit (one server start a side)"),
+         *([f"{len(found.busy_first)} session(s) measured busy, then again after a quiet "
+            f"window (the busy one: {', '.join(str(p) for p in found.busy_first)})"]
+           if found.busy_first else []),
          *([f"measured busy ({busy}): a verdict measured busy is a reading, not a gate's; "
             "--busy judge lets it decide, --busy fail fails it; rerun on a quiet machine"]
            if (busy := next((f.busy for f in found.results if f.busy), "")) else [])])
     return 1 if args.fail and any(_decides(f, args.busy) for f in found.results) else 0
+
+
+def _busy_wait_option(p: argparse.ArgumentParser, who: str) -> None:
+    p.add_argument("--busy-wait", type=float, default=BUSY_WAIT_S, metavar="S",
+                   help=f"{who} waits up to S seconds for a quiet window and is measured once "
+                   f"more; the busy one stands if none comes (default {BUSY_WAIT_S:g}; 0: never)")
+
+
+def _busy_wait(args: argparse.Namespace) -> float:
+    """``--busy-wait`` checked; 0 where ``--busy judge`` lets busy figures count anyway."""
+    if not (math.isfinite(args.busy_wait) and args.busy_wait >= 0):
+        raise ConfigError(f"--busy-wait {args.busy_wait!r}: give seconds, 0 or more (0: a busy "
+                          f"A/B is never measured again), e.g. {BUSY_WAIT_S:g}")
+    return 0.0 if args.busy == "judge" else args.busy_wait
 
 
 def _append_markdown(path: str, title: str, header: tuple[str, ...],
@@ -343,9 +365,7 @@ def _watch(args: argparse.Namespace, progress: Progress) -> int:
                                                and args.build_timeout > 0):
         raise ConfigError(f"--build-timeout {args.build_timeout!r}: give seconds above 0, "
                           f"e.g. 1800")
-    if not (math.isfinite(args.busy_wait) and args.busy_wait >= 0):
-        raise ConfigError(f"--busy-wait {args.busy_wait!r}: give seconds, 0 or more (0: a busy "
-                          f"A/B is never measured again), e.g. 120")
+    busy_wait = _busy_wait(args)
     for name in ("sessions", "max_sessions"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)!r}: give 1 or more")
@@ -372,7 +392,7 @@ def _watch(args: argparse.Namespace, progress: Progress) -> int:
         metrics=tuple(args.metric or ("decode",)),
         min_effect=PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
         busy=args.busy, confirm=not args.no_confirm, retry_failed=args.retry_failed,
-        sessions=args.sessions, max_sessions=args.max_sessions, busy_wait=args.busy_wait,
+        sessions=args.sessions, max_sessions=args.max_sessions, busy_wait=busy_wait,
         progress=progress,
     ).run(specs, reference)
     if args.markdown:
@@ -546,6 +566,7 @@ def add_parsers(verbs: Any) -> None:
                    help="paired: a verdict measured with neighbours busy is a reading, not a "
                    "gate's: 'skip' (default) never fails on it, 'fail' fails --fail on it, "
                    "'judge' lets its figures decide")
+    _busy_wait_option(p, "paired, --busy skip or fail: a session measured busy")
     run_options(p, f"0.02 with --mode paired, as the same-run A/B's; {DECODE.min_effect:g} "
                 "with --mode sessions")  # stats.paired.PAIRED_MIN_EFFECT, loaded late
     p.set_defaults(func=compare_builds)
@@ -610,10 +631,7 @@ def add_parsers(verbs: Any) -> None:
     p.add_argument("--busy", choices=("skip", "judge"), default="skip",
                    help="an A/B measured with neighbours busy: 'skip' (default) reports it "
                    "and never counts it as a flag; 'judge' lets its figures flag")
-    p.add_argument("--busy-wait", type=float, default=120.0, metavar="S",
-                   help="with --busy skip, an A/B measured busy waits up to S seconds for a "
-                   "quiet window and is measured once more; the busy one stands if none "
-                   "comes (default 120; 0: never)")
+    _busy_wait_option(p, "with --busy skip, an A/B measured busy")
     p.add_argument("--metric", action="append", choices=["decode", "prefill", "ttft"],
                    help=f"flag steps on this metric (repeatable; default: decode): "
                    f"{METRICS_HELP}")

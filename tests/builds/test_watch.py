@@ -297,9 +297,9 @@ def test_a_busy_ab_is_measured_again_after_a_quiet_window(tmp_path: Path) -> Non
     assert [(f.before, f.after) for f in result.flags] == [("b102", "b104"), ("b106", "b108")]
     assert result.busy == () and result.measured_again == 1
     assert "no A/B measured busy (1 measured again after a quiet window)" in headline(result)
-    assert any(line.startswith("  A/B b104 -> b106 measured busy (session 1: machine: others "
-                               "1.7 of 2 CPUs, busy): waiting up to 90 s") for line in lines)
-    assert "  quiet after 12 s: measuring A/B b104 -> b106 again" in lines
+    assert ("A/B b104 -> b106 measured busy (machine: others 1.7 of 2 CPUs, busy): waiting "
+            "up to 90 s for a quiet window to measure it again (--busy-wait)") in lines
+    assert "quiet after 12 s: measuring A/B b104 -> b106 again" in lines
     # the journal keeps the one that stands, and where the busy one is
     replay = watch(fakes, tmp_path)
     again = next(r for r in replay.releases if r.label == "b106").vs_predecessor
