@@ -132,7 +132,8 @@ def test_chromium_renders_it_without_console_errors(
 
     shot = tmp_path / "shot.png"
     done = run_chromium(chromium, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
-                        f"--screenshot={shot}", "--window-size=1200,1600", report.as_uri())
+                        f"--screenshot={shot}", "--window-size=1200,1600",
+                        "--run-all-compositor-stages-before-draw", report.as_uri())
     console = [line for line in done.stderr.splitlines()
                if ":CONSOLE" in line or "Uncaught" in line]
     assert not console, "\n".join(console)
