@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_tokperf.results import MachineLoad
@@ -271,11 +271,15 @@ def wait_for_quiet(budget_s: float, engine_pids: Sequence[int] = (), *,
                    ) -> float | None:
     """Seconds waited until a ``window_s`` window in which the neighbours took no notable
     share of the machine (``MachineLoad.loaded`` false), or None when none came within
-    ``budget_s``. A machine whose load cannot be read counts as quiet (nothing to wait on)."""
+    ``budget_s``. A machine whose load cannot be read counts as quiet (nothing to wait on).
+    The engine is idle while this waits (or not running at all: no ``engine_pids``), so
+    what is busy besides tokperf is the neighbours', the engine's share known or not."""
     read = sample or (lambda seconds, pids: machine_load_now(seconds, pids))
     start = time.monotonic()
     while True:
         load = read(window_s, tuple(engine_pids))
+        if load.engine_cpus is None and load.busy_cpus is not None:
+            load = replace(load, engine_cpus=0.0)
         if not load.known or not load.loaded:
             return time.monotonic() - start
         if time.monotonic() - start + window_s > budget_s:

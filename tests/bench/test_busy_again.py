@@ -98,3 +98,13 @@ def test_waiting_for_quiet_is_bounded_and_ends_when_quiet() -> None:
     assert time.monotonic() - started < 5 and len(calls) >= 1
     unknown = MachineLoad(wall_s=1.0, cpus=2, busy_cpus=None)
     assert wait_for_quiet(60.0, (), sample=lambda s, p: unknown) is not None
+
+
+def test_with_no_engine_running_every_busy_cpu_is_a_neighbours() -> None:
+    # compare-builds and the watch wait between sessions, no engine up and no PID to
+    # give: two busy loops read "engine share unknown" and counted as quiet at once (seen
+    # for real: "quiet after 2 s" with both loops still running)
+    loops = MachineLoad(wall_s=2.0, cpus=2, busy_cpus=1.99, engine_cpus=None, own_cpus=0.004,
+                        steal=0.0, run_queue=2.0, run_queue_max=2, samples=21)
+    assert loops.others_cpus is None and not loops.loaded  # the reading as the sampler gives it
+    assert wait_for_quiet(0.05, (), window_s=0.01, sample=lambda s, p: loops) is None
