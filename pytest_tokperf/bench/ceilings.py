@@ -390,9 +390,6 @@ class CeilingSource:
 def _busy_now() -> MachineLoad:
     """The machine over ``BUSY_WINDOW_S`` (the engine idle between measurements, so what
     is busy besides tokperf is the neighbours': read as others' CPU)."""
-    from pytest_tokperf.hardware.load import machine_load_now
+    from pytest_tokperf.hardware.load import engine_idle, machine_load_now
 
-    load = machine_load_now(BUSY_WINDOW_S)
-    if load.busy_cpus is None:
-        return load
-    return replace(load, engine_cpus=0.0)
+    return engine_idle(machine_load_now(BUSY_WINDOW_S))

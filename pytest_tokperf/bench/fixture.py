@@ -483,11 +483,11 @@ class TokBench:
         outcome = TokBenchResult(result=result, ceiling=ceiling, judge_busy=self.judge_busy)
         check = None
         floor = self.min_efficiency if ceiling is not None else None
-        floored = floor is not None
         if floor is not None and outcome.decode_tokens_per_s is not None:
             check = outcome.check_efficiency(floor)
         # No decode to check is a fail (busy: neither), stored before it is raised
-        verdict: Verdict = check.status if check else "fail" if floored else "unchecked"
+        verdict: Verdict = (check.status if check else
+                            "fail" if floor is not None else "unchecked")
         if verdict in ("pass", "fail") and not self.judge_busy and outcome._busy():
             verdict = "busy"  # neither: the neighbours had the machine (assert_efficiency)
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):

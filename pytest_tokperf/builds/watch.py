@@ -215,12 +215,13 @@ class Watch:
         expected = statistics.fmean(self._ab_seconds) if self._ab_seconds else None
         self._worked = True
         started = time.monotonic()
-        measured_at = [started]
 
         def measure() -> Path:
-            measured_at[0] = time.monotonic()
+            began = time.monotonic()
             with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
-                return self.measure(base, cand, attempt)
+                document = self.measure(base, cand, attempt)
+            self._ab_seconds.append(time.monotonic() - began)  # what an A/B is expected to take
+            return document
 
         document, busy = again_if_busy(measure, f"A/B {base.label} -> {cand.label}",
                                        self.busy_wait if self.busy == "skip" else 0.0,
@@ -228,7 +229,6 @@ class Watch:
         busy_first = str(busy) if busy is not None else ""
         rows = self._judge(document)
         seconds = time.monotonic() - started  # a busy try and the wait included
-        self._ab_seconds.append(time.monotonic() - measured_at[0])  # the next A/B's expected
         self._measured += 1
         done = AbStep(role, base.label, cand.label, attempt, str(document), round(seconds, 1),
                       rows, busy_first=busy_first)

@@ -200,7 +200,7 @@ class WatchResult:
     def measured_busy(self) -> tuple[int, int]:
         """(A/Bs measured with neighbours busy, A/Bs) over every release."""
         abs_ = [ab for r in self.releases for ab in r.abs]
-        return sum(any(row.busy for row in ab.rows) for ab in abs_), len(abs_)
+        return sum(bool(ab.busy) for ab in abs_), len(abs_)
 
     @property
     def measured_again(self) -> int:

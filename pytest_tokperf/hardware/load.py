@@ -261,6 +261,14 @@ def machine_load_now(seconds: float = 1.0, engine_pids: Sequence[int] = ()) -> M
     return sampler.stop()
 
 
+def engine_idle(load: MachineLoad) -> MachineLoad:
+    """``load`` read while the engine is idle or not running: what is busy besides tokperf
+    is the neighbours', so an engine share the sampler could not tell (no PID) is 0."""
+    if load.busy_cpus is None or load.engine_cpus is not None:
+        return load
+    return replace(load, engine_cpus=0.0)
+
+
 QUIET_WINDOW_S = 2.0
 """How long the machine must stay quiet to count as a quiet window."""
 
@@ -272,14 +280,11 @@ def wait_for_quiet(budget_s: float, engine_pids: Sequence[int] = (), *,
     """Seconds waited until a ``window_s`` window in which the neighbours took no notable
     share of the machine (``MachineLoad.loaded`` false), or None when none came within
     ``budget_s``. A machine whose load cannot be read counts as quiet (nothing to wait on).
-    The engine is idle while this waits (or not running at all: no ``engine_pids``), so
-    what is busy besides tokperf is the neighbours', the engine's share known or not."""
+    The engine is idle while this waits, or not running at all (``engine_idle``)."""
     read = sample or (lambda seconds, pids: machine_load_now(seconds, pids))
     start = time.monotonic()
     while True:
-        load = read(window_s, tuple(engine_pids))
-        if load.engine_cpus is None and load.busy_cpus is not None:
-            load = replace(load, engine_cpus=0.0)
+        load = engine_idle(read(window_s, tuple(engine_pids)))
         if not load.known or not load.loaded:
             return time.monotonic() - start
         if time.monotonic() - start + window_s > budget_s:
