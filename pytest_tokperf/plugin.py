@@ -201,7 +201,7 @@ def _device_line(run: BenchRun) -> str:
         return f"{s.device.describe()} (--tokperf-device)"
     if s.url is None:
         return "as the started engine reports it (its devices and offloaded layers), per result"
-    from pytest_tokperf.engines.llama_server.speed_settings import placement_of
+    from pytest_tokperf.engines.speed_settings import placement_of
 
     try:
         placement = placement_of(run.session.engine().info())

@@ -70,7 +70,6 @@ from pytest_tokperf.bench.measure import (
 )
 from pytest_tokperf.builds.identity import build_changes
 from pytest_tokperf.builds.install import cmake_flags, installed_llama_server
-from pytest_tokperf.builds.paired_builds import judge_documents
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.launch.process import LaunchSpec, start_llama_server
@@ -82,6 +81,7 @@ from pytest_tokperf.stats.comparing import compare
 from pytest_tokperf.stats.metric import DECODE, TTFT, pct
 from pytest_tokperf.stats.paired import judge_ab
 from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.versions.paired import judge_documents
 
 AVX2_OFF = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF")
 

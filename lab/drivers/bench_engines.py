@@ -26,7 +26,7 @@ from pytest_tokperf.bench.ceilings import CeilingSource
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload
 from pytest_tokperf.bench.session import EngineSession
 from pytest_tokperf.ceiling import decode_efficiency
-from pytest_tokperf.engines.llama_server.speed_settings import placement_of
+from pytest_tokperf.engines.speed_settings import placement_of
 from pytest_tokperf.errors import TokperfError
 from pytest_tokperf.model.hf_writer import cached_hf_model
 from pytest_tokperf.model.spec import ENGINES_MODEL, TEST_MODEL

@@ -51,7 +51,6 @@ from pytest_tokperf.bench.ab import ab_document, pair_metrics, run_paired_ab
 from pytest_tokperf.bench.measure import MeasureOptions, attached_pids
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.builds.install import LLAMA_BUILD_NUMBER, install_llama_server
-from pytest_tokperf.builds.paired_builds import judge_documents
 from pytest_tokperf.builds.releases import ReleaseIndex, release_index
 from pytest_tokperf.errors import TokperfError
 from pytest_tokperf.model.writer import MAIN_MODEL
@@ -61,6 +60,7 @@ from pytest_tokperf.stats.metric import DEFAULT_ALPHA, interval_text
 from pytest_tokperf.stats.paired import StartSpread, pool_runs, start_spread
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
+from pytest_tokperf.versions.paired import judge_documents
 
 DATA = Path("db/runs/releases-ab")
 METRICS = {m.name: m for m in pair_metrics()}

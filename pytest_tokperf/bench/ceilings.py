@@ -2,7 +2,7 @@
 
 Bytes per token come from the GGUF's tensors at the workload's mean KV depth during
 decode (prompt + half the generated tokens). Bandwidth is the figure of the device the
-engine runs on (``engines.llama_server.speed_settings.placement_of``: llama-server's devices and
+engine runs on (``engines.speed_settings.placement_of``: llama-server's devices and
 offloaded layers, Ollama's share in VRAM, vLLM/SGLang on CUDA, MLX on Metal, or
 ``--tokperf-device``), chosen by ``hardware.bandwidth.bandwidth_for``: an explicit
 ``--tokperf-bandwidth``; a GPU's spec (NVML for that device, else the catalog by the
@@ -303,7 +303,7 @@ class CeilingSource:
 
     def bandwidth_for(self, result: BenchResult) -> DeviceBandwidth:
         """Where ``result``'s engine runs and the bandwidth that gives (probes included)."""
-        from pytest_tokperf.engines.llama_server.speed_settings import placement_of
+        from pytest_tokperf.engines.speed_settings import placement_of
         from pytest_tokperf.hardware.bandwidth import bandwidth_for
 
         self._placement = placement_of(result.engine, self.device)
@@ -378,7 +378,7 @@ class CeilingSource:
                     f"a server started with --dtype float32 reads twice as many per weight"
                 )
             return hf_footprint(model, depth, weight_dtype=dtype)
-        from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
+        from pytest_tokperf.engines.speed_settings import ServerSettings
         from pytest_tokperf.model.footprint import footprint
 
         server = ServerSettings.from_engine(result.engine)

@@ -190,7 +190,7 @@ class EngineSession:
             return self._start_other(name)
         binary = resolve_server_binary(s.server_bin, s.engine_version)
         self._model_path = resolve_model_path(s.model, self.progress)
-        # The build's devices, and a log that says where the model went (llama_server.speed_settings)
+        # The build's devices, and a log that says where the model went (engines.speed_settings)
         from pytest_tokperf.engines.llama_server.log import llama_binary_facts, wants_own_verbosity
 
         # --tokperf-startup-timeout is total: the checks below spend from it too

@@ -1,7 +1,7 @@
 """What a build is, for every verb that takes one: a registry release, a llama-server
 binary, or a local llama.cpp source tree.
 
-``parse_spec`` reads what the user wrote; a ``Builder`` turns it into a ``compare.Build``:
+``parse_spec`` reads what the user wrote; a ``Builder`` turns it into a ``Build``:
 a release is built (or found) by ``install``, a tree by ``source_tree``, a binary is used
 as it is. With a time limit a build runs in a child process whose whole process group is
 ended when the limit passes (``BuildTimedOut``), so a compile cannot hold a watch.
@@ -22,13 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pytest_tokperf.builds.compare import Build
 from pytest_tokperf.builds.releases import ReleaseIndex, release_number
 from pytest_tokperf.builds.source_tree import is_source_tree
 from pytest_tokperf.errors import ConfigError, InstallError
 from pytest_tokperf.results import Progress
 
 Kind = Literal["release", "binary", "tree"]
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """A llama-server binary to measure and the name results are grouped under."""
+
+    label: str
+    binary: Path
+    number: int | None = None
+    """The release's llama.cpp build number, when it is a registry release."""
 
 
 class BuildTimedOut(InstallError):

@@ -139,7 +139,7 @@ def bench_row(run: BenchRun, test: BenchTest, index: int, test_time: str, create
 def _devices(hardware: HardwareInfo | None, recorded: Recorded) -> tuple[str, str]:
     """llama-bench's ``cpu_info`` and ``gpu_info``: the machine's CPU, the GPUs the
     engine used (their descriptions, else the device the ceiling was computed for)."""
-    from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
+    from pytest_tokperf.engines.speed_settings import ServerSettings
 
     gpus = [d.description or d.name
             for d in ServerSettings.from_engine(recorded.result.engine).gpu_devices]

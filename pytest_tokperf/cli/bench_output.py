@@ -124,7 +124,7 @@ class BenchRow:
                 **self.tokperf_fields()}
 
     def llama_bench_fields(self) -> dict[str, Any]:
-        from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
+        from pytest_tokperf.engines.speed_settings import ServerSettings
 
         result = self.recorded.result
         server = ServerSettings.from_engine(result.engine)

@@ -2,8 +2,8 @@
 
 install-engine builds any registry release (``builds.install``); compare-builds and
 bisect run the same pytest selection on several builds, interleaved, into one
-results DB, and judge with ``stats`` (``builds.compare``, ``builds.bisect``); watch
-A/Bs a list of builds step by step (``builds.watch``). A build is what ``builds.specs``
+results DB, and judge with ``stats`` (``versions.sessions``, ``versions.bisect``); watch
+A/Bs a list of builds step by step (``versions.watch``). A build is what ``builds.specs``
 reads: a release, a llama-server binary or a llama.cpp source tree.
 """
 
@@ -126,7 +126,7 @@ def run_db(args: argparse.Namespace) -> DbLocation:
 
 
 def _runner(args: argparse.Namespace, progress: Progress) -> Any:
-    from pytest_tokperf.builds.compare import BuildRunner
+    from pytest_tokperf.versions.sessions import BuildRunner
 
     return BuildRunner(run_db(args), _selection(args), progress=progress,
                        metrics=args.metric or ("decode", "ttft"))
@@ -154,8 +154,8 @@ def compare_builds(args: argparse.Namespace) -> int:
 
 
 def _compare_sessions(args: argparse.Namespace, progress: Progress) -> int:
-    from pytest_tokperf.builds.compare import compare_builds as run_comparison
     from pytest_tokperf.stats.metric import interval_text, pct
+    from pytest_tokperf.versions.sessions import compare_builds as run_comparison
 
     rounds = 5 if args.rounds is None else args.rounds
     if rounds < 3:
@@ -192,9 +192,9 @@ def _compare_sessions(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def _compare_paired(args: argparse.Namespace, progress: Progress) -> int:
-    """compare-builds on the same-run A/B (``builds.paired_builds``)."""
-    from pytest_tokperf.builds.paired_builds import compare_builds_paired
+    """compare-builds on the same-run A/B (``versions.paired``)."""
     from pytest_tokperf.stats.metric import interval_text, pct
+    from pytest_tokperf.versions.paired import compare_builds_paired
 
     sessions = 1 if args.rounds is None else args.rounds
     if not (math.isfinite(args.start_sd) and 0 <= args.start_sd < 100):
@@ -305,10 +305,10 @@ def bisect(args: argparse.Namespace) -> int:
 
 
 def _bisect(args: argparse.Namespace, progress: Progress) -> int:
-    from pytest_tokperf.builds.bisect import RunnerLab, bisect_releases, format_result
-    from pytest_tokperf.builds.compare import Build
     from pytest_tokperf.builds.releases import release_index, release_number
+    from pytest_tokperf.builds.specs import Build
     from pytest_tokperf.paths import cache_root
+    from pytest_tokperf.versions.bisect import RunnerLab, bisect_releases, format_result
 
     good, bad = release_number(args.good), release_number(args.bad)
     runner = _runner(args, progress)
@@ -349,17 +349,17 @@ def watch(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace, progress: Progress) -> int:
-    from pytest_tokperf.builds.bisect import RunnerLab
-    from pytest_tokperf.builds.compare import BuildRunner, selection_key
-    from pytest_tokperf.builds.paired_builds import run_paired_session
-    from pytest_tokperf.builds.watch import Watch
-    from pytest_tokperf.builds.watch_journal import (
+    from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+    from pytest_tokperf.versions.bisect import RunnerLab
+    from pytest_tokperf.versions.paired import run_paired_session
+    from pytest_tokperf.versions.sessions import BuildRunner, selection_key
+    from pytest_tokperf.versions.watch import Watch
+    from pytest_tokperf.versions.watch_journal import (
         WatchJournal,
         journal_for,
         watch_folder,
     )
-    from pytest_tokperf.builds.watch_report import format_markdown, format_summary
-    from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+    from pytest_tokperf.versions.watch_report import format_markdown, format_summary
 
     if args.build_timeout is not None and not (math.isfinite(args.build_timeout)
                                                and args.build_timeout > 0):

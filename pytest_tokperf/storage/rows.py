@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
-from pytest_tokperf.engines.llama_server.speed_settings import ServerSettings
+from pytest_tokperf.engines.speed_settings import ServerSettings
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.jsontext import loads as bounded_loads
 from pytest_tokperf.results import (

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.cli.main import main
-from tests.builds.test_bisect import PAIRED_ARGS, two_builds
+from tests.versions.test_bisect import PAIRED_ARGS, two_builds
 
 pytestmark = pytest.mark.engine
 

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.cli.main import main
-from tests.builds.test_bisect import PAIRED_ARGS, SELECTION, SESSION_ARGS, fake_releases, two_builds
+from tests.versions.test_bisect import (
+    PAIRED_ARGS,
+    SELECTION,
+    SESSION_ARGS,
+    fake_releases,
+    two_builds,
+)
 
 pytestmark = pytest.mark.engine
 

@@ -17,16 +17,17 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.builds import install
-from pytest_tokperf.builds.bisect import bisect_releases
 from pytest_tokperf.builds.cmake import percent_of
-from pytest_tokperf.builds.compare import Build, Groups, compare_builds
 from pytest_tokperf.builds.install import install_llama_server
 from pytest_tokperf.builds.progress import Meter, duration
+from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.cli import progress as cli_progress
 from pytest_tokperf.cli.progress import AnsiLive, Lines, reporter
 from pytest_tokperf.results import Progress
-from tests.builds.test_bisect import DECODE_T, RELEASES, FakeLab
+from pytest_tokperf.versions.bisect import bisect_releases
+from pytest_tokperf.versions.sessions import Groups, compare_builds
 from tests.builds.test_install import VERSIONS, _index, _sdist
+from tests.versions.test_bisect import DECODE_T, RELEASES, FakeLab
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,11 +20,11 @@ import pytest
 
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload, to_sample
 from pytest_tokperf.engines.llama_server.adapter import LlamaServer
-from pytest_tokperf.engines.llama_server.speed_settings import parse_props
 from pytest_tokperf.engines.lmstudio import chat_end_timings, size_label_count
 from pytest_tokperf.engines.ollama import Ollama
 from pytest_tokperf.engines.registry import create_engine
 from pytest_tokperf.engines.sglang import SGLang
+from pytest_tokperf.engines.speed_settings import parse_props
 from pytest_tokperf.engines.values import (
     MAX_TOKENS,
     Fields,

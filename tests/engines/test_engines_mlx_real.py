@@ -8,6 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from pytest_tokperf.bench.measure import MeasureOptions, run_workload
+from pytest_tokperf.bench.session import EngineSession
+from pytest_tokperf.engines.registry import create_engine
+from pytest_tokperf.engines.speed_settings import placement_of
+from pytest_tokperf.errors import ConfigError, EngineProtocolError
+from pytest_tokperf.model.hf_file import load_hf
+from pytest_tokperf.model.hf_writer import cached_hf_model
+from pytest_tokperf.model.spec import ENGINES_MODEL
+from pytest_tokperf.results import GenerationRequest, Workload
 from tests.support.real_engines import (
     BENCH_TESTS,
     cached_tokens,
@@ -18,16 +28,6 @@ from tests.support.real_engines import (
     start,
     stored,
 )
-
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload
-from pytest_tokperf.bench.session import EngineSession
-from pytest_tokperf.engines.llama_server.speed_settings import placement_of
-from pytest_tokperf.engines.registry import create_engine
-from pytest_tokperf.errors import ConfigError, EngineProtocolError
-from pytest_tokperf.model.hf_file import load_hf
-from pytest_tokperf.model.hf_writer import cached_hf_model
-from pytest_tokperf.model.spec import ENGINES_MODEL
-from pytest_tokperf.results import GenerationRequest, Workload
 
 pytestmark = [pytest.mark.mlx, pytest.mark.skipif(missing("mlx") is not None,
                                                   reason=missing("mlx") or "")]
@@ -164,9 +164,8 @@ def test_the_plugin_starts_it_and_no_test_reuses_anothers_prompt(
 
 def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession) -> None:
     # last in the module: it kills the module's server (its teardown then finds it gone)
-    from tests.support.real_engines import killed_mid_stream
-
     from pytest_tokperf.errors import EngineError
+    from tests.support.real_engines import killed_mid_stream
 
     raised = killed_mid_stream(started, tokens=1000, after_s=0.5)  # 0.5 s after the first token
     assert isinstance(raised, EngineError), repr(raised)

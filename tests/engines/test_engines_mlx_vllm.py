@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.fake_engines import FakeMLX
-
 from pytest_tokperf.bench.run import SALTS_PER_BENCH, BenchRun, salt_seed
-from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 from pytest_tokperf.engines.mlx import MLX, log_decode
+from pytest_tokperf.engines.speed_settings import placement_of
 from pytest_tokperf.engines.vllm import _grown, histograms
 from pytest_tokperf.launch.plans import VLLM_MODULE, launch_plan, mlx_plan, vllm_plan
 from pytest_tokperf.results import EngineInfo
 from pytest_tokperf.settings import resolve
+from tests.support.fake_engines import FakeMLX
 
 MLX_LOG = """\
 2026-12-01 15:42:13,963 - INFO - Prompt Cache: 0 sequences, 0.00 GB

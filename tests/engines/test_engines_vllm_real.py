@@ -8,19 +8,31 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.real_engines import BENCH_TESTS, engine_python, missing, refused, start, stored
 
 from pytest_tokperf.bench.ceilings import CeilingSource
 from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize
 from pytest_tokperf.bench.session import EngineSession
-from pytest_tokperf.engines.llama_server.speed_settings import placement_of
 from pytest_tokperf.engines.registry import create_engine
+from pytest_tokperf.engines.speed_settings import placement_of
 from pytest_tokperf.errors import ConfigError, EngineProtocolError
 from pytest_tokperf.model.hf_file import hf_footprint, load_hf
 from pytest_tokperf.model.hf_writer import cached_hf_model
 from pytest_tokperf.model.spec import ENGINES_MODEL
-from pytest_tokperf.results import (GenerationRequest, MachineLoad, Sample, Workload,
-                                    combine_loads)
+from pytest_tokperf.results import (
+    GenerationRequest,
+    MachineLoad,
+    Sample,
+    Workload,
+    combine_loads,
+)
+from tests.support.real_engines import (
+    BENCH_TESTS,
+    engine_python,
+    missing,
+    refused,
+    start,
+    stored,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(missing("vllm") is not None,
                                                    reason=missing("vllm") or "")]
@@ -178,9 +190,8 @@ def test_attached_through_the_plugin_it_gets_a_ceiling_and_the_models_hash(
 
 def test_a_server_killed_mid_stream_fails_the_generation(started: EngineSession) -> None:
     # last in the module: it kills the module's server (its teardown then finds it gone)
-    from tests.support.real_engines import killed_mid_stream
-
     from pytest_tokperf.errors import EngineError
+    from tests.support.real_engines import killed_mid_stream
 
     url = started.engine().base_url
     # the kill comes 0.5 s after the client's first token (4000 tokens reach the client

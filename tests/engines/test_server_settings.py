@@ -11,8 +11,11 @@ from __future__ import annotations
 import pytest
 
 from pytest_tokperf.engines.llama_server import llama_server_settings
-from pytest_tokperf.engines.llama_server.log import parse_list_devices, parse_llama_server_log
-from pytest_tokperf.engines.llama_server.speed_settings import (
+from pytest_tokperf.engines.llama_server.log import (
+    parse_list_devices,
+    parse_llama_server_log,
+)
+from pytest_tokperf.engines.speed_settings import (
     BackendDevice,
     ServerSettings,
     parse_llama_server_args,

@@ -14,7 +14,7 @@ from tests.hardware.test_hardware import RTX_4090, fake_pynvml
 from tests.engines.test_server_settings import CPU_LOG, CUDA_FULL_LOG, CUDA_PARTIAL_LOG, TWO_GPU_LOG
 
 from pytest_tokperf.engines.llama_server.log import parse_llama_server_log
-from pytest_tokperf.engines.llama_server.speed_settings import placement_of
+from pytest_tokperf.engines.speed_settings import placement_of
 from pytest_tokperf.hardware.bandwidth import bandwidth_for, device_hardware
 from pytest_tokperf.hardware.placement import Device, Placement
 from pytest_tokperf.results import Bandwidth, EngineInfo, HardwareInfo

@@ -22,7 +22,7 @@ FLOORS: dict[str, int] = {
     "report": 7, "hookspecs": 7,
     # one run, assembled
     "bench": 6,
-    "settings": 5, "launch": 5,
+    "settings": 5, "launch": 5, "versions": 5,
     "builds": 4,
     # domain: each usable alone (expected reads the store: same floor, no circle)
     "storage": 3, "expected": 3,

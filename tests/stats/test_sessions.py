@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.support.storage_factory import fill_history, result_at
 
-from pytest_tokperf.builds.compare import Build, BuildRunner, Target, compare_groups
 from pytest_tokperf.bench.gate import Gate
+from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.settings import Baseline, parse_baseline
 from pytest_tokperf.stats import DECODE, TTFT, compare, judge_history
@@ -29,6 +28,8 @@ from pytest_tokperf.stats.metric import interval_text
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
 from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.versions.sessions import BuildRunner, Target, compare_groups
+from tests.support.storage_factory import fill_history, result_at
 
 RELEASES = Path(__file__).resolve().parents[2] / "db" / "runs" / "releases"
 

@@ -1,4 +1,5 @@
-"""llama-server: its adapter, typed speed settings and start-up log reader.
+"""llama-server: its adapter, its speed settings from every source, its start-up log
+reader.
 
 The adapter loads on first use, so reading settings costs no HTTP client import.
 """
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.engines.llama_server.log import parse_llama_server_log, read_log
-from pytest_tokperf.engines.llama_server.speed_settings import (
+from pytest_tokperf.engines.speed_settings import (
     ServerSettings,
     parse_llama_server_args,
     parse_props,

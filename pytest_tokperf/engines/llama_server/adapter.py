@@ -99,7 +99,7 @@ class LlamaServer(HttpAdapter):
         defaults = said.inside("default_generation_settings")
         settings = dict(self._settings)
         settings["total_slots"] = str(said.count("total_slots", most=MAX_TOKENS))
-        # typed speed settings (args, /props, start-up log): llama_server.speed_settings owns them
+        # typed speed settings (args, /props, start-up log): engines.speed_settings owns them
         server = llama_server_settings(settings, props)
         settings.update(server.to_pairs())
         settings.pop("log_path", None)  # read above; a per-process path is not identity

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_tokperf.engines.llama_server.speed_settings import (
+from pytest_tokperf.engines.speed_settings import (
     BackendDevice,
     ServerSettings,
     parse_backend,

@@ -16,8 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from pytest_tokperf.builds.compare import (
-    Build,
+from pytest_tokperf.builds.progress import Meter
+from pytest_tokperf.builds.specs import Build
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.results import Progress
+from pytest_tokperf.stats.comparing import compare, compare_many
+from pytest_tokperf.stats.metric import Metric
+from pytest_tokperf.stats.paired import Pairs, judge_pairs
+from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.versions.sessions import (
     BuildRunner,
     Groups,
     Target,
@@ -25,13 +32,6 @@ from pytest_tokperf.builds.compare import (
     pooled,
     session_medians,
 )
-from pytest_tokperf.builds.progress import Meter
-from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.results import Progress
-from pytest_tokperf.stats.comparing import compare, compare_many
-from pytest_tokperf.stats.metric import Metric
-from pytest_tokperf.stats.paired import Pairs, judge_pairs
-from pytest_tokperf.stats.verdict import Comparison
 
 Outcome = Literal["good", "bad", "undecided"]
 

@@ -20,12 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from pytest_tokperf.builds.bisect import Lab, bisect_releases
-from pytest_tokperf.builds.compare import Build, Groups
-from pytest_tokperf.builds.paired_builds import QuietWait, again_if_busy, judge_documents
 from pytest_tokperf.builds.progress import Meter
-from pytest_tokperf.builds.specs import BuildSpec, BuildTimedOut
-from pytest_tokperf.builds.watch_journal import (
+from pytest_tokperf.builds.specs import Build, BuildSpec, BuildTimedOut
+from pytest_tokperf.errors import EngineError, InstallError, TokperfError
+from pytest_tokperf.jsontext import dumps
+from pytest_tokperf.results import Progress
+from pytest_tokperf.stats.metric import pct
+from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+from pytest_tokperf.versions.bisect import Lab, bisect_releases
+from pytest_tokperf.versions.paired import QuietWait, again_if_busy, judge_documents
+from pytest_tokperf.versions.sessions import Groups
+from pytest_tokperf.versions.watch_journal import (
     COMPARE_URL,
     JUDGED,
     AbRow,
@@ -43,11 +48,6 @@ from pytest_tokperf.builds.watch_journal import (
     build_of,
     build_step_of,
 )
-from pytest_tokperf.errors import EngineError, InstallError, TokperfError
-from pytest_tokperf.jsontext import dumps
-from pytest_tokperf.results import Progress
-from pytest_tokperf.stats.metric import pct
-from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_tokperf.builds.compare import Build, BuildRunner
 from pytest_tokperf.builds.identity import build_changes
+from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.safe_files import safe_name, tail_text
@@ -32,6 +32,7 @@ from pytest_tokperf.stats.metric import (
 )
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab
 from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.versions.sessions import BuildRunner
 
 _METRICS = {m.name: m for m in (DECODE, PREFILL, TTFT)}
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_tokperf.builds.progress import duration
-from pytest_tokperf.builds.watch_journal import AbStep, ReleaseWatch, StepFlag, WatchResult
 from pytest_tokperf.stats.metric import interval_text, pct
+from pytest_tokperf.versions.watch_journal import (
+    AbStep,
+    ReleaseWatch,
+    StepFlag,
+    WatchResult,
+)
 
 
 def _change(ab: AbStep | None, metrics: Sequence[str]) -> str:

@@ -1,4 +1,4 @@
-"""builds.paired_builds: compare-builds' sessions pooled as server starts of one paired judgement."""
+"""versions.paired: compare-builds' sessions pooled as server starts of one paired judgement."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pytest_tokperf.builds.paired_builds import judge_documents
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.versions.paired import judge_documents
 
 WORKLOAD = {"prompt_tokens": 64, "generate_tokens": 24, "depth_tokens": 0, "concurrency": 1,
             "repetitions": 4, "warmup": 1, "cached_prefix_tokens": 0, "chat": False}
@@ -135,8 +135,8 @@ def test_a_session_measured_busy_is_measured_again_after_a_quiet_window(
     import random
     from types import SimpleNamespace
 
-    from pytest_tokperf.builds import paired_builds
-    from pytest_tokperf.builds.compare import Build
+    from pytest_tokperf.versions import paired
+    from pytest_tokperf.builds.specs import Build
 
     sessions: list[Path] = []
 
@@ -154,14 +154,14 @@ def test_a_session_measured_busy_is_measured_again_after_a_quiet_window(
         sessions.append(path)
         return path
 
-    monkeypatch.setattr(paired_builds, "run_paired_session", session)
+    monkeypatch.setattr(paired, "run_paired_session", session)
     lines: list[str] = []
     runner = SimpleNamespace(progress=lines.append, metrics=("decode",))
     a, b = (Build(name, tmp_path / name, None) for name in ("a", "b"))
     for build in (a, b):
         build.binary.write_text(f"#!/bin/sh\n# {build.label}\n")
     waits: list[float] = []
-    found = paired_builds.compare_builds_paired(
+    found = paired.compare_builds_paired(
         runner, a, b, 1, busy_wait=60.0,  # type: ignore[arg-type]
         wait_quiet=lambda budget: waits.append(budget) or 7.0)
     assert waits == [60.0] and found.documents == (sessions[1],)
@@ -175,13 +175,13 @@ def test_a_session_measured_busy_is_measured_again_after_a_quiet_window(
     # no quiet window: the busy session stands and says so; 0: never waited
     sessions.clear()
     lines.clear()
-    busy = paired_builds.compare_builds_paired(runner, a, b, 1, busy_wait=60.0,  # type: ignore[arg-type]
+    busy = paired.compare_builds_paired(runner, a, b, 1, busy_wait=60.0,  # type: ignore[arg-type]
                                                wait_quiet=lambda budget: None)
     assert busy.documents == (sessions[0],) and busy.busy_first == ()
     assert busy.results[0].busy and lines[-1] == (
         "no quiet window within 60 s: A/B session 1 stands as measured busy")
     sessions.clear()
-    never = paired_builds.compare_builds_paired(runner, a, b, 1,  # type: ignore[arg-type]
+    never = paired.compare_builds_paired(runner, a, b, 1,  # type: ignore[arg-type]
                                                 wait_quiet=lambda budget: pytest.fail("waited"))
     assert never.results[0].busy and len(sessions) == 1
 

@@ -14,13 +14,17 @@ from typing import Any
 
 import pytest
 
-from pytest_tokperf.builds.compare import Build, Groups, Target
-from pytest_tokperf.builds.specs import BuildSpec, BuildTimedOut, parse_spec
-from pytest_tokperf.builds.watch import Watch
-from pytest_tokperf.builds.watch_journal import WatchJournal, WatchResult
-from pytest_tokperf.builds.watch_report import format_markdown, format_summary, headline
+from pytest_tokperf.builds.specs import Build, BuildSpec, BuildTimedOut, parse_spec
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.versions.sessions import Groups, Target
+from pytest_tokperf.versions.watch import Watch
+from pytest_tokperf.versions.watch_journal import WatchJournal, WatchResult
+from pytest_tokperf.versions.watch_report import (
+    format_markdown,
+    format_summary,
+    headline,
+)
 from tests.builds.test_first_minute import cache  # noqa: F401 (a fixture)
 
 REGISTRY = list(range(100, 109))  # b100..b108
@@ -368,7 +372,7 @@ def _fake_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
     """The CLI's A/B sessions replaced by the fake's (binaries named b<N> by file name)."""
     import re
 
-    from pytest_tokperf.builds import paired_builds
+    from pytest_tokperf.versions import paired
 
     fakes = Fakes(tmp_path / "fake")
 
@@ -382,7 +386,7 @@ def _fake_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
         return fakes.measure(Build(a.label, a.binary, number(a)), Build(b.label, b.binary, number(b)),
                              attempt)
 
-    monkeypatch.setattr(paired_builds, "run_paired_session", session)
+    monkeypatch.setattr(paired, "run_paired_session", session)
     return fakes
 
 
@@ -426,7 +430,7 @@ def test_the_verb_watches_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_the_verb_goes_on_since_the_last_release_watched(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_tokperf.builds.releases import ReleaseIndex, Release
+    from pytest_tokperf.builds.releases import Release, ReleaseIndex
     from pytest_tokperf.builds.specs import Builder
 
     fakes = _fake_session(tmp_path, monkeypatch)
@@ -533,7 +537,7 @@ def test_the_watch_builds_releases_in_a_child_and_stops_one_at_its_time_limit(
 def test_a_source_tree_is_a_build_for_compare_builds_and_the_watch(
         fake_cmake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_tokperf.builds.specs import BuildOptions, Builder
+    from pytest_tokperf.builds.specs import Builder, BuildOptions
 
     tree = tmp_path / "llama.cpp"
     (tree / "tools" / "server").mkdir(parents=True)

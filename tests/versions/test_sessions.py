@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.builds.compare import (
-    Build,
+from pytest_tokperf.builds.specs import Build
+from pytest_tokperf.cli.main import main
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.versions.sessions import (
     BuildRunner,
     Journal,
     Session,
@@ -18,9 +20,7 @@ from pytest_tokperf.builds.compare import (
     selection_key,
     session_medians,
 )
-from pytest_tokperf.cli.main import main
-from pytest_tokperf.errors import ConfigError
-from tests.builds.test_bisect import SESSION_ARGS, two_builds
+from tests.versions.test_bisect import SESSION_ARGS, two_builds
 
 DECODE_T = Target("s1", "test_decode", "decode")
 TTFT_T = Target("s1", "test_decode", "ttft")

@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_tokperf.builds.compare import Build
-from pytest_tokperf.builds.paired_builds import PairedBuildComparison
 from pytest_tokperf.builds.sdist import file_sha256
-from pytest_tokperf.builds.specs import BuildSpec
+from pytest_tokperf.builds.specs import Build, BuildSpec
 from pytest_tokperf.jsontext import dumps, jsonl_objects
 from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.storage.location import DbLocation, local_base
+from pytest_tokperf.versions.paired import PairedBuildComparison
 
 Role = Literal["reference", "predecessor", "confirm"]
 Kind = Literal["regression", "improvement"]

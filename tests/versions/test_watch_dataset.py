@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.builds.paired_builds import judge_documents
-from pytest_tokperf.builds.watch_journal import JUDGED, AbRow
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
+from pytest_tokperf.versions.paired import judge_documents
+from pytest_tokperf.versions.watch_journal import JUDGED, AbRow
 
 FOLDER = Path(__file__).resolve().parents[2] / "db" / "runs" / "watch-b10380-b10499"
 RELEASES = [10380, 10405, 10423, 10429, 10435, 10441, 10448, 10452, 10453, 10456, 10472,

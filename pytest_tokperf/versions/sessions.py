@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.sdist import file_sha256
+from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.jsontext import jsonl_objects
 from pytest_tokperf.results import Progress
@@ -36,16 +37,6 @@ METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
 RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
             "--tokperf-ab-engine", "--tokperf-ab-json", "--tokperf-baseline-server-bin",
             "--tokperf-baseline-engine-version", "--tokperf-baseline-url")
-
-
-@dataclass(frozen=True, slots=True)
-class Build:
-    """A llama-server binary to measure and the name results are grouped under."""
-
-    label: str
-    binary: Path
-    number: int | None = None
-    """The release's llama.cpp build number, when it is a registry release."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The speed settings of an engine server, typed: what was asked for and what it did.
+"""The speed settings of any engine server, typed: what was asked for and what it did.
 
 *Requested* fields make the series key (defaults as None); *observed* fields fill the
 stored environment and tell the ceiling where the weights are (``placement_of``).

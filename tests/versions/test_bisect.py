@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.builds.bisect import bisect_releases, format_result
-from pytest_tokperf.builds.compare import Groups, Target
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.versions.bisect import bisect_releases, format_result
+from pytest_tokperf.versions.sessions import Groups, Target
 
 DECODE_T = Target("s1", "test_decode", "decode")
 TTFT_T = Target("s2", "test_ttft", "ttft")
