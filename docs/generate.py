@@ -33,9 +33,7 @@ environment variable. Settings a project sets once (`tokperf_target_interval`,
 `tokperf_max_cv`, `tokperf_agreement`, `tokperf_max_body`, `tokperf_columns`,
 `tokperf_table_columns`, `tokperf_sort`, `tokperf_busy_wait`, `tokperf_idle_timeout`,
 `tokperf_bandwidth_file`, `tokperf_api_key_env`) are ini keys and
-`PYTEST_TOKPERF_*` variables only. Old names (`--tokperf-baseline-url`,
-`--tokperf-report-md`, `--tokperf-min-repetitions`, ...) still work, each with a one-line
-deprecation warning naming the new one.
+`PYTEST_TOKPERF_*` variables only, with no command-line flag.
 """
 CLI_HEAD = """# The `tokperf` command
 

@@ -47,10 +47,6 @@ class TokperfWarning(UserWarning):
     """Something a user should know that does not stop the run."""
 
 
-class TokperfDeprecationWarning(TokperfWarning, DeprecationWarning):
-    """An old option name was used; the message names the new one."""
-
-
 class MeasurementError(EngineError):
     """A measurement that broke off; ``partial`` holds the repetitions done before."""
 

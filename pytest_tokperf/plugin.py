@@ -7,7 +7,6 @@ report); this module resolves settings once, keeps session state in
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -20,8 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import pytest
 
 from pytest_tokperf import settings as settings_mod
-from pytest_tokperf.errors import (ConfigError, MeasuredBusy, StorageError,
-                                   TokperfDeprecationWarning, TokperfError)
+from pytest_tokperf.errors import ConfigError, MeasuredBusy, StorageError, TokperfError
 from pytest_tokperf.settings import BUILTIN_MODELS, OPTIONS, Settings
 
 if TYPE_CHECKING:
@@ -48,8 +46,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def _help(spec: settings_mod.OptionSpec) -> str:
-    if spec.use:
-        return f"deprecated: use {spec.use}"
     text = spec.help
     if spec.default is not None and "default" not in text:
         text += f" (default {spec.default})"
@@ -60,13 +56,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     _refuse_dash_values(pluginmanager)
     group = parser.getgroup("tokperf", "LLM engine performance (pytest-tokperf)")
     for spec in OPTIONS:
-        shown = spec.cli and not spec.use  # the others still work, with a warning
+        if not spec.cli:  # set once per project: an ini key and a variable, no flag
+            parser.addini(spec.ini, _help(spec), default=None)
+            continue
         kind = ({"action": "store_true"} if spec.switch else
                 {"action": "append" if spec.repeat else "store", "metavar": spec.metavar})
         group.addoption(spec.flag, dest=f"tokperf_{spec.name}", default=None, **kind,
-                        help=_help(spec).replace("%", "%%") if shown else argparse.SUPPRESS)
-        parser.addini(spec.ini, f"deprecated: use tokperf_{spec.renamed}" if spec.use
-                      else spec.help if shown else _help(spec), default=None)
+                        help=_help(spec).replace("%", "%%"))
+        parser.addini(spec.ini, spec.help, default=None)
     group.addoption(
         "--tokperf-server-arg", dest="tokperf_server_arg", action="append", default=[],
         metavar="ARG", help="extra argument for a started llama-server (repeatable), "
@@ -118,7 +115,6 @@ def pytest_configure(config: pytest.Config) -> None:
             rootdir=_project_dir(config),
             server_args=tuple(config.getoption("tokperf_server_arg") or ()),
             engine_names=None,  # checked below, with the engines conftests register
-            warn=lambda message: _deprecation(config, message),
         )
         if settings.active and _xdist_workers(config):
             raise ConfigError(
@@ -140,16 +136,6 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, StorageError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     config.stash[STATE] = PluginState(settings=settings, run=run)
-
-
-def _deprecation(config: pytest.Config, message: str) -> None:
-    """An old option name, in pytest's warnings summary; under ``filterwarnings = error``
-    a line on stderr instead: a renamed option is no reason to stop a run."""
-    try:
-        config.issue_config_time_warning(TokperfDeprecationWarning(message),
-                                         stacklevel=2)
-    except TokperfDeprecationWarning:
-        sys.stderr.write(f"tokperf: {message}\n")
 
 
 def _xdist_workers(config: pytest.Config) -> str | None:
@@ -188,7 +174,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         b = s.ab_settings()
         what = (f"attached {b.url}" if b.url else
                 f"started {b.server_bin or b.engine_version or 'the same binary'}, model {b.model}")
-        lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the baseline "
+        lines.append(f"tokperf: same-run A/B, every tok_bench call also measures the control "
                      f"({what}) in ABBA pairs; flags changes of "
                      f"{s.ab_min_effect:.0%} or more")
     return lines
@@ -353,7 +339,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     if not call.excinfo.errisinstance(MeasuredBusy):
         return report
     state = item.config.stash.get(STATE, None)
-    if state is None or state.settings.busy == "skip":
+    if state is None or state.settings.busy.outcome == "skip":
         path, line, _ = item.reportinfo()
         report.outcome = "skipped"
         report.longrepr = (str(path), (line or 0) + 1, f"Skipped: {call.excinfo.value}")
@@ -489,20 +475,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(lost, red=True)
     _write_reports(state, run, rows, findings, terminalreporter)
     if state.settings.ab_json and run.ab_results:
-        from pytest_tokperf.bench.ab import ab_document
-        from pytest_tokperf.jsontext import dumps
+        from pytest_tokperf.report.files import write_ab_json
 
-        path = Path(state.settings.ab_json)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(dumps(ab_document(run.ab_results)), encoding="utf-8")
+            path = write_ab_json(run.ab_results, Path(state.settings.ab_json))
             terminalreporter.write_line(f"A/B report: {path}")
-        except OSError as exc:
-            terminalreporter.write_line(f"tokperf: A/B report {str(path)!r} not written: {exc}",
-                                        red=True)
+        except TokperfError as exc:
+            terminalreporter.write_line(f"tokperf: A/B report not written: {exc}", red=True)
     sides = [("server", run.session.server)]
-    if run.baseline is not None:
-        sides.append(("baseline server", run.baseline.server))
+    if run.control is not None:
+        sides.append(("control server", run.control.server))
     for name, server in sides:
         if server is not None:
             terminalreporter.write_line(f"{name}: {server.url} (stopped at session end)")

@@ -404,14 +404,6 @@ class BenchResult:
         return Summary.of([s.chars_per_s for s in self.samples])
 
     @property
-    def per_stream_decode_p50_p99(self) -> tuple[float, float] | None:
-        """With concurrent streams: the median and 99th percentile of per-stream decode."""
-        rates = sorted(s.decode_tokens_per_s for s in self.samples if s.decode_tokens_per_s)
-        if not rates:
-            return None
-        return statistics.median(rates), rates[min(len(rates) - 1, int(0.99 * len(rates)))]
-
-    @property
     def judged_decode_tokens_per_s(self) -> Summary | None:
         """The decode figure tokperf judges (``judged_decode_values``)."""
         if self.samples and all(s.engine_decode_tokens_per_s for s in self.samples):

@@ -79,11 +79,6 @@ def read_regular(path: Path | str, *, cap: int = MAX_TEXT_BYTES) -> bytes:
     return data
 
 
-def read_text(path: Path | str, *, cap: int = MAX_TEXT_BYTES) -> str:
-    """``read_regular`` as UTF-8 text (undecodable bytes replaced)."""
-    return read_regular(path, cap=cap).decode("utf-8", "replace")
-
-
 def tail_text(path: Path | str, lines: int = 20, *, max_bytes: int = TAIL_BYTES) -> str:
     """The last ``lines`` lines of a log, read from its end: at most ``max_bytes`` bytes
     whatever the log's size. Empty when the file is missing or not a regular file."""

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_tokperf.busy import BUSY_OUTCOMES, BusyPolicy
 from pytest_tokperf.engines import BUILTIN_ENGINE_NAMES, DEFAULT_IDLE_TIMEOUT_S
-from pytest_tokperf.errors import ConfigError, TokperfDeprecationWarning
+from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.storage.location import (
     DEFAULT_DB_HELP,
     DbLocation,
@@ -93,7 +94,6 @@ def _WAIT(value: str, where: str, name: str) -> float:
     return 0.0 if text in ("0", "0.0") else _SECONDS(text, where, name)
 _TOKENS = _whole(1, 1 << 24, "4096")
 _COUNT = _whole(1, 1 << 20, "5")
-_REPETITION_BOUND = _whole(2, 1 << 20, "3 (an interval needs at least 2 repetitions)")
 _SHARE = _number(0, 1, closed_hi=False, what="a fraction", example="e.g. 0.02 for 2%")
 
 
@@ -141,7 +141,7 @@ def _byte_size(value: str, where: str, name: str) -> int:
 
 def _busy_outcome(value: str, where: str, name: str) -> str:
     word = str(value).strip().lower()
-    if word not in ("skip", "fail", "judge"):
+    if word not in BUSY_OUTCOMES:
         raise ConfigError(f"{name} {value!r} from {where} is not 'skip' (a check measured on a "
                           f"busy machine is reported as skipped, with the load), 'fail' or "
                           f"'judge' (decided on its figures, whatever the load)")
@@ -247,11 +247,9 @@ class OptionSpec:
     switch: bool = False
     """A command-line flag without a value (true when given); ini and env take true/false."""
     cli: bool = True
-    """False: set once per project, in ini or environment; the flag is hidden and warns."""
+    """False: set once per project, as an ini key or environment variable; no flag."""
     repeat: bool = False
     """The flag may be given several times; ini and env take a comma-separated list."""
-    use: str | None = None
-    """An old name, read under every spelling with a warning that says to use this."""
 
     @property
     def flag(self) -> str:
@@ -264,11 +262,6 @@ class OptionSpec:
     @property
     def env_var(self) -> str:
         return "PYTEST_TOKPERF_" + self.name.upper()
-
-    @property
-    def renamed(self) -> str:
-        """An old name's new option: ``ab_engine`` for ``use="--tokperf-ab-engine URL"``."""
-        return str(self.use).split()[0].removeprefix("--tokperf-").replace("-", "_")
 
 
 def _repetitions(value: str, where: str, name: str) -> tuple[int | None, int, int]:
@@ -467,25 +460,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "controlled across the session); noisy series are reported, not failed",
                _bool, False, "BOOL", True, switch=True),
     OptionSpec("busy", "a floor or limit (assert_efficiency, assert_ttft, assert_usable, "
-               "--tokperf-min-efficiency) checked on a machine whose other processes took a "
-               "notable share of the CPUs is neither a pass nor a fail: 'skip' reports it as "
-               "skipped with the load (default), 'fail' fails it, 'judge' decides it on its "
-               "figures whatever the load", _busy_outcome, "skip", "WHAT",
-               True),
-    # old names: read under every spelling, each with a one-line deprecation warning
-    OptionSpec("baseline_server_bin", "", _text, None, "PATH", True,
-               use="--tokperf-ab-engine PATH"),
-    OptionSpec("baseline_engine_version", "", _release, None, "N", True,
-               use="--tokperf-ab-engine N"),
-    OptionSpec("baseline_url", "", _url, None, "URL", True, use="--tokperf-ab-engine URL"),
-    OptionSpec("baseline_model", "", _text, None, "PATH", True, use="--tokperf-ab-model PATH"),
-    OptionSpec("report_md", "", _text, None, "PATH", use="--tokperf-report PATH.md"),
-    OptionSpec("report_json", "", _text, None, "PATH", use="--tokperf-report PATH.json"),
-    OptionSpec("report_html", "", _text, None, "PATH", use="--tokperf-report PATH.html"),
-    OptionSpec("min_repetitions", "", _REPETITION_BOUND, None, "N",
-               use="--tokperf-repetitions MIN-MAX"),
-    OptionSpec("max_repetitions", "", _REPETITION_BOUND, None, "N",
-               use="--tokperf-repetitions MIN-MAX"),
+               "--tokperf-min-efficiency) or same-run A/B measured on a machine whose other "
+               "processes took a notable share of the CPUs: 'skip' reports it as skipped "
+               "with the load, neither a pass nor a fail (default), 'fail' fails it, 'judge' "
+               "decides it on its figures whatever the load (tokperf compare-builds, bisect, "
+               "watch and bench take the same --busy)", _busy_outcome, "skip", "WHAT", True),
 )
 
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
@@ -499,7 +478,7 @@ def check_dash_values(args: Sequence[str]) -> None:
     says only "expected one argument". Run on the raw arguments before pytest parses
     them: a bad value gets the error ``--tokperf-bandwidth=-5GB/s`` gets; a good one (a
     path or server argument that starts with '-') is told to use '='."""
-    specs = {spec.flag: spec for spec in OPTIONS if not spec.switch}
+    specs = {spec.flag: spec for spec in OPTIONS if spec.cli and not spec.switch}
     for flag, value in zip(args, args[1:]):
         if not (isinstance(flag, str) and isinstance(value, str)) or len(value) < 2 \
                 or not value.startswith("-") or _NEGATIVE_NUMBER.fullmatch(value):
@@ -577,9 +556,10 @@ class Settings:
     device: Device | None = None
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
-    busy: str = "skip"
-    """What a check measured busy becomes: 'skip', 'fail' (``errors.MeasuredBusy``) or
-    'judge' (pass or fail on its figures)."""
+    busy: BusyPolicy = BusyPolicy("skip", 30.0)
+    """What a check or A/B measured busy becomes (``tokperf_busy``: 'skip', 'fail' as
+    ``errors.MeasuredBusy``, 'judge'), and how long a floor measured busy waits for a
+    quiet window to measure again (``tokperf_busy_wait``; 0: never)."""
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
     api_key_env: str = DEFAULT_API_KEY_ENV
     api_key: ApiKey | None = None
@@ -588,8 +568,6 @@ class Settings:
     min_repetitions: int = 3
     max_repetitions: int = 10
     max_cv: float = 0.05
-    busy_wait: float = 30.0
-    """Seconds a floor measured busy waits for a quiet window to measure again (0: never)."""
     bandwidth_file: Path | None = None
     """Where probes are kept per host (None: nowhere, this session's only)."""
     max_body: int = MAX_BODY_BYTES
@@ -644,44 +622,34 @@ def resolve(
     engine_names: tuple[str, ...] | None = ENGINE_NAMES,
     *,
     flags: Mapping[str, str] | None = None,
-    warn: Callable[[str], None] | None = None,
 ) -> Settings:
     """Resolve every option once; ``cli(name)``/``ini(key)`` return None when unset.
 
     ``engine_names`` are the engines ``--tokperf-engine`` may name (None: check later,
     with ``check_engine_name``, once a registry with the hook's engines exists).
     ``flags`` names a front-end's own options (``tokperf bench``'s ``-r``) for errors;
-    ``warn`` gets each deprecation (default: ``TokperfDeprecationWarning``).
+    ``cli`` is asked for these and for every option with a flag, never for a project
+    setting (``OptionSpec.cli`` False) that the front-end has no option for.
     """
     values: dict[str, Any] = {}
     flags = flags or {}
     db_where = "option --tokperf-db"
     for spec in OPTIONS:
-        flag = flags.get(spec.name, spec.flag)
-        raw: Any = cli(spec.name)
+        flag = flags.get(spec.name, spec.flag if spec.cli else spec.ini)
+        raw: Any = cli(spec.name) if spec.cli or spec.name in flags else None
         where = f"option {flag}"
         if isinstance(raw, (list, tuple)):
             raw = ",".join(raw) or None
-        if raw is not None and spec.name not in flags and (spec.use or not spec.cli):
-            _deprecated(warn, spec.flag, spec.use or f"the ini key {spec.ini} or the "
-                        f"environment variable {spec.env_var}")
-        elif raw is None and not spec.cli and spec.name not in flags:
-            flag = spec.ini  # a project setting: named as it is set
         if raw is None and spec.env and env.get(spec.env_var):
             raw, where = env[spec.env_var], f"environment variable {spec.env_var}"
-            if spec.use:
-                _deprecated(warn, spec.env_var, f"PYTEST_TOKPERF_{spec.renamed.upper()} "
-                            f"({spec.use})")
         if raw is None:
             ini_value = ini(spec.ini)
             if ini_value not in (None, ""):
                 raw, where = str(ini_value), f"ini option {spec.ini}"
-                if spec.use:
-                    _deprecated(warn, spec.ini, f"tokperf_{spec.renamed} ({spec.use})")
         values[spec.name] = spec.default if raw is None else spec.parse(str(raw), where, flag)
         if spec.name == "db":
             db_where = where
-    _merge_new_forms(values, flags)
+    _spread_compound_options(values)
     engine = values["engine"]
     if engine_names is not None:
         check_engine_name(engine, engine_names, flags.get("engine", "--tokperf-engine"))
@@ -697,47 +665,25 @@ def resolve(
     return Settings(server_args=server_args, api_key=api_key, **values)
 
 
-def _deprecated(warn: Callable[[str], None] | None, old: str, new: str) -> None:
-    message = f"{old} is deprecated; use {new}"
-    if warn is None:
-        import warnings
-
-        warnings.warn(TokperfDeprecationWarning(message), stacklevel=3)
-    else:
-        warn(message)
+_AB_ENGINE_FIELDS = {"url": "ab_url", "release": "ab_engine_version", "bin": "ab_server_bin"}
+"""What ``--tokperf-ab-engine`` names, by kind, and the Settings field that holds it."""
 
 
-def _merge_new_forms(values: dict[str, Any], flags: Mapping[str, str]) -> None:
-    """The new options' values as Settings fields, beside what old names gave."""
-    fixed, least, most = values.pop("repetitions")
-    values["repetitions"] = fixed
-    values["min_repetitions"] = least if values["min_repetitions"] is None \
-        else values["min_repetitions"]
-    values["max_repetitions"] = most if values["max_repetitions"] is None \
-        else values["max_repetitions"]
-    if values["min_repetitions"] > values["max_repetitions"]:
-        raise ConfigError(
-            f"{flags.get('repetitions', '--tokperf-repetitions')}: the least, "
-            f"{values['min_repetitions']}, is above the most, {values['max_repetitions']}; "
-            f"give MIN-MAX with MIN <= MAX, e.g. 3-10")
+def _spread_compound_options(values: dict[str, Any]) -> None:
+    """Options whose one value fills several Settings fields: ``--tokperf-repetitions``
+    (the count or the adaptive bounds), ``--tokperf-report`` (a path per format) and
+    ``--tokperf-ab-engine`` (a URL, a release or a binary)."""
+    values["repetitions"], values["min_repetitions"], values["max_repetitions"] = \
+        values["repetitions"]
+    values.update(report_md=None, report_json=None, report_html=None, report_histogram=None)
     for kind, path in values.pop("report") or ():
         values[f"report_{kind}"] = path
-    given = [(name, value) for name, value in (
-        ("ab_server_bin", values.pop("baseline_server_bin")),
-        ("ab_engine_version", values.pop("baseline_engine_version")),
-        ("ab_url", values.pop("baseline_url"))) if value is not None]
+    values.update({field: None for field in _AB_ENGINE_FIELDS.values()})
     if values["ab_engine"] is not None:
         kind, value = values["ab_engine"]
-        given.append(({"url": "ab_url", "release": "ab_engine_version",
-                       "bin": "ab_server_bin"}[kind], value))
-    if len(given) > 1:
-        raise ConfigError(f"{len(given)} values name the A/B's other engine "
-                          f"({', '.join(repr(v) for _, v in given)}); give one --tokperf-ab-engine")
+        values[_AB_ENGINE_FIELDS[kind]] = value
     values.pop("ab_engine")
-    values.update({"ab_server_bin": None, "ab_engine_version": None, "ab_url": None})
-    values.update(given)
-    old_model = values.pop("baseline_model")
-    values["ab_model"] = values["ab_model"] or old_model
+    values["busy"] = BusyPolicy(values["busy"], values.pop("busy_wait"))
 
 
 def _check_attached_model(values: Mapping[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """How well the same-run A/B judges real engines on this machine, beside today's gates.
 
-Cases (each an A/B of a baseline and a candidate llama-server, ``--threads`` each):
+Cases (each an A/B of a control and a candidate llama-server, ``--threads`` each):
 
 * ``null``: the same binary and model on both sides (A/A): any flag is a false alarm;
 * ``bytes6``: the same binary serving two generated models that differ only in their layer
@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,17 +56,11 @@ from typing import Any
 
 from scipy.stats import chi2
 
-from pytest_tokperf.bench.ab import (
-    ABResult,
-    ab_document,
-    pair_metrics,
-    pairs_of,
-    run_paired_ab,
-)
+from pytest_tokperf.bench.ab import ABResult, pair_metrics, pairs_of, run_paired_ab
+from pytest_tokperf.report.formats import ab_document
 from pytest_tokperf.bench.measure import (
     MeasureOptions,
     attach_process_clock,
-    attached_pids,
     run_workload,
 )
 from pytest_tokperf.builds.identity import build_changes
@@ -101,6 +96,15 @@ def avx2_off_binary() -> Path | None:
     return found.binary if found else None
 
 
+_PIDS: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+
+
+def attached_pids(*engines: Engine) -> tuple[int, ...]:
+    """The server processes ``servers`` started for ``engines`` (others are left out), for
+    ``MeasureOptions.engine_pids``: their CPU time is told apart from the neighbours'."""
+    return tuple(pid for pid in (_PIDS.get(e) for e in engines) if pid is not None)
+
+
 @contextmanager
 def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path,
             extra: tuple[str, ...] = ()) -> Iterator[list[Engine]]:
@@ -114,6 +118,7 @@ def servers(sides: list[tuple[Path, Path]], threads: int, logs: Path,
         engines = [create_engine("llama-server", s.url) for s in started]
         for engine, server in zip(engines, started, strict=True):
             attach_process_clock(engine, server.process.pid)
+            _PIDS[engine] = server.process.pid
         yield engines
         for e in engines:
             e.close()
@@ -146,7 +151,7 @@ def sequential(binary: Path, model: Path, workload: Workload, threads: int, logs
 def wall_verdicts(ab: ABResult) -> list[Comparison]:
     """The same pairs judged on the wall clock (what the A/B judged before the engines'
     own clock): one repetition per side per pair, in order."""
-    rounds = [([b], [c]) for b, c in zip(ab.baseline.samples, ab.candidate.samples, strict=True)]
+    rounds = [([b], [c]) for b, c in zip(ab.control.samples, ab.candidate.samples, strict=True)]
     pairs = {m.name: pairs_of(rounds, m, net=False) for m in pair_metrics()}
     return list(judge_ab({k: p for k, p in pairs.items() if p.n}).values())
 
@@ -160,14 +165,14 @@ class Case:
     """One A/B case: its two sides, and which verdicts count as found / as false alarms."""
 
     name: str
-    base_bin: Path
-    base_model: Path
+    ctrl_bin: Path
+    ctrl_model: Path
     cand_bin: Path
     cand_model: Path
 
     @property
     def bytes_ratio(self) -> float:
-        return bytes_ratio(self.base_model, self.cand_model)
+        return bytes_ratio(self.ctrl_model, self.cand_model)
 
     def scored(self, metric: str, verdict: str) -> str:
         """'found' (the known step called as it is), 'false' (a change flagged where there
@@ -270,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                    "alone gives a server start a level of its own "
                    "(lab/2026-12-03-ab-ten-minute-budget.md)")
     p.add_argument("--save", default="/tmp/tokperf-bench-ab",
-                   help="folder for each A/B's per-pair figures (bench.ab.ab_document JSON)")
+                   help="folder for each A/B's per-pair figures (report.formats.ab_document JSON)")
     a = p.parse_args(argv)
     save = Path(a.save)
     save.mkdir(parents=True, exist_ok=True)
@@ -300,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     own = ("--load-mode", "none")
     for case in todo:
         ratio = case.bytes_ratio
-        print(f"== {case.name}: baseline {case.base_model.name}, candidate {case.cand_model.name}; "
-              f"bytes per token candidate/baseline {ratio:.4f} (decode expected "
+        print(f"== {case.name}: control {case.ctrl_model.name}, candidate {case.cand_model.name}; "
+              f"bytes per token candidate/control {ratio:.4f} (decode expected "
               f"{1 / ratio - 1:+.2%} if bandwidth-bound); changed: "
-              f"{build_changes(case.base_bin, case.cand_bin)}")
+              f"{build_changes(case.ctrl_bin, case.cand_bin)}")
     metrics = ("decode", "prefill", "ttft")
     counts = {c.name: {m: Counter[str]() for m in metrics} for c in todo}
     wall_counts = {c.name: {m: Counter[str]() for m in metrics} for c in todo}
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             docs: list[dict[str, Any]] = []
             per_start = max(4, a.pairs // a.starts)
             for start in range(a.starts):
-                with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
+                with servers([(case.ctrl_bin, case.ctrl_model), (case.cand_bin, case.cand_model)],
                              a.threads, logs, own if a.own_memory or (
                                  not a.mmap and name.startswith("bytes")) else ()
                              ) as (b, c), neighbours(a.neighbours):
@@ -333,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                                              engine_pids=attached_pids(b, c), budget_s=left)
                     one: ABResult = run_paired_ab(
                         b, c, dataclasses.replace(workload, repetitions=per_start), options,
-                        baseline_model_given=case.base_model != case.cand_model)
+                        control_model_given=case.ctrl_model != case.cand_model)
                 starts.append(one)
                 shifts[name].append(decode_shift(one))
                 docs.append(ab_document([(name, one)]))
@@ -373,12 +378,12 @@ def main(argv: list[str] | None = None) -> int:
             if a.no_sequential:
                 continue
             # today's gate and compare-commits on sequential sessions of the same workload:
-            # baseline, candidate, baseline (the history gate needs earlier versions).
+            # control, candidate, control (the history gate needs earlier versions).
             seq_w = dataclasses.replace(workload, repetitions=max(3, a.pairs // 2))
             s0 = time.monotonic()
-            b1 = sequential(case.base_bin, case.base_model, seq_w, a.threads, logs, run * 1000 + 500)
+            b1 = sequential(case.ctrl_bin, case.ctrl_model, seq_w, a.threads, logs, run * 1000 + 500)
             c1 = sequential(case.cand_bin, case.cand_model, seq_w, a.threads, logs, run * 1000 + 600)
-            b2 = sequential(case.base_bin, case.base_model, seq_w, a.threads, logs, run * 1000 + 700)
+            b2 = sequential(case.ctrl_bin, case.ctrl_model, seq_w, a.threads, logs, run * 1000 + 700)
             seq_wall = time.monotonic() - s0
             gate_line = []
             for i, metric in ((0, DECODE), (1, TTFT)):
@@ -411,11 +416,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.long_pairs and name.startswith("bytes"):
             long_w = dataclasses.replace(workload, generate_tokens=a.tokens * 4,
                                          repetitions=a.long_pairs)
-            with servers([(case.base_bin, case.base_model), (case.cand_bin, case.cand_model)],
+            with servers([(case.ctrl_bin, case.ctrl_model), (case.cand_bin, case.cand_model)],
                          a.threads, logs) as (b, c):
                 ab = run_paired_ab(b, c, long_w, MeasureOptions(salt_base=99_000,
                                                                 engine_pids=attached_pids(b, c)),
-                                   baseline_model_given=True)
+                                   control_model_given=True)
             lv = ab.verdict("decode")
             assert lv is not None
             print(f"   long run ({a.long_pairs} pairs x {a.tokens * 4} tokens): decode speed "

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pytest_tokperf.cli.main import main as tokperf
 from pytest_tokperf.stats import DECODE, TTFT, compare_many, judge_history
-from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.storage.history import series_history, session_points
 from pytest_tokperf.storage.store import ResultStore
 
@@ -137,7 +137,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "releases.db"
-        added = load_reference_runs(args.data, db)
+        added = import_datasets(db, [args.data])
         releases = builds(db)
         print(f"{args.data}: {added.runs} runs, {added.results} results, {len(releases)} "
               f"releases ({releases[0]} .. {releases[-1]})")

@@ -45,10 +45,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench_ab import layered, servers
+from bench_ab import attached_pids, layered, servers
 
-from pytest_tokperf.bench.ab import ab_document, pair_metrics, run_paired_ab
-from pytest_tokperf.bench.measure import MeasureOptions, attached_pids
+from pytest_tokperf.bench.ab import pair_metrics, run_paired_ab
+from pytest_tokperf.report.formats import ab_document
+from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.builds.identity import build_changes, build_identity
 from pytest_tokperf.builds.install import LLAMA_BUILD_NUMBER, install_llama_server
 from pytest_tokperf.builds.releases import ReleaseIndex, release_index

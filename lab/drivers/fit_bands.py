@@ -3,10 +3,10 @@
     PYTHONPATH=. .venv/bin/python lab/drivers/fit_bands.py [--public db/public] [--write]
 
 Imports db/public (published llama-bench rows, each with its source) into a scratch
-DB, keeps the rows ``expected.band_rows`` fits on (dense decode rows with a ceiling; not
+DB, keeps the rows ``band_fitting`` fits on (dense decode rows with a ceiling; not
 -nkvo 1, not a GPU behind a host the source names), and prints per device class and
 quant family the static band of ``expected.bands`` and how many rows it contains; then
-the fitted model of ``expected.band_fit`` (big-model efficiency per family, depth cost,
+the fitted model of ``band_fitting`` (big-model efficiency per family, depth cost,
 per-token overhead per class) and, per class: rows, sources, the calibrated band, the
 leave-one-source-out share inside (each source judged by a model fitted and calibrated
 without it), the median band of those held-out rows as efficiency and as high/low, and
@@ -24,16 +24,17 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from pytest_tokperf.expected.band_fit import (
+from band_fitting import (
     COVERAGE,
-    FITTED_FILE,
     Observation,
+    band_observations,
     fit,
     leave_one_source_out,
     model_to_dict,
 )
+
+from pytest_tokperf.expected.band_fit import FITTED_FILE
 from pytest_tokperf.expected.bands import band_for
-from pytest_tokperf.expected.band_rows import band_observations
 from pytest_tokperf.expected.llama_bench_import import import_llama_bench
 
 

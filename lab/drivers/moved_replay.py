@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pytest_tokperf.stats import DECODE, judge_history
 from pytest_tokperf.stats.moved import moved_verdict
-from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.storage.history import series_history, session_points
 from pytest_tokperf.storage.store import ResultStore
 
@@ -27,7 +27,7 @@ def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "db/runs/releases")
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "r.db"
-        load_reference_runs(folder, db)
+        import_datasets(db, [folder])
         with ResultStore.open_read_only(db) as store:
             keys = [k for k, in store.tuples("SELECT DISTINCT series_key FROM results")]
             total = left = judged = 0

@@ -21,11 +21,27 @@ import math
 import numpy as np
 
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric
-from pytest_tokperf.stats.paired import (PAIRED_MIN_EFFECT, Pairs, judge_pairs, ratio_interval,
-                                         sequential_interval)
+from pytest_tokperf.stats.paired import (
+    PAIRED_MIN_EFFECT,
+    Pairs,
+    judge_pairs,
+    paired_shift,
+    sequential_interval,
+    set_aside_stalled_pairs,
+)
 
 DECODE = Metric("decode", True, PAIRED_MIN_EFFECT)
 SD = 0.06
+
+
+def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
+    """Relative half-width of the pairs' own t-interval of the ratio (0.02: +/-2%; no start
+    level, stalls set aside): the old adaptive stop. None without spread."""
+    shift = paired_shift(set_aside_stalled_pairs(pairs)[0], start_sd=0.0)
+    if not shift.std_error > 0:
+        return None
+    lo, hi = shift.interval(1 - confidence)
+    return (math.expm1(hi) - math.expm1(lo)) / 2
 
 
 def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
@@ -117,7 +133,7 @@ def _stalled(rng: np.random.Generator, n: int, share: float, step: float) -> np.
 
 def _in_step(rng: np.random.Generator, n: int, fixed: bool) -> np.ndarray:
     """A machine disturbance in step with the fixed order: slots 0 and 3 of every four
-    (A B B A) run 5% slow. Fixed ABBA puts the baseline in them every time; randomised
+    (A B B A) run 5% slow. Fixed ABBA puts the control in them every time; randomised
     blocks (each block of two pairs AB BA or BA AB at random, as PairedAB now measures)
     put either side there."""
     d = rng.normal(0, SD, n)

@@ -1,4 +1,4 @@
-"""Same-run paired A/B: baseline and candidate engines up at once, measured in ABBA pairs.
+"""Same-run paired A/B: control and candidate engines up at once, measured in ABBA pairs.
 
 Every repetition runs on both engines back to back, with the same salted prompts, one side
 generating at a time; both see the same machine phase, so the per-pair log-ratio cancels it
@@ -15,10 +15,10 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pytest_tokperf.bench.measure import (
     MeasureOptions,
@@ -26,6 +26,7 @@ from pytest_tokperf.bench.measure import (
     summarize,
     validate_workload,
 )
+from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
 from pytest_tokperf.results import BenchResult, EngineInfo, Progress, Sample, Workload
@@ -46,7 +47,7 @@ from pytest_tokperf.stats.paired import (
 )
 from pytest_tokperf.stats.verdict import Comparison
 
-Side = Literal["baseline", "candidate"]
+Side = Literal["control", "candidate"]
 MIN_PAIRS = 4
 """Adaptive A/Bs measure at least two ABBA blocks."""
 
@@ -59,7 +60,7 @@ defaults to: a changed default is part of the build change being measured)."""
 class ABResult:
     """Both sides of one A/B, the verdict per metric and what differed between them."""
 
-    baseline: BenchResult
+    control: BenchResult
     candidate: BenchResult
     verdicts: tuple[Comparison, ...]
     pairs: int
@@ -71,13 +72,13 @@ class ABResult:
     """What changed between the two builds (release, binary, build flags)."""
     wall_s: float = 0.0
     rounds: tuple[tuple[tuple[float | None, ...], tuple[float | None, ...]], ...] = ()
-    """Per pair, (baseline, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
+    """Per pair, (control, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
     prefill tok/s, TTFT s (None where a side lacks one), as judged (see ``clock``)."""
     clock: str = ""
     """Which clock the figures are on: "" for wall time; else which metrics are net of the
     engines' wait for a CPU and how much of the decode windows that wait took."""
     orders: tuple[str, ...] = ()
-    """Per pair, which side ran first: "AB" (baseline first) or "BA"."""
+    """Per pair, which side ran first: "AB" (control first) or "BA"."""
     sequential: int = 0
     """The planned pair count where the A/B could stop on its own figures (adaptive): its
     verdicts are anytime-valid; 0 for a fixed count."""
@@ -87,7 +88,7 @@ class ABResult:
 
     @property
     def decode_ratio(self) -> float | None:
-        """Candidate / baseline decode (geometric mean of the pairs; 0.95 = 5% slower)."""
+        """Candidate / control decode (geometric mean of the pairs; 0.95 = 5% slower)."""
         v = self.verdict("decode")
         return None if v is None or math.isnan(v.relative_change) else 1 + v.relative_change
 
@@ -101,14 +102,12 @@ class ABResult:
         """Either side measured while the neighbours took a notable share of the machine:
         contention can favour one build (one collapses, the other does not), which is
         another question than the one a gate asks."""
-        return any(r.load is not None and r.load.loaded for r in (self.baseline, self.candidate))
+        return any(r.load is not None and r.load.loaded for r in (self.control, self.candidate))
 
-    def decides(self, busy: str = "skip") -> bool:
-        """Whether this A/B fails a gate: a regression measured quiet; measured busy only
-        with ``busy`` 'judge' (its figures decide) or 'fail' (a busy A/B fails outright)."""
-        if not self.busy:
-            return self.regressed
-        return busy == "fail" or (busy == "judge" and self.regressed)
+    def decides(self, busy: BusyPolicy = BusyPolicy()) -> bool:
+        """Whether this A/B fails a gate: a regression measured quiet; measured busy as
+        the ``busy`` policy says ('judge': its figures decide; 'fail': it fails)."""
+        return busy.fails(self.busy, self.regressed)
 
     def load_text(self) -> str:
         """The machine during each side's repetitions: pairs cancel a load that both sides
@@ -116,15 +115,15 @@ class ABResult:
         def one(r: BenchResult) -> str:
             return r.load.brief() if r.load is not None else "unknown"
 
-        return f"machine: baseline {one(self.baseline)}; candidate {one(self.candidate)}"
+        return f"machine: control {one(self.control)}; candidate {one(self.candidate)}"
 
     def describe(self) -> str:
         """One line: the verdict per metric with its interval, the pairs, what differs."""
         busy = " (measured busy)" if self.busy else ""
         parts = [f"{v.metric} {v.verdict}{busy if v.flagged else ''} {pct(v.relative_change)} "
                  f"{_interval(v)}" for v in self.verdicts]
-        base = self.baseline.engine
-        text = (f"same-run A/B against baseline {base.build or base.version or base.base_url}: "
+        ctrl = self.control.engine
+        text = (f"same-run A/B against control {ctrl.build or ctrl.version or ctrl.base_url}: "
                 f"{'; '.join(parts)} ({self.pairs} ABBA pairs")
         if self.verdicts:
             text += f", {self.verdicts[0].confidence:.1%} intervals"
@@ -151,7 +150,7 @@ def _clock_text(nets: Mapping[str, bool], shares: tuple[float, float] | None) ->
     text = (f"{', '.join(judged)} judged net of the engines' wait for a CPU "
             "(hardware.process_clock)")
     if shares is not None:
-        text += (f": other processes held the CPU for {shares[0]:.0%} of the baseline's and "
+        text += (f": other processes held the CPU for {shares[0]:.0%} of the control's and "
                  f"{shares[1]:.0%} of the candidate's decode time")
     return text
 
@@ -221,42 +220,42 @@ def pairs_of(rounds: Rounds, metric: Metric, net: bool | None = None) -> Pairs:
     if net is None:
         net = net_clock(rounds, metric.name)
     b, c = [], []
-    for base, cand in rounds:
-        x, y = _figure(base, metric.name, net), _figure(cand, metric.name, net)
+    for ctrl, cand in rounds:
+        x, y = _figure(ctrl, metric.name, net), _figure(cand, metric.name, net)
         if x is not None and y is not None:
             b.append(x)
             c.append(y)
     return Pairs.of(metric, b, c)
 
 
-def like_for_like(baseline: EngineInfo, candidate: EngineInfo, *,
-                  baseline_model_given: bool) -> str:
+def like_for_like(control: EngineInfo, candidate: EngineInfo, *,
+                  control_model_given: bool) -> str:
     """"" when the two sides may be compared; else raise ``ConfigError`` saying what
-    differs. A different model is allowed when the baseline's was named on purpose; the
+    differs. A different model is allowed when the control's was named on purpose; the
     returned text then says that the models differ."""
     differ = []
-    model_b, model_c = _model(baseline), _model(candidate)
+    model_b, model_c = model_name(control), model_name(candidate)
     models = ""
     if model_b and model_c and model_b != model_c:
-        models = (f"the models differ: baseline {model_b!r}, candidate {model_c!r} (each side "
+        models = (f"the models differ: control {model_b!r}, candidate {model_c!r} (each side "
                   f"reads its own weights, so one server start can carry a level of its own: "
                   f"repeat over starts before trusting a few percent, docs/ci-and-builds.md)")
-        if not baseline_model_given:
-            differ.append(f"model: baseline {model_b!r}, candidate {model_c!r}")
-    sb, sc = dict(baseline.settings), dict(candidate.settings)
+        if not control_model_given:
+            differ.append(f"model: control {model_b!r}, candidate {model_c!r}")
+    sb, sc = dict(control.settings), dict(candidate.settings)
     for key in LIKE_FOR_LIKE:
         if key in sb and key in sc and sb[key] != sc[key]:
-            differ.append(f"{key}: baseline {sb[key]!r}, candidate {sc[key]!r}")
+            differ.append(f"{key}: control {sb[key]!r}, candidate {sc[key]!r}")
     if "ctx_size" not in sb or "ctx_size" not in sc:  # attached: what the engines report
-        x, y = baseline.context_size, candidate.context_size
+        x, y = control.context_size, candidate.context_size
         if x is not None and y is not None and x != y:
-            differ.append(f"context_size: baseline {x!r}, candidate {y!r}")
+            differ.append(f"context_size: control {x!r}, candidate {y!r}")
     if differ:
         raise ConfigError(
-            "same-run A/B refused before measuring: baseline "
-            f"({baseline.base_url}) and candidate ({candidate.base_url}) are not a like-for-like "
+            "same-run A/B refused before measuring: control "
+            f"({control.base_url}) and candidate ({candidate.base_url}) are not a like-for-like "
             f"pair: {'; '.join(differ)}. Serve the same model with the same settings on both, "
-            "or name the baseline's model with --tokperf-ab-model PATH to compare "
+            "or name the control's model with --tokperf-ab-model PATH to compare "
             "two models on purpose")
     return models
 
@@ -266,7 +265,7 @@ def _seconds(value: float) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
-def _model(info: EngineInfo) -> str:
+def model_name(info: EngineInfo) -> str:
     name = info.model_path or info.model_name or ""
     return Path(name).name if name else ""
 
@@ -275,7 +274,7 @@ def _model(info: EngineInfo) -> str:
 class PairedAB:
     """Runs one workload as an A/B; see the module doc."""
 
-    baseline: Engine
+    control: Engine
     candidate: Engine
     options: MeasureOptions = MeasureOptions()
     min_effect: float = PAIRED_MIN_EFFECT
@@ -298,7 +297,7 @@ class PairedAB:
                               f"not {budget!r}; leave it unset for a fixed number of pairs")
         started = time.monotonic()
         self._rounds = []
-        sides: tuple[tuple[Side, Engine], ...] = (("baseline", self.baseline),
+        sides: tuple[tuple[Side, Engine], ...] = (("control", self.control),
                                                   ("candidate", self.candidate))
         infos: dict[Side, EngineInfo] = {}
         for name, engine in sides:
@@ -326,7 +325,7 @@ class PairedAB:
             for name, engine in (sides if order == "AB" else sides[::-1]):
                 got[name] = self._one(name, engine, one, salted, infos, started, workload,
                                       tag=f"pair {index + 1}")
-            self._rounds.append((got["baseline"], got["candidate"]))
+            self._rounds.append((got["control"], got["candidate"]))
             self._orders.append(order)
             spent = time.monotonic() - started
             if (budget is not None and spent >= budget and len(self._rounds) >= least
@@ -374,7 +373,7 @@ class PairedAB:
                 started: float) -> ABResult:
         done = replace(workload, repetitions=len(self._rounds))
         tol = self.options.agreement_tolerance
-        base = summarize(done, infos["baseline"], [s for b, _ in self._rounds for s in b], tol)
+        ctrl = summarize(done, infos["control"], [s for b, _ in self._rounds for s in b], tol)
         cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
         nets = {m: net_clock(self._rounds, m) for m in PAIR_METRICS}
         pairs = {m.name: pairs_of(self._rounds, m, nets[m.name])
@@ -384,7 +383,7 @@ class PairedAB:
         figures = tuple((tuple(_figure(b, m, nets[m]) for m in PAIR_METRICS),
                          tuple(_figure(c, m, nets[m]) for m in PAIR_METRICS))
                         for b, c in self._rounds)
-        outcome = ABResult(baseline=base, candidate=cand, verdicts=tuple(verdicts.values()),
+        outcome = ABResult(control=ctrl, candidate=cand, verdicts=tuple(verdicts.values()),
                            pairs=len(self._rounds), stopped=stopped,
                            models_differ=self.models_differ, changed=self.changed,
                            wall_s=time.monotonic() - started, rounds=figures,
@@ -395,7 +394,7 @@ class PairedAB:
 
 
 def run_paired_ab(
-    baseline: Engine,
+    control: Engine,
     candidate: Engine,
     workload: Workload,
     options: MeasureOptions = MeasureOptions(),
@@ -403,58 +402,22 @@ def run_paired_ab(
     min_effect: float = PAIRED_MIN_EFFECT,
     alpha: float = DEFAULT_ALPHA,
     progress: Progress | None = None,
-    baseline_model_given: bool = False,
+    control_model_given: bool = False,
     changed: str = "",
     check: Callable[[EngineInfo, EngineInfo], str] | None = None,
 ) -> ABResult:
     """Refuse a pair that is not like-for-like (``like_for_like``), then measure it."""
-    if baseline is candidate:
-        raise ConfigError("the baseline and the candidate are the same engine object; start "
+    if control is candidate:
+        raise ConfigError("the control and the candidate are the same engine object; start "
                           "(or attach) two servers, one per side")
     infos = []
-    for name, engine in (("baseline", baseline), ("candidate", candidate)):
+    for name, engine in (("control", control), ("candidate", candidate)):
         try:
             infos.append(engine.info())
         except TokperfError as exc:
             raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}) did not "
                                    f"answer: {exc}") from exc
     b, c = infos
-    models = (check or (lambda x, y: like_for_like(x, y, baseline_model_given=baseline_model_given)))(b, c)
-    return PairedAB(baseline, candidate, options, min_effect, alpha, progress, models,
+    models = (check or (lambda x, y: like_for_like(x, y, control_model_given=control_model_given)))(b, c)
+    return PairedAB(control, candidate, options, min_effect, alpha, progress, models,
                     changed).run(workload)
-
-
-def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
-    """Every A/B of a session as JSON-ready data (``--tokperf-ab-json``; ``tokperf
-    compare-builds`` reads it back with ``pairs_from_document``)."""
-    def side(r: BenchResult) -> dict[str, Any]:
-        return {"engine": r.engine.name, "build": r.engine.build, "url": r.engine.base_url,
-                "model": _model(r.engine)}
-
-    def number(x: float) -> float | None:
-        return x if math.isfinite(x) else None
-
-    return {"ab": [{
-        "test_id": test_id,
-        "workload": asdict(ab.candidate.workload),
-        "baseline": side(ab.baseline),
-        "candidate": side(ab.candidate),
-        "pairs": ab.pairs,
-        "metrics": list(PAIR_METRICS),
-        "rounds": [{"baseline": list(b), "candidate": list(c),
-                    **({"order": ab.orders[i]} if i < len(ab.orders) else {})}
-                   for i, (b, c) in enumerate(ab.rounds)],
-        "sequential": ab.sequential,
-        "verdicts": [{"metric": v.metric, "verdict": v.verdict,
-                      "change": number(v.relative_change), "ci_low": number(v.ci_low),
-                      "ci_high": number(v.ci_high), "confidence": v.confidence,
-                      "reason": v.reason} for v in ab.verdicts],
-        "changed": ab.changed,
-        "models_differ": ab.models_differ,
-        "stopped": ab.stopped,
-        "clock": ab.clock,
-        "busy": ab.busy,
-        "load": ab.load_text(),
-        "wall_s": round(ab.wall_s, 2),
-        "summary": ab.describe(),
-    } for test_id, ab in results]}

@@ -146,11 +146,6 @@ class CeilingSource:
         """Where the engine of the latest ceiling runs."""
         return self._placement
 
-    @property
-    def last_bandwidth(self) -> DeviceBandwidth | None:
-        """The latest bandwidth choice with its reasoning."""
-        return self._last
-
     def detect(self) -> HardwareInfo:
         """Detect the machine once (no probe); later probes refresh the measured figure."""
         if self._hardware is None:

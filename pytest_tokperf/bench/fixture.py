@@ -67,10 +67,10 @@ NO_DECODE = ("no decode speed was measured: fewer than 2 tokens per run, or each
 class ABPlan:
     """Turns every call of a ``TokBench`` into a same-run A/B (``bench.ab``)."""
 
-    baseline: Callable[[], Engine]
-    """The baseline engine (started on first use, beside the candidate)."""
+    control: Callable[[], Engine]
+    """The control engine (started on first use, beside the candidate)."""
     min_effect: float
-    baseline_model_given: bool = False
+    control_model_given: bool = False
     changed: Callable[[], str] = lambda: ""
     """What changed between the two builds, once both are started."""
     on_result: Callable[[ABResult], None] | None = None
@@ -279,7 +279,7 @@ class TokBench:
     speculative_engine: Callable[[str | None], Engine] | None = None
     """Returns the drafting engine for ``speculative()`` (the session starts it)."""
     ab: ABPlan | None = None
-    """Set: every call measures the baseline too, in ABBA pairs, and judges the ratio."""
+    """Set: every call measures the control too, in ABBA pairs, and judges the ratio."""
     engine_pids: Callable[[], tuple[int, ...]] | None = None
     """The server processes tokperf started (read after they start), so the machine's
     load during the repetitions is split into the engine's and the neighbours'."""
@@ -366,17 +366,17 @@ class TokBench:
     def _paired(self, plan: ABPlan, engine: Engine, workload: Workload,
                 options: MeasureOptions) -> TokBenchResult:
         """The call as a same-run A/B: the candidate's result is judged (floor included)
-        and recorded as the test's; the baseline's is recorded beside it, unchecked."""
+        and recorded as the test's; the control's is recorded beside it, unchecked."""
         __tracebackhide__ = True
         from pytest_tokperf.bench.ab import ABResult, run_paired_ab
 
-        baseline = plan.baseline()
+        control = plan.control()
         options = self._with_pids(options)
 
         def run() -> ABResult:
-            return run_paired_ab(baseline, engine, workload, options, min_effect=plan.min_effect,
+            return run_paired_ab(control, engine, workload, options, min_effect=plan.min_effect,
                                  progress=self.progress,
-                                 baseline_model_given=plan.baseline_model_given,
+                                 control_model_given=plan.control_model_given,
                                  changed=plan.changed())
 
         if self.before_measure is not None:
@@ -385,14 +385,14 @@ class TokBench:
             ab = run()
         except MeasurementError as exc:
             if isinstance(exc.partial, ABResult):
-                self.record(exc.partial.baseline, None, "error")
+                self.record(exc.partial.control, None, "error")
                 self.record(exc.partial.candidate, None, "error")
                 if plan.on_result is not None:
                     plan.on_result(exc.partial)
             raise
         if plan.on_result is not None:
             plan.on_result(ab)
-        self.record(ab.baseline, None, "unchecked")
+        self.record(ab.control, None, "unchecked")
         outcome = self._judge_and_record(ab.candidate, assert_floor=False)
         outcome = replace(outcome, ab=ab)
         if self.min_efficiency is not None:

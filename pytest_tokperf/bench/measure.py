@@ -325,14 +325,8 @@ def _disagreement_note(samples: list[Sample], agreement: float, tolerance: float
     return f"{head}: the client or the connection is adding latency"
 
 
-def summarize(
-    workload: Workload,
-    engine: EngineInfo,
-    samples: list[Sample],
-    tolerance: float = DEFAULT_AGREEMENT_TOLERANCE,
-) -> BenchResult:
-    """Medians, dispersion, percentiles and the sanity notes for a set of samples."""
-    engine = with_observed_speculation(engine, samples)  # drafting seen moves the series
+def _token_notes(workload: Workload, samples: list[Sample]) -> list[str]:
+    """Fewer tokens generated than asked; a prompt the engine counted otherwise."""
     notes: list[str] = []
     short = [s.generated_tokens for s in samples if s.generated_tokens != workload.generate_tokens]
     if short:
@@ -349,36 +343,59 @@ def summarize(
         span = f"{counted[0]}" if len(counted) == 1 else f"{counted[0]}-{counted[-1]}"
         notes.append(f"the engine counted {span} prompt tokens for the {asked} asked"
                      + (" (the chat template's included)" if workload.chat else ""))
+    return notes
+
+
+def _cache_note(workload: Workload, samples: list[Sample]) -> str | None:
+    """A warm prefix the engine did not serve, or a cold prompt it did."""
     offered = workload.cached_prefix_tokens
     if offered:
         # A warm workload: the engine should serve (nearly) all of the primed prefix.
         served = [s.cached_prompt_tokens for s in samples if s.cached_prompt_tokens is not None]
         if served and min(served) < 0.9 * offered:
-            notes.append(
+            return (
                 f"engine served only {min(served)} of {offered} primed prefix tokens from its "
                 "cache: its prompt cache is off, too small, or evicted the prefix, so this "
                 "TTFT is not warm"
             )
-    else:
-        # One cached token is the shared start-of-text token some prefix caches match
-        # (mlx_lm, SGLang); more than that means the prompt was not cold. Through the
-        # chat template every prompt starts with the same role header before the salted
-        # line (``<|im_start|>user\n``: 3 tokens), which a prompt cache may serve.
-        allowed = SALT_LINE_TOKENS if workload.chat else 1
-        cached = [s.cached_prompt_tokens for s in samples
-                  if s.cached_prompt_tokens
-                  and s.cached_prompt_tokens > max(allowed, s.prompt_tokens // 100)]
-        if cached:
-            notes.append(f"engine reused {max(cached)} cached prompt tokens: prefill is not cold")
+        return None
+    # One cached token is the shared start-of-text token some prefix caches match
+    # (mlx_lm, SGLang); more than that means the prompt was not cold. Through the
+    # chat template every prompt starts with the same role header before the salted
+    # line (``<|im_start|>user\n``: 3 tokens), which a prompt cache may serve.
+    allowed = SALT_LINE_TOKENS if workload.chat else 1
+    cached = [s.cached_prompt_tokens for s in samples
+              if s.cached_prompt_tokens
+              and s.cached_prompt_tokens > max(allowed, s.prompt_tokens // 100)]
+    if cached:
+        return f"engine reused {max(cached)} cached prompt tokens: prefill is not cold"
+    return None
+
+
+def _reasoning_note(samples: list[Sample]) -> str | None:
+    """How much of the output a reasoning model spent thinking."""
     thought = [s.reasoning_tokens for s in samples if s.reasoning_tokens is not None]
-    if thought:
-        answered = [s.answer_ttft_s for s in samples if s.answer_ttft_s is not None]
-        notes.append(
-            f"{statistics.median(thought):.0f} of {statistics.median(s.generated_tokens for s in samples):.0f} "
-            f"generated tokens were reasoning (median); "
-            + (f"first answer token after {statistics.median(answered):.2f} s" if answered
-               else "no answer token arrived: all of it was thinking")
-        )
+    if not thought:
+        return None
+    answered = [s.answer_ttft_s for s in samples if s.answer_ttft_s is not None]
+    return (
+        f"{statistics.median(thought):.0f} of {statistics.median(s.generated_tokens for s in samples):.0f} "
+        f"generated tokens were reasoning (median); "
+        + (f"first answer token after {statistics.median(answered):.2f} s" if answered
+           else "no answer token arrived: all of it was thinking")
+    )
+
+
+def summarize(
+    workload: Workload,
+    engine: EngineInfo,
+    samples: list[Sample],
+    tolerance: float = DEFAULT_AGREEMENT_TOLERANCE,
+) -> BenchResult:
+    """Medians, dispersion, percentiles and the sanity notes for a set of samples."""
+    engine = with_observed_speculation(engine, samples)  # drafting seen moves the series
+    notes = _token_notes(workload, samples)
+    notes += [n for n in (_cache_note(workload, samples), _reasoning_note(samples)) if n]
     if any(s.speculative for s in samples):
         notes.append("speculative decoding was active: this is not the base decode speed")
     differences = [
@@ -454,13 +471,6 @@ def attach_process_clock(engine: Engine, pid: int) -> None:
     _CLOCKS[engine] = ProcessClock(pid)
 
 
-def attached_pids(*engines: Engine) -> tuple[int, ...]:
-    """The server processes ``attach_process_clock`` gave ``engines`` (those without one are
-    left out): a script that starts its own servers names them in
-    ``MeasureOptions.engine_pids``, so their CPU time is told apart from the neighbours'."""
-    return tuple(c.pid for c in (_CLOCKS.get(e) for e in engines) if c is not None)
-
-
 def _clock_of(engine: Engine) -> Callable[[], object] | None:
     clock = _CLOCKS.get(engine)
     return clock.read if clock is not None else None
@@ -487,16 +497,9 @@ def aggregate_tokens_per_s(generations: list[Generation]) -> float | None:
     return sum(g.generated_tokens for g in generations) / span if span else None
 
 
-def run_workload(
-    engine: Engine,
-    workload: Workload,
-    options: MeasureOptions = MeasureOptions(),
-    progress: Progress | None = None,
-) -> BenchResult:
-    """Warm up, then measure ``workload.repetitions`` rounds of ``concurrency`` streams."""
-    validate_workload(workload)
-    info = engine.info()
-    check_context(workload, info)
+def _refuse_what_the_engine_cannot_serve(engine: Engine, workload: Workload,
+                                         info: EngineInfo) -> None:
+    """A chat workload on an adapter without a chat route; a warm one with the cache off."""
     if workload.chat and not getattr(engine, "supports_chat", False):
         raise ConfigError(
             f"chat workloads (chat=True) are not built for {info.name} yet (its adapter has "
@@ -510,38 +513,103 @@ def run_workload(
             f"cached_prefix_tokens, or start the engine with its cache on "
             f"(--tokperf-server-arg)"
         )
+
+
+def _round_requests(engine: Engine, workload: Workload, options: MeasureOptions,
+                    index: int) -> list[GenerationRequest]:
+    """Round ``index``'s requests, one per stream, each with its own salt."""
+    n = workload.concurrency
+    return [
+        GenerationRequest(
+            prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
+            generate_tokens=workload.generate_tokens,
+            salt=options.salt_base + index * n + stream,
+            timeout_s=options.timeout_s,
+            reuse_prefix=workload.cached_prefix_tokens > 0,
+            chat=workload.chat,
+            clock=_clock_of(engine),
+        )
+        for stream in range(n)
+    ]
+
+
+def _measure_round(engine: Engine, workload: Workload, options: MeasureOptions,
+                   index: int) -> tuple[list[Generation], list[Sample]]:
+    """Round ``index`` (the warm prefix first, unmeasured), the machine's load read
+    around it once past the warm-up."""
+    requests = _round_requests(engine, workload, options, index)
+    if workload.cached_prefix_tokens > 0:
+        # Unmeasured: the same salt makes these prompts the measured ones' prefix.
+        _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
+                                generate_tokens=1) for r in requests])
+    sampler = (options.load_sampler(options.engine_pids).start()
+               if options.sample_load and index >= workload.warmup else None)
+    try:
+        generations = _round(engine, requests)
+    finally:
+        load = sampler.stop() if sampler is not None else None
+    return generations, [replace(to_sample(g), load=load) for g in generations]
+
+
+def _progress_line(workload: Workload, options: MeasureOptions, index: int,
+                   round_samples: list[Sample], aggregate: float | None,
+                   interval: float | None) -> str:
+    """One round as the progress callback shows it."""
+    warming = index < workload.warmup
+    phase = "warm-up" if warming else "rep"
+    done = index + 1 if warming else index + 1 - workload.warmup
+    of = workload.warmup if warming else workload.repetitions
+    of_text = f"{of}" if warming or not options.adaptive else f"<={of}"
+    # The figure that is judged: a client starved of CPU may read every token in
+    # one burst (no client rate), while the engine still timed its decode.
+    rates = judged_decode_values(round_samples)
+    rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
+    n = workload.concurrency
+    streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
+    known = f", decode +/-{interval:.1%}" if interval is not None else ""
+    ttft = round_samples[0].ttft_s
+    return (f"{phase} {done}/{of_text}: decode {rate}{streams}, "
+            f"TTFT {'-' if ttft is None else f'{ttft * 1e3:.0f}'} ms{known}")
+
+
+def _result_of(workload: Workload, info: EngineInfo, options: MeasureOptions,
+               samples: list[Sample], aggregates: list[float],
+               measured: list[Generation]) -> BenchResult:
+    """The measured rounds summarized, with the notes only the whole run can give."""
+    n = workload.concurrency
+    result = replace(summarize(workload, info, samples, options.agreement_tolerance),
+                     aggregate_tokens_per_s=Summary.of(aggregates))
+    result = replace(result, notes=(*result.notes, *repetition_notes(result, options)))
+    # Per stream, the judged figure: a starved client may read a fast stream in one burst
+    # (no client rate) while the engine timed it.
+    agg, per_stream = result.aggregate_tokens_per_s, result.judged_decode_tokens_per_s
+    if n > 1 and agg is not None and per_stream is not None:
+        note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
+                f"{per_stream.median:.1f} tok/s decode per stream")
+        result = replace(result, notes=(*result.notes, note))
+    notes = (client_cost_note(measured), engine_values_note(info, measured))
+    return replace(result, notes=(*result.notes, *(n for n in notes if n is not None)))
+
+
+def run_workload(
+    engine: Engine,
+    workload: Workload,
+    options: MeasureOptions = MeasureOptions(),
+    progress: Progress | None = None,
+) -> BenchResult:
+    """Warm up, then measure ``workload.repetitions`` rounds of ``concurrency`` streams."""
+    validate_workload(workload)
+    info = engine.info()
+    check_context(workload, info)
+    _refuse_what_the_engine_cannot_serve(engine, workload, info)
     samples: list[Sample] = []
     aggregates: list[float] = []
     measured: list[Generation] = []
     total = workload.warmup + workload.repetitions
-    n = workload.concurrency
-    warm = workload.cached_prefix_tokens > 0
     rounds = 0
     for index in range(total):
-        requests = [
-            GenerationRequest(
-                prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
-                generate_tokens=workload.generate_tokens,
-                salt=options.salt_base + index * n + stream,
-                timeout_s=options.timeout_s,
-                reuse_prefix=warm,
-                chat=workload.chat,
-                clock=_clock_of(engine),
-            )
-            for stream in range(n)
-        ]
         try:
-            if warm:
-                # Unmeasured: the same salt makes these prompts the measured ones' prefix.
-                _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
-                                        generate_tokens=1) for r in requests])
-            sampler = (options.load_sampler(options.engine_pids).start()
-                       if options.sample_load and index >= workload.warmup else None)
-            try:
-                generations = _round(engine, requests)
-            finally:
-                load = sampler.stop() if sampler is not None else None
-            round_samples = [replace(to_sample(g), load=load) for g in generations]
+            generations, round_samples = _measure_round(engine, workload, options, index)
         except TokperfError as exc:
             partial = summarize(workload, info, samples, options.agreement_tolerance) if samples else None
             raise MeasurementError(
@@ -561,33 +629,10 @@ def run_workload(
             if options.adaptive:
                 interval = decode_interval(judged_decode_values(samples))
         if progress is not None:
-            phase = "warm-up" if index < workload.warmup else "rep"
-            done = index + 1 - workload.warmup if index >= workload.warmup else index + 1
-            of = workload.repetitions if index >= workload.warmup else workload.warmup
-            of_text = f"{of}" if phase == "warm-up" or not options.adaptive else f"<={of}"
-            # The figure that is judged: a client starved of CPU may read every token in
-            # one burst (no client rate), while the engine still timed its decode.
-            rates = judged_decode_values(round_samples)
-            rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
-            streams = f" x{n} streams, aggregate {aggregate:.1f} tok/s" if n > 1 and aggregate else ""
-            known = f", decode +/-{interval:.1%}" if interval is not None else ""
-            ttft = round_samples[0].ttft_s
-            progress(f"{phase} {done}/{of_text}: decode {rate}{streams}, "
-                     f"TTFT {'-' if ttft is None else f'{ttft * 1e3:.0f}'} ms{known}")
+            progress(_progress_line(workload, options, index, round_samples, aggregate,
+                                    interval))
         if (interval is not None and rounds >= options.min_repetitions
                 and interval <= options.target_interval):
             break
-    done_workload = replace(workload, repetitions=rounds)
-    result = replace(summarize(done_workload, info, samples, options.agreement_tolerance),
-                     aggregate_tokens_per_s=Summary.of(aggregates))
-    result = replace(result, notes=(*result.notes, *repetition_notes(result, options)))
-    # Per stream, the judged figure: a starved client may read a fast stream in one burst
-    # (no client rate) while the engine timed it.
-    agg, per_stream = result.aggregate_tokens_per_s, result.judged_decode_tokens_per_s
-    if n > 1 and agg is not None and per_stream is not None:
-        note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "
-                f"{per_stream.median:.1f} tok/s decode per stream")
-        result = replace(result, notes=(*result.notes, note))
-    notes = (client_cost_note(measured), engine_values_note(info, measured))
-    result = replace(result, notes=(*result.notes, *(n for n in notes if n is not None)))
-    return result
+    return _result_of(replace(workload, repetitions=rounds), info, options, samples,
+                      aggregates, measured)

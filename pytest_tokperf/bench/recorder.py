@@ -148,7 +148,7 @@ class Recorder:
             return head + "; the journal could not be written either: see the report files"
         first = journal.paths[0] if journal else ""
         return (f"{head}; they are kept in the journal {where}: import them with "
-                f"`tokperf import {self.location} {first}` once the database is writable "
+                f"`tokperf import --db {self.location} {first}` once the database is writable "
                 f"(or into another database)")
 
     def close(self) -> str | None:

@@ -135,8 +135,8 @@ class BenchRun:
     """The final gate verdicts, once ``finish`` ran."""
     gate_summary: str = ""
     """How the final verdicts were controlled together, and their counts (one line)."""
-    baseline: EngineSession | None = None
-    """The same-run A/B's baseline engine (``Settings.ab``), started beside the candidate."""
+    control: EngineSession | None = None
+    """The same-run A/B's control engine (``Settings.ab``), started beside the candidate."""
     ab_results: list[tuple[str, ABResult]] = field(default_factory=list)
     """Every same-run A/B of the run, by test id, in the order measured."""
     _finished: bool = field(default=False, init=False)
@@ -198,9 +198,9 @@ class BenchRun:
             recorder=recorder,
             gate=gate,
             salt_seed=salt_seed(run_id),
-            baseline=EngineSession(settings=settings.ab_settings(),
-                                   log_dir=log_dir / "baseline", progress=progress,
-                                   registry=registry) if settings.ab and settings.active else None,
+            control=EngineSession(settings=settings.ab_settings(),
+                                  log_dir=log_dir / "control", progress=progress,
+                                  registry=registry) if settings.ab and settings.active else None,
         )
 
     def tok_bench(
@@ -255,28 +255,28 @@ class BenchRun:
             speculative_engine=lambda draft: self.session.speculative_engine(draft)[0],
             ab=self._ab_plan(test_id),
             engine_pids=self._engine_pids,
-            judge_busy=s.busy == "judge",
-            busy_wait_s=s.busy_wait,
+            judge_busy=s.busy.judges,
+            busy_wait_s=s.busy.waits_s,
         )
 
     def _engine_pids(self) -> tuple[int, ...]:
-        """Every server process of the run tokperf started (candidate, baseline, drafts)."""
-        baseline = self.baseline.pids() if self.baseline is not None else ()
-        return (*self.session.pids(), *baseline)
+        """Every server process of the run tokperf started (candidate, control, drafts)."""
+        control = self.control.pids() if self.control is not None else ()
+        return (*self.session.pids(), *control)
 
     def _ab_plan(self, test_id: str) -> ABPlan | None:
         """How this run's tok_bench calls become same-run A/Bs (None: they do not)."""
-        if self.baseline is None:
+        if self.control is None:
             return None
         from pytest_tokperf.builds.identity import build_changes
 
-        s, baseline = self.settings, self.baseline
+        s, control = self.settings, self.control
 
         def changed() -> str:
-            return build_changes(baseline.binary_path, self.session.binary_path)
+            return build_changes(control.binary_path, self.session.binary_path)
 
-        return ABPlan(baseline=baseline.engine, min_effect=s.ab_min_effect,
-                      baseline_model_given=s.ab_model is not None, changed=changed,
+        return ABPlan(control=control.engine, min_effect=s.ab_min_effect,
+                      control_model_given=s.ab_model is not None, changed=changed,
                       on_result=lambda ab: self.ab_results.append((test_id, ab)))
 
     def record(
@@ -365,7 +365,7 @@ class BenchRun:
         Raises ``ConfigError`` for a model file that cannot be read, before anything
         stops; with a same-run A/B (``Settings.ab``) the grid is refused.
         """
-        if settings.ab or self.baseline is not None:
+        if settings.ab or self.control is not None:
             raise ConfigError("a same-run A/B measures one server configuration against "
                               "another engine; it cannot change configuration mid-run")
         models = self.ceilings.models
@@ -396,8 +396,8 @@ class BenchRun:
             try:
                 self.session.close()
             finally:
-                if self.baseline is not None:
-                    self.baseline.close()
+                if self.control is not None:
+                    self.control.close()
         finally:
             self.ceilings.close()
             lost = self.recorder.close()

@@ -82,12 +82,12 @@ def build_identity(binary: Path) -> BuildIdentity:
     return _identity(str(binary.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-def build_changes(baseline: Path | None, candidate: Path | None) -> str:
-    """What changed from the baseline build to the candidate ("" when either is unknown)."""
-    if baseline is None or candidate is None:
+def build_changes(control: Path | None, candidate: Path | None) -> str:
+    """What changed from the control build to the candidate ("" when either is unknown)."""
+    if control is None or candidate is None:
         return ""
     try:
-        a, b = build_identity(baseline), build_identity(candidate)
+        a, b = build_identity(control), build_identity(candidate)
     except OSError:
         return ""
     if a.sha256 == b.sha256:
@@ -102,7 +102,7 @@ def build_changes(baseline: Path | None, candidate: Path | None) -> str:
             parts.append("build flags " + " ".join([*(f"-{f.removeprefix('-D')}" for f in gone),
                                                     *(f"+{f.removeprefix('-D')}" for f in new)]))
     elif a.cmake_flags != b.cmake_flags:
-        side = "baseline" if a.cmake_flags is None else "candidate"
+        side = "control" if a.cmake_flags is None else "candidate"
         parts.append(f"the {side}'s build flags are unknown (not built by tokperf)")
     parts.append(f"binary sha256 {a.sha256[:12]} -> {b.sha256[:12]}")
     return "; ".join(parts)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_tokperf.builds.cmake import (
     check_free_space,
@@ -36,7 +37,7 @@ from pytest_tokperf.builds.prebuilt import (
 from pytest_tokperf.builds.progress import duration
 from pytest_tokperf.builds.releases import Release, ReleaseIndex, release_index
 from pytest_tokperf.builds.sdist import SdistIdentity, disk_full
-from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.errors import ConfigError, InstallError
 from pytest_tokperf.paths import cache_root, engines_dir
 from pytest_tokperf.results import Progress
 
@@ -350,3 +351,25 @@ def cached_build(number: int, where: str = "--tokperf-engine-version") -> Instal
         f"{where} b{number}: no cached llama-server build of that release; run `tokperf "
         f"install-engine llama-server --version {number}` (cached releases: {listed})"
     )
+
+
+def install_releases(index: ReleaseIndex, specs: Sequence[str], *, keep_going: bool = False,
+                     progress: Progress = print, **options: Any
+                     ) -> tuple[list[InstalledEngine], list[str]]:
+    """Every release ``specs`` name (``11292``, ``11200..11300``, ``9093..11434/9``),
+    built or found in the cache (``options``: ``install_llama_server``'s); with
+    ``keep_going`` a failed build is listed and the rest go on."""
+    chosen = [r for spec in specs for r in index.select(spec)]
+    done: list[InstalledEngine] = []
+    failed: list[str] = []
+    for i, release in enumerate(chosen, 1):
+        progress(f"[{i}/{len(chosen)}] llama-server {release.tag}")
+        try:
+            done.append(install_llama_server(release.number, progress=progress, index=index,
+                                             **options))
+        except InstallError as exc:
+            if not keep_going:
+                raise
+            failed.append(f"{release.tag}: {exc}")
+            progress(f"FAILED {release.tag}: {exc}")
+    return done, failed

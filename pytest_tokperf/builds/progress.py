@@ -4,7 +4,7 @@ bisect's steps, a wait on another build.
 A ``Meter`` counts a step's units and estimates the time left from the time per unit
 since the first few units (a compile's first percent are configure checks and ccache hits,
 not its pace). A progress callable that is a ``LiveProgress`` (the terminal's, in
-``cli.progress``) shows meters as live lines that tick; any other gets one plain line per
+``report.live``) shows meters as live lines that tick; any other gets one plain line per
 step: every ``line_every`` units, or when the count moved after ``quiet_s`` without a line.
 """
 

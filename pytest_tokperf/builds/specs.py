@@ -231,3 +231,17 @@ def child_main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(child_main(sys.argv[1:]))
+
+
+def binaries_in(folder: str) -> dict[int, Build]:
+    """The executables in ``folder`` named like ``llama-server-b<N>``, by release."""
+    found: dict[int, Build] = {}
+    for path in sorted(Path(folder).expanduser().iterdir()):
+        match = re.search(r"b(\d+)", path.name)
+        if match and path.is_file() and os.access(path, os.X_OK):
+            number = int(match.group(1))
+            found[number] = Build(f"b{number}", path.resolve(), number)
+    if not found:
+        raise ConfigError(f"--binaries {folder!r} holds no executable named like "
+                          f"llama-server-b<N>")
+    return found

@@ -30,14 +30,6 @@ def emit(args: argparse.Namespace, data: Any, text: str | Sequence[str],
         print(text if isinstance(text, str) else "\n".join(text), file=out)
 
 
-def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
-    """Left-aligned columns with a dashed rule under the header."""
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    fmt = "  ".join(f"{{:{w}}}" for w in widths)
-    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths)),
-            *(fmt.format(*r).rstrip() for r in rows)]
-
-
 def output_file(text: str, flag: str = "--output", *, stdout: bool = False) -> Path | None:
     """The file a verb writes: None for ``-`` where the verb can print (``stdout``), else
     the path, its missing folders made. Refused in one line: ``-`` where the output is

@@ -1,6 +1,6 @@
 """Adapter for LM Studio's server: ``/v1/completions``, and chat with ``chat.end`` stats.
 
-``max_tokens`` only caps, so the real count is recorded. Wire notes: docs/design.md.
+``max_tokens`` only caps, so the real count is recorded. Clocks: docs/engines.md.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class LMStudio(OpenAICompatible):
 
 
 def chat_end_timings(stats: Fields, asked: int) -> EngineTimings:
-    """``chat.end``'s ``result.stats`` as ``EngineTimings`` (docs/design.md)."""
+    """``chat.end``'s ``result.stats`` as ``EngineTimings`` (docs/engines.md)."""
     generated = stats.tokens("total_output_tokens", most=asked)
     rate = stats.rate("tokens_per_second")
     return stats.timings(EngineTimings(

@@ -1,7 +1,7 @@
 """Adapter for Ollama's native API (``/api/generate`` NDJSON).
 
 Timings are nanoseconds, zero values omitted; ``num_predict`` only caps, so the real
-``eval_count`` is recorded. Wire notes: docs/design.md.
+``eval_count`` is recorded. Clocks: docs/engines.md.
 """
 
 from __future__ import annotations

@@ -129,9 +129,6 @@ class EngineRegistry:
             )
         return engine
 
-    def copy(self) -> EngineRegistry:
-        return EngineRegistry(self._factories)
-
 
 def create_engine(
     name: str,

@@ -73,11 +73,6 @@ def _json_dict(response: httpx.Response | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def identify(client: httpx.Client, base_url: str) -> str:
-    """Name what answers at ``base_url``, from the endpoints only one engine serves."""
-    return recognize(client, base_url)[0]
-
-
 def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
     """What answers at ``base_url`` in words, and its ``--tokperf-engine`` name if known."""
     found = _json_dict(_get(client, f"{base_url}/api/version"))

@@ -4,6 +4,6 @@
 have), ``bands`` (fixed efficiency bands with their sources), ``band_fit`` (the model
 fitted on the public record, shipped as ``band_fit.json``), ``band_choice`` (the one
 band predict, import and outliers use), ``llama_bench_parse`` and ``llama_bench_import``
-(llama-bench's own output as stored results), ``band_rows`` (stored rows as the fit's
-observations), ``outliers`` (results below their band). See docs/expected-speed.md.
+(llama-bench's own output as stored results), ``outliers`` (results below their band).
+See docs/expected-speed.md.
 """

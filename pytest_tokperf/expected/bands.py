@@ -17,9 +17,6 @@ QuantFamily = Literal["f16", "q8", "q5-q6", "q4", "low-bit"]
 DeviceClass = Literal["consumer-gpu", "amd-gpu", "datacenter-gpu", "apple", "cpu", "unknown"]
 
 QUANT_FAMILIES: tuple[QuantFamily, ...] = ("f16", "q8", "q5-q6", "q4", "low-bit")
-DEVICE_CLASSES: tuple[DeviceClass, ...] = (
-    "consumer-gpu", "amd-gpu", "datacenter-gpu", "apple", "cpu", "unknown",
-)
 DEVICE_CLASS_NAMES: dict[DeviceClass, str] = {
     "consumer-gpu": "a consumer or workstation GPU (GeForce, RTX, Arc)",
     "amd-gpu": "an AMD Radeon GPU (ROCm or Vulkan)",

@@ -9,7 +9,6 @@ is one run, so importing it again adds nothing. Every field also stays verbatim 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import statistics
@@ -388,25 +387,3 @@ def _files(paths: Iterable[Path]) -> list[Path]:
         else:
             out.append(path)
     return out
-
-
-def records_from_rows(result: Row, samples: Sequence[Row] = ()) -> dict[str, Any]:
-    """The llama-bench record an exported result row (and its samples) came from."""
-    settings = result["engine_settings"]
-    if isinstance(settings, str):
-        settings = json.loads(settings)
-    fields: dict[str, Any] = {k.removeprefix(SETTING_PREFIX): json.loads(v)
-                              for k, v in settings.items() if k.startswith(SETTING_PREFIX)}
-    fields["n_prompt"], fields["n_gen"] = result["prompt_tokens"], result["generate_tokens"]
-    fields["n_depth"] = result["depth_tokens"]
-    figure = next(name for name in ("decode_tokens_per_s", "prefill_tokens_per_s",
-                                    "aggregate_tokens_per_s")
-                  if result.get(f"{name}_mean") is not None)
-    fields["avg_ts"] = result[f"{figure}_mean"]
-    fields["stddev_ts"] = result[f"{figure}_stdev"]
-    column = {"decode_tokens_per_s": "engine_decode_tokens_per_s",
-              "prefill_tokens_per_s": "engine_prefill_tokens_per_s"}.get(figure)
-    if samples and column:
-        fields["samples_ns"] = [round(s["round_wall_s"] * 1e9) for s in samples]
-        fields["samples_ts"] = [s[column] for s in samples]
-    return fields

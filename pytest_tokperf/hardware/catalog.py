@@ -67,11 +67,6 @@ def catalog_path() -> Path | None:
     return Path(override).expanduser() if override else None
 
 
-def packaged_catalog_name() -> str:
-    """Where the packaged catalog lives, for messages (a path when installed as files)."""
-    return str(resources.files(__package__).joinpath(CATALOG_FILE))
-
-
 def normalize(name: str) -> str:
     """Lower-case, ``-``/``_``/``/``/``(``/``)`` to spaces, runs of spaces collapsed."""
     return " ".join(re.sub(r"[-_/(),]", " ", name.lower()).split())

@@ -1,4 +1,5 @@
-"""The machine's own state during a measurement: other processes' CPU, run queue, steal.
+"""The machine's own state during a measurement: other processes' CPU, run queue, steal;
+and a wait for a quiet window (what a measurement taken busy becomes: ``busy``).
 
 Linux only, from /proc; elsewhere every reading is ``MachineLoad.unknown``.
 """
@@ -289,3 +290,4 @@ def wait_for_quiet(budget_s: float, engine_pids: Sequence[int] = (), *,
             return time.monotonic() - start
         if time.monotonic() - start + window_s > budget_s:
             return None
+

@@ -1,12 +1,11 @@
 """A measured memory READ-bandwidth probe in numpy: what decode actually streams.
 
-Best of several passes over a buffer set up once (``ReadProbe``). Notes: docs/design.md.
+Best of several passes over a buffer set up once (``ReadProbe``).
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,10 +45,6 @@ class ProbeResult:
     @property
     def best_bytes_per_s(self) -> float:
         return max(self.passes_bytes_per_s)
-
-    @property
-    def median_bytes_per_s(self) -> float:
-        return statistics.median(self.passes_bytes_per_s)
 
     @property
     def spread(self) -> float:

@@ -34,11 +34,6 @@ class WindowTimes:
     threads: int
 
     @property
-    def net_span_s(self) -> float:
-        """The window less the time the engine waited for a CPU (never below its run time)."""
-        return max(self.span_s - self.wait_s, self.run_s, 1e-9)
-
-    @property
     def wait_share(self) -> float:
         """The share of the window the engine's threads spent waiting for a CPU."""
         return self.wait_s / self.span_s if self.span_s > 0 else 0.0

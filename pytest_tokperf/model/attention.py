@@ -24,11 +24,6 @@ class SlidingWindow:
     notes: tuple[str, ...] = ()
     """Assumptions made on the way; they matter only once the depth exceeds the window."""
 
-    @property
-    def windowed_layers(self) -> int:
-        return sum(self.layers)
-
-
 def period_pattern(period: int, n_layer: int) -> tuple[bool, ...]:
     """llama.cpp's ``set_swa_pattern(period)`` (dense layer last in each period)."""
     return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))

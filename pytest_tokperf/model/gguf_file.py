@@ -83,10 +83,6 @@ class GGUFModel:
     """sha256 of the metadata and the first MiB of tensor data."""
 
     @property
-    def block_count(self) -> int:
-        return self.n_layer
-
-    @property
     def n_head_kv(self) -> int:
         return max(self.head_count_kv, default=0)
 

@@ -224,11 +224,6 @@ def _header(path: Path) -> tuple[dict[str, Any], int, int]:
     return header, size, length
 
 
-def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON table at the start of a safetensors file (no tensor data is read)."""
-    return _header(path)[0]
-
-
 def _whole(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 

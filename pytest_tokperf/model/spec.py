@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import gguf
@@ -331,3 +331,30 @@ MAIN_MODEL = ModelSpec(n_layer=10, n_embd=2048, n_ff=5632, n_head=32, n_head_kv=
 ENGINES_MODEL = ModelSpec(n_layer=4, n_embd=256, n_ff=704, n_head=4, n_head_kv=2,
                           n_vocab=4096, name="tokperf-engines")
 """About 10 MB in F16: one shape every engine loads in seconds (real-engine tests)."""
+
+
+PRESETS = {"main": MAIN_MODEL, "test": TEST_MODEL, "engines": ENGINES_MODEL}
+"""The generated models by name (``tokperf make-model --preset``)."""
+
+
+def spec_from(preset: str = "main", size: str | None = None, tensor_type: TensorType = "F16", *,
+              layers: int | None = None, width: int | None = None,
+              vocab: int | None = None) -> ModelSpec:
+    """A preset's shape (or one near a file ``size``) in ``tensor_type``, with layers,
+    width and vocabulary given by the user, each refused under its option's name."""
+    spec = (spec_for_size(parse_size(size), tensor_type=tensor_type) if size
+            else replace(PRESETS[preset], tensor_type=tensor_type))
+    heads = spec.n_head if spec.head_dim is None else 1
+    for flag, value, least in (("--layers", layers, 1), ("--width", width, 1),
+                               ("--vocab", vocab, MIN_VOCAB)):
+        if value is not None and value < least:
+            raise ConfigError(f"{flag} {value} is too small: give at least {least}")
+    step = math.lcm(heads, 32) if tensor_type == "Q8_0" else heads
+    if width is not None and width % step:
+        what = " and ".join(([f"the {heads} attention heads"] if heads > 1 else [])
+                            + (["Q8_0's blocks of 32"] if tensor_type == "Q8_0" else []))
+        raise ConfigError(f"--width {width} is not a multiple of {what}: give a multiple of "
+                          f"{step} (e.g. {multiple_near(width, step)})")
+    return replace(spec, n_layer=spec.n_layer if layers is None else layers,
+                   n_embd=spec.n_embd if width is None else width,
+                   n_vocab=spec.n_vocab if vocab is None else vocab)

@@ -1,9 +1,11 @@
-"""What a user reads: the terminal table, markdown/JSON/JUnit, plots and HTML.
+"""What a user reads: every table, document, plot and page.
 
-``table`` (the terminal summary; light), ``data`` (the one reader of a results DB for
-reports), ``formats`` (markdown, JSON, JUnit properties), ``plots`` (matplotlib),
-``html`` (one self-contained page), ``files`` (what a session writes at its end).
-Only ``table`` is imported here, so the plugin stays light.
+``tables`` (the one table writer and its escapers), ``table`` (the terminal summary;
+light), ``report_data`` (the one reader of a results DB for reports), ``formats``
+(markdown, the JSON documents, JUnit properties), ``plots`` (matplotlib), ``html`` (one
+self-contained page), ``files`` (what a session writes at its end, exports), and what the
+verbs print: ``history``, ``verdicts``, ``builds``, ``watch``, ``llama_bench``, ``live``
+(progress). Only ``table`` is imported here, so the plugin stays light.
 """
 
 from pytest_tokperf.report.table import Row, summary_table

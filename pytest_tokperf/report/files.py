@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from pytest_tokperf.bench.gate import GateFinding
 from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.report.formats import (
     dumps_report,
     markdown_summary,
@@ -28,10 +29,12 @@ from pytest_tokperf.report.report_data import (
     figures_from_row,
 )
 from pytest_tokperf.report.table import Row
+from pytest_tokperf.report.tables import csv_text
 from pytest_tokperf.results import RunInfo
 from pytest_tokperf.storage.location import DbLocation
 
 if TYPE_CHECKING:
+    from pytest_tokperf.bench.ab import ABResult
     from pytest_tokperf.stats.metric import Metric
     from pytest_tokperf.storage.store import ResultStore
 
@@ -142,4 +145,37 @@ def store_report(
                               source="tokperf report -o")
     run = next((r.run for r in store.runs() if r.run.run_id == run_id), None)
     path.write_text(dumps_report(report_json(figures, changes, run=run)), encoding="utf-8")
+    return path
+
+
+def export_text(db: DbLocation, fmt: Literal["csv", "json"]) -> tuple[int, str]:
+    """Every stored result (``storage.exchange.exported``) as CSV, its JSON columns as
+    text, or a JSON list; and how many results."""
+    from pytest_tokperf.storage.exchange import exported
+
+    header, rows = exported(db, decode=fmt == "json")
+    if fmt == "json":
+        return len(rows), dumps(rows, indent=1) + "\n"
+    return len(rows), csv_text(header, rows)
+
+
+def export_results(db: DbLocation, fmt: Literal["csv", "json"], out: Path) -> int:
+    """``export_text`` written to ``out`` (its folder made); how many results."""
+    count, written = export_text(db, fmt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8", newline="") as handle:
+        handle.write(written)
+    return count
+
+
+def write_ab_json(results: Sequence[tuple[str, ABResult]], path: Path) -> Path:
+    """The session's same-run A/Bs (``report.formats.ab_document``) as strict JSON."""
+    from pytest_tokperf.report.formats import ab_document
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(ab_document(results)), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"the A/B report {str(path)!r} (--tokperf-ab-json) cannot be "
+                          f"written: {exc.strerror or exc}; name a writable path") from exc
     return path

@@ -6,13 +6,12 @@ with units in their names, every repetition under ``samples``; NaN becomes ``nul
 
 from __future__ import annotations
 
-import html
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.jsontext import dumps
@@ -25,8 +24,12 @@ from pytest_tokperf.report.report_data import (
     workload_label,
 )
 from pytest_tokperf.report.session_rows import Row
-from pytest_tokperf.results import MachineLoad, RunInfo
+from pytest_tokperf.report.tables import Cell, Table, markdown, md_cell
+from pytest_tokperf.results import BenchResult, MachineLoad, RunInfo
 from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
+
+if TYPE_CHECKING:
+    from pytest_tokperf.bench.ab import ABResult
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 JSON_SCHEMA = "pytest-tokperf/report/1"
@@ -136,7 +139,6 @@ DEFAULT_COLUMNS = (
     "ceiling", "efficiency", "chars_per_s", "all_streams", "build", "verdict", "gate",
 )
 """What the markdown and HTML summaries show unless ``tokperf_table_columns`` says."""
-SUMMARY_HEADER = tuple(COLUMNS[name].header for name in DEFAULT_COLUMNS)
 
 
 def table_columns(names: Sequence[str] | None = None) -> list[Column]:
@@ -172,12 +174,6 @@ def sort_rows(rows: Sequence[Row], order: Sequence[str]) -> list[Row]:
     return [row_of[id(fig)] for fig in sort_figures(figures, order)]
 
 
-def summary_cells(fig: ResultFigures, columns: Sequence[Column] | None = None
-                  ) -> tuple[str, ...]:
-    """One row of the summary table as text, in ``columns`` order (default ones)."""
-    return tuple(c.cell(fig) for c in (columns or table_columns()))
-
-
 def change_line(change: SeriesChange) -> str:
     """``decode −12.0% [−14.1%, −9.8%], p=0.0005, b6000 → b6100``: figures and builds."""
     interval = ""
@@ -206,12 +202,6 @@ def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) 
     return text
 
 
-def _md_cell(text: str) -> str:
-    """Text safe in a GitHub table cell: HTML, pipes and backslashes escaped, one line."""
-    text = html.escape(text, quote=False)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_summary(
     figures: Sequence[ResultFigures],
     changes: Sequence[SeriesChange] = (),
@@ -228,16 +218,13 @@ def markdown_summary(
     lines = [f"### {title}: {headline(figures, changes)}", ""]
     setups = sorted({f.setup_label for f in figures})
     if setups:
-        lines += [f"Setup: {_md_cell('; '.join(setups))}", ""]
+        lines += [f"Setup: {md_cell('; '.join(setups))}", ""]
     if figures:
-        lines.append("| " + " | ".join(c.header for c in chosen) + " |")
-        lines.append("|" + "|".join("---:" if c.numeric else "---" for c in chosen) + "|")
-        for fig in figures:
-            cells = [_md_cell(c) for c in summary_cells(fig, chosen)]
-            for i, column in enumerate(chosen):
-                if column.name == "verdict" and fig.verdict in ("fail", "error", "suspect"):
-                    cells[i] = f"**{cells[i]}**"
-            lines.append("| " + " | ".join(cells) + " |")
+        strong = ("fail", "error", "suspect")
+        rows = [[Cell(c.cell(fig), strong=c.name == "verdict" and fig.verdict in strong)
+                 for c in chosen] for fig in figures]
+        lines += markdown(Table.of([c.header for c in chosen], rows,
+                                   numeric=[i for i, c in enumerate(chosen) if c.numeric]))
         lines.append("")
     else:
         lines += ["No results.", ""]
@@ -246,7 +233,7 @@ def markdown_summary(
         lines += ["#### Warnings", ""]
         for fig in warned:
             for warning in fig.warnings:
-                lines.append(f"- **{_md_cell(fig.test_id)}**: {_md_cell(warning)}")
+                lines.append(f"- **{md_cell(fig.test_id)}**: {md_cell(warning)}")
         lines.append("")
     for verdict, heading in _SECTIONS:
         picked = [c for c in changes if c.verdict == verdict]
@@ -254,8 +241,8 @@ def markdown_summary(
             continue
         lines += [f"#### {heading}", ""]
         for change in picked:
-            lines.append(f"- **{_md_cell(change.test_id)}** {verdict}: "
-                         f"{_md_cell(change_line(change))}")
+            lines.append(f"- **{md_cell(change.test_id)}** {verdict}: "
+                         f"{md_cell(change_line(change))}")
         lines.append("")
     return "\n".join(lines)
 
@@ -444,3 +431,45 @@ def junit_properties(row: ResultFigures | Row) -> list[tuple[str, str | float]]:
     ]
     return [(k, v) for k, v in values
             if v is not None and not (isinstance(v, float) and not math.isfinite(v))]
+
+
+AB_SCHEMA = "pytest-tokperf/ab/1"
+
+
+def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
+    """Every same-run A/B of a session (``--tokperf-ab-json``; ``tokperf compare-builds``
+    and the watch read it back, ``versions.paired.judge_documents``): per A/B both sides,
+    the per-pair figures in ``metrics`` order, the verdicts and what changed."""
+    from pytest_tokperf.bench.ab import PAIR_METRICS, model_name
+
+    def side(r: BenchResult) -> dict[str, Any]:
+        return {"engine": r.engine.name, "build": r.engine.build, "url": r.engine.base_url,
+                "model": model_name(r.engine)}
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"schema": AB_SCHEMA, "ab": [{
+        "test_id": test_id,
+        "workload": asdict(ab.candidate.workload),
+        "control": side(ab.control),
+        "candidate": side(ab.candidate),
+        "pairs": ab.pairs,
+        "metrics": list(PAIR_METRICS),
+        "rounds": [{"control": list(b), "candidate": list(c),
+                    **({"order": ab.orders[i]} if i < len(ab.orders) else {})}
+                   for i, (b, c) in enumerate(ab.rounds)],
+        "sequential": ab.sequential,
+        "verdicts": [{"metric": v.metric, "verdict": v.verdict,
+                      "change": number(v.relative_change), "ci_low": number(v.ci_low),
+                      "ci_high": number(v.ci_high), "confidence": v.confidence,
+                      "reason": v.reason} for v in ab.verdicts],
+        "changed": ab.changed,
+        "models_differ": ab.models_differ,
+        "stopped": ab.stopped,
+        "clock": ab.clock,
+        "busy": ab.busy,
+        "load": ab.load_text(),
+        "wall_s": round(ab.wall_s, 2),
+        "summary": ab.describe(),
+    } for test_id, ab in results]}

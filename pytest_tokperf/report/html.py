@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from html import escape
@@ -23,6 +22,7 @@ from pytest_tokperf.report.report_data import (
     load_histories,
     store_figures,
 )
+from pytest_tokperf.report.tables import Cell, Table, html_table
 from pytest_tokperf.stats.comparing import Metric
 from pytest_tokperf.storage.store import ResultStore
 
@@ -85,35 +85,25 @@ _SECTIONS = (
 )
 
 
-def _cell(column: Column, fig: ResultFigures, anchor: str | None) -> str:
-    text = column.cell(fig)
-    if column.name == "test" and anchor:
-        return (f'<td><a href="#{escape(anchor)}" title="its history figure">'
-                f"{escape(text)}</a></td>")
+def _cell(column: Column, fig: ResultFigures, anchor: str | None) -> Cell:
+    value = column.value(fig)
     css = "num" if column.numeric else ""
     if column.name == "verdict":
         css = f"v-{fig.verdict}"
     elif column.name == "gate" and fig.gate.split(" ", 1)[0] in ("regression", "improvement"):
         css = fig.gate.split(" ", 1)[0]
-    value = column.value(fig)
-    attr = f' class="{css}"' if css else ""
-    if isinstance(value, float) and math.isfinite(value) and column.name != "test":
-        attr += f' data-sort="{value:.9g}"'
-    return f"<td{attr}>{escape(text)}</td>"
+    sort = value if isinstance(value, float) and column.name != "test" else None
+    href = f"#{anchor}" if column.name == "test" and anchor else None
+    return Cell(column.cell(fig), css="" if href else css, sort=sort, href=href,
+                title="its history figure" if href else "")
 
 
 def _table(figures: Sequence[ResultFigures], links: Mapping[str, str]) -> list[str]:
     if not figures:
         return ["<p>No results.</p>"]
     columns = table_columns()
-    out = ['<table class="sortable">',
-           "<thead><tr>" + "".join(f"<th>{escape(c.header)}</th>" for c in columns)
-           + "</tr></thead><tbody>"]
-    for fig in figures:
-        anchor = links.get(fig.series_key or "")
-        out.append("<tr>" + "".join(_cell(c, fig, anchor) for c in columns) + "</tr>")
-    out.append("</tbody></table>")
-    return out
+    rows = [[_cell(c, fig, links.get(fig.series_key or "")) for c in columns] for fig in figures]
+    return html_table(Table.of([c.header for c in columns], rows))
 
 
 def _changes(changes: Sequence[SeriesChange]) -> list[str]:

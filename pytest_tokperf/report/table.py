@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.report.session_rows import Row, gate_label, session_rows
+from pytest_tokperf.report.tables import Table, text
 from pytest_tokperf.results import BenchResult, Ceiling, Summary
 
 __all__ = ["Row", "gate_label", "session_rows"]  # kept importable from here
@@ -161,10 +162,7 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
     header = tuple(_HEADER[i] for i in kept)
     body = [tuple(_short(line[i], test_width) if i == 0 else line[i] for i in kept)
             for line in full]
-    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(header)).rstrip()]
-    out.append("  ".join("-" * w for w in widths))
-    out.extend("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in body)
+    out = text(Table.of(header, body))
     left_out = [] if chosen is not None else [
         name for i, name in enumerate(_HEADER) if i not in kept and name not in _ON_REQUEST]
     if left_out:

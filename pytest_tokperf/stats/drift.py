@@ -95,15 +95,6 @@ def judge_history(
     return HistoryJudgement(step, step, drift, tuple(base), tuple(reference), "step")
 
 
-def compare_to_history(
-    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
-    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
-) -> Comparison:
-    """The gate's verdict on ``current`` against ``history`` (``judge_history``)."""
-    return judge_history(history, current, metric, alpha=alpha, window=window,
-                         min_samples=min_samples).comparison
-
-
 def _groups(points: Sequence[Point], cuts: Sequence[tuple[int, int]]) -> list[list[list[float]]]:
     """The runs of each ``[start, stop)`` segment, one group per segment."""
     return [[list(p.samples) for p in points[a:b]] for a, b in cuts if b > a]

@@ -41,11 +41,6 @@ class Groups:
         medians: np.ndarray = (ordered[starts + (n - 1) // 2] + ordered[starts + n // 2]) / 2
         return medians
 
-    def within(self) -> tuple[float, int]:
-        """Pooled within-version sum of squares and its degrees of freedom."""
-        dev = self.x - self.means()[self.ids]
-        return float(dev @ dev), len(self.x) - len(self.sizes)
-
     def pair_differences(self) -> np.ndarray:
         """``|x_i - x_j|`` over every pair of samples of the same version."""
         _, _, i, j = _layout(self.sizes)
@@ -56,12 +51,6 @@ class Groups:
         """The samples where ``mask`` is true; every version must keep one."""
         sizes = np.bincount(self.ids[mask], minlength=len(self.sizes))
         return Groups(self.x[mask], tuple(int(s) for s in sizes))
-
-    def take(self, start: int, stop: int) -> Groups:
-        """Versions ``start`` to ``stop - 1``."""
-        bounds = _layout(self.sizes)[1]
-        end = bounds[stop] if stop < len(self.sizes) else len(self.x)
-        return Groups(self.x[bounds[start]:end], self.sizes[start:stop])
 
 
 @functools.lru_cache(maxsize=512)

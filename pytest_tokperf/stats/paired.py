@@ -58,14 +58,14 @@ class Pairs:
     blocks: tuple[int, ...]
 
     @classmethod
-    def of(cls, metric: Metric, baseline: Sequence[float], candidate: Sequence[float],
+    def of(cls, metric: Metric, control: Sequence[float], candidate: Sequence[float],
            blocks: Sequence[int] | None = None) -> Pairs:
-        """Pairs from matched baseline and candidate figures (same length, > 0, finite)."""
-        if len(baseline) != len(candidate):
+        """Pairs from matched control and candidate figures (same length, > 0, finite)."""
+        if len(control) != len(candidate):
             raise ConfigError(
-                f"{metric.name}: {len(baseline)!r} baseline figures but {len(candidate)!r} "
+                f"{metric.name}: {len(control)!r} control figures but {len(candidate)!r} "
                 "candidate figures; a paired A/B needs one of each per pair")
-        b = log_samples(baseline, f"{metric.name} baseline")
+        b = log_samples(control, f"{metric.name} control")
         c = log_samples(candidate, f"{metric.name} candidate")
         starts = tuple(blocks) if blocks is not None else (0,) * len(b)
         if len(starts) != len(b):
@@ -127,19 +127,19 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
 @dataclass(frozen=True, slots=True)
 class PairStalls:
     """What ``set_aside_stalled_pairs`` did: ``positions`` left out (pair indexes),
-    ``candidate_slow``/``baseline_slow`` counted by side, ``kept_one_sided`` true where
+    ``candidate_slow``/``control_slow`` counted by side, ``kept_one_sided`` true where
     the stalls fell on one side and were kept as that build's own."""
 
     positions: tuple[int, ...] = ()
     candidate_slow: int = 0
-    baseline_slow: int = 0
+    control_slow: int = 0
     kept_one_sided: bool = False
 
     def text(self, n: int) -> str:
-        count = self.candidate_slow + self.baseline_slow
+        count = self.candidate_slow + self.control_slow
         if not count:
             return ""
-        sides = f"{self.candidate_slow} with the candidate slow, {self.baseline_slow} with the baseline slow"
+        sides = f"{self.candidate_slow} with the candidate slow, {self.control_slow} with the control slow"
         if self.kept_one_sided:
             return (f"; {count} stalled pair(s) of {n} ({sides}) kept: they fall on one "
                     "side more often than chance, so they are that build's own")
@@ -166,7 +166,7 @@ def set_aside_stalled_pairs(pairs: Pairs) -> tuple[Pairs, PairStalls]:
     count = int(far.sum())
     if count == 0 or count > PAIR_MAX_SET_ASIDE * len(d):
         return pairs, PairStalls()
-    low = int((far & (off < 0)).sum())  # log(candidate / baseline) fell
+    low = int((far & (off < 0)).sum())  # log(candidate / control) fell
     high = count - low
     slow_c, slow_b = (low, high) if pairs.metric.higher_is_better else (high, low)
     stalls = PairStalls(tuple(int(i) for i in np.flatnonzero(far)), slow_c, slow_b)
@@ -354,16 +354,6 @@ def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
         c = judge_pairs(p, alpha=alpha / k, start_sd=start_sd, sequential=sequential)
         out[name] = replace(c, correction=f"Bonferroni over {k} metrics" if k > 1 else "")
     return out
-
-
-def ratio_interval(pairs: Pairs, confidence: float = 0.95) -> float | None:
-    """Relative half-width of the pairs' own interval of the ratio (0.02: +/-2%; no start
-    level, stalls set aside): what an adaptive A/B watches. None without spread."""
-    shift = paired_shift(set_aside_stalled_pairs(pairs)[0], start_sd=0.0)
-    if not shift.std_error > 0:
-        return None
-    lo, hi = shift.interval(1 - confidence)
-    return (math.expm1(hi) - math.expm1(lo)) / 2
 
 
 def sequential_interval(pairs: Pairs, planned: int, confidence: float = 0.95) -> float | None:

@@ -8,15 +8,12 @@ by run id and, inside a run, by (test id, series key, created at).
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.jsontext import dumps as strict_dumps
 from pytest_tokperf.safe_files import FileRefused, inside, regular_size
 from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, environment_hash
 from pytest_tokperf.storage.location import DbLocation, named_file, same_db
@@ -240,25 +237,15 @@ def export_rows(store: ResultStore) -> Iterator[Row]:
         yield row
 
 
-def export_results(db: DbLocation, fmt: Literal["csv", "json"], out: Path) -> int:
-    """Write every result as CSV or a JSON list; returns the number of rows.
-
-    JSON columns are JSON values in the JSON export and JSON text in the CSV. Samples
-    are not exported (``dump_run`` keeps them).
-    """
+def exported(db: DbLocation, decode: bool = False) -> tuple[list[str], list[Row]]:
+    """Every result's row, joined with its run, environment and series text, and the
+    column names in order; ``decode``: JSON columns as JSON values, not their text.
+    Samples are not exported (``dump_run`` keeps them)."""
     with ResultStore.open_read_only(db) as store:
         rows = list(export_rows(store))
         header = [c.split(".", 1)[1] for c in _export_columns(store)]
     header[header.index("id")] = "result_id"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "json":
-        out.write_text(strict_dumps([_decode(r) for r in rows], indent=1) + "\n", encoding="utf-8")
-    else:
-        with out.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
-    return len(rows)
+    return header, [_decode(r) for r in rows] if decode else rows
 
 
 def import_files(paths: Iterable[Path]) -> tuple[list[Path], tuple[str, ...]]:
@@ -324,16 +311,6 @@ def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
             for run in kept_runs if kept_runs is not None else read_run_file(file):
                 total += add_results(store, run.run, run.results, run.source)
     return total
-
-
-def import_dataset(db: DbLocation, path: Path) -> Added:
-    """Load a run text file (``.jsonl``) or a JSON export (no samples) into ``db``."""
-    return import_datasets(db, [path])
-
-
-def load_reference_runs(directory: Path, db: DbLocation) -> Added:
-    """Load every ``*.jsonl`` in ``directory`` (the ``db/runs`` dataset) into ``db``."""
-    return import_datasets(db, [directory])
 
 
 def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:

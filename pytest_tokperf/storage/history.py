@@ -4,7 +4,7 @@ The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML re
 read a series through ``series_history``: one point per stored result, oldest first,
 labelled with what a comparison varies, its figures per metric (``metric_values``), by
 default since the series' latest accepted level; ``series_metric`` is the metric every
-door judges a series on. docs/design.md says which clock each metric reads.
+door judges a series on. docs/engines.md says whose clock decode is read from.
 """
 
 from __future__ import annotations
@@ -210,17 +210,6 @@ def session_probes(store: ResultStore, entries: Sequence[HistoryEntry]) -> list[
         if value:
             out[-1].append(value)
     return [statistics.median(v) if v else None for v in out]
-
-
-def history_points(
-    store: ResultStore, series_key: str, metric: str, *, exclude_run_id: str | None = None,
-    engine_version: str | None = None, limit: int | None = None, since_accepted: bool = True,
-) -> list[Point]:
-    """``series_history``'s points only (same options)."""
-    entries = series_history(store, series_key, metric, exclude_run_id=exclude_run_id,
-                             engine_version=engine_version, limit=limit,
-                             since_accepted=since_accepted)
-    return [e.point for e in entries]
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,6 +152,12 @@ def is_pg_url(text: object) -> bool:
     return text.strip().lower().startswith(PG_SCHEMES) or keyword_pairs(text) is not None
 
 
+def shown_db(text: str) -> str:
+    """A DB as the user gave it, safe to show: a URL or libpq keyword string without its
+    secrets, a path as it is."""
+    return redact_dsn(text) if is_pg_url(text) else text
+
+
 def _keyword_url(pairs: list[tuple[str, str]]) -> str:
     """A keyword string as the URL libpq reads the same: the DB name in the path, every
     other keyword a query parameter (whose values every message masks)."""

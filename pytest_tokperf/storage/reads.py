@@ -90,35 +90,6 @@ class StoreReads:
             params += (limit,)
         return [HistoryRow(**row) for row in reversed(self._read(sql, params))]
 
-    def history_samples(
-        self, series_key: str, *, since_result_id: int | None = None, limit: int | None = None
-    ) -> list[tuple[HistoryRow, tuple[Sample, ...]]]:
-        """A series' results with their repetitions, oldest first, in two queries.
-
-        ``since_result_id`` keeps that result and the later ones (an accepted level);
-        ``limit`` keeps the newest ``limit``.
-        """
-        sql = "SELECT * FROM series_history WHERE series_key = ?"
-        params: tuple[object, ...] = (series_key,)
-        if since_result_id is not None:
-            sql += (" AND (created_at, result_id) >= (SELECT created_at, id FROM results"
-                    " WHERE id = ?)")
-            params += (since_result_id,)
-        sql += " ORDER BY created_at DESC, result_id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (limit,)
-        rows = [HistoryRow(**row) for row in reversed(self._read(sql, params))]
-        if not rows:
-            return []
-        marks = ",".join("?" * len(rows))
-        found: dict[int, list[Sample]] = {row.result_id: [] for row in rows}
-        for sample in self._read(f"SELECT * FROM samples WHERE result_id IN ({marks})"
-                                 " ORDER BY result_id, repetition",
-                                 tuple(row.result_id for row in rows)):
-            found[sample["result_id"]].append(sample_from_row(sample))
-        return [(row, tuple(found[row.result_id])) for row in rows]
-
     def history_figures(
         self,
         series_key: str,
@@ -192,11 +163,6 @@ class StoreReads:
             sql += " WHERE series_key = ?"
             params = (series_key,)
         return [Acceptance(**row) for row in self._read(sql + " ORDER BY accepted_at, id", params)]
-
-    def accepted_from(self, series_key: str) -> int | None:
-        """The result the series' latest accepted level starts at, or None."""
-        found = self.acceptances(series_key)
-        return found[-1].result_id if found else None
 
     def latest_per_series(self) -> list[HistoryRow]:
         rows = self._read("SELECT * FROM latest_results ORDER BY series_key")

@@ -324,8 +324,3 @@ def read_run_file(path: Path) -> list[PlannedRun]:
     if path.suffix == ".jsonl":
         return plan_lines(text, str(path))
     return plan_export(text, str(path))
-
-
-def parse_runs(text: str, source: str) -> list[RunBundle]:
-    """Read the text form whole; ``source`` names the file in error messages."""
-    return [RunBundle(p.run, list(p.results())) for p in plan_lines(text, source)]

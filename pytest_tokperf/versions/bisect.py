@@ -135,104 +135,136 @@ def bisect_releases(
     if not 1 <= sessions <= max_sessions:
         raise ConfigError(f"sessions {sessions!r} must lie between 1 and max sessions "
                           f"({max_sessions!r})")
-    count: dict[int, int] = {}
-
-    def measure(number: int, wanted: int) -> Groups:
-        count[number] = max(count.get(number, 0), wanted)
-        return lab.groups(number, count[number])
-
+    search = _Search(lab, progress, sessions, max_sessions, min_effect)
     progress(f"bisect b{good}..b{bad}: {len(order) - 2} releases between; measuring the "
              f"endpoints, {sessions} sessions each, interleaved")
-    n = sessions
-    for r in range(1, n + 1):
-        measure(good, r)
-        measure(bad, r)
-    while True:
-        g, b = measure(good, n), measure(bad, n)
-        common = [t for t in g if t in b and (metrics is None or t.metric in metrics)]
-        if not common:
-            raise ConfigError("the endpoints have no test and metric in common to follow")
-        endpoints = compare_many({t: session_medians(g[t]) for t in common},
-                                 {t: session_medians(b[t]) for t in common},
-                                 {t: metric_for(t.metric, min_effect) for t in common})
-        for t, c in endpoints.items():
-            progress(f"  b{good} -> b{bad} {t.name}: {c.verdict}, {c.reason}")
-        regressions = [t for t, c in endpoints.items() if c.verdict == "regression"]
-        settled = all(_settled(c, metric_for(t.metric, min_effect)) for t, c in endpoints.items())
-        if regressions or n >= max_sessions or settled:
-            break
-        n += 1
-        progress(f"endpoints not settled: session {n} of each")
-        measure(good, n)
-        measure(bad, n)
+    endpoints, settled = search.endpoints(good, bad, metrics)
+    regressions = [t for t, c in endpoints.items() if c.verdict == "regression"]
     if not regressions:
         return BisectResult("no-regression" if settled else "inconclusive", good, bad, None,
                             endpoints, (), (), None, None, ())
     target = max(regressions, key=lambda t: (abs(endpoints[t].relative_change), t.name))
     progress(f"following {target.name}: {endpoints[target].relative_change:+.1%} from "
              f"b{good} to b{bad}")
-    metric = metric_for(target.metric, min_effect)
-    lo, hi = 0, len(order) - 1
-    known = {"good": [good], "bad": [bad]}
+    return search.narrow(order, target, endpoints)
 
-    def reference(side: str) -> list[list[float]]:
-        return [g for n in known[side]
-                for g in _target_groups(measure(n, count[n]), target, n)]
 
-    def medians(number: int, sessions: int) -> list[float]:
-        """The target's median in each of ``number``'s first ``sessions`` sessions."""
-        return session_medians(_target_groups(measure(number, sessions), target, number))
+@dataclass
+class _Search:
+    """One bisect's measurements: how many sessions each release has, the releases known
+    good and bad, and the steps taken."""
 
-    steps: list[Step] = []
-    meter = Meter(progress, "bisect:", float(_steps_left(lo, hi)), unit="steps",
-                  line_every=1.0, approximate=True)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        k = sessions
-        rounds: dict[int, list[float]] = {order[lo]: [], order[mid]: [], order[hi]: []}
+    lab: Lab
+    progress: Progress
+    sessions: int
+    max_sessions: int
+    min_effect: float | None
+    count: dict[int, int] = field(default_factory=dict)
+    known: dict[str, list[int]] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+
+    def measure(self, number: int, wanted: int) -> Groups:
+        self.count[number] = max(self.count.get(number, 0), wanted)
+        return self.lab.groups(number, self.count[number])
+
+    def endpoints(self, good: int, bad: int, metrics: Sequence[str] | None
+                  ) -> tuple[dict[Target, Comparison], bool]:
+        """The endpoints measured interleaved until a regression shows, they settle, or
+        the session limit; each target's verdict and whether all settled."""
+        self.known = {"good": [good], "bad": [bad]}
+        n = self.sessions
+        for r in range(1, n + 1):
+            self.measure(good, r)
+            self.measure(bad, r)
         while True:
-            left = hi - lo - 1
-            progress(f"step: b{order[mid]} ({left} release{'s' * (left != 1)} between "
-                     f"b{order[lo]} and b{order[hi]}), {k} session{'s' * (k != 1)}"
-                     + (f", round {len(rounds[order[mid]])} with both neighbours"
-                        if rounds[order[mid]] else ""))
-            if not rounds[order[mid]]:
-                current = medians(order[mid], k)
-                vs_good = compare(session_medians(reference("good")), current, metric)
-                vs_bad = compare(session_medians(reference("bad")), current, metric)
-            else:
-                # each round is its own server starts: the rounds are the unit
-                each = list(range(len(rounds[order[mid]])))
-                vs_good = judge_pairs(Pairs.of(metric, rounds[order[lo]], rounds[order[mid]], each))
-                vs_bad = judge_pairs(Pairs.of(metric, rounds[order[hi]], rounds[order[mid]], each))
+            g, b = self.measure(good, n), self.measure(bad, n)
+            common = [t for t in g if t in b and (metrics is None or t.metric in metrics)]
+            if not common:
+                raise ConfigError("the endpoints have no test and metric in common to follow")
+            found = compare_many({t: session_medians(g[t]) for t in common},
+                                 {t: session_medians(b[t]) for t in common},
+                                 {t: metric_for(t.metric, self.min_effect) for t in common})
+            for t, c in found.items():
+                self.progress(f"  b{good} -> b{bad} {t.name}: {c.verdict}, {c.reason}")
+            settled = all(_settled(c, metric_for(t.metric, self.min_effect))
+                          for t, c in found.items())
+            if any(c.verdict == "regression" for c in found.values()) or settled \
+                    or n >= self.max_sessions:
+                return found, settled
+            n += 1
+            self.progress(f"endpoints not settled: session {n} of each")
+            self.measure(good, n)
+            self.measure(bad, n)
+
+    def narrow(self, order: list[int], target: Target,
+               endpoints: dict[Target, Comparison]) -> BisectResult:
+        """Halve the releases between the last good and the first bad until they meet,
+        or a step stays undecided at the session limit."""
+        good, bad = order[0], order[-1]
+        lo, hi = 0, len(order) - 1
+        meter = Meter(self.progress, "bisect:", float(_steps_left(lo, hi)), unit="steps",
+                      line_every=1.0, approximate=True)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            outcome = self.step(order[lo], order[mid], order[hi], hi - lo - 1, target)
+            if outcome == "undecided":
+                meter.close()
+                return BisectResult("undecided", good, bad, target, endpoints,
+                                    tuple(self.steps), _figures(self.count, self.lab, target),
+                                    order[lo], None, tuple(order[lo:hi + 1]))
+            self.known[outcome].append(order[mid])
+            lo, hi = (lo, mid) if outcome == "bad" else (mid, hi)
+            decided = len(self.known["good"]) + len(self.known["bad"]) - 2
+            meter.update(decided, total=decided + _steps_left(lo, hi))
+        meter.close()
+        return BisectResult("found", good, bad, target, endpoints, tuple(self.steps),
+                            _figures(self.count, self.lab, target), order[lo], order[hi],
+                            (order[lo], order[hi]))
+
+    def step(self, low: int, mid: int, high: int, left: int, target: Target) -> Outcome:
+        """Judge ``mid`` (one of the ``left`` releases between ``low`` and ``high``)
+        against the releases known good and bad; one that stays undecided goes on in
+        rounds of the three back to back, judged by the per-round ratios, up to the
+        session limit."""
+        metric = metric_for(target.metric, self.min_effect)
+        k = self.sessions
+        rounds: dict[int, list[float]] = {low: [], mid: [], high: []}
+        while True:
+            self.progress(f"step: b{mid} ({left} release{'s' * (left != 1)} between "
+                          f"b{low} and b{high}), {k} session{'s' * (k != 1)}"
+                          + (f", round {len(rounds[mid])} with both neighbours"
+                             if rounds[mid] else ""))
+            if not rounds[mid]:
+                current = self.medians(mid, k, target)
+                vs_good = compare(session_medians(self.reference("good", target)), current,
+                                  metric)
+                vs_bad = compare(session_medians(self.reference("bad", target)), current,
+                                 metric)
+            else:  # each round is its own server starts: the rounds are the unit
+                each = list(range(len(rounds[mid])))
+                vs_good = judge_pairs(Pairs.of(metric, rounds[low], rounds[mid], each))
+                vs_bad = judge_pairs(Pairs.of(metric, rounds[high], rounds[mid], each))
             outcome = _outcome(vs_good, vs_bad)
-            steps.append(Step(order[mid], k, vs_good, vs_bad, outcome))
-            progress(f"  b{order[mid]}: {outcome} (vs good: {vs_good.verdict} "
-                     f"{vs_good.relative_change:+.1%}; vs bad: {vs_bad.verdict} "
-                     f"{vs_bad.relative_change:+.1%})")
-            if outcome != "undecided" or k >= max_sessions:
-                break
+            self.steps.append(Step(mid, k, vs_good, vs_bad, outcome))
+            self.progress(f"  b{mid}: {outcome} (vs good: {vs_good.verdict} "
+                          f"{vs_good.relative_change:+.1%}; vs bad: {vs_bad.verdict} "
+                          f"{vs_bad.relative_change:+.1%})")
+            if outcome != "undecided" or k >= self.max_sessions:
+                return outcome
             k += 1
             # a round: the three back to back, so that one phase of the machine is in all
-            line = (order[lo], order[mid], order[hi])
-            for number in line if len(rounds[order[mid]]) % 2 == 0 else reversed(line):
-                rounds[number].append(medians(number, count.get(number, 0) + 1)[-1])
-        if outcome == "undecided":
-            meter.close()
-            figures = _figures(count, lab, target)
-            return BisectResult("undecided", good, bad, target, endpoints, tuple(steps),
-                                figures, order[lo], None, tuple(order[lo:hi + 1]))
-        known[outcome].append(order[mid])
-        if outcome == "bad":
-            hi = mid
-        else:
-            lo = mid
-        decided = len(known["good"]) + len(known["bad"]) - 2
-        meter.update(decided, total=decided + _steps_left(lo, hi))
-    meter.close()
-    figures = _figures(count, lab, target)
-    return BisectResult("found", good, bad, target, endpoints, tuple(steps), figures,
-                        order[lo], order[hi], (order[lo], order[hi]))
+            line = (low, mid, high)
+            for number in line if len(rounds[mid]) % 2 == 0 else reversed(line):
+                rounds[number].append(
+                    self.medians(number, self.count.get(number, 0) + 1, target)[-1])
+
+    def reference(self, side: str, target: Target) -> list[list[float]]:
+        return [g for n in self.known[side]
+                for g in _target_groups(self.measure(n, self.count[n]), target, n)]
+
+    def medians(self, number: int, sessions: int, target: Target) -> list[float]:
+        """The target's median in each of ``number``'s first ``sessions`` sessions."""
+        return session_medians(_target_groups(self.measure(number, sessions), target, number))
 
 
 def _steps_left(lo: int, hi: int) -> int:
@@ -272,37 +304,3 @@ def _target_groups(groups: Groups, target: Target, number: int) -> list[list[flo
 def _figures(count: dict[int, int], lab: Lab, target: Target) -> tuple[Figure, ...]:
     return tuple(_figure(n, _target_groups(lab.groups(n, k), target, n))
                  for n, k in sorted(count.items()))
-
-
-def format_result(result: BisectResult) -> list[str]:
-    """The summary a terminal shows at the end."""
-    if result.status in ("no-regression", "inconclusive"):
-        lines = [f"no regression from b{result.good} to b{result.bad}: nothing to bisect"
-                 if result.status == "no-regression" else
-                 f"inconclusive from b{result.good} to b{result.bad}: the endpoints were not "
-                 f"told apart at the session limit, so nothing was bisected (rerun with more "
-                 f"--max-sessions or on a quieter machine)"]
-        return lines + [f"  {t.name}: {c.verdict}: {c.reason}" for t, c in result.endpoints.items()]
-    assert result.target is not None
-    unit = "tok/s" if result.target.metric == "decode" else "s"
-    lines = [f"target: {result.target.name}, "
-             f"{result.endpoints[result.target].relative_change:+.1%} from b{result.good} "
-             f"to b{result.bad}"]
-    if result.status == "found" and result.upstream_builds is not None:
-        first, last = result.upstream_builds
-        span = f"b{first}" if first == last else f"b{first}..b{last} ({last - first + 1} builds)"
-        lines += [f"first bad release: b{result.first_bad} (last good: b{result.last_good})",
-                  f"llama.cpp builds to look at: {span}, "
-                  f"https://github.com/ggml-org/llama.cpp/compare/b{result.last_good}...b{result.first_bad}"]
-    else:
-        lines.append("undecided: the last step stayed inconclusive at the session limit; "
-                     f"the first bad release is one of "
-                     f"{', '.join(f'b{n}' for n in result.remaining[1:])} (rerun with more "
-                     "--max-sessions or on a quieter machine)")
-    lines.append(f"measured {len(result.figures)} releases ({result.midpoints} between the "
-                 f"endpoints):")
-    marks = {result.last_good: "  <- last good", result.first_bad: "  <- first bad"}
-    for f in result.figures:
-        lines.append(f"  b{f.number:<7} {f.mean:9.4g} {unit} ±{f.stdev:.3g}  "
-                     f"n={f.samples} in {f.sessions} sessions{marks.get(f.number, '')}")
-    return lines

@@ -1,9 +1,9 @@
 """``tokperf compare-builds`` on the same-run A/B: both builds up at once, ABBA pairs.
 
-Each session is one pytest run with build B as the candidate and build A as the other
-side (``--tokperf-server-bin B --tokperf-ab-engine A --tokperf-ab-json FILE``). Sessions
-are the server starts of ``stats.paired``: several are pooled, each allowed a level of
-its own (``start_sd``, or their own spread where larger); with one, the pairs are the unit.
+Each session is one pytest run with build B as the candidate and build A as the control
+(``--tokperf-server-bin B --tokperf-ab-engine A --tokperf-ab-json FILE``). Sessions are
+the server starts of ``stats.paired``: several are pooled, each allowed a level of its
+own (``start_sd``, or their own spread where larger); with one, the pairs are the unit.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def again_if_busy(measure: Callable[[], Path], what: str, busy_wait: float,
 
 
 def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> Path:
-    """One pytest session, B as candidate and A as baseline; the path of its A/B JSON."""
+    """One pytest session, B as candidate and A as control; the path of its A/B JSON."""
     runner.log_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = safe_name(f"{a.label}-vs-{b.label}")
@@ -111,7 +111,7 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
     log = document.with_suffix(".log")
     command = [*runner.command(b), f"--tokperf-ab-engine={a.binary}",
                f"--tokperf-ab-json={document}"]
-    runner.progress(f"A/B session {number}: {a.label} (baseline) and {b.label} (candidate) ...")
+    runner.progress(f"A/B session {number}: {a.label} (control) and {b.label} (candidate) ...")
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
@@ -153,7 +153,7 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
                     if name not in _METRICS:
                         continue
                     i = names.index(name)
-                    x, y = row["baseline"][i], row["candidate"][i]
+                    x, y = row["control"][i], row["candidate"][i]
                     if x is None or y is None:
                         continue
                     b, c, blocks = pooled.setdefault(key, {}).setdefault(name, ([], [], []))

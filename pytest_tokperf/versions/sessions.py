@@ -18,12 +18,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.builds.specs import Build
+from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.jsontext import jsonl_objects
 from pytest_tokperf.results import Progress
@@ -35,8 +36,7 @@ from pytest_tokperf.storage.location import DbLocation, PgUrl, local_base
 
 METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
 RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
-            "--tokperf-ab-engine", "--tokperf-ab-json", "--tokperf-baseline-server-bin",
-            "--tokperf-baseline-engine-version", "--tokperf-baseline-url")
+            "--tokperf-ab-engine", "--tokperf-ab-json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,8 @@ class Session:
     binary_sha256: str = ""
     """The binary's content when measured ("" in journals written before it was kept:
     those lines match by label and path)."""
+    busy: str = ""
+    """The machine, where the session was measured with neighbours busy ("" when quiet)."""
 
 
 Groups = dict[Target, list[list[float]]]
@@ -153,6 +155,7 @@ class BuildRunner:
         self, db: DbLocation, pytest_args: Sequence[str], *, progress: Progress = print,
         metrics: Sequence[str] = ("decode", "ttft"), python: str = sys.executable,
         log_dir: Path | None = None, env: Mapping[str, str] | None = None,
+        busy: BusyPolicy = BusyPolicy(),
     ) -> None:
         for arg in pytest_args:
             if arg.split("=", 1)[0] in RESERVED:
@@ -172,6 +175,7 @@ class BuildRunner:
         self.log_dir = log_dir or local_base(db).parent / "logs"
         self.env = dict(env or {})
         self.journal = Journal(db)
+        self.busy = busy
 
     def sessions(self, build: Build) -> list[Session]:
         return self.journal.sessions(build, self.selection)
@@ -201,9 +205,29 @@ class BuildRunner:
         db = {"PYTEST_TOKPERF_DB": self.db.dsn} if isinstance(self.db, PgUrl) else {}
         return {**os.environ, **self.env, **db}
 
-    def run_session(self, build: Build, number: int, *, expected_s: float | None = None) -> Session:
+    def run_session(self, build: Build, number: int, *, expected_s: float | None = None,
+                    again: bool = False) -> Session:
         """One pytest session on ``build``, journalled; ``expected_s`` (the build's sessions
-        so far) lets the terminal show the time left."""
+        so far) lets the terminal show the time left. A session measured busy follows the
+        runner's ``busy`` policy: measured once more after a quiet window, or it stands
+        (noted), or with 'fail' it stops the run."""
+        session = self._session(build, number, expected_s)
+        busy = self._busy_in(session.run_ids)
+        if busy and not again and self.busy.waits_s > 0:
+            from pytest_tokperf.hardware.load import wait_for_quiet
+
+            self.progress(f"{build.label}: session {number} measured busy ({busy}): waiting up "
+                          f"to {self.busy.waits_s:g} s for a quiet window (--busy-wait)")
+            if wait_for_quiet(self.busy.waits_s) is not None:
+                return self.run_session(build, number, expected_s=expected_s, again=True)
+        if busy and self.busy.outcome == "fail":
+            raise EngineError(f"{build.label}: session {number} was measured busy ({busy}) and "
+                              f"--busy fail stops the run; rerun on a quiet machine")
+        session = replace(session, busy=busy)
+        self.journal.add(session)
+        return session
+
+    def _session(self, build: Build, number: int, expected_s: float | None) -> Session:
         from pytest_tokperf.environment import utc_now
         from pytest_tokperf.storage.store import ResultStore
 
@@ -212,8 +236,7 @@ class BuildRunner:
         with ResultStore.open(self.db) as store:
             before = {r.run.run_id for r in store.runs()}
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        name = safe_name(build.label)
-        log = self.log_dir / f"session-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        log = self.log_dir / f"session-{safe_name(build.label)}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         self.progress(f"{build.label}: session {number} ...")
         started = time.monotonic()
         with open(log, "w", encoding="utf-8") as out, Meter(
@@ -223,17 +246,31 @@ class BuildRunner:
         seconds = time.monotonic() - started
         with ResultStore.open(self.db) as store:
             new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)
-        tail = [tail_text(log, 1).strip()]
+        tail = tail_text(log, 1).strip()
         if proc.returncode not in (0, 1) or not new or not _run_values(self.db, new, self.metrics):
             raise EngineError(
                 f"pytest on {build.label} (exit {proc.returncode}) stored no tok_bench results "
-                f"in {self.db}: {tail[0]}; full output: {log}"
+                f"in {self.db}: {tail}; full output: {log}"
             )
-        session = Session(build.label, self.selection, new, str(build.binary), proc.returncode,
-                          round(seconds, 1), utc_now(), self.journal.digest(build.binary))
-        self.journal.add(session)
-        self.progress(f"{build.label}: session {number} done in {seconds:.0f} s ({tail[0]})")
-        return session
+        self.progress(f"{build.label}: session {number} done in {seconds:.0f} s ({tail})")
+        return Session(build.label, self.selection, new, str(build.binary), proc.returncode,
+                       round(seconds, 1), utc_now(), self.journal.digest(build.binary))
+
+    def _busy_in(self, run_ids: Sequence[str]) -> str:
+        """The machine of these runs' results measured with neighbours busy ("" if none)."""
+        from pytest_tokperf.storage.rows import machine_loads_from_json
+        from pytest_tokperf.storage.store import ResultStore
+
+        marks = ", ".join("?" for _ in run_ids)
+        with ResultStore.open(self.db) as store:
+            texts = store.tuples(f"SELECT machine_load FROM results WHERE run_id IN ({marks})",
+                                 tuple(run_ids))
+        loads = [machine_loads_from_json(text)[0] for (text,) in texts]
+        return next((load.brief() for load in loads if load is not None and load.loaded), "")
+
+    def busy_of(self, sessions: Sequence[Session]) -> str:
+        """The machine of these sessions measured busy ("" when all were quiet)."""
+        return "; ".join(dict.fromkeys(s.busy for s in sessions if s.busy))
 
     def groups(self, sessions: Sequence[Session]) -> Groups:
         out: Groups = {}
@@ -277,6 +314,8 @@ class BuildComparison:
     comparison: Comparison
     median_a: float = float("nan")
     median_b: float = float("nan")
+    busy: str = ""
+    """The machine of the compared sessions measured busy ("" when all were quiet)."""
 
     @property
     def ratio(self) -> float:
@@ -315,5 +354,7 @@ def compare_builds(runner: BuildRunner, a: Build, b: Build, rounds: int,
                 ran = len(runner.sessions(build))
                 runner.ensure(build, r)
                 meter.update(meter.done + max(r - ran, 0))
-    return compare_groups(runner.groups(runner.sessions(a)[:rounds]),
-                          runner.groups(runner.sessions(b)[:rounds]), min_effect=min_effect)
+    used = [runner.sessions(x)[:rounds] for x in (a, b)]
+    busy = runner.busy_of([*used[0], *used[1]])
+    return [replace(c, busy=busy) for c in compare_groups(
+        runner.groups(used[0]), runner.groups(used[1]), min_effect=min_effect)]

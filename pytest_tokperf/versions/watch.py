@@ -19,24 +19,38 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pytest_tokperf.builds.progress import Meter
-from pytest_tokperf.builds.specs import Build, BuildSpec, BuildTimedOut
-from pytest_tokperf.errors import EngineError, InstallError, TokperfError
+from pytest_tokperf.builds.releases import ReleaseIndex, release_number
+from pytest_tokperf.builds.specs import (
+    Build,
+    Builder,
+    BuildSpec,
+    BuildTimedOut,
+    parse_spec,
+)
+from pytest_tokperf.busy import BusyPolicy
+from pytest_tokperf.errors import ConfigError, EngineError, InstallError, TokperfError
 from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.results import Progress
 from pytest_tokperf.stats.metric import pct
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
-from pytest_tokperf.versions.bisect import Lab, bisect_releases
-from pytest_tokperf.versions.paired import QuietWait, again_if_busy, judge_documents
-from pytest_tokperf.versions.sessions import Groups
+from pytest_tokperf.storage.location import DbLocation
+from pytest_tokperf.versions.bisect import Lab, RunnerLab, bisect_releases
+from pytest_tokperf.versions.paired import (
+    QuietWait,
+    again_if_busy,
+    judge_documents,
+    run_paired_session,
+)
+from pytest_tokperf.versions.sessions import BuildRunner, Groups, selection_key
 from pytest_tokperf.versions.watch_journal import (
     COMPARE_URL,
     JUDGED,
     AbRow,
     AbStep,
     BuildStep,
-    BusyRule,
     Kind,
     Measure,
     Provide,
@@ -47,6 +61,8 @@ from pytest_tokperf.versions.watch_journal import (
     WatchResult,
     build_of,
     build_step_of,
+    journal_for,
+    watch_folder,
 )
 
 
@@ -76,14 +92,13 @@ class Watch:
     between: Callable[[int, int], list[int]] | None = None
     metrics: tuple[str, ...] = ("decode",)
     min_effect: float = PAIRED_MIN_EFFECT
-    busy: BusyRule = "skip"
+    busy: BusyPolicy = BusyPolicy()
+    """An A/B measured busy: measured again after a quiet window (within its wait), and
+    a flag only where the policy judges busy figures."""
     confirm: bool = True
     retry_failed: bool = False
     sessions: int = 3
     max_sessions: int = 8
-    busy_wait: float = 0.0
-    """Seconds an A/B measured busy waits for a quiet window to be measured again
-    (``--busy skip`` only; 0: never)."""
     wait_quiet: QuietWait | None = None
     """Seconds waited for a quiet window within a budget, None when none came
     (default ``hardware.load.wait_for_quiet``)."""
@@ -198,19 +213,19 @@ class Watch:
 
     def _ab(self, role: Role, a: tuple[Build, BuildStep], b: tuple[Build, BuildStep],
             attempt: int) -> AbStep:
-        (base, base_step), (cand, cand_step) = a, b
-        entry = self.journal.ab((base.label, base_step.sha256), (cand.label, cand_step.sha256),
+        (ctrl, ctrl_step), (cand, cand_step) = a, b
+        entry = self.journal.ab((ctrl.label, ctrl_step.sha256), (cand.label, cand_step.sha256),
                                 self.selection, attempt)
         if entry is not None:
             self._reused += 1
             document = Path(entry["document"])
             rows = (self._judge(document) if document.is_file()
                     else tuple(AbRow(**r) for r in entry["rows"]))
-            self.progress(f"A/B {base.label} -> {cand.label} ({role}): from the journal")
-            return AbStep(role, base.label, cand.label, attempt, str(document),
+            self.progress(f"A/B {ctrl.label} -> {cand.label} ({role}): from the journal")
+            return AbStep(role, ctrl.label, cand.label, attempt, str(document),
                           float(entry["seconds"]), rows, measured=False,
                           busy_first=str(entry.get("busy_first") or ""))
-        self.progress(f"A/B {base.label} -> {cand.label} ({role}"
+        self.progress(f"A/B {ctrl.label} -> {cand.label} ({role}"
                       f"{', again to confirm' if role == 'confirm' else ''})")
         expected = statistics.fmean(self._ab_seconds) if self._ab_seconds else None
         self._worked = True
@@ -218,29 +233,28 @@ class Watch:
 
         def measure() -> Path:
             began = time.monotonic()
-            with Meter(self.progress, f"A/B {base.label} -> {cand.label}", expected_s=expected):
-                document = self.measure(base, cand, attempt)
+            with Meter(self.progress, f"A/B {ctrl.label} -> {cand.label}", expected_s=expected):
+                document = self.measure(ctrl, cand, attempt)
             self._ab_seconds.append(time.monotonic() - began)  # what an A/B is expected to take
             return document
 
-        document, busy = again_if_busy(measure, f"A/B {base.label} -> {cand.label}",
-                                       self.busy_wait if self.busy == "skip" else 0.0,
-                                       self.progress, self.wait_quiet)
+        document, busy = again_if_busy(measure, f"A/B {ctrl.label} -> {cand.label}",
+                                       self.busy.waits_s, self.progress, self.wait_quiet)
         busy_first = str(busy) if busy is not None else ""
         rows = self._judge(document)
         seconds = time.monotonic() - started  # a busy try and the wait included
         self._measured += 1
-        done = AbStep(role, base.label, cand.label, attempt, str(document), round(seconds, 1),
+        done = AbStep(role, ctrl.label, cand.label, attempt, str(document), round(seconds, 1),
                       rows, busy_first=busy_first)
-        self.journal.add({"step": "ab", "role": role, "baseline": base.label,
-                          "baseline_sha256": base_step.sha256, "candidate": cand.label,
+        self.journal.add({"step": "ab", "role": role, "control": ctrl.label,
+                          "control_sha256": ctrl_step.sha256, "candidate": cand.label,
                           "candidate_sha256": cand_step.sha256, "selection": self.selection,
                           "attempt": attempt, "document": str(document),
                           "seconds": done.seconds, "rows": [asdict(r) for r in rows],
                           **({"busy_first": busy_first} if busy_first else {})})
         lead = done.lead(self.metrics)
         if lead is not None:
-            self.progress(f"  {cand.label} vs {base.label}: {lead.metric} {lead.verdict} "
+            self.progress(f"  {cand.label} vs {ctrl.label}: {lead.metric} {lead.verdict} "
                           f"{lead.change:+.1%}{' (measured busy)' if lead.busy else ''}")
         return done
 
@@ -256,8 +270,8 @@ class Watch:
         if second is not None:
             again = second.flag(self.metrics, self.busy)
             if again != kind:
-                why = ("the second A/B was measured busy" if second.busy and self.busy == "skip"
-                       and second.flag(self.metrics, "judge") == kind
+                why = ("the second A/B was measured busy" if second.busy and not self.busy.judges
+                       and second.flag(self.metrics, BusyPolicy("judge")) == kind
                        else f"the second A/B reads {again or 'no change'}")
                 self.progress(f"{before.label} -> {after.label}: {kind} not confirmed ({why})")
                 return replace(flag, confirmed=False, note=f"not confirmed: {why}")
@@ -308,14 +322,83 @@ class Watch:
                        compare_url=COMPARE_URL.format(good=last_good, bad=first_bad))
 
     def _busy_notes(self, releases: Sequence[ReleaseWatch]) -> list[str]:
-        if self.busy == "judge":
+        if self.busy.judges:
             return []
         notes = []
         for release in releases:
             for ab in release.abs:
                 rows = [r for r in ab.rows if r.busy and r.flagged and r.metric in self.metrics]
                 for r in rows:
-                    notes.append(f"{ab.candidate} vs {ab.baseline} ({ab.role}): {r.metric} "
+                    notes.append(f"{ab.candidate} vs {ab.control} ({ab.role}): {r.metric} "
                                  f"{r.verdict} {pct(r.change)} measured busy ({r.busy}): "
                                  f"not a flag")
         return notes
+
+
+def watch_list(words: Sequence[str], index: Callable[[], ReleaseIndex], *,
+               first: str | None = None, last: str | None = None,
+               since: dict[str, Any] | None = None, since_last: bool = False,
+               reference: str | None = None, journal_path: Path | None = None
+               ) -> tuple[list[BuildSpec], BuildSpec]:
+    """The builds to watch, in order, and the reference: BUILD ``words`` (a release, a
+    span ``10380..10499``, a binary, a source tree), or the registry's releases from
+    ``first`` (or the last one ``since``, the journal's last watch, with ``since_last``)
+    up to ``last``. ``index`` is asked only when releases are named."""
+    if since_last or first or last:
+        if words:
+            raise ConfigError(f"{' '.join(words)!r} beside --from/--to/--since-last: give the "
+                              f"builds one way")
+        specs = _span(index, first, last, since, since_last, journal_path)
+    elif words:
+        specs = [spec for word in words for spec in (
+            [BuildSpec(r.tag, "release", r.number) for r in index().select(word)]
+            if ".." in word and not Path(word).expanduser().exists() else [parse_spec(word)])]
+    else:
+        raise ConfigError("nothing to watch: give builds (`tokperf watch 10380..10499`, "
+                          "binaries or source trees), --from N [--to N], or --since-last")
+    if reference:
+        return specs, parse_spec(reference)
+    if since is not None:
+        return specs, parse_spec(str(since["reference"]))
+    if not specs:
+        raise ConfigError("no release lies in the span given: nothing to watch")
+    return specs, specs[0]
+
+
+def _span(index: Callable[[], ReleaseIndex], first: str | None, last: str | None,
+          since: dict[str, Any] | None, since_last: bool, journal_path: Path | None
+          ) -> list[BuildSpec]:
+    """The registry's releases from ``first`` (or the last watched) to ``last``."""
+    if since is not None and not str(since.get("last_number", "")).isdigit():
+        raise ConfigError(f"the last watch in {journal_path} ended on "
+                          f"{since.get('last')!r}, not a release: give --from")
+    if since is None and not first:
+        raise ConfigError("give --from N (the first release to watch)"
+                          + (f": {journal_path} holds no earlier watch of this selection"
+                             if since_last else ""))
+    low = int(since["last_number"]) if since is not None else release_number(str(first))
+    high = release_number(last) if last else index().numbers[-1]
+    if low > high:
+        raise ConfigError(f"--from b{low} comes after --to b{high}: write the older first")
+    inside = index().between(low, high)
+    if not inside:
+        index().get(low)  # names the nearest releases
+    return [BuildSpec(r.tag, "release", r.number) for r in inside]
+
+
+def run_watch(db: DbLocation, selection: Sequence[str], builder: Builder,
+              specs: Sequence[BuildSpec], reference: BuildSpec, *, folder: Path | None = None,
+              progress: Progress = print, **options: Any) -> WatchResult:
+    """The watch of ``specs`` against ``reference``: each build A/B'd with the selection's
+    pytest sessions into ``db``, the A/B documents in ``folder`` (default: beside the DB),
+    the journal beside the DB (``options``: ``Watch``'s metrics, min_effect, busy,
+    confirm, retry_failed, sessions, max_sessions)."""
+    folder = folder or watch_folder(db, specs)
+    runner = BuildRunner(db, selection, progress=progress, metrics=("decode", "ttft"),
+                         log_dir=folder)
+    return Watch(
+        WatchJournal(journal_for(db)), folder, selection_key(selection, ["watch"]),
+        provide=builder, measure=lambda a, b, n: run_paired_session(runner, a, b, n),
+        lab=lambda: RunnerLab(runner, builder.release),
+        between=lambda lo, hi: [n for n in builder.index().numbers if lo < n < hi],
+        progress=progress, **options).run(specs, reference)

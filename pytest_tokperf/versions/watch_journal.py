@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pytest_tokperf.builds.sdist import file_sha256
 from pytest_tokperf.builds.specs import Build, BuildSpec
+from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.jsontext import dumps, jsonl_objects
 from pytest_tokperf.safe_files import safe_name
 from pytest_tokperf.storage.location import DbLocation, local_base
@@ -23,14 +24,13 @@ from pytest_tokperf.versions.paired import PairedBuildComparison
 Role = Literal["reference", "predecessor", "confirm"]
 Kind = Literal["regression", "improvement"]
 Outcome = Literal["built", "given", "failed", "timed-out"]
-BusyRule = Literal["skip", "judge"]
 
 JUDGED = ("decode", "prefill", "ttft")
 """The metrics each A/B's rows keep; the watch flags those it is given (decode)."""
 COMPARE_URL = "https://github.com/ggml-org/llama.cpp/compare/b{good}...b{bad}"
 
 Measure = Callable[[Build, Build, int], Path]
-"""One A/B session: baseline, candidate, attempt -> the path of its A/B JSON document."""
+"""One A/B session: control, candidate, attempt -> the path of its A/B JSON document."""
 Provide = Callable[[BuildSpec], Build]
 
 
@@ -61,10 +61,10 @@ class AbRow:
 
 @dataclass(frozen=True, slots=True)
 class AbStep:
-    """One A/B of the watch: ``candidate`` measured against ``baseline``."""
+    """One A/B of the watch: ``candidate`` measured against ``control``."""
 
     role: Role
-    baseline: str
+    control: str
     candidate: str
     attempt: int
     document: str
@@ -76,11 +76,11 @@ class AbStep:
     """The document of a first try measured busy, which this one (measured after a quiet
     window, ``--busy-wait``) replaces ("" when there was none)."""
 
-    def counted(self, metrics: Sequence[str], busy: BusyRule) -> list[AbRow]:
+    def counted(self, metrics: Sequence[str], busy: BusyPolicy) -> list[AbRow]:
         """The rows that may flag: the watched metrics, measured quiet (or busy judged)."""
-        return [r for r in self.rows if r.metric in metrics and (busy == "judge" or not r.busy)]
+        return [r for r in self.rows if r.metric in metrics and (busy.judges or not r.busy)]
 
-    def flag(self, metrics: Sequence[str], busy: BusyRule) -> Kind | None:
+    def flag(self, metrics: Sequence[str], busy: BusyPolicy) -> Kind | None:
         """A regression in any counted row, else an improvement in any, else None."""
         verdicts = {r.verdict for r in self.counted(metrics, busy)}
         return ("regression" if "regression" in verdicts
@@ -157,7 +157,7 @@ class ReleaseWatch:
         found: dict[tuple[str, int], AbStep] = {}
         for ab in (self.vs_reference, self.vs_predecessor, self.confirm):
             if ab is not None:
-                found.setdefault((ab.baseline, ab.attempt), ab)
+                found.setdefault((ab.control, ab.attempt), ab)
         return tuple(found.values())
 
     @property
@@ -246,12 +246,12 @@ class WatchJournal:
     def build(self, key: str) -> dict[str, Any] | None:
         return next((e for e in reversed(self.entries("build")) if e.get("spec") == key), None)
 
-    def ab(self, baseline: tuple[str, str], candidate: tuple[str, str], selection: str,
+    def ab(self, control: tuple[str, str], candidate: tuple[str, str], selection: str,
            attempt: int) -> dict[str, Any] | None:
         """The A/B of these two builds (label and SHA-256 each), selection and attempt."""
-        want = (*baseline, *candidate, selection, attempt)
+        want = (*control, *candidate, selection, attempt)
         return next((e for e in self.entries("ab") if (
-            e.get("baseline"), e.get("baseline_sha256"), e.get("candidate"),
+            e.get("control"), e.get("control_sha256"), e.get("candidate"),
             e.get("candidate_sha256"), e.get("selection"), e.get("attempt")) == want), None)
 
     def bisect(self, kind: str, good: int, bad: int, selection: str) -> dict[str, Any] | None:

@@ -8,9 +8,16 @@ import pytest
 
 from pytest_tokperf.bench.ab import like_for_like, run_paired_ab
 from pytest_tokperf.bench.measure import MeasureOptions, to_sample
+from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, MeasurementError
 from pytest_tokperf.hardware.process_clock import ThreadTimes
-from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest, Workload
+from pytest_tokperf.results import (
+    EngineInfo,
+    EngineTimings,
+    Generation,
+    GenerationRequest,
+    Workload,
+)
 
 PHASES = (1.0, 1.6, 1.0, 1.6, 1.6, 1.0, 1.6, 1.6, 1.0, 1.0, 1.6, 1.0)
 """The machine's phase, per request index: a slow phase makes every step 1.6x longer."""
@@ -102,8 +109,8 @@ def test_a_slower_candidate_is_a_regression_through_the_phases() -> None:
     assert "allowed a level of 1.0% of its own" in ttft.reason
     assert ab.regressed and ab.pairs == 8
     assert ab.candidate.notes[-1] == ab.describe()
-    assert ab.describe().startswith("same-run A/B against baseline b1-base: decode regression")
-    assert len(ab.baseline.samples) == len(ab.candidate.samples) == 8
+    assert ab.describe().startswith("same-run A/B against control b1-base: decode regression")
+    assert len(ab.control.samples) == len(ab.candidate.samples) == 8
 
 
 def test_the_same_engine_twice_is_not_flagged() -> None:
@@ -158,20 +165,20 @@ def test_a_budget_that_is_not_a_positive_time_is_refused(budget: float) -> None:
 
 def test_different_models_are_refused_naming_what_differs() -> None:
     base, cand, _ = _pair(model="/m/other.gguf", threads="4")
-    with pytest.raises(ConfigError, match=r"not a like-for-like pair: model: baseline 'model.gguf', "
-                                          r"candidate 'other.gguf'; threads: baseline '2', candidate '4'"):
+    with pytest.raises(ConfigError, match=r"not a like-for-like pair: model: control 'model.gguf', "
+                                          r"candidate 'other.gguf'; threads: control '2', candidate '4'"):
         run_paired_ab(base, cand, Workload(16, 11, repetitions=4))  # type: ignore[arg-type]
     assert base.calls == cand.calls == 0
 
 
-def test_a_named_baseline_model_is_compared_and_said_to_differ() -> None:
+def test_a_named_control_model_is_compared_and_said_to_differ() -> None:
     base, cand, _ = _pair(model="/m/other.gguf")
-    assert like_for_like(base.info(), cand.info(), baseline_model_given=True) == (
-        "the models differ: baseline 'model.gguf', candidate 'other.gguf' (each side reads "
+    assert like_for_like(base.info(), cand.info(), control_model_given=True) == (
+        "the models differ: control 'model.gguf', candidate 'other.gguf' (each side reads "
         "its own weights, so one server start can carry a level of its own: repeat over "
         "starts before trusting a few percent, docs/ci-and-builds.md)")
     ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
-                       baseline_model_given=True)
+                       control_model_given=True)
     assert "the models differ" in ab.describe()
 
 
@@ -226,9 +233,9 @@ def test_a_neighbour_taking_the_cpu_is_not_the_candidates_regression() -> None:
     assert decode is not None and not decode.flagged, decode.reason
     assert abs(decode.relative_change) < 0.01
     assert "decode, prefill, ttft judged net of the engines' wait for a CPU" in ab.describe()
-    assert "0% of the baseline's and 25% of the candidate's decode time" in ab.describe()
+    assert "0% of the control's and 25% of the candidate's decode time" in ab.describe()
     wall = [t.engine_decode_tokens_per_s / s.engine_decode_tokens_per_s
-            for s, t in zip(ab.baseline.samples, ab.candidate.samples)
+            for s, t in zip(ab.control.samples, ab.candidate.samples)
             if s.engine_decode_tokens_per_s and t.engine_decode_tokens_per_s]
     assert min(wall) < 0.55  # what the wall clock would have judged
 
@@ -258,17 +265,18 @@ def test_without_the_engines_clock_the_a_b_judges_wall_time() -> None:
 
 
 def test_a_verdict_measured_busy_says_so_and_decides_no_gate() -> None:
-    from pytest_tokperf.bench.ab import ab_document
+    from pytest_tokperf.report.formats import ab_document
     from pytest_tokperf.results import MachineLoad
 
     base, cand, _ = _pair(step_c=0.0106)
     ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=8, warmup=0))  # type: ignore[arg-type]
-    assert ab.regressed and not ab.busy and ab.decides() and ab.decides("judge")
+    assert ab.regressed and not ab.busy and ab.decides() and ab.decides(BusyPolicy("judge"))
     busy = MachineLoad(wall_s=1.0, cpus=2, busy_cpus=2.0, engine_cpus=0.4, own_cpus=0.0,
                        steal=0.0, run_queue=3.0)
     loaded = replace(ab, candidate=replace(ab.candidate, load=busy))
     assert loaded.busy and loaded.regressed
-    assert not loaded.decides() and loaded.decides("judge") and loaded.decides("fail")
+    assert not loaded.decides() and loaded.decides(BusyPolicy("judge"))
+    assert loaded.decides(BusyPolicy("fail"))
     assert "decode regression (measured busy)" in loaded.describe()
     assert "a reading, not a gate's verdict" in loaded.describe()
     doc = ab_document([("t::x", loaded)])["ab"][0]

@@ -17,7 +17,7 @@ ARGS = ["--tokperf-engine", "llama-server", "--tokperf-model", "test", "--tokper
         "--tokperf-bandwidth", "30GB/s", "--tokperf-db", "off"]
 
 
-def test_a_baseline_binary_turns_every_call_into_an_ab(
+def test_a_control_binary_turns_every_call_into_an_ab(
         pytester: pytest.Pytester, server_binary: Path) -> None:
     pytester.makepyfile("""
         import pathlib
@@ -26,7 +26,7 @@ def test_a_baseline_binary_turns_every_call_into_an_ab(
             r = tok_bench(prompt_tokens=32, generate_tokens=8, repetitions=4, warmup=1)
             assert r.ab is not None and r.ab.pairs == 4
             assert r.ab.changed.startswith("nothing: the same binary (sha256 ")
-            assert r.ab.baseline.engine.base_url != r.ab.candidate.engine.base_url
+            assert r.ab.control.engine.base_url != r.ab.candidate.engine.base_url
             assert r.ab.verdict("decode") is not None
             assert r.efficiency is not None and r.efficiency > 0  # the candidate's own ceiling
             # both servers started here: on Linux the A/B reads their threads' clocks
@@ -35,10 +35,10 @@ def test_a_baseline_binary_turns_every_call_into_an_ab(
     """)
     result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={server_binary}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["A/B test_a_baseline_binary_turns_every_call_into_an_ab.py::"
-                                 "test_short: same-run A/B against baseline b*: decode *",
+    result.stdout.fnmatch_lines(["A/B test_a_control_binary_turns_every_call_into_an_ab.py::"
+                                 "test_short: same-run A/B against control b*: decode *",
                                  "server: http://127.0.0.1:* (stopped at session end)",
-                                 "baseline server: http://127.0.0.1:* (stopped at session end)"])
+                                 "control server: http://127.0.0.1:* (stopped at session end)"])
 
 
 def test_a_floor_applies_to_the_candidate_alone(pytester: pytest.Pytester,
@@ -53,7 +53,7 @@ def test_a_floor_applies_to_the_candidate_alone(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines(["*decode * tok/s is *% of the * tok/s ceiling*required >= 150%*"])
 
 
-def test_a_different_baseline_model_is_refused_unless_named(
+def test_a_different_control_model_is_refused_unless_named(
         pytester: pytest.Pytester, server_binary: Path, tmp_path: Path) -> None:
     from pytest_tokperf.model.writer import TEST_MODEL, cached_model
 
@@ -68,13 +68,13 @@ def test_a_different_baseline_model_is_refused_unless_named(
     result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={server_binary}",
                                 f"--tokperf-ab-model={other}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*the models differ: baseline 'other.gguf', candidate "
+    result.stdout.fnmatch_lines(["*the models differ: control 'other.gguf', candidate "
                                  "'tokperf-test-*.gguf'*"])
 
 
-def test_a_killed_baseline_fails_naming_it(pytester: pytest.Pytester, server_binary: Path,
+def test_a_killed_control_fails_naming_it(pytester: pytest.Pytester, server_binary: Path,
                                            tmp_path: Path) -> None:
-    pid_file = tmp_path / "baseline.pid"
+    pid_file = tmp_path / "control.pid"
     wrapper = tmp_path / "llama-server-dies"
     wrapper.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\nexec "{server_binary}" "$@"\n')
     wrapper.chmod(0o755)
@@ -83,13 +83,13 @@ def test_a_killed_baseline_fails_naming_it(pytester: pytest.Pytester, server_bin
         from pathlib import Path
 
         def test_short(tok_bench):
-            tok_bench.ab.baseline()  # started now, beside the candidate
+            tok_bench.ab.control()  # started now, beside the candidate
             os.kill(int(Path({str(pid_file)!r}).read_text()), signal.SIGKILL)
             tok_bench(prompt_tokens=32, generate_tokens=8, repetitions=4, warmup=0)
     """)
     result = pytester.runpytest(*ARGS, f"--tokperf-server-bin={server_binary}", f"--tokperf-ab-engine={wrapper}")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*MeasurementError: same-run A/B, baseline side "
+    result.stdout.fnmatch_lines(["*MeasurementError: same-run A/B, control side "
                                  "(http://127.0.0.1:*) did not answer:*"])
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
 

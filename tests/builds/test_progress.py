@@ -21,8 +21,8 @@ from pytest_tokperf.builds.cmake import percent_of
 from pytest_tokperf.builds.install import install_llama_server
 from pytest_tokperf.builds.progress import Meter, duration
 from pytest_tokperf.builds.specs import Build
-from pytest_tokperf.cli import progress as cli_progress
-from pytest_tokperf.cli.progress import AnsiLive, Lines, reporter
+from pytest_tokperf.report import live as cli_progress
+from pytest_tokperf.report.live import AnsiLive, Lines, reporter
 from pytest_tokperf.results import Progress
 from pytest_tokperf.versions.bisect import bisect_releases
 from pytest_tokperf.versions.sessions import Groups, compare_builds
@@ -173,6 +173,9 @@ class JournalledRunner:
     def groups(self, sessions: list[int]) -> Groups:
         return {DECODE_T: [[30.0 + 0.1 * s, 30.2 - 0.1 * s] for s in sessions]}
 
+    def busy_of(self, sessions: list[int]) -> str:
+        return ""
+
 
 def test_compare_builds_counts_the_sessions_it_still_has_to_run() -> None:
     lines: list[str] = []
@@ -215,7 +218,7 @@ def test_a_terminal_gets_a_live_bar_cleared_at_the_end(monkeypatch: pytest.Monke
 
 def test_rich_draws_the_bar_where_it_is_installed() -> None:
     pytest.importorskip("rich")
-    from pytest_tokperf.cli.progress import RichLive
+    from pytest_tokperf.report.live import RichLive
 
     out = io.StringIO()
     with reporter("bar", out) as progress:

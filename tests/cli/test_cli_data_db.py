@@ -54,13 +54,13 @@ def _digest(path: Path) -> str:
 def _verbs(target: Path, db: Path, tmp: Path) -> list[list[str]]:
     t = str(target)
     return [
-        ["history", "--db", t], ["history", t], ["history", "--db", t, "t::decode"],
-        ["changes", "--db", t], ["changes", t],
+        ["history", "--db", t], ["history", "--db", t, "t::decode"],
+        ["changes", "--db", t],
         ["compare", "--db", t, "--baseline", "b00", "--current", "b11"],
-        ["compare", str(db), t], ["compare", t, str(db)],
-        ["accept", "--db", t, "--reason", "x"], ["accept", t, "--reason", "x"],
+        ["compare", "--db", str(db), t], ["compare", "--db", t, str(db)],
+        ["accept", "--db", t, "--reason", "x"],
         ["export", "--db", t, "-o", str(tmp / "e.csv")],
-        ["import", "--db", t, str(tmp / "refs")], ["import", t, str(tmp / "refs")],
+        ["import", "--db", t, str(tmp / "refs")],
         ["merge", "--db", t, str(db), "-o", str(tmp / "m1.db")],
         ["merge", str(db), str(db), "-o", t],
         ["save-reference", "--db", t, "-d", str(tmp / "refs2")],
@@ -112,8 +112,6 @@ def test_every_data_verb_takes_db_and_defaults_to_the_bench_db(
     (tmp_path / ".tokperf" / "results.db").write_bytes(db.read_bytes())
     assert main(["history", "t::decode"]) == 0
     assert "series " in capsys.readouterr().out
-    assert main(["history", "--db", str(db), str(db), "t::decode"]) == 2
-    assert "given twice" in capsys.readouterr().err
     assert main(["save-reference", "-d", "refs"]) == 0  # the latest run of the default DB
     (tmp_path / ".tokperf" / "results.db").unlink()
     assert main(["import", "refs"]) == 0

@@ -65,8 +65,8 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 
 def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
-    from pytest_tokperf.cli.common import default_db_here
     from pytest_tokperf.cli.builds import run_db
+    from pytest_tokperf.storage.location import default_db, project_root
 
     parser = build_parser()
     verbs = next(a for a in parser._actions if a.dest == "verb").choices
@@ -76,7 +76,8 @@ def test_every_verb_takes_json_and_every_results_verb_takes_db() -> None:
     results = dict(GROUPS)["results"]
     for name in (*results, "bench", "compare-builds", "bisect"):
         assert "--db" in flags[name], name
-    assert run_db(parser.parse_args(["compare-builds", "1", "2"])) == Path(default_db_here())
+    assert run_db(parser.parse_args(["compare-builds", "1", "2"])).resolve() == \
+        default_db(project_root(Path.cwd()))
     assert run_db(parser.parse_args(["bisect", "--good", "1", "--bad", "2", "--db", "x.db"])) \
         == Path("x.db")
     for argv in (["export", "-o", "x.csv"], ["history"], ["report", "-o", "r.html"]):

@@ -96,16 +96,16 @@ def test_reading_verbs_leave_an_empty_file_empty(
 def test_accept_asks_for_the_series_and_names_who_accepted(
     db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["accept", str(db), "--reason", "new kernel"]) == 2
+    assert main(["accept", "--db", str(db), "--reason", "new kernel"]) == 2
     err = capsys.readouterr().err
     assert "name the series" in err and "--all for every one of the 2 series" in err
-    assert main(["history", str(db), "t::decode"]) == 0
+    assert main(["history", "--db", str(db), "t::decode"]) == 0
     assert "(accepted)" not in capsys.readouterr().out
-    assert main(["accept", str(db), "t::decode", "--all", "--reason", "x"]) == 2
+    assert main(["accept", "--db", str(db), "t::decode", "--all", "--reason", "x"]) == 2
     assert "--all and SERIES 't::decode' both choose" in capsys.readouterr().err
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["accept", str(db), "t::decode", "--reason", "new kernel"]) == 0
+    assert main(["accept", "--db", str(db), "t::decode", "--reason", "new kernel"]) == 0
     out = capsys.readouterr().out
     assert f"by {getpass.getuser()}: new kernel" in out and "by ?" not in out
 
@@ -113,10 +113,10 @@ def test_accept_asks_for_the_series_and_names_who_accepted(
         raise OSError("no user name")
 
     monkeypatch.setattr(getpass, "getuser", nobody)
-    assert main(["accept", str(db), "--all", "--reason", "driver 570"]) == 0
+    assert main(["accept", "--db", str(db), "--all", "--reason", "driver 570"]) == 0
     out = capsys.readouterr().out
     assert out.count("by unknown user: driver 570") == 2
-    assert main(["accept", str(db), "t::other", "--reason", "x", "--by", "ana"]) == 0
+    assert main(["accept", "--db", str(db), "t::other", "--reason", "x", "--by", "ana"]) == 0
     assert "by ana: x" in capsys.readouterr().out
 
 

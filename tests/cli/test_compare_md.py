@@ -35,9 +35,9 @@ def test_md_table_has_both_sides_the_ratio_and_compares_verdict(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     versions = ["--baseline", "b03", "--current", "b15"]
-    assert main(["compare", str(db), *versions, "--json"]) == 0
+    assert main(["compare", "--db", str(db), *versions, "--json"]) == 0
     verdicts = json.loads(capsys.readouterr().out)
-    assert main(["compare", str(db), *versions, "-o", "md"]) == 0
+    assert main(["compare", "--db", str(db), *versions, "-o", "md"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("**A**: b03, **B**: b15.")
     header, rule, *rows = _table(out)
@@ -59,9 +59,9 @@ def test_md_table_has_both_sides_the_ratio_and_compares_verdict(
     shown = {(r[7].strip("*"), r[8].split(" at ")[0]) for r in rows if r[7]}
     assert shown == judged and len(shown) == 2
     assert by_test["t::decode", "tg128"][7] == "**regression**"
-    assert main(["compare", str(db), *versions, "-o", "md", "--fail"]) == 1
+    assert main(["compare", "--db", str(db), *versions, "-o", "md", "--fail"]) == 1
     capsys.readouterr()
-    assert main(["compare", str(db), *versions, "-o", "md", "--json"]) == 2
+    assert main(["compare", "--db", str(db), *versions, "-o", "md", "--json"]) == 2
     assert "--json and -o md" in capsys.readouterr().err
 
 
@@ -69,7 +69,7 @@ def test_md_table_of_two_dbs_names_them_and_their_builds(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fill_history(tmp_path / "new.db", [("b99", 80.0)])[0].close()
-    assert main(["compare", str(db), str(tmp_path / "new.db"), "-o", "md"]) == 0
+    assert main(["compare", "--db", str(db), str(tmp_path / "new.db"), "-o", "md"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("**A**: r.db b10..b19, **B**: new.db b99.")
     rows = _table(out)[2:]
@@ -90,7 +90,7 @@ def test_md_table_of_llama_bench_rows_judges_pp_on_prefill_and_leaves_out_ttft(
     for source, target in ((LLAMA_BENCH, "a.db"), (tmp_path / "slower.json", "b.db")):
         assert main(["import-llama-bench", str(source), "--db", str(tmp_path / target)]) == 0
     capsys.readouterr()
-    assert main(["compare", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "-o", "md"]) == 0
+    assert main(["compare", "--db", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "-o", "md"]) == 0
     header, _, *rows = _table(capsys.readouterr().out)
     assert "TTFT ms A" not in header
     assert [r[1] for r in rows] == ["pp512", "tg128"]

@@ -21,7 +21,7 @@ from pytest_tokperf.cli.main import main
 from pytest_tokperf.report.formats import report_json
 from pytest_tokperf.report.report_data import load_histories, store_figures
 from pytest_tokperf.stats import DECODE, judge_history
-from pytest_tokperf.storage.history import history_points
+from pytest_tokperf.storage.history import series_history, session_points
 from pytest_tokperf.storage.store import ResultStore
 
 DROP = [(f"b{i:02d}", 100.0) for i in range(5)] + [(f"b{i:02d}", 77.0) for i in range(5, 8)]
@@ -40,15 +40,15 @@ def _doors(db: Path, key: str, capsys: pytest.CaptureFixture[str]) -> dict[str, 
     """Door -> (verdict, change) for the step from b04 to b05; 'none' where a door that
     lists steps lists none."""
     seen: dict[str, tuple[str, float]] = {}
-    assert main(["compare", str(db), "--baseline", "b04", "--current", "b05", "--json"]) == 0
+    assert main(["compare", "--db", str(db), "--baseline", "b04", "--current", "b05", "--json"]) == 0
     judged = json.loads(capsys.readouterr().out)[key]
     seen["compare"] = (judged["verdict"], judged["relative_change"])
-    assert main(["changes", str(db), "--json"]) == 0
+    assert main(["changes", "--db", str(db), "--json"]) == 0
     steps = [s for s in json.loads(capsys.readouterr().out) if s["version_after"] == "b05"]
     seen["changes"] = (steps[0]["verdict"], steps[0]["relative_change"]) if steps else ("none", 0.0)
     with ResultStore.open_read_only(db) as store:
         history = load_histories(store)[0]
-        points = history_points(store, key, DECODE.name)
+        points = session_points(series_history(store, key, DECODE.name))
     report = [c for c in history.changes if c.version_after == "b05"]
     seen["report"] = (report[0].verdict, report[0].relative_change) if report else ("none", 0.0)
     gate = judge_history(points[:5], points[5].samples, DECODE, current_version="b05").comparison
@@ -82,7 +82,7 @@ def test_a_drop_the_memory_went_with_is_withheld_by_compare_changes_and_report(
     seen = _doors(db, key, capsys)
     assert seen["compare"][0] == "inconclusive", seen
     assert seen["changes"][0] == seen["report"][0] == "none", seen
-    assert main(["compare", str(db), "--baseline", "b04", "--current", "b05"]) == 0
+    assert main(["compare", "--db", str(db), "--baseline", "b04", "--current", "b05"]) == 0
     assert "the machine's memory moved: it read 37.0 GB/s" in capsys.readouterr().out
     # the same drop on the memory of its history is a regression at every door
     db2 = tmp_path / "same.db"
@@ -96,8 +96,8 @@ def test_a_step_in_the_history_is_not_called_machine_phases(
     # the step itself once counted as spread between sessions: "phase-dominated history:
     # steps under 121% cannot be seen" beside the step that `changes` had just found
     _, db, key = case
-    assert main(["history", str(db), key]) == 0
-    assert main(["changes", str(db)]) == 0
+    assert main(["history", "--db", str(db), key]) == 0
+    assert main(["changes", "--db", str(db)]) == 0
     assert "phase-dominated" not in capsys.readouterr().out
 
 
@@ -133,11 +133,11 @@ def _imported_doors(db: Path, capsys: pytest.CaptureFixture[str]
                     ) -> dict[str, dict[str, tuple[str, str, float]]]:
     """Per door, per series key: (metric, verdict, change) for the step b5161 -> b5162."""
     seen: dict[str, dict[str, tuple[str, str, float]]] = {}
-    assert main(["compare", str(db), "--baseline", "b5161", "--current", "b5162",
+    assert main(["compare", "--db", str(db), "--baseline", "b5161", "--current", "b5162",
                  "--json"]) == 0
     seen["compare"] = {k: (v["metric"], v["verdict"], v["relative_change"])
                        for k, v in json.loads(capsys.readouterr().out).items()}
-    assert main(["changes", str(db), "--json"]) == 0
+    assert main(["changes", "--db", str(db), "--json"]) == 0
     seen["changes"] = {s["series_key"]: (s.get("metric"), s["verdict"], s["relative_change"])
                        for s in json.loads(capsys.readouterr().out)
                        if s["version_after"].startswith("b5162")}
@@ -149,7 +149,7 @@ def _imported_doors(db: Path, capsys: pytest.CaptureFixture[str]
                       for c in document["changes"] if c["current"].startswith("b5162")}
     seen["history"] = {}
     for key in seen["compare"]:
-        assert main(["history", str(db), key, "--json"]) == 0
+        assert main(["history", "--db", str(db), key, "--json"]) == 0
         shown = json.loads(capsys.readouterr().out)
         medians = {run["engine_version"]: statistics.median(run["samples"])
                    for run in shown["runs"]}
@@ -194,7 +194,7 @@ def test_a_prefill_row_is_never_held_against_the_decode_ceiling(
     assert histories[keys["pp"]].ceiling_decode_tokens_per_s is None
     assert tg.ceiling_decode_tokens_per_s is not None and tg.efficiency is not None
     assert histories[keys["tg"]].ceiling_decode_tokens_per_s is not None
-    assert main(["history", str(db), "--json"]) == 0
+    assert main(["history", "--db", str(db), "--json"]) == 0
     listed = {r["series_key"]: r for r in json.loads(capsys.readouterr().out)}
     assert listed[keys["pp"]]["metric"] == "prefill"
     assert listed[keys["pp"]]["judged_efficiency"]["value"] is None
@@ -216,14 +216,14 @@ def test_no_ttft_or_chars_per_s_is_shown_for_an_imported_row(
     for result in document["results"]:
         assert result["ttft_s"] is None and result["chars_per_s"] is None, result
     out = tmp_path / "x.json"
-    assert main(["export", str(db), "--format", "json", "-o", str(out)]) == 0
+    assert main(["export", "--db", str(db), "--format", "json", "-o", str(out)]) == 0
     for row in json.loads(out.read_text(encoding="utf-8")):
         assert row["ttft_s_median"] is None and row["chars_per_s_median"] is None
     capsys.readouterr()
     for kind in ("pp", "tg"):
-        assert main(["history", str(db), keys[kind], "--json"]) == 0
+        assert main(["history", "--db", str(db), keys[kind], "--json"]) == 0
         assert {run["ttft_s"] for run in json.loads(capsys.readouterr().out)["runs"]} == {None}
-        assert main(["history", str(db), keys[kind]]) == 0
+        assert main(["history", "--db", str(db), keys[kind]]) == 0
         lines = capsys.readouterr().out.splitlines()
         column = lines[1].index("TTFT ms")
         assert {line[column:column + 7].strip() for line in lines[3:7]} == {"-"}, lines

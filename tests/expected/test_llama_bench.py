@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,10 +16,10 @@ from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.exchange import read_runs
 from pytest_tokperf.expected.llama_bench_parse import parse_llama_bench, read_llama_bench
 from pytest_tokperf.expected.llama_bench_import import (
+    SETTING_PREFIX,
     active_parameters_of,
     import_llama_bench,
     quant_of,
-    records_from_rows,
 )
 from pytest_tokperf.storage.store import ResultStore
 
@@ -187,19 +189,42 @@ def test_an_old_run_file_imports_without_the_invented_ttft(tmp_path: Path) -> No
     assert _invented(new) == []
 
 
+def _fields_back(result: dict[str, Any], samples: Sequence[dict[str, Any]] = ()
+                 ) -> dict[str, Any]:
+    """The llama-bench record an exported result row (and its samples) came from."""
+    settings = result["engine_settings"]
+    if isinstance(settings, str):
+        settings = json.loads(settings)
+    fields: dict[str, Any] = {k.removeprefix(SETTING_PREFIX): json.loads(v)
+                              for k, v in settings.items() if k.startswith(SETTING_PREFIX)}
+    fields["n_prompt"], fields["n_gen"] = result["prompt_tokens"], result["generate_tokens"]
+    fields["n_depth"] = result["depth_tokens"]
+    figure = next(name for name in ("decode_tokens_per_s", "prefill_tokens_per_s",
+                                    "aggregate_tokens_per_s")
+                  if result.get(f"{name}_mean") is not None)
+    fields["avg_ts"] = result[f"{figure}_mean"]
+    fields["stddev_ts"] = result[f"{figure}_stdev"]
+    column = {"decode_tokens_per_s": "engine_decode_tokens_per_s",
+              "prefill_tokens_per_s": "engine_prefill_tokens_per_s"}.get(figure)
+    if samples and column:
+        fields["samples_ns"] = [round(s["round_wall_s"] * 1e9) for s in samples]
+        fields["samples_ts"] = [s[column] for s in samples]
+    return fields
+
+
 @pytest.mark.parametrize("name", FULL_FORMS)
 def test_round_trip_through_export_loses_no_field(tmp_path: Path, name: str) -> None:
     db, out = tmp_path / "r.db", tmp_path / "x.json"
     original = [r.fields for r in read_llama_bench(FIXTURES / name)]
     import_llama_bench(db, [FIXTURES / name])
-    assert main(["export", str(db), "--format", "json", "-o", str(out)]) == 0
+    assert main(["export", "--db", str(db), "--format", "json", "-o", str(out)]) == 0
     exported = json.loads(out.read_text(encoding="utf-8"))
     no_samples = [{k: v for k, v in rec.items() if k not in ("samples_ns", "samples_ts")}
                   for rec in original]
-    assert [records_from_rows(row) for row in exported] == no_samples
+    assert [_fields_back(row) for row in exported] == no_samples
     with ResultStore.open(db) as store:  # the text form (save-reference) keeps samples
         bundles = [b for run in read_runs(store) for b in run.results]
-        back = [records_from_rows({**b.result, **b.environment}, b.samples) for b in bundles]
+        back = [_fields_back({**b.result, **b.environment}, b.samples) for b in bundles]
     assert back == original
 
 
@@ -212,11 +237,11 @@ def test_md_round_trip_and_device_given_on_the_command_line(
     tg = [r for r in data["rows"] if r["test_id"].startswith("llama-bench tg128 [")]
     assert tg and all(r["hardware"] == "NVIDIA GeForce RTX 4090" and r["efficiency"]
                       for r in tg)
-    assert main(["export", str(db), "--format", "json", "-o", str(out)]) == 0
+    assert main(["export", "--db", str(db), "--format", "json", "-o", str(out)]) == 0
     exported = json.loads(out.read_text(encoding="utf-8"))
     original = [{**r.fields, "device": "RTX 4090"}
                 for r in read_llama_bench(FIXTURES / "readme.md")]
-    assert [records_from_rows(row) for row in exported] == original
+    assert [_fields_back(row) for row in exported] == original
 
 
 def test_history_and_compare_work_on_imported_builds(
@@ -234,10 +259,10 @@ def test_history_and_compare_work_on_imported_builds(
     assert main(["import-llama-bench", str(tmp_path / "older.json"), str(newer),
                  "--db", str(db)]) == 0
     capsys.readouterr()
-    assert main(["history", str(db), "llama-bench tg128"]) == 0
+    assert main(["history", "--db", str(db), "llama-bench tg128"]) == 0
     history = capsys.readouterr().out
     assert "b5163" in history and "b5200" in history
-    assert main(["compare", str(db), "--baseline", "b5163", "--current", "b5200",
+    assert main(["compare", "--db", str(db), "--baseline", "b5163", "--current", "b5200",
                  "--json"]) == 0
     verdicts = json.loads(capsys.readouterr().out)
     tg = next(r for r in imported if r.record.test_name == "tg128")

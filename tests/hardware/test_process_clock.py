@@ -36,7 +36,6 @@ def test_the_window_averages_the_threads_that_worked() -> None:
     assert got.run_s == pytest.approx(0.8)
     assert got.wait_s == pytest.approx(0.2)
     assert got.wait_share == pytest.approx(0.2)
-    assert got.net_span_s == pytest.approx(0.8)
 
 
 def test_no_working_thread_or_no_span_is_no_window() -> None:

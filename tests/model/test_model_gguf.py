@@ -33,7 +33,7 @@ def test_load_reads_architecture_parameters(tiny_path: Path) -> None:
     model = load_gguf(tiny_path)
     assert model.architecture == "llama"
     assert model.name == "tiny"
-    assert (model.n_layer, model.block_count, model.n_embd, model.n_head) == (2, 2, 64, 4)
+    assert (model.n_layer, model.n_embd, model.n_head) == (2, 64, 4)
     assert model.head_count_kv == (2, 2)
     assert model.n_head_kv == 2
     assert (model.key_length, model.value_length) == (16, 16)

@@ -15,7 +15,6 @@ No engine is needed: every server here is a fake on 127.0.0.1.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -24,7 +23,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,39 +35,6 @@ pytestmark = pytest.mark.slow
 
 with tempfile.TemporaryDirectory() as _name:
     NAMES = [case.name for case in cases(Path(_name))]
-
-RENAMED = ("--tokperf-repetitions", "--tokperf-ab-engine", "--tokperf-report")
-"""Options this corpus names by their new names; older plugins took them as below."""
-
-
-@functools.cache
-def _registered() -> str:
-    return subprocess.run([*PYTEST, "--help"], check=False, capture_output=True, text=True,
-                          timeout=120).stdout
-
-
-def _old_form(flag: str, given: str) -> tuple[str, str]:
-    if flag == "--tokperf-repetitions":  # MIN-MAX: "1-10" a bad minimum, "3-0" a bad maximum
-        return (("--tokperf-min-repetitions", "1") if given == "1-10"
-                else ("--tokperf-max-repetitions", "0"))
-    if flag == "--tokperf-ab-engine":
-        return ("--tokperf-baseline-engine-version" if given == "latest"
-                else "--tokperf-baseline-url"), given
-    return f"--tokperf-report-{Path(given).suffix.lstrip('.') or 'md'}", given
-
-
-def _as_registered(case: Case) -> Case:
-    """The case with the option names this checkout's plugin registers."""
-    argv, value = list(case.argv), case.value
-    for index, flag in enumerate(argv):
-        if flag not in RENAMED or re.search(rf"{re.escape(flag)}(?![-\w])", _registered()):
-            continue
-        given = argv[index + 1]
-        argv[index:index + 2] = _old_form(flag, given)
-        if value == given:
-            value = argv[index + 1]
-    return replace(case, argv=argv, value=value)
-
 
 LOCKER = """
 import sqlite3, sys
@@ -101,7 +66,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
 def test_each_bad_option_ends_in_one_line_naming_the_value(
         name: str, corpus: tuple[Path, dict[str, Case]]) -> None:
     tmp, by_name = corpus
-    case = _as_registered(by_name[name])
+    case = by_name[name]
     work = Path(tempfile.mkdtemp(dir=tmp))
     (work / "test_bad.py").write_text(case.test)
     if case.ini:
@@ -198,7 +163,7 @@ LOCKER = %r
 
 @pytest.mark.parametrize("conftest", [FULL_DISK, LOCKED % LOCKER], ids=["full disk", "locked DB"])
 def test_no_measured_result_is_lost(conftest: str, tmp_path: Path) -> None:
-    from pytest_tokperf.storage.exchange import import_dataset
+    from pytest_tokperf.storage.exchange import import_datasets
     from pytest_tokperf.storage.store import ResultStore
     from tests.support.fake_faults import FakeFaultyLlama
 
@@ -215,7 +180,7 @@ def test_no_measured_result_is_lost(conftest: str, tmp_path: Path) -> None:
     assert measured == 2, text[-3000:]
     with ResultStore.open(tmp_path / "r.db") as store:
         in_db = len(store.db.execute("SELECT id FROM results").fetchall())
-    recovered = sum(import_dataset(tmp_path / "recovered.db", journal).results
+    recovered = sum(import_datasets(tmp_path / "recovered.db", [journal]).results
                     for journal in tmp_path.glob("*.journal.jsonl"))
     assert in_db + recovered >= measured
     if in_db < measured:

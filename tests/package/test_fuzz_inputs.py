@@ -23,7 +23,7 @@ from pytest_tokperf.errors import ConfigError, ModelFileError, StorageError
 from pytest_tokperf.hardware.units import parse_bandwidth
 from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.settings import OPTIONS, parse_marker
-from pytest_tokperf.storage.exchange import import_dataset
+from pytest_tokperf.storage.exchange import import_datasets
 
 FAST = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -161,7 +161,7 @@ def test_any_import_file_is_read_or_refused_in_one_line(folder: Path, value: obj
     path = folder / f"in{suffix}"
     path.write_text(text)
     try:
-        import_dataset(folder / "fuzz.db", path)
+        import_datasets(folder / "fuzz.db", [path])
     except StorageError as exc:
         one_line(str(exc))
 
@@ -171,6 +171,6 @@ def test_a_deeply_nested_import_file_is_one_line(tmp_path: Path, suffix: str) ->
     path = tmp_path / f"nested{suffix}"
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(StorageError) as caught:
-        import_dataset(tmp_path / "r.db", path)
+        import_datasets(tmp_path / "r.db", [path])
     one_line(str(caught.value))
     assert "nested too deeply to read" in str(caught.value) or "before any" in str(caught.value)

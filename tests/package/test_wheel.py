@@ -99,9 +99,10 @@ def test_the_package_comes_from_the_venv_with_every_dependency(installed: Instal
     check = textwrap.dedent("""
         import importlib.metadata as md, re, sys
         import pytest_tokperf
-        from pytest_tokperf.hardware.catalog import load_catalog, packaged_catalog_name
+        from importlib import resources
+        from pytest_tokperf.hardware.catalog import CATALOG_FILE, load_catalog
         print(pytest_tokperf.__file__)
-        print(packaged_catalog_name())
+        print(resources.files("pytest_tokperf.hardware").joinpath(CATALOG_FILE))
         print(len(load_catalog()))
         for req in md.requires("pytest-tokperf") or []:
             if "extra ==" in req:

@@ -136,9 +136,9 @@ def test_credentials_in_the_url_never_reach_output_or_the_db(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["tokperf: engine llama-server, attach http://127.0.0.1:*"])
     db = str(pytester.path / "results.db")
-    assert main(["export", db, "-o", str(pytester.path / "export.json"), "--format", "json"]) == 0
-    assert main(["save-reference", db, "-d", str(pytester.path / "runs")]) == 0
-    assert main(["history", db, "test_bench", "--json"]) == 0
+    assert main(["export", "--db", db, "-o", str(pytester.path / "export.json"), "--format", "json"]) == 0
+    assert main(["save-reference", "--db", db, "-d", str(pytester.path / "runs")]) == 0
+    assert main(["history", "--db", db, "test_bench", "--json"]) == 0
     shown = capsys.readouterr()
     written = _everything_written(pytester, result) + (shown.out + shown.err).encode()
     assert SECRET.encode() not in written

@@ -143,77 +143,45 @@ def test_repetitions_take_n_or_min_max_and_reports_their_suffix() -> None:
     assert _resolve(ini={"tokperf_report": "s.markdown, r.html"}).report_html == "r.html"
 
 
-OLD_NAMES = [  # (cli, ini key, env variable, value, what the warning says to use, setting)
-    ("baseline_server_bin", "/bin/true", "--tokperf-ab-engine PATH", "ab_server_bin"),
-    ("baseline_engine_version", "11292", "--tokperf-ab-engine N", "ab_engine_version"),
-    ("baseline_url", "http://127.0.0.1:9", "--tokperf-ab-engine URL", "ab_url"),
-    ("baseline_model", "other.gguf", "--tokperf-ab-model PATH", "ab_model"),
-    ("report_md", "r.txt", "--tokperf-report PATH.md", "report_md"),
-    ("report_json", "r.json", "--tokperf-report PATH.json", "report_json"),
-    ("report_html", "r.html", "--tokperf-report PATH.html", "report_html"),
-    ("min_repetitions", "4", "--tokperf-repetitions MIN-MAX", "min_repetitions"),
-    ("max_repetitions", "20", "--tokperf-repetitions MIN-MAX", "max_repetitions"),
-]
+PROJECT_SETTINGS = {"target_interval": "0.04", "max_cv": "0.04", "agreement": "0.04",
+                    "max_body": "8MiB", "columns": "200", "idle_timeout": "30",
+                    "bandwidth_file": "off", "api_key_env": "PYTEST_TOKPERF_API_KEY"}
 
 
-@pytest.mark.parametrize(("name", "value", "use", "field"), OLD_NAMES)
-def test_an_old_name_still_works_and_warns_in_one_line(name: str, value: str, use: str,
-                                                      field: str) -> None:
+def test_project_settings_are_ini_keys_and_variables_not_flags() -> None:
     from pytest_tokperf.settings import OPTIONS
 
-    spec = next(s for s in OPTIONS if s.name == name)
-    new = use.split()[0].removeprefix("--tokperf-").replace("-", "_")
-    sources = [({name: value}, {}, {}, f"{spec.flag} is deprecated; use {use}"),
-               ({}, {spec.ini: value}, {}, f"{spec.ini} is deprecated; use tokperf_{new} ({use})")]
-    if spec.env:
-        sources.append(({}, {}, {spec.env_var: value}, f"{spec.env_var} is deprecated; use "
-                         f"PYTEST_TOKPERF_{new.upper()} ({use})"))
-    for cli, ini, env, message in sources:
-        warned: list[str] = []
-        settings = resolve(cli=lambda n: {"engine": "llama-server", **cli}.get(n),
-                           ini=lambda k: ini.get(k), env=env, rootdir=Path("/proj"),
-                           warn=warned.append)
-        assert warned == [message]
-        expected = f"b{value}" if name == "baseline_engine_version" else value
-        assert str(getattr(settings, field)) == expected
+    assert set(PROJECT_SETTINGS) <= {s.name for s in OPTIONS if not s.cli}
+    asked: list[str] = []
+    resolve(cli=lambda n: asked.append(n), ini=lambda k: None, env={}, rootdir=Path("/proj"))
+    assert asked and not set(asked) & {s.name for s in OPTIONS if not s.cli}
+    ini = {f"tokperf_{name}": value for name, value in PROJECT_SETTINGS.items()}
+    from_ini = _resolve(ini=ini)
+    assert (from_ini.target_interval, from_ini.columns, from_ini.max_body) == (
+        0.04, 200, 8 << 20)
+    env = {f"PYTEST_TOKPERF_{name.upper()}": value for name, value in PROJECT_SETTINGS.items()}
+    assert _resolve(env=env, ini={"tokperf_columns": "300"}).columns == 200
 
 
-@pytest.mark.parametrize("name", ["target_interval", "max_cv", "agreement", "max_body",
-                                  "columns", "idle_timeout", "bandwidth_file", "api_key_env"])
-def test_a_project_setting_on_the_command_line_warns_to_set_it_once(name: str) -> None:
-    value = {"max_body": "8MiB", "columns": "200", "idle_timeout": "30", "bandwidth_file": "off",
-             "api_key_env": "PYTEST_TOKPERF_API_KEY"}.get(name, "0.04")
-    with pytest.warns(DeprecationWarning) as caught:
-        _resolve(cli={name: value})
-    flag = "--tokperf-" + name.replace("_", "-")
-    assert [str(w.message) for w in caught] == [
-        f"{flag} is deprecated; use the ini key tokperf_{name} or the environment variable "
-        f"PYTEST_TOKPERF_{name.upper()}"]
-    assert "\n" not in str(caught[0].message)
+def test_a_front_end_may_take_a_project_setting_as_its_own_option() -> None:
+    """``tokperf bench --columns 200``: a name in ``flags`` is read from ``cli``."""
+    given = {"columns": "200", "target_interval": "0.05"}
+    settings = resolve(cli=given.get, ini=lambda k: None, env={"PYTEST_TOKPERF_COLUMNS": "90"},
+                       rootdir=Path("/proj"), flags={"columns": "--columns",
+                                                     "target_interval": "--target-interval"})
+    assert (settings.columns, settings.target_interval) == (200, 0.05)
+    with pytest.raises(ConfigError, match=r"^--columns '20' from option --columns"):
+        resolve(cli={"columns": "20"}.get, ini=lambda k: None, env={}, rootdir=Path("/proj"),
+                flags={"columns": "--columns"})
 
 
-def test_old_flags_are_hidden_and_warn_without_failing_strict_warnings(
-        pytester: pytest.Pytester) -> None:
-    help_text = pytester.runpytest("--help").stdout.str()
-    assert "--tokperf-ab-engine=SPEC" in help_text and "--tokperf-report=PATH" in help_text
-    for hidden in ("--tokperf-baseline-url", "--tokperf-report-md", "--tokperf-max-cv",
-                   "--tokperf-min-repetitions"):
-        assert f"{hidden}=" not in help_text
+def test_a_project_setting_is_no_command_line_flag(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("--tokperf-report-md", "r.md", "--tokperf-max-cv", "0.5")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "*TokperfDeprecationWarning: --tokperf-max-cv is deprecated; use the ini key "
-        "tokperf_max_cv or the environment variable PYTEST_TOKPERF_MAX_CV",
-        "*TokperfDeprecationWarning: --tokperf-report-md is deprecated; use --tokperf-report "
-        "PATH.md"])
-    pytester.makeini("[pytest]\nfilterwarnings = error\ntokperf_baseline_model = m.gguf\n")
-    strict = pytester.runpytest("--tokperf-report-md", "r.md")
-    strict.assert_outcomes(passed=1)
-    strict.stderr.fnmatch_lines([
-        "tokperf: tokperf_baseline_model is deprecated; use tokperf_ab_model "
-        "(--tokperf-ab-model PATH)",
-        "tokperf: --tokperf-report-md is deprecated; use --tokperf-report PATH.md"])
+    result = pytester.runpytest("--tokperf-max-cv", "0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --tokperf-max-cv*"])
+    pytester.makeini("[pytest]\ntokperf_max_cv = 0.5\n")
+    pytester.runpytest().assert_outcomes(passed=1)
 
 
 def test_bad_ini_value_names_ini(pytester: pytest.Pytester) -> None:
@@ -444,8 +412,8 @@ def test_xdist_workers_are_refused_for_measurements(pytester: pytest.Pytester) -
 @pytest.mark.parametrize(("argv", "message"), [
     (["--tokperf-bandwidth", "-5GB/s"], "ERROR: --tokperf-bandwidth from option "
      "--tokperf-bandwidth: cannot read memory bandwidth '-5GB/s'; use '1008GB/s'*"),
-    (["--tokperf-max-body", "-8MiB"], "ERROR: --tokperf-max-body '-8MiB' from option "
-     "--tokperf-max-body is not a size from 64KiB to 4GiB*"),
+    (["--tokperf-warmup", "-1e3"], "ERROR: --tokperf-warmup '-1e3' from option "
+     "--tokperf-warmup is not a whole number in [[]0, 1048576]*"),
     (["--tokperf-request-timeout", "-1e3"], "ERROR: --tokperf-request-timeout '-1e3' from "
      "option --tokperf-request-timeout is not a number of seconds*"),
     (["--tokperf-server-arg", "--flash-attn"], "ERROR: --tokperf-server-arg '--flash-attn': "

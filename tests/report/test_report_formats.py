@@ -209,4 +209,4 @@ def test_markdown_escapes_html_from_test_ids(figures: list[ResultFigures]) -> No
     hostile = dataclasses.replace(figures[0], test_id="t[<script>alert(1)</script>|x]")
     md = markdown_summary([hostile])
     assert "<script>" not in md
-    assert "t[&lt;script&gt;alert(1)&lt;/script&gt;\\|x]" in md
+    assert "t[\\<script\\>alert(1)\\</script\\>\\|x]" in md

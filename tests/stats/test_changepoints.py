@@ -10,7 +10,6 @@ import pytest
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats import DECODE, TTFT, change_points, judge_history
 from pytest_tokperf.stats.changepoints import Point, settled_baseline
-from pytest_tokperf.stats.drift import compare_to_history
 from pytest_tokperf.stats.changepoints import _without_stalls
 
 
@@ -173,9 +172,9 @@ def test_the_gate_compares_against_the_level_since_the_last_step() -> None:
     assert judged.judged == "drift" and judged.comparison.verdict == "regression"
     assert "judged against the accepted level (b11000..b11020, 3 runs)" in judged.comparison.reason
     assert "through level changes at b11110 -> b11120" in judged.comparison.reason
-    assert compare_to_history(points[12:], at_new_level, DECODE).verdict == "unchanged"
-    assert compare_to_history(points, list(84 * (1 + 0.02 * rng.standard_normal(5))),
-                              DECODE).verdict == "regression"
-    assert compare_to_history([], [90.0, 91.0, 92.0], DECODE).verdict == "inconclusive"
-    one = compare_to_history(points[:1], [90.0, 91.0, 92.0], DECODE)
+    assert judge_history(points[12:], at_new_level, DECODE).comparison.verdict == "unchanged"
+    assert judge_history(points, list(84 * (1 + 0.02 * rng.standard_normal(5))),
+                         DECODE).comparison.verdict == "regression"
+    assert judge_history([], [90.0, 91.0, 92.0], DECODE).comparison.verdict == "inconclusive"
+    one = judge_history(points[:1], [90.0, 91.0, 92.0], DECODE).comparison
     assert one.n_baseline == 5 and one.shift is not None and one.shift.versions == 1

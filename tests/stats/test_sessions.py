@@ -23,11 +23,11 @@ from pytest_tokperf.settings import Baseline, parse_baseline
 from pytest_tokperf.stats import DECODE, TTFT, compare, judge_history
 from pytest_tokperf.stats.changepoints import Point, change_points
 from pytest_tokperf.stats.comparing import measure_shift
-from pytest_tokperf.stats.drift import compare_to_history, resolution
+from pytest_tokperf.stats.drift import resolution
 from pytest_tokperf.stats.metric import interval_text
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
-from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.versions.sessions import BuildRunner, Target, compare_groups
 from tests.support.storage_factory import fill_history, result_at
 
@@ -143,7 +143,6 @@ def test_a_slow_slide_is_flagged_against_the_accepted_level(seed: int) -> None:
     named = set(re.findall(r"v\d -> v\d", reason))
     assert named == listed and (named or "in steps each too small to flag" in reason)
     assert [p.version for p in judged.reference] == ["v0", "v1", "v2"]
-    assert compare_to_history(points, current, DECODE).verdict == "regression"
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -190,7 +189,7 @@ def test_two_earlier_runs_at_two_levels_print_no_absurd_interval() -> None:
     rng = np.random.default_rng(7)
     history = [Point("b1", tuple(session(0.30, 0.01, 5, rng))),
                Point("b2", tuple(session(0.45, 0.01, 5, rng)))]
-    result = compare_to_history(history, session(0.28, 0.01, 5, rng), TTFT)
+    result = judge_history(history, session(0.28, 0.01, 5, rng), TTFT).comparison
     assert result.verdict == "inconclusive"
     assert "%]" not in result.reason.split(":")[0] or "not resolved" in result.reason
     assert all(len(word) < 16 for word in result.reason.split())
@@ -223,14 +222,14 @@ def test_compare_builds_sessions_are_not_gated_and_its_ratio_is_robust(tmp_path:
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("releases") / "r.db"
-    load_reference_runs(RELEASES, db)
+    import_datasets(db, [RELEASES])
     return db
 
 
 def _compare(db: Path, baseline: str, current: str) -> dict[str, dict[str, object]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["compare", str(db), "--baseline", baseline, "--current", current,
+        assert main(["compare", "--db", str(db), "--baseline", baseline, "--current", current,
                      "--json"]) == 0
     found: dict[str, dict[str, object]] = json.loads(out.getvalue())
     return found
@@ -261,7 +260,7 @@ def test_a_low_phase_session_is_not_set_aside_as_stalls(releases: Path) -> None:
 def test_changes_on_the_release_dataset_names_the_phases(releases: Path) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["changes", str(releases)]) == 0
+        assert main(["changes", "--db", str(releases)]) == 0
     text = out.getvalue()
     assert text.count("phase-dominated history: steps under ") == 2
     assert "use the same-run A/B" in text

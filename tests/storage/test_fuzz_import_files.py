@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.storage.exchange import dump_run, export_results, import_dataset
+from pytest_tokperf.report.files import export_results
+from pytest_tokperf.storage.exchange import dump_run, import_datasets
 from pytest_tokperf.storage.store import ResultStore
 from tests.support.storage_factory import make_result, make_run, record_kwargs
 
@@ -121,7 +122,7 @@ def test_any_import_file_is_imported_and_readable_or_refused_in_one_line(
         path.write_bytes(content)
         db = folder / "db" / "r.db"
         try:
-            added = import_dataset(db, path)
+            added = import_datasets(db, [path])
         except StorageError as exc:
             event("refused")
             message = str(exc)

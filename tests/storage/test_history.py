@@ -22,7 +22,6 @@ from pytest_tokperf.results import Summary
 from pytest_tokperf.stats import DECODE, PREFILL, compare
 from pytest_tokperf.stats.metric import AGGREGATE
 from pytest_tokperf.storage.history import (
-    history_points,
     metric_values,
     series_histories,
     series_history,
@@ -47,8 +46,9 @@ def test_one_point_per_stored_result_oldest_first(tmp_path: Path) -> None:
     assert [e.row.run_id for e in entries] == ["run-0", "run-1", "run-2"]
     assert all(len(e.point.samples) == 5 for e in entries)
     assert entries[-1].point.labels["engine_build"] == "b2"
-    assert [p.version for p in history_points(store, key, "decode", limit=2)] == ["b1", "b2"]
-    assert history_points(store, key, "decode", exclude_run_id="run-2")[-1].version == "b1"
+    assert [e.point.version for e in series_history(store, key, "decode", limit=2)] == [
+        "b1", "b2"]
+    assert series_history(store, key, "decode", exclude_run_id="run-2")[-1].point.version == "b1"
 
 
 def test_decode_is_the_engines_figure_when_every_repetition_has_it() -> None:
@@ -110,8 +110,8 @@ def test_accepting_a_new_level_restarts_the_baseline(tmp_path: Path) -> None:
     acceptance = store.accept(key, accepted_at, accepted_by="ci-bot", reason="new KV layout")
     assert (acceptance.accepted_by, acceptance.reason) == ("ci-bot", "new KV layout")
     assert store.acceptances(key) == [acceptance]
-    assert [p.version for p in history_points(store, key, "decode")] == ["b5", "b6"]
-    assert len(history_points(store, key, "decode", since_accepted=False)) == 7
+    assert [e.point.version for e in series_history(store, key, "decode")] == ["b5", "b6"]
+    assert len(series_history(store, key, "decode", since_accepted=False)) == 7
     assert _decode_verdict(store, key, 88.0) == "unchanged"
     assert _decode_verdict(store, key, 79.0) == "regression"  # a new drop is still caught
 
@@ -151,8 +151,8 @@ def test_every_metric_of_a_history_is_read_in_one_query(tmp_path: Path) -> None:
     assert [e.row.run_id for e in both["ttft"]] == ["run-1", "run-2"]
     assert all(len(e.point.samples) == 5 for e in both["decode"] + both["ttft"])
     # the same points as the result's own samples give, in the same order
-    full = store.history_samples(key)
-    assert both["decode"][0].point.samples == tuple(metric_values(full[1][1], "decode"))
+    second = store.samples(store.history(key)[1].result_id)
+    assert both["decode"][0].point.samples == tuple(metric_values(second, "decode"))
     newest = series_histories(store, key, ("decode",), since_accepted=False, limit=2)["decode"]
     assert [e.row.run_id for e in newest] == ["run-3", "run-4"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_tokperf.storage.exchange import load_reference_runs
+from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.storage.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def _free_port() -> int:
 def datasette(tmp_path: Path) -> Iterator[str]:
     """Datasette serving db/runs (imported) as results.db on a free loopback port."""
     db = tmp_path / "results.db"
-    load_reference_runs(ROOT / "db" / "runs", db)
+    import_datasets(db, [ROOT / "db" / "runs"])
     port = _free_port()
     log = tmp_path / "datasette.log"
     with log.open("w") as out:

@@ -61,9 +61,9 @@ def test_the_migration_folds_duplicate_environments_and_keeps_each_result(
 
 def test_the_reference_runs_hold_one_environment_per_distinct_one(tmp_path: Path) -> None:
     """db/runs, imported: results per environment, not one environment per result."""
-    from pytest_tokperf.storage.exchange import load_reference_runs
+    from pytest_tokperf.storage.exchange import import_datasets
 
-    added = load_reference_runs(ROOT / "db" / "runs", tmp_path / "n.db")
+    added = import_datasets(tmp_path / "n.db", [ROOT / "db" / "runs"])
     assert added.results > 4
     with ResultStore.open(tmp_path / "n.db") as store:
         envs = store.db.execute("SELECT count(*) FROM environments").fetchone()[0]

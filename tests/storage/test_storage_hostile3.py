@@ -28,7 +28,6 @@ from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.exchange import (
     Added,
     dump_run,
-    import_dataset,
     import_datasets,
     write_reference_run,
 )
@@ -59,7 +58,7 @@ def run_lines(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 def one_line_refusal(db: Path, path: Path) -> str:
     with pytest.raises(StorageError) as caught:
-        bounded(lambda: import_dataset(db, path), 5.0)
+        bounded(lambda: import_datasets(db, [path]), 5.0)
     message = str(caught.value)
     assert message and "\n" not in message and len(message) < 600, message
     assert not db.exists(), "a failed import left a new DB behind"
@@ -127,7 +126,7 @@ def test_any_bytes_are_refused_in_one_line(tmp_path: Path, suffix: str, content:
     path = tmp_path / f"in{suffix}"
     path.write_bytes(content)
     try:
-        added = bounded(lambda: import_dataset(tmp_path / "new.db", path), 5.0)
+        added = bounded(lambda: import_datasets(tmp_path / "new.db", [path]), 5.0)
     except StorageError as exc:
         assert "\n" not in str(exc) and str(path) in str(exc)
         assert not (tmp_path / "new.db").exists()
@@ -267,14 +266,14 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE as a full disk")
-@pytest.mark.parametrize("verb", [["history"], ["import", "--db"]])
+@pytest.mark.parametrize("verb", [["history", "--db"], ["import", "--db"]])
 def test_no_room_for_the_shm_file_says_the_db_is_intact(
     tmp_path: Path, run_lines: list[dict[str, Any]], verb: list[str]
 ) -> None:
     db = tmp_path / "r.db"
     fill(db)
     before = db.read_bytes()
-    args = [*verb, str(db)] if verb == ["history"] else [
+    args = [*verb, str(db)] if verb[0] == "history" else [
         *verb, str(db), str(write_lines(tmp_path / "x.jsonl", changed(
             run_lines, "run", "run_id", "run-b")))]
     done = subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True,

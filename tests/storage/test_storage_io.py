@@ -14,18 +14,22 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from tests.support.storage_factory import make_engine, make_result, make_run, record_kwargs
 
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.report.files import export_results
 from pytest_tokperf.storage.exchange import (
     Added,
     dump_run,
-    export_results,
-    import_dataset,
-    load_reference_runs,
+    import_datasets,
     merge,
     write_reference_run,
+)
+from pytest_tokperf.storage.store import ResultStore
+from tests.support.storage_factory import (
+    make_engine,
+    make_result,
+    make_run,
+    record_kwargs,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,8 +175,8 @@ def test_dump_run_and_import_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "run-a.jsonl"
     path.write_text(text)
     target = tmp_path / "b.db"
-    assert import_dataset(target, path) == Added(runs=1, results=1, samples=3)
-    assert import_dataset(target, path) == Added()
+    assert import_datasets(target, [path]) == Added(runs=1, results=1, samples=3)
+    assert import_datasets(target, [path]) == Added()
     with ResultStore.open(source) as a, ResultStore.open(target) as b:
         original, imported = a.result(result_id), b.result(b.runs()[0].results)
         assert imported.result == original.result
@@ -195,8 +199,8 @@ def test_import_json_export_without_samples(tmp_path: Path) -> None:
     _fill(source, "run-a", 2)
     export_results(source, "json", tmp_path / "out.json")
     target = tmp_path / "b.db"
-    assert import_dataset(target, tmp_path / "out.json") == Added(runs=1, results=2, samples=0)
-    assert import_dataset(target, tmp_path / "out.json") == Added()
+    assert import_datasets(target, [tmp_path / "out.json"]) == Added(runs=1, results=2, samples=0)
+    assert import_datasets(target, [tmp_path / "out.json"]) == Added()
     assert _counts(target) == (1, 1, 2, 2, 0)
     with ResultStore.open(target) as store:
         assert store.latest_per_series()[0].engine_build == "abc1234"
@@ -208,11 +212,11 @@ def test_import_rejects_bad_files_with_location(tmp_path: Path) -> None:
     with pytest.raises(
         StorageError, match=r"bad\.jsonl:1: not a tokperf run line: a result before"
     ):
-        import_dataset(tmp_path / "x.db", bad)
+        import_datasets(tmp_path / "x.db", [bad])
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"not": "a list"}')
     with pytest.raises(StorageError, match=r"is not a `tokperf export --format json` file"):
-        import_dataset(tmp_path / "x.db", bad_json)
+        import_datasets(tmp_path / "x.db", [bad_json])
 
 
 def test_merge_dedupes_by_run_and_environment(tmp_path: Path) -> None:
@@ -233,15 +237,15 @@ def test_merge_dedupes_by_run_and_environment(tmp_path: Path) -> None:
     assert stray
 
 
-def test_load_reference_runs_from_directory(tmp_path: Path) -> None:
+def test_import_a_folder_of_reference_runs(tmp_path: Path) -> None:
     source, runs_dir = tmp_path / "a.db", tmp_path / "runs"
     _fill(source, "run-a", 2)
     _fill(source, "run-b", 1)
     written = [write_reference_run(source, r, runs_dir) for r in ("run-a", "run-b")]
     assert [p.name for p in written] == ["run-a.jsonl", "run-b.jsonl"]
     target = tmp_path / "loaded.db"
-    assert load_reference_runs(runs_dir, target) == Added(runs=2, results=3, samples=9)
-    assert load_reference_runs(runs_dir, target) == Added()
+    assert import_datasets(target, [runs_dir]) == Added(runs=2, results=3, samples=9)
+    assert import_datasets(target, [runs_dir]) == Added()
     assert _counts(target) == _counts(source)
 
 
@@ -255,7 +259,7 @@ def test_the_gates_verdicts_travel_with_their_results(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     for run_id in ("run-0", "run-1"):
         write_reference_run(tmp_path / "main.db", run_id, runs)
-        import_dataset(tmp_path / "imported.db", runs / f"{run_id}.jsonl")
+        import_datasets(tmp_path / "imported.db", [runs / f"{run_id}.jsonl"])
     for db in ("copy.db", "imported.db"):
         with ResultStore.open_read_only(tmp_path / db) as copy:
             verdicts = copy.gate_verdicts(r["id"] for r in copy.query("SELECT id FROM results"))

@@ -20,7 +20,7 @@ from tests.support.fake_faults import FakeFaultyLlama
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage import store as store_mod
-from pytest_tokperf.storage.exchange import import_dataset
+from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.storage.store import ResultStore
 
 BENCH = """
@@ -81,8 +81,8 @@ def check_kept(pytester: pytest.Pytester, result: pytest.RunResult, why: str) ->
     (journal,) = journals(pytester.path)
     result.stdout.fnmatch_lines([
         f"*tokperf: 2 result(s) could not be stored in 'r.db' (*{why}*); they are kept in "
-        f"the journal '{journal.name}': import them with `tokperf import r.db {journal.name}`*"])
-    added = import_dataset(pytester.path / "elsewhere.db", journal)
+        f"the journal '{journal.name}': import them with `tokperf import --db r.db {journal.name}`*"])
+    added = import_datasets(pytester.path / "elsewhere.db", [journal])
     assert (added.runs, added.results, added.samples) == (1, 2, 4)
 
 
@@ -134,7 +134,7 @@ journal.Journal.discard = lambda self: None  # a subprocess: nothing else sees i
                                            "30GB/s", "--tokperf-db", "r.db")
     result.assert_outcomes(passed=2)
     (kept,) = journals(pytester.path)
-    added = import_dataset(pytester.path / "r.db", kept)
+    added = import_datasets(pytester.path / "r.db", [kept])
     assert (added.runs, added.results) == (0, 0)
 
 

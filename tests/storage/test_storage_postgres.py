@@ -10,20 +10,21 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from pytest_tokperf.errors import ConfigError, StorageError
+from pytest_tokperf.report.files import export_results
+from pytest_tokperf.storage.exchange import import_datasets, merge, read_runs
+from pytest_tokperf.storage.location import PgUrl, db_location, parse_pg_url
+from pytest_tokperf.storage.schema import SCHEMA_VERSION
+from pytest_tokperf.storage.store import ResultStore
 from tests.support.postgres import PG_PASSWORD, PgCluster
 from tests.support.storage_factory import (
-    judge_every_result,
     fill_history,
+    judge_every_result,
     make_result,
     make_run,
     record_kwargs,
 )
-
-from pytest_tokperf.errors import ConfigError, StorageError
-from pytest_tokperf.storage.exchange import export_results, import_dataset, merge, read_runs
-from pytest_tokperf.storage.location import PgUrl, db_location, parse_pg_url
-from pytest_tokperf.storage.schema import SCHEMA_VERSION
-from pytest_tokperf.storage.store import ResultStore
 
 LEVELS = [("b1", 100.0), ("b1", 100.5), ("b2", 90.0), ("b2", 90.4), ("b3", 91.0)]
 
@@ -124,7 +125,7 @@ def test_export_and_import_through_postgres(pg_url: str, tmp_path: Path) -> None
     export_results(tmp_path / "a.db", "json", tmp_path / "lite.json")
     pg_rows, lite_rows = (json.loads((tmp_path / n).read_text()) for n in ("pg.json", "lite.json"))
     assert pg_rows == lite_rows
-    added = import_dataset(tmp_path / "fresh.db", tmp_path / "pg.json")
+    added = import_datasets(tmp_path / "fresh.db", [tmp_path / "pg.json"])
     assert added.results == 5
 
 

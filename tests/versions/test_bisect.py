@@ -13,7 +13,8 @@ import pytest
 
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.versions.bisect import bisect_releases, format_result
+from pytest_tokperf.report.builds import format_result
+from pytest_tokperf.versions.bisect import bisect_releases
 from pytest_tokperf.versions.sessions import Groups, Target
 
 DECODE_T = Target("s1", "test_decode", "decode")

@@ -15,7 +15,7 @@ WORKLOAD = {"prompt_tokens": 64, "generate_tokens": 24, "depth_tokens": 0, "conc
 
 
 def _doc(decode: list[tuple[float, float]], ttft: list[tuple[float, float]]) -> dict[str, Any]:
-    rounds = [{"baseline": [b, None, tb], "candidate": [c, None, tc]}
+    rounds = [{"control": [b, None, tb], "candidate": [c, None, tc]}
               for (b, c), (tb, tc) in zip(decode, ttft)]
     return {"ab": [{"test_id": "t.py::test_x", "workload": WORKLOAD,
                     "metrics": ["decode", "prefill", "ttft"], "rounds": rounds}]}
@@ -113,16 +113,19 @@ def test_a_session_measured_busy_marks_its_rows() -> None:
     doc = _doc(rows, [(0.5, 0.5)] * 12)
     quiet = judge_documents([doc], ["decode"])[0]
     assert quiet.busy == ""
-    doc["ab"][0].update(busy=True, load="machine: baseline others 1.6 of 2 CPUs, busy")
+    doc["ab"][0].update(busy=True, load="machine: control others 1.6 of 2 CPUs, busy")
     busy = judge_documents([doc], ["decode"])[0]
-    assert busy.busy.startswith("session 1: machine: baseline others 1.6")
+    assert busy.busy.startswith("session 1: machine: control others 1.6")
     assert busy.comparison == quiet.comparison  # the figures are the figures
 
-    from pytest_tokperf.cli.builds import _decides
+    from pytest_tokperf.busy import BusyPolicy
+
+    def decides(found: Any, outcome: Any) -> bool:
+        return BusyPolicy(outcome).fails(bool(found.busy), found.comparison.verdict == "regression")
 
     assert busy.comparison.verdict == "regression"
-    assert _decides(quiet, "skip") and not _decides(busy, "skip")
-    assert _decides(busy, "judge") and _decides(busy, "fail")
+    assert decides(quiet, "skip") and not decides(busy, "skip")
+    assert decides(busy, "judge") and decides(busy, "fail")
 
 
 def test_a_session_measured_busy_is_measured_again_after_a_quiet_window(
@@ -135,15 +138,15 @@ def test_a_session_measured_busy_is_measured_again_after_a_quiet_window(
     import random
     from types import SimpleNamespace
 
-    from pytest_tokperf.versions import paired
     from pytest_tokperf.builds.specs import Build
+    from pytest_tokperf.versions import paired
 
     sessions: list[Path] = []
 
     def session(runner: Any, a: Build, b: Build, number: int) -> Path:
         busy = not sessions
         rng = random.Random(len(sessions))
-        rounds = [{"baseline": [30.0 * (x := rng.gauss(1, 0.02)), None, 0.2],
+        rounds = [{"control": [30.0 * (x := rng.gauss(1, 0.02)), None, 0.2],
                    "candidate": [30.0 * x * (0.8 if busy else 1.0) * rng.gauss(1, 0.005),
                                  None, 0.2]} for _ in range(60)]
         doc = {"ab": [{"test_id": "t.py::test_x", "workload": WORKLOAD, "rounds": rounds,

@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 
 from pytest_tokperf.builds.specs import Build, BuildSpec, BuildTimedOut, parse_spec
+from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.errors import ConfigError, InstallError
-from pytest_tokperf.versions.sessions import Groups, Target
-from pytest_tokperf.versions.watch import Watch
-from pytest_tokperf.versions.watch_journal import WatchJournal, WatchResult
-from pytest_tokperf.versions.watch_report import (
+from pytest_tokperf.report.watch import (
     format_markdown,
     format_summary,
     headline,
 )
+from pytest_tokperf.versions.sessions import Groups, Target
+from pytest_tokperf.versions.watch import Watch
+from pytest_tokperf.versions.watch_journal import WatchJournal, WatchResult
 from tests.builds.test_first_minute import cache  # noqa: F401 (a fixture)
 
 REGISTRY = list(range(100, 109))  # b100..b108
@@ -46,7 +47,7 @@ class Killed(Exception):
 class Fakes:
     """Builds, A/B sessions and bisect sessions, counted; ``kill_at``: the session
     (1-based, A/B and bisect alike) that raises instead of finishing; ``busy``: the
-    (baseline, candidate) A/Bs measured with a neighbour that slowed the candidate 10%."""
+    (control, candidate) A/Bs measured with a neighbour that slowed the candidate 10%."""
 
     def __init__(self, root: Path, *, kill_at: int | None = None, fail: tuple[int, ...] = (),
                  busy: tuple[tuple[int, int], ...] = ()) -> None:
@@ -86,7 +87,7 @@ class Fakes:
             base = 30 * level(a.number) * phase * math.exp(rng.gauss(0, 0.01))
             cand = (30 * level(b.number) * phase * math.exp(rng.gauss(0, 0.01))
                     * (0.9 if busy else 1.0))
-            rounds.append({"baseline": [base, 500.0 * phase, 0.2 / phase],
+            rounds.append({"control": [base, 500.0 * phase, 0.2 / phase],
                            "candidate": [cand, 500.0 * phase * math.exp(rng.gauss(0, 0.01)),
                                          0.2 / phase * math.exp(rng.gauss(0, 0.01))]})
         doc = {"ab": [{"test_id": "t.py::test_decode", "workload": WORKLOAD,
@@ -265,7 +266,7 @@ def test_a_busy_ab_is_reported_not_flagged(tmp_path: Path) -> None:
     assert "decode regression" in text and "(busy)" in text
     # --busy judge: its figures flag it
     judged = watch(Fakes(tmp_path / "judge", busy=((104, 106),)), tmp_path / "judge",
-                   busy="judge")
+                   busy=BusyPolicy("judge"))
     assert ("b104", "b106") in [(f.before, f.after) for f in judged.flags]
 
 
@@ -288,7 +289,7 @@ def test_a_busy_ab_is_measured_again_after_a_quiet_window(tmp_path: Path) -> Non
     lines: list[str] = []
     w = Watch(WatchJournal(tmp_path / "r.db.watch.jsonl"), tmp_path / "runs" / "watch", "sel",
               provide=fakes.provide, measure=fakes.measure, lab=fakes.lab,
-              between=fakes.between, progress=lines.append, busy_wait=90.0,
+              between=fakes.between, progress=lines.append, busy=BusyPolicy("skip", 90.0),
               wait_quiet=lambda budget: waits.append(budget) or 12.0)
     specs = [BuildSpec(f"b{n}", "release", n) for n in WATCHED]
     result = w.run(specs, specs[0])
@@ -313,12 +314,12 @@ def test_a_busy_ab_is_measured_again_after_a_quiet_window(tmp_path: Path) -> Non
 
 def test_a_busy_ab_stands_when_no_quiet_window_comes(tmp_path: Path) -> None:
     fakes = Fakes(tmp_path, busy=((104, 106),))
-    result = watch(fakes, tmp_path, busy_wait=30.0, wait_quiet=lambda budget: None)
+    result = watch(fakes, tmp_path, busy=BusyPolicy("skip", 30.0), wait_quiet=lambda budget: None)
     assert fakes.abs.count((104, 106, 1)) == 1 and result.measured_again == 0
     assert len(result.busy) == 1 and result.busy[0].startswith("b106 vs b104 (predecessor)")
     # --busy judge: its figures count, so it is never measured again
     judged = Fakes(tmp_path / "judge", busy=((104, 106),))
-    watch(judged, tmp_path / "judge", busy="judge", busy_wait=30.0,
+    watch(judged, tmp_path / "judge", busy=BusyPolicy("judge", 30.0),
           wait_quiet=lambda budget: pytest.fail("--busy judge waited"))
     assert judged.abs.count((104, 106, 1)) == 1
 
@@ -373,6 +374,7 @@ def _fake_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
     import re
 
     from pytest_tokperf.versions import paired
+    from pytest_tokperf.versions import watch as watch_module
 
     fakes = Fakes(tmp_path / "fake")
 
@@ -386,6 +388,7 @@ def _fake_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
         return fakes.measure(Build(a.label, a.binary, number(a)), Build(b.label, b.binary, number(b)),
                              attempt)
 
+    monkeypatch.setattr(watch_module, "run_paired_session", session)
     monkeypatch.setattr(paired, "run_paired_session", session)
     return fakes
 

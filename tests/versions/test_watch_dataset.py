@@ -34,7 +34,7 @@ def test_the_window_names_b10429_and_the_release_that_undoes_it() -> None:
 
 
 @pytest.mark.parametrize("entry", [e for e in _journal() if e["step"] == "ab"],
-                         ids=lambda e: f"{e['baseline']}-{e['candidate']}-{e['role']}")
+                         ids=lambda e: f"{e['control']}-{e['candidate']}-{e['role']}")
 def test_each_ab_judges_again_to_its_journalled_verdict(entry: dict) -> None:
     document = json.loads((FOLDER / Path(entry["document"]).name).read_text(encoding="utf-8"))
     again = [AbRow.of(f) for f in judge_documents([document], JUDGED,

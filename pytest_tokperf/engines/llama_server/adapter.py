@@ -1,7 +1,7 @@
 """Adapter for llama.cpp's ``llama-server``, native ``/completion`` API.
 
 Token-id prompts, ``n_predict`` with ``ignore_eos``, no prompt cache; the last SSE event
-carries ``timings``. Wire notes: docs/design.md.
+carries ``timings``. Clocks: docs/engines.md.
 """
 
 from __future__ import annotations

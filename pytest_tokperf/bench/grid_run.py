@@ -1,6 +1,6 @@
 """``tokperf bench``'s loop: each server configuration of the grid started once, its
 tests measured through the run's ``TokBench`` values, every result recorded a
-``BenchRow``.
+``BenchRow`` (``report.llama_bench`` writes them in llama-bench's forms).
 
 A prompt-only test streams 2 tokens: it repeats a fixed count (``-r N``, else the least
 of ``MIN-MAX``: there is no decode to be adaptive on), and its decode is held to no
@@ -16,18 +16,36 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.cli.bench_grid import BenchPlan, BenchTest
-from pytest_tokperf.cli.bench_output import BenchRow
+from pytest_tokperf.bench.grid import BenchPlan, BenchTest
 from pytest_tokperf.errors import ConfigError, EngineUnavailable, TokperfError
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.run import BenchRun, Recorded
-    from pytest_tokperf.results import HardwareInfo, Progress
+    from pytest_tokperf.results import HardwareInfo, ModelInfo, Progress
     from pytest_tokperf.settings import Settings
 
 TEST_ID = "tokperf bench"
 """The start of every result's test id; the test (``tg128 @ d4096``) and the grid's
 options given (``-t 2 -fa on``) follow, so each series has its own label."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRow:
+    """One test's result with what llama-bench reports beside it."""
+
+    test: BenchTest
+    recorded: Recorded
+    test_time: str
+    """RFC 3339 UTC second the test started, as llama-bench's ``test_time``."""
+    created_at: str
+    """When the result was recorded (ISO 8601 UTC)."""
+    run_id: str | None
+    series_key: str | None
+    model: ModelInfo | None
+    model_bytes: int | None
+    """Bytes of the model's tensors (llama-bench's ``model_size``)."""
+    cpu_info: str
+    gpu_info: str
 
 
 @dataclass
@@ -158,3 +176,16 @@ def _cpu_name() -> str:
 
     cpu = device_hardware(Device("cpu"))
     return cpu.name if cpu is not None else ""
+
+
+def check_models(chosen: BenchPlan, *, attached: bool) -> None:
+    """Every model file a started server would load is a readable GGUF, checked before
+    anything starts (an attached engine's model is its own)."""
+    from pathlib import Path
+
+    from pytest_tokperf.bench.session import check_model_file
+    from pytest_tokperf.settings import BUILTIN_MODELS
+
+    for model in dict.fromkeys(p.model for p in chosen.points):
+        if model not in BUILTIN_MODELS and not attached:
+            check_model_file(Path(model).expanduser(), source=f"--tokperf-model {model!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_tokperf.builds.progress import duration
+from pytest_tokperf.report.tables import Table, markdown, md_cell, text
 from pytest_tokperf.stats.metric import interval_text, pct
 from pytest_tokperf.versions.watch_journal import (
     AbStep,
@@ -61,13 +62,6 @@ def _secs(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    fmt = "  ".join(f"{{:{w}}}" for w in widths)
-    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths)),
-            *(fmt.format(*row).rstrip() for row in rows)]
-
-
 HEADER = ("build", "build s", "A/B s", "wall", "vs reference", "vs predecessor")
 
 
@@ -103,7 +97,7 @@ def format_summary(result: WatchResult) -> list[str]:
     if result.skipped:
         lines.append("skipped: " + "; ".join(f"{r.label} ({r.skipped})" for r in result.skipped))
     lines += [f"busy, not a flag: {note}" for note in result.busy]
-    lines += _table(HEADER, [_row(r, result.metrics) for r in result.releases])
+    lines += text(_releases(result))
     median = result.median_wall_s()
     lines.append(f"wall per build (build + A/Bs, as journalled): median "
                  f"{duration(median) if median is not None else '-'}; A/B documents in "
@@ -111,19 +105,18 @@ def format_summary(result: WatchResult) -> list[str]:
     return lines
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _releases(result: WatchResult) -> Table:
+    return Table.of(HEADER, [_row(r, result.metrics) for r in result.releases],
+                    numeric=(1, 2, 3))
 
 
 def format_markdown(result: WatchResult) -> str:
     """The same as a GitHub job summary."""
-    lines = [f"### tokperf watch: {_md(headline(result))}", ""]
+    lines = [f"### tokperf watch: {md_cell(headline(result))}", ""]
     for flag in result.flags:
-        lines += [f"- {_md(line.strip())}" for line in _flag_lines(flag, result.metrics)]
+        lines += [f"- {md_cell(line.strip())}" for line in _flag_lines(flag, result.metrics)]
     if result.skipped:
-        lines.append(f"- skipped: {_md('; '.join(f'{r.label} ({r.skipped})' for r in result.skipped))}")
-    lines += [f"- busy, not a flag: {_md(note)}" for note in result.busy]
-    lines += ["", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(_md(c) for c in _row(r, result.metrics)) + " |"
-              for r in result.releases]
-    return "\n".join(lines) + "\n"
+        skipped = "; ".join(f"{r.label} ({r.skipped})" for r in result.skipped)
+        lines.append(f"- skipped: {md_cell(skipped)}")
+    lines += [f"- busy, not a flag: {md_cell(note)}" for note in result.busy]
+    return "\n".join([*lines, "", *markdown(_releases(result))]) + "\n"

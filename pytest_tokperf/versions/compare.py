@@ -1,27 +1,24 @@
-"""``tokperf compare``: two engine versions in one DB, or the latest runs of a second DB.
+"""Two engine versions compared from stored results: two versions in one DB, or the
+latest runs of a second DB against the first DB's settled window.
 
-``compared`` gathers both sides per series and judges them once (``stats.compare_many``);
-the verdict table, ``--json`` and ``-o md`` (compare-llama-bench's table, for a pull
-request) are three views of that one judgement.
+``compare_stored`` gathers both sides per series and judges them once
+(``stats.compare_many``, Holm across series; a flag the machine's memory moved with is
+withheld, ``stats.moved``); ``tokperf compare`` prints it as a verdict table, JSON or
+compare-llama-bench's markdown (``report.verdicts``).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pytest_tokperf.cli.common import DB, JSON, chosen_db, db_location, shown_db
-from pytest_tokperf.cli.output import emit, table
-from pytest_tokperf.cli.results_verbs import open_db, series_labels
+from pytest_tokperf.builds.releases import release_number
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.changepoints import settled_baseline
 from pytest_tokperf.stats.comparing import Comparison, compare_many
-from pytest_tokperf.stats.metric import Metric, interval_text, pct
+from pytest_tokperf.stats.metric import Metric
 from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.storage.history import (
     HistoryEntry,
@@ -29,7 +26,9 @@ from pytest_tokperf.storage.history import (
     series_metric,
     session_points,
 )
-from pytest_tokperf.storage.location import same_db
+from pytest_tokperf.storage.location import db_location, same_db, shown_db
+from pytest_tokperf.storage.lookup import open_for_reading, series_labels
+from pytest_tokperf.storage.rows import Series
 from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 FIGURES = ("decode", "prefill", "ttft")
@@ -112,8 +111,6 @@ def stored_version(store: ResultStore, label: str | None) -> str | None:
     """The stored engine version a user's label names: as stored (``b9093`` or
     ``b9093-pypi-sdist``), or in any form ``install-engine --version`` takes (``9093``,
     ``9093.0.0``); None stays None (every version)."""
-    from pytest_tokperf.builds.releases import release_number
-
     if label is None:
         return None
     stored = store.tuples("SELECT DISTINCT engine_version, engine_build FROM environments")
@@ -138,13 +135,11 @@ def stored_version(store: ResultStore, label: str | None) -> str | None:
                       f"`tokperf history` shows each series' build")
 
 
-def _two_dbs(base_store: ResultStore, current_store: ResultStore, args: argparse.Namespace
-             ) -> dict[str, Pair]:
+def _two_dbs(base_store: ResultStore, current_store: ResultStore, base_version: str | None,
+             current_version: str | None) -> dict[str, Pair]:
     """Per series: the baseline DB's runs since its last step (a settled window), and the
-    second DB's latest run."""
+    second DB's latest run (of these versions; None: any)."""
     metrics = series_metrics(base_store, current_store)
-    base_version = stored_version(base_store, args.baseline)
-    current_version = stored_version(current_store, args.current)
     current_keys = {r.series_key for r in current_store.latest_per_series()}
     out: dict[str, Pair] = {}
     for row in base_store.latest_per_series():
@@ -189,8 +184,6 @@ def _two_versions(store: ResultStore, baseline: str, current: str
 def _test_names(store: ResultStore, keys: Sequence[str]) -> dict[str, dict[str, str]]:
     """Per series key, llama-bench's test name of each figure: decode ``tg128``, prefill
     ``pp512``, aggregate ``pp512+tg128``; ``@d4096`` at a depth, `` x4`` concurrent."""
-    from pytest_tokperf.storage.rows import Series
-
     texts = dict(store.tuples("SELECT series_key, series_text FROM series"))
     out: dict[str, dict[str, str]] = {}
     for key in keys:
@@ -206,56 +199,55 @@ def _test_names(store: ResultStore, keys: Sequence[str]) -> dict[str, dict[str, 
     return out
 
 
-def compared(args: argparse.Namespace) -> Compared:
-    """Both sides of every series the two versions (or DBs) share, judged as one family
-    (Holm across series); each stored run a session, its repetitions nested in it."""
-    dbs = ([args.db] if args.db else []) + list(args.dbs)
-    if len(dbs) > 2:
-        raise ConfigError(f"compare takes at most two DBs, got {[shown_db(d) for d in dbs]!r}: "
-                          f"the baseline DB (--db "
-                          f"or the first) and a second one whose latest runs are 'current'")
-    if len(dbs) == 2 and same_db(db_location(dbs[0]), db_location(dbs[1])):
-        raise ConfigError(f"compare {shown_db(dbs[0])!r} with {shown_db(dbs[1])!r}: that is "
-                          f"one DB twice, so its "
-                          "latest run would sit on both sides; give a second DB, or one DB "
-                          "with --baseline VERSION --current VERSION")
-    base_db = dbs[0] if dbs else chosen_db(args)
-    base_store = open_db(base_db)
-    cur_store = base_store
-    if len(dbs) == 2:
-        cur_store = open_db(dbs[1])
-        sides = _two_dbs(base_store, cur_store, args)
-        names = [_db_name(dbs[0], [v[0] for v in sides.values()]),
-                 _db_name(dbs[1], [v[1] for v in sides.values()])]
+def compare_stored(db: str, other_db: str | None = None, baseline: str | None = None,
+                   current: str | None = None) -> Compared:
+    """Both sides of every series two versions of ``db`` (``baseline``, ``current``), or
+    ``db`` and ``other_db``, share, judged as one family (Holm across series); each stored
+    run a session, its repetitions nested in it. A version is named as stored or as
+    ``install-engine --version`` takes it."""
+    if other_db is not None and same_db(db_location(db), db_location(other_db)):
+        raise ConfigError(f"compare {shown_db(db)!r} with {shown_db(other_db)!r}: that is one DB "
+                          "twice, so its latest run would sit on both sides; give a second "
+                          "DB, or one DB with --baseline VERSION --current VERSION")
+    base_store = open_for_reading(db)
+    cur_store = base_store if other_db is None else open_for_reading(other_db)
+    if other_db is not None:
+        sides = _two_dbs(base_store, cur_store, stored_version(base_store, baseline),
+                         stored_version(cur_store, current))
+        names = [_db_name(db, [v[0] for v in sides.values()]),
+                 _db_name(other_db, [v[1] for v in sides.values()])]
     else:
-        if not (args.baseline and args.current):
-            raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a second DB")
-        baseline = stored_version(base_store, args.baseline)
-        current = stored_version(base_store, args.current)
-        assert baseline is not None and current is not None
-        if baseline == current:
-            raise ConfigError(f"--baseline {args.baseline!r} and --current {args.current!r} "
-                              f"are both {baseline}: a build compared with itself has no "
-                              "change to judge; name two versions `tokperf history` lists")
-        sides = _two_versions(base_store, baseline, current)
-        names = [baseline, current]
+        names = _two_names(base_store, baseline, current)
+        sides = _two_versions(base_store, names[0], names[1])
     if not sides:
         raise ConfigError("no series has results on both sides; check the versions with "
                           "`tokperf history`")
     common = sorted(sides)
-    metrics = series_metrics(base_store)
-    rows = {r.series_key: r for r in base_store.latest_per_series()}
-    metric_of = {k: metrics[k] for k in common}
+    metric_of = {k: series_metrics(base_store)[k] for k in common}
     verdicts: dict[str, Comparison] = compare_many(
         {k: sides[k][0].sessions for k in common}, {k: sides[k][1].sessions for k in common},
         metric_of, spread={k: sides[k][2] for k in common})
-    verdicts = {k: _machine(v, metric_of[k], sides[k][0], sides[k][1], base_store, cur_store)
-                for k, v in verdicts.items()}
+    rows = {r.series_key: r for r in base_store.latest_per_series()}
     labels = series_labels(base_store, [rows[k] for k in common])
     tests = _test_names(base_store, common)
     return Compared(names[0], names[1], tuple(
-        SeriesComparison(k, labels[k], tests[k], metric_of[k], sides[k][0], sides[k][1], v)
+        SeriesComparison(k, labels[k], tests[k], metric_of[k], sides[k][0], sides[k][1],
+                         _machine(v, metric_of[k], sides[k][0], sides[k][1], base_store,
+                                  cur_store))
         for k, v in verdicts.items()))
+
+
+def _two_names(store: ResultStore, baseline: str | None, current: str | None) -> list[str]:
+    """The two stored versions ``--baseline`` and ``--current`` name, checked."""
+    if not (baseline and current):
+        raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a "
+                          "second DB")
+    names = [stored_version(store, baseline), stored_version(store, current)]
+    if names[0] == names[1]:
+        raise ConfigError(f"--baseline {baseline!r} and --current {current!r} are both "
+                          f"{names[0]}: a build compared with itself has no change to judge; "
+                          "name two versions `tokperf history` lists")
+    return [str(n) for n in names]
 
 
 def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,
@@ -281,108 +273,3 @@ def _db_name(db: str, sides: Sequence[Side]) -> str:
     return f"{name} {versions[0]}" + (f"..{versions[-1]}" if len(versions) > 1 else "")
 
 
-def compare(args: argparse.Namespace) -> int:
-    """The verdict table (or ``--json``, or ``-o md``); ``--fail``: exit 1 on a regression."""
-    if args.json and args.output == "md":
-        raise ConfigError("--json and -o md both choose what compare prints; give one")
-    result = compared(args)
-    verdicts = {s.series_key: s.verdict for s in result.series}
-    if args.output == "md":
-        print("\n".join(markdown_table(result)))
-    else:
-        tests = {s.series_key: s.label for s in result.series}
-        rows = [(k[:12], tests[k], v.verdict, v.metric, pct(v.relative_change))
-                for k, v in verdicts.items()]
-        emit(args, {k: asdict(v) for k, v in verdicts.items()},
-             [*table(("series", "test", "verdict", "metric", "change"), rows), "",
-              *(f"{k[:12]} {v.verdict}: {v.reason}" for k, v in verdicts.items())])
-    return 1 if args.fail and any(v.verdict == "regression" for v in verdicts.values()) else 0
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _num(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None or not math.isfinite(value) else format(value, spec)
-
-
-def _level(confidence: float) -> str:
-    """``95%``, ``99.75%``: a confidence to the digits that tell Holm's levels apart."""
-    return f"{confidence * 100:.6g}%"
-
-
-def _ms(seconds: float | None) -> str:
-    return _num(None if seconds is None else seconds * 1e3, ".1f")
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return _num(b / a if a and b is not None else None)
-
-
-def markdown_table(result: Compared) -> list[str]:
-    """compare-llama-bench's table: per series a row per figure (tg: decode, pp: prefill),
-    both sides' median t/s and B/A, TTFT where measured; the verdict and its interval
-    (the judged figure's row only) last."""
-    a, b = result.baseline_name, result.current_name
-    ttft = any(s.baseline.median("ttft") is not None or s.current.median("ttft") is not None
-               for s in result.series)
-    levels = {s.verdict.confidence for s in result.series if math.isfinite(s.verdict.confidence)}
-    one_level = len(levels) == 1
-    interval = f"change [{_level(levels.pop())} interval]" if one_level else "change [interval]"
-    header = ["Test id", "Test", "t/s A", "t/s B", "B/A",
-              *(["TTFT ms A", "TTFT ms B"] if ttft else []), "verdict", interval]
-    align = ["---", "---", "---:", "---:", "---:", *(["---:", "---:"] if ttft else []),
-             "---", "---"]
-    lines = [f"**A**: {_cell(a)}, **B**: {_cell(b)}. t/s: the median of the compared runs' "
-             "repetitions; verdict: the judge's (as `tokperf compare`), on one figure per "
-             "series (decode; prefill for a prompt-only series).", "",
-             "| " + " | ".join(_cell(h) for h in header) + " |", "|" + "|".join(align) + "|"]
-    for s in sorted(result.series, key=lambda s: (s.label, s.series_key)):
-        shown = [s.metric.name] + [m for m in ("decode", "prefill")
-                                   if m != s.metric.name and s.baseline.median(m) is not None
-                                   and s.current.median(m) is not None]
-        for i, name in enumerate(shown):
-            base, cur = s.baseline.median(name), s.current.median(name)
-            cells = [s.label, s.tests.get(name, name), _num(base), _num(cur), _ratio(base, cur)]
-            if ttft and i == 0:
-                cells += [_ms(s.baseline.median("ttft")), _ms(s.current.median("ttft"))]
-            elif ttft:
-                cells += ["", ""]
-            v = s.verdict
-            if i == 0:
-                word = f"**{v.verdict}**" if v.verdict == "regression" else v.verdict
-                at = "" if one_level or not math.isfinite(v.confidence) else (
-                    f" at {_level(v.confidence)}")
-                cells += [word, f"{pct(v.relative_change)} "
-                          f"{interval_text(v.ci_low, v.ci_high)}{at}"]
-            else:
-                cells += ["", ""]
-            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return lines
-
-
-def add_parser(verbs: Any) -> None:
-    """Add ``compare`` to the ``tokperf`` parser."""
-    p = verbs.add_parser(
-        "compare", parents=[DB, JSON], help="tok/s of two engine versions, or two DBs "
-        "(decode; prefill for a prompt-only series)",
-        description="Per series, each stored run a session (its repetitions nested in it): "
-        "significant AND at least 5% -> regression or improvement; too noisy or "
-        "phase-dominated -> inconclusive. Holm across series. A version is written "
-        "as install-engine takes it (9093, b9093, 9093.0.0) or as stored (b9093-pypi-sdist). "
-        "-o md prints compare-llama-bench's table for a pull request: each series' tg "
-        "(decode) and pp (prefill) rows with both sides' median t/s and B/A, TTFT where "
-        "measured, then the same verdict and its interval.",
-        usage="tokperf compare [--db PATH] [OTHER_DB] [--baseline V --current V] "
-        "[-o text|md] [--fail]")
-    p.add_argument("dbs", nargs="*", metavar="OTHER_DB",
-                   help="a second DB: its latest run per series is 'current' (the old form "
-                   "DB OTHER_DB still works)")
-    p.add_argument("--baseline", help="baseline engine version or build")
-    p.add_argument("--current", help="current engine version or build")
-    p.add_argument("--output", "-o", choices=["text", "md"], default="text",
-                   help="text: the verdict table (default); md: a GitHub table to paste into "
-                   "a pull request (as compare-llama-bench.py prints)")
-    p.add_argument("--fail", action="store_true", help="exit 1 when a series regressed")
-    p.set_defaults(func=compare)

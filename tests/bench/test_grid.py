@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_tokperf.cli.bench import plan
-from pytest_tokperf.cli.bench_grid import BenchTest, ServerPoint, parse_numbers
+from pytest_tokperf.bench.grid import BenchTest, ServerPoint, parse_numbers, plan
+from pytest_tokperf.cli.bench import grid_options
 from pytest_tokperf.cli.main import build_parser, main
 from pytest_tokperf.errors import ConfigError
 
 
 def _plan(*argv: str):  # type: ignore[no-untyped-def]
-    return plan(build_parser().parse_args(["bench", "--db", "off", *argv]))
+    return plan(grid_options(build_parser().parse_args(["bench", "--db", "off", *argv])))
 
 
 @pytest.mark.parametrize(("given", "values"), [

@@ -12,13 +12,17 @@ depth (``-d``), with tokperf's concurrency (``-c``) and warm prefixes (``--warm`
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_tokperf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_tokperf.settings import Settings
 
 TestKind = Literal["pp", "tg", "pg"]
 
@@ -234,3 +238,121 @@ class BenchPlan:
     def several_models(self) -> bool:
         return len({p.model for p in self.points}) > 1
 
+
+
+LISTS: dict[str, tuple[str, str, int]] = {
+    "prompt": ("-p", "64", 0), "generate": ("-n", "128", 0), "depth": ("-d", "0", 0),
+    "concurrency": ("-c", "1", 1), "warm": ("--warm", "0", 0)}
+"""The workload lists: their short option, default and least value."""
+GRID: dict[str, tuple[str, str]] = {
+    "threads": ("-t", "n_threads"), "gpu_layers": ("-ngl", "n_gpu_layers"),
+    "flash_attn": ("-fa", "flash_attn"), "type_k": ("-ctk", "type_k"),
+    "type_v": ("-ctv", "type_v"), "batch": ("-b", "n_batch"), "ubatch": ("-ub", "n_ubatch")}
+"""The server options of the grid: their short option and llama-bench's field."""
+SERVER_ONLY = ("gpu_layers", "flash_attn", "type_k", "type_v", "batch", "ubatch")
+"""Grid options that are llama-server arguments: a started llama-server only."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridOptions:
+    """What ``tokperf bench`` was asked, as typed: each list's words by name (``LISTS``,
+    ``GRID``, ``pg``, ``model``; empty: not given), and how each option given was spelled
+    (``-t`` or ``--threads``), so an error names it as typed."""
+
+    lists: Mapping[str, Sequence[str]]
+    chat: bool = False
+    engine: str = "llama-server"
+    url: str | None = None
+    spelled: Mapping[str, str] = field(default_factory=dict)
+
+    def flag(self, name: str, default: str) -> str:
+        return self.spelled.get(name) or default
+
+    def given(self, name: str) -> Sequence[str]:
+        return self.lists.get(name) or ()
+
+
+def plan(options: GridOptions) -> BenchPlan:
+    """The grid and the tests asked for, every list checked (no engine needed)."""
+    lists = {name: parse_numbers(options.given(name) or [default],
+                                 options.flag(name, short), least)
+             for name, (short, default, least) in LISTS.items()}
+    if any(0 < n < PP_GENERATE_TOKENS for n in lists["generate"]):
+        raise ConfigError(f"{options.flag('generate', '-n')} "
+                          f"{','.join(options.given('generate'))!r}: a generation test needs at "
+                          f"least {PP_GENERATE_TOKENS} tokens (decode is timed between "
+                          f"tokens); 0 asks for none")
+    tests = bench_tests(lists["prompt"], lists["generate"], parse_pairs(options.given("pg")),
+                        lists["depth"], lists["concurrency"], lists["warm"], options.chat)
+    _check_tests(tests)
+    models = [m.strip() for text in options.given("model") or ["main"] for m in text.split(",")
+              if m.strip()] or ["main"]
+    points = server_points(models, **_grid(options))
+    asked = frozenset(GRID[name][1] for name in GRID if options.given(name))
+    asked |= {"concurrency"} if options.given("concurrency") else frozenset()
+    asked |= {"cached_prefix_tokens"} if options.given("warm") else frozenset()
+    _check_attached(options, points)
+    return BenchPlan(tuple(points), tuple(tests), asked)
+
+
+def _check_tests(tests: Sequence[BenchTest]) -> None:
+    if not tests:
+        raise ConfigError("nothing to measure: -p and -n are 0 and no -pg is given; give a "
+                          "prompt (-p 512), a generation (-n 128) or a pair (-pg 512,128)")
+    for test in tests:
+        if test.warm and test.warm >= test.n_depth + test.prompt_tokens:
+            raise ConfigError(f"--warm {test.warm} is not below {test.name}'s depth + prompt "
+                              f"({test.n_depth + test.prompt_tokens}): a warm test needs new "
+                              f"tokens after the cached prefix; lower --warm or raise -p/-d")
+
+
+def _grid(options: GridOptions) -> dict[str, list[Any]]:
+    """Each server option's values (``[None]``: not given, the server's default)."""
+    grid: dict[str, list[Any]] = {}
+    for name, (short, _) in GRID.items():
+        flag, given = options.flag(name, short), options.given(name)
+        if not given:
+            grid[name] = [None]
+        elif name == "flash_attn":
+            grid[name] = [FLASH_ATTN[w] for w in parse_words(given, flag, tuple(FLASH_ATTN),
+                                                               "on, off, auto (1, 0, -1)")]
+        elif name in ("type_k", "type_v"):
+            grid[name] = parse_words(given, flag, KV_TYPES)
+        else:
+            grid[name] = parse_numbers(given, flag, -1 if name == "gpu_layers" else 1)
+    return grid
+
+
+def _check_attached(options: GridOptions, points: Sequence[ServerPoint]) -> None:
+    """An attached engine's configuration is its own; a grid needs a started llama-server."""
+    server_args = [f"{options.flag(n, GRID[n][0])} {','.join(options.given(n))}"
+                   for n in SERVER_ONLY if options.given(n)]
+    if options.engine != "llama-server" and server_args:
+        raise ConfigError(f"{' '.join(server_args)}: llama-server's arguments, and --engine "
+                          f"is {options.engine!r}; drop them")
+    grid = [*server_args]
+    if len({p.threads for p in points}) > 1:
+        grid.append(f"{options.flag('threads', '-t')} {','.join(options.given('threads'))}")
+    if len({p.model for p in points}) > 1:
+        grid.append(f"{options.flag('model', '-m')} {','.join(options.given('model'))}")
+    if options.url and grid:
+        raise ConfigError(f"{' '.join(grid)}: {options.flag('url', '--url')} attaches to a "
+                          f"running engine, whose configuration tokperf cannot change; drop "
+                          f"--url to let tokperf start llama-server for each configuration")
+
+
+def point_settings(given: Mapping[str, str | None], flags: Mapping[str, str],
+                   point: ServerPoint, chosen: BenchPlan) -> Settings:
+    """The plugin's settings for one server configuration of ``chosen``: the options
+    ``given`` by their settings names (None: not given), resolved as pytest resolves its
+    own (given, then PYTEST_TOKPERF_* environment, then defaults), so repetitions are
+    adaptive unless fixed, as with ``pytest --tokperf-engine``. ``flags``: each option's
+    name as the front-end spells it, for errors."""
+    from pytest_tokperf.settings import resolve
+
+    values = {**given, "model": point.model,
+              "threads": None if point.threads is None else str(point.threads),
+              "parallel": str(max(t.concurrency for t in chosen.tests)),
+              "ctx_size": str(chosen.context_tokens)}
+    return resolve(cli=values.get, ini=lambda _: None, env=os.environ,
+                   rootdir=Path.cwd(), server_args=point.server_args(), flags=flags)

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from pytest_tokperf.bench.run import Recorded
-from pytest_tokperf.cli.bench_grid import BenchTest
-from pytest_tokperf.cli.bench_output import (
+from pytest_tokperf.bench.grid import BenchTest
+from pytest_tokperf.bench.grid_run import BenchRow
+from pytest_tokperf.report.llama_bench import (
     LLAMA_BENCH_FIELDS,
     SQL_TABLE,
     TOKPERF_FIELDS,
-    BenchRow,
     build_of,
     render,
 )
