@@ -73,19 +73,19 @@ def probe_section(rounds: int, budgets: tuple[float, ...], reference_s: float) -
               f"set up once in {setup:.2f} s (outside every probe)")
         rng = random.Random(17)
         for _ in range(rounds):
-            reference = probe.measure(reference_s, passes=15).best_bytes_per_s
+            reference = probe.measure(reference_s, passes=15).bandwidth.bytes_per_s
             references.append(reference)
             order = list(budgets)
             rng.shuffle(order)
             for budget in order:
                 start = time.perf_counter()
-                figure = probe.measure(budget).best_bytes_per_s
+                figure = probe.measure(budget).bandwidth.bytes_per_s
                 walls[budget].append(time.perf_counter() - start)
                 ratios[budget].append(figure / reference)
             start = time.perf_counter()
             old = probe_read_bandwidth(duration_s=2.0)  # what every probe was before
             old_walls.append(time.perf_counter() - start)
-            old_figures.append(old.best_bytes_per_s / reference)
+            old_figures.append(old.bandwidth.bytes_per_s / reference)
     print(f"reference figures: {', '.join(f'{r / 1e9:.1f}' for r in references)} GB/s")
     print(f"{'probe':<28}{'wall s':>8}{'vs reference (median)':>24}{'spread (min..max)':>22}")
     for budget in budgets:

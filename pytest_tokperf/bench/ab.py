@@ -1,11 +1,9 @@
 """Same-run paired A/B: control and candidate engines up at once, measured in ABBA pairs.
 
-Every repetition runs on both engines back to back, with the same salted prompts, one side
-generating at a time; both see the same machine phase, so the per-pair log-ratio cancels it
-(``stats.paired`` judges the ratios). Pairs come in blocks of two, AB BA or BA AB drawn at
-random per block from the run's salt (recorded in ``ABResult.orders``, so a run replays):
-a disturbance in step with a fixed order cannot pass for a change. The candidate's ``BenchResult``
-is the test's result. A side that fails mid-run raises ``MeasurementError`` naming the
+Each pair runs both engines back to back on the same salted prompts, so the per-pair
+log-ratio cancels the machine's phase (``stats.paired`` judges it). Blocks of two pairs,
+AB BA or BA AB, are drawn from the run's salt (``ABResult.orders``). The candidate's
+``BenchResult`` is the test's. A side that fails raises ``MeasurementError`` naming the
 side, with the pairs measured so far as its ``partial``.
 """
 
@@ -15,7 +13,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -24,6 +22,7 @@ from pytest_tokperf.bench.measure import (
     MeasureOptions,
     run_workload,
     summarize,
+    tagged_progress,
     validate_workload,
 )
 from pytest_tokperf.busy import BusyPolicy
@@ -52,8 +51,7 @@ MIN_PAIRS = 4
 """Adaptive A/Bs measure at least two ABBA blocks."""
 
 LIKE_FOR_LIKE = ("threads", "ctx_size", "parallel", "server_args", "total_slots", "draft_model")
-"""Settings both sides must share (what the user or tokperf configured, not what a build
-defaults to: a changed default is part of the build change being measured)."""
+"""Settings both sides must share (as configured: a build's changed default is the change)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +73,11 @@ class ABResult:
     """Per pair, (control, candidate) figures in ``PAIR_METRICS`` order: decode tok/s,
     prefill tok/s, TTFT s (None where a side lacks one), as judged (see ``clock``)."""
     clock: str = ""
-    """Which clock the figures are on: "" for wall time; else which metrics are net of the
-    engines' wait for a CPU and how much of the decode windows that wait took."""
+    """"" for wall time; else which metrics are net of the engines' wait for a CPU."""
     orders: tuple[str, ...] = ()
     """Per pair, which side ran first: "AB" (control first) or "BA"."""
     sequential: int = 0
-    """The planned pair count where the A/B could stop on its own figures (adaptive): its
-    verdicts are anytime-valid; 0 for a fixed count."""
+    """The planned pair count of an adaptive A/B (anytime-valid verdicts); 0: a fixed count."""
 
     def verdict(self, metric: str) -> Comparison | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
@@ -99,9 +95,7 @@ class ABResult:
 
     @property
     def busy(self) -> bool:
-        """Either side measured while the neighbours took a notable share of the machine:
-        contention can favour one build (one collapses, the other does not), which is
-        another question than the one a gate asks."""
+        """Either side measured while the neighbours took a notable share of the machine."""
         return any(r.load is not None and r.load.loaded for r in (self.control, self.candidate))
 
     def decides(self, busy: BusyPolicy = BusyPolicy()) -> bool:
@@ -110,12 +104,9 @@ class ABResult:
         return busy.fails(self.busy, self.regressed)
 
     def load_text(self) -> str:
-        """The machine during each side's repetitions: pairs cancel a load that both sides
-        saw alike, not one that fell on a single side."""
-        def one(r: BenchResult) -> str:
-            return r.load.brief() if r.load is not None else "unknown"
-
-        return f"machine: control {one(self.control)}; candidate {one(self.candidate)}"
+        ctrl, cand = (r.load.brief() if r.load is not None else "unknown"
+                      for r in (self.control, self.candidate))
+        return f"machine: control {ctrl}; candidate {cand}"
 
     def describe(self) -> str:
         """One line: the verdict per metric with its interval, the pairs, what differs."""
@@ -123,24 +114,16 @@ class ABResult:
         parts = [f"{v.metric} {v.verdict}{busy if v.flagged else ''} {pct(v.relative_change)} "
                  f"{_interval(v)}" for v in self.verdicts]
         ctrl = self.control.engine
-        text = (f"same-run A/B against control {ctrl.build or ctrl.version or ctrl.base_url}: "
-                f"{'; '.join(parts)} ({self.pairs} ABBA pairs")
-        if self.verdicts:
-            text += f", {self.verdicts[0].confidence:.1%} intervals"
-        text += ")"
-        if self.changed:
-            text += f"; changed: {self.changed}"
-        if self.models_differ:
-            text += f"; {self.models_differ}"
-        text += f"; {self.load_text()}"
-        if self.busy and any(v.flagged for v in self.verdicts):
-            text += ("; measured busy: a reading, not a gate's verdict (--tokperf-busy judge "
-                     "lets it decide); rerun on a quiet machine")
-        if self.clock:
-            text += f"; {self.clock}"
-        if self.stopped:
-            text += f"; {self.stopped}"
-        return text
+        against = ctrl.build or ctrl.version or ctrl.base_url
+        level = f", {self.verdicts[0].confidence:.1%} intervals" if self.verdicts else ""
+        flagged_busy = self.busy and any(v.flagged for v in self.verdicts)
+        then = (f"changed: {self.changed}" if self.changed else "", self.models_differ,
+                self.load_text(),
+                "measured busy: a reading, not a gate's verdict (--tokperf-busy judge lets it "
+                "decide); rerun on a quiet machine" if flagged_busy else "",
+                self.clock, self.stopped)
+        return "; ".join((f"same-run A/B against control {against}: {'; '.join(parts)} "
+                          f"({self.pairs} ABBA pairs{level})", *(t for t in then if t)))
 
 
 def _clock_text(nets: Mapping[str, bool], shares: tuple[float, float] | None) -> str:
@@ -156,8 +139,7 @@ def _clock_text(nets: Mapping[str, bool], shares: tuple[float, float] | None) ->
 
 
 def _interval(v: Comparison) -> str:
-    """The interval as text; "(interval not resolved)" when it spans more than halving
-    or doubling: such bounds say nothing a reader can use."""
+    """The interval as text; "(interval not resolved)" beyond halving or doubling."""
     if not (v.ci_low > -0.5 and v.ci_high < 1.0):
         return "(interval not resolved)"
     return f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
@@ -173,8 +155,7 @@ def pair_metrics(min_effect: float = PAIRED_MIN_EFFECT) -> tuple[Metric, ...]:
 
 def _figure(samples: tuple[Sample, ...] | list[Sample], metric: str, net: bool = False
             ) -> float | None:
-    """One pair side's figure: the mean over the round's streams; ``net``: net of the
-    engine's wait for a CPU (``Sample.net_decode_tokens_per_s`` and the like)."""
+    """One pair side's figure, the mean over the round's streams (``net``: net of the wait)."""
     if net:
         values: list[float | None] = [
             s.net_decode_tokens_per_s if metric == "decode" else
@@ -196,20 +177,16 @@ Rounds = list[tuple[list[Sample], list[Sample]]]
 
 
 def net_clock(rounds: Rounds, metric: str = "decode") -> bool:
-    """True when every side of every round has ``metric`` net of the engine's wait for a
-    CPU (both servers started here on Linux): the A/B then judges that figure, which a
-    neighbour's share of the CPUs cannot move, instead of the wall-clock one."""
+    """Whether every side of every round has ``metric`` net of the engine's wait for a CPU."""
     return bool(rounds) and all(
         _figure(side, metric, net=True) is not None for pair in rounds for side in pair)
 
 
 def wait_shares(rounds: Rounds) -> tuple[float, float] | None:
     """Mean share of the decode windows each side's engine waited for a CPU."""
-    shares: tuple[list[float], list[float]] = ([], [])
-    for pair in rounds:
-        for i, side in enumerate(pair):
-            shares[i].extend(s.decode_wait_share for s in side if s.decode_wait_share is not None)
-    if not shares[0] or not shares[1]:
+    shares = [[s.decode_wait_share for side in sides for s in side
+               if s.decode_wait_share is not None] for sides in zip(*rounds, strict=True)]
+    if len(shares) < 2 or not shares[0] or not shares[1]:
         return None
     return statistics.fmean(shares[0]), statistics.fmean(shares[1])
 
@@ -219,20 +196,16 @@ def pairs_of(rounds: Rounds, metric: Metric, net: bool | None = None) -> Pairs:
     engines' wait for a CPU when ``net`` (None: whenever ``net_clock`` says it can be)."""
     if net is None:
         net = net_clock(rounds, metric.name)
-    b, c = [], []
-    for ctrl, cand in rounds:
-        x, y = _figure(ctrl, metric.name, net), _figure(cand, metric.name, net)
-        if x is not None and y is not None:
-            b.append(x)
-            c.append(y)
-    return Pairs.of(metric, b, c)
+    sides = [(_figure(ctrl, metric.name, net), _figure(cand, metric.name, net))
+             for ctrl, cand in rounds]
+    kept = [(x, y) for x, y in sides if x is not None and y is not None]
+    return Pairs.of(metric, [x for x, _ in kept], [y for _, y in kept])
 
 
 def like_for_like(control: EngineInfo, candidate: EngineInfo, *,
                   control_model_given: bool) -> str:
-    """"" when the two sides may be compared; else raise ``ConfigError`` saying what
-    differs. A different model is allowed when the control's was named on purpose; the
-    returned text then says that the models differ."""
+    """"" when the two sides may be compared, else ``ConfigError`` saying what differs; a
+    model named on purpose for the control may differ, and the text returned says so."""
     differ = []
     model_b, model_c = model_name(control), model_name(candidate)
     models = ""
@@ -272,8 +245,6 @@ def model_name(info: EngineInfo) -> str:
 
 @dataclass
 class PairedAB:
-    """Runs one workload as an A/B; see the module doc."""
-
     control: Engine
     candidate: Engine
     options: MeasureOptions = MeasureOptions()
@@ -282,14 +253,14 @@ class PairedAB:
     progress: Progress | None = None
     models_differ: str = ""
     changed: str = ""
+    infos: Mapping[Side, EngineInfo] = field(default_factory=dict)
     _rounds: list[tuple[list[Sample], list[Sample]]] = field(default_factory=list, init=False)
     _orders: list[str] = field(default_factory=list, init=False)
     _sequential: int = field(default=0, init=False)
 
     def run(self, workload: Workload) -> ABResult:
-        """Warm both up, then measure pairs: exactly ``workload.repetitions`` pairs, or
-        (``options.adaptive``) until the decode ratio's 95% interval is within
-        ``options.target_interval``, at least ``MIN_PAIRS``, at most ``workload.repetitions``."""
+        """Warm both up, then measure ``workload.repetitions`` pairs, or fewer (adaptive)
+        once the decode ratio is known to ``options.target_interval`` (``_settled``)."""
         validate_workload(workload)
         budget = self.options.budget_s
         if budget is not None and not (math.isfinite(budget) and budget > 0):
@@ -299,50 +270,42 @@ class PairedAB:
         self._rounds = []
         sides: tuple[tuple[Side, Engine], ...] = (("control", self.control),
                                                   ("candidate", self.candidate))
-        infos: dict[Side, EngineInfo] = {}
-        for name, engine in sides:
-            try:
-                infos[name] = engine.info()
-            except TokperfError as exc:
-                raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}): {exc}") from exc
         if workload.warmup:
             warm = replace(workload, repetitions=workload.warmup, warmup=0)
+            warm_options = replace(self.options, salt_base=self.options.salt_base + 10**6)
             for name, engine in sides:
-                self._one(name, engine, warm, replace(self.options, salt_base=self.options.salt_base + 10**6),
-                          infos, started, workload)
+                self._one(name, engine, warm, warm_options, started, workload)
         one = replace(workload, repetitions=1, warmup=0)
         stopped = ""
         least = min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions)
         self._sequential = workload.repetitions if self.options.adaptive else 0
         draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")
-        self._orders = []
+        self._orders, order = [], ""
         for index in range(workload.repetitions):
-            salted = replace(self.options, salt_base=self.options.salt_base + index * workload.concurrency)
-            if index % 2 == 0:
-                block_first = draw.choice(("AB", "BA"))
-            order = block_first if index % 2 == 0 else block_first[::-1]
+            salted = replace(self.options,
+                             salt_base=self.options.salt_base + index * workload.concurrency)
+            order = draw.choice(("AB", "BA")) if index % 2 == 0 else order[::-1]  # ABBA blocks
             got: dict[Side, list[Sample]] = {}
             for name, engine in (sides if order == "AB" else sides[::-1]):
-                got[name] = self._one(name, engine, one, salted, infos, started, workload,
+                got[name] = self._one(name, engine, one, salted, started, workload,
                                       tag=f"pair {index + 1}")
             self._rounds.append((got["control"], got["candidate"]))
             self._orders.append(order)
-            spent = time.monotonic() - started
-            if (budget is not None and spent >= budget and len(self._rounds) >= least
-                    and len(self._rounds) % 2 == 0 and index + 1 < workload.repetitions):
-                stopped = (f"stopped at {len(self._rounds)} of {workload.repetitions} pairs: "
-                           f"the time budget of {_seconds(budget)} s was spent ({_seconds(spent)} s)")
-                break
-            if self.options.adaptive and len(self._rounds) >= least and len(self._rounds) % 2 == 0:
+            spent, k = time.monotonic() - started, len(self._rounds)
+            if k < least or k % 2:
+                continue
+            if budget is not None and spent >= budget and index + 1 < workload.repetitions:
+                stopped = (f"stopped at {k} of {workload.repetitions} pairs: the time budget of "
+                           f"{_seconds(budget)} s was spent ({_seconds(spent)} s)")
+            elif self.options.adaptive:
                 stopped = self._settled(workload.repetitions)
-                if stopped:
-                    break
-        return self._result(workload, infos, stopped, started)
+            if stopped:
+                break
+        return self._result(workload, stopped, started)
 
     def _settled(self, planned: int) -> str:
-        """Why an adaptive A/B may stop now ("" to go on): the decode is flagged by the
-        anytime-valid judge, or the pairs' anytime-valid interval is within the target.
-        Both hold at whatever pair the A/B stops, so stopping early keeps the error rate."""
+        """Why an adaptive A/B may stop now ("" to go on): the decode flagged, or its
+        interval within the target, both anytime-valid (stopping keeps the error rate)."""
         pairs = pairs_of(self._rounds, DECODE)  # net where it can be
         k = len(self._rounds)
         verdict = judge_pairs(pairs, alpha=self.alpha / len(PAIR_METRICS), sequential=planned)
@@ -354,24 +317,20 @@ class PairedAB:
         return ""
 
     def _one(self, name: Side, engine: Engine, workload: Workload, options: MeasureOptions,
-             infos: dict[Side, EngineInfo], started: float, full: Workload,
-             tag: str = "warm-up") -> list[Sample]:
-        progress = self.progress
-        tagged = None if progress is None else (
-            lambda message: progress(f"A/B {tag} {name}: {message.split(': ', 1)[-1]}"))
+             started: float, full: Workload, tag: str = "warm-up") -> list[Sample]:
+        tagged = tagged_progress(self.progress, f"A/B {tag} {name}")
         try:
             return list(run_workload(engine, workload, options, tagged).samples)
         except TokperfError as exc:
-            partial = self._result(full, infos, f"stopped: the {name} side failed", started) \
+            partial = self._result(full, f"stopped: the {name} side failed", started) \
                 if self._rounds else None
             kept = f"; {len(self._rounds)} pair(s) measured before are kept" if self._rounds else ""
             raise MeasurementError(
                 f"same-run A/B, {name} side ({engine.base_url}) failed at {tag}: {exc}{kept}",
                 partial=partial) from exc
 
-    def _result(self, workload: Workload, infos: Mapping[Side, EngineInfo], stopped: str,
-                started: float) -> ABResult:
-        done = replace(workload, repetitions=len(self._rounds))
+    def _result(self, workload: Workload, stopped: str, started: float) -> ABResult:
+        done, infos = replace(workload, repetitions=len(self._rounds)), self.infos
         tol = self.options.agreement_tolerance
         ctrl = summarize(done, infos["control"], [s for b, _ in self._rounds for s in b], tol)
         cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
@@ -400,11 +359,9 @@ def run_paired_ab(
     options: MeasureOptions = MeasureOptions(),
     *,
     min_effect: float = PAIRED_MIN_EFFECT,
-    alpha: float = DEFAULT_ALPHA,
     progress: Progress | None = None,
     control_model_given: bool = False,
     changed: str = "",
-    check: Callable[[EngineInfo, EngineInfo], str] | None = None,
 ) -> ABResult:
     """Refuse a pair that is not like-for-like (``like_for_like``), then measure it."""
     if control is candidate:
@@ -418,6 +375,7 @@ def run_paired_ab(
             raise MeasurementError(f"same-run A/B, {name} side ({engine.base_url}) did not "
                                    f"answer: {exc}") from exc
     b, c = infos
-    models = (check or (lambda x, y: like_for_like(x, y, control_model_given=control_model_given)))(b, c)
-    return PairedAB(control, candidate, options, min_effect, alpha, progress, models,
-                    changed).run(workload)
+    models = like_for_like(b, c, control_model_given=control_model_given)
+    return PairedAB(control, candidate, options, min_effect, progress=progress,
+                    models_differ=models, changed=changed,
+                    infos={"control": b, "candidate": c}).run(workload)

@@ -1,29 +1,8 @@
 """Where a session's ceilings come from: the model file and the device the engine uses.
 
-Bytes per token come from the GGUF's tensors at the workload's mean KV depth during
-decode (prompt + half the generated tokens). Bandwidth is the figure of the device the
-engine runs on (``engines.speed_settings.placement_of``: llama-server's devices and
-offloaded layers, Ollama's share in VRAM, vLLM/SGLang on CUDA, MLX on Metal, or
-``--tokperf-device``), chosen by ``hardware.bandwidth.bandwidth_for``: an explicit
-``--tokperf-bandwidth``; a GPU's spec (NVML for that device, else the catalog by the
-name the engine or ``nvidia-smi`` reports); for an engine that reads system RAM (on the
-CPU, or the RAM part of a GPU/RAM split) the highest read bandwidth the host has been
-shown to reach (``hardware.reached``): short probes run right before and after each
-measurement, on one buffer set up once per session (``hardware.probe.ReadProbe``), and
-the best of them and of the probes kept per host in the cache dir is the bound. A
-ceiling is an upper bound: on a host whose bandwidth drifts +/-15-20% within seconds, a
-probe next to the decode can catch a low phase, and judging against it reads above
-100%. An engine wholly on a GPU (NVML, the catalog) or an explicit bandwidth is never
-probed. Where the engine does not say where it runs, the machine's first device is used.
-
-Probing is bounded once the host has a reached figure (kept probes, or this session's):
-a probe on a busy machine reads the neighbours' contention (2.6-3.8 GB/s here with two
-busy loops, against 25-60 GB/s quiet), which can never raise the best figure the ceiling
-uses, and its buffer's first touch grew from 0.1 s to 13 s; so a probe is skipped while
-other processes hold a notable share of the CPUs (``results.LOADED_SHARE``, read over
-``BUSY_WINDOW_S`` before the measurement and over the measurement itself after it), the
-buffer's set-up gets ``SETUP_BUDGET_S``, and a session probes for at most
-``PROBE_BUDGET_S`` in all. A host with no reached figure yet is always probed.
+Bytes per token at the mean decode depth over the engine's device's bandwidth (docs/design.md,
+"The ceiling"); system RAM is probed around each measurement, at most ``PROBE_BUDGET_S`` a
+session and not while the machine is busy once the host has a reached figure.
 """
 
 from __future__ import annotations
@@ -35,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.ceiling import compute_ceiling
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.hardware.placement import Device, Placement
@@ -48,6 +26,7 @@ from pytest_tokperf.results import (
     Footprint,
     HardwareInfo,
     MachineLoad,
+    ModelInfo,
     Workload,
 )
 
@@ -67,30 +46,44 @@ BUSY_WINDOW_S = 0.1
 """How long the machine is watched before a probe to tell whether it is busy now."""
 
 
+@dataclass
+class ModelFiles:
+    """Every model file a run touches, parsed once (the ceiling needs the tensors, the
+    recorder the identity): path -> parsed model, or the error that refused it."""
+
+    _parsed: dict[str, GGUFModel | HFModel | ModelFileError] = field(default_factory=dict)
+
+    def load(self, path: Path) -> GGUFModel | HFModel:
+        """The parsed model at ``path`` (a GGUF file, or a Hugging Face folder or a file in
+        one); ``ModelFileError`` (remembered) when it is not one."""
+        from pytest_tokperf.model.gguf_file import load_gguf
+        from pytest_tokperf.model.hf_file import is_hf_folder, load_hf
+
+        key = str(path)
+        if key not in self._parsed:
+            try:
+                self._parsed[key] = load_hf(path) if is_hf_folder(path) else load_gguf(path)
+            except ModelFileError as exc:
+                self._parsed[key] = exc
+        found = self._parsed[key]
+        if isinstance(found, ModelFileError):
+            raise found
+        return found
+
+    def info(self, path: Path) -> ModelInfo:
+        """The identity stored beside a measurement: from the parse, or the bare file."""
+        if not path.exists():
+            return ModelInfo(file_name=path.name, path=str(path))
+        try:
+            return self.load(path).info
+        except ModelFileError:
+            size = path.stat().st_size if path.is_file() else None
+            return ModelInfo(file_name=path.name, path=str(path), file_bytes=size)
+
+
 def mean_decode_depth(workload: Workload) -> int:
     """KV positions read per decoded token, averaged over the generated tokens."""
     return workload.depth_tokens + workload.prompt_tokens + (workload.generate_tokens - 1) // 2
-
-
-def _flag_value(args: tuple[str, ...], flags: tuple[str, ...], default: str) -> str:
-    for flag in flags:
-        for i, arg in enumerate(args):
-            if arg == flag and i + 1 < len(args):
-                return args[i + 1].lower()
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1].lower()
-    return default
-
-
-def kv_type_from_args(args: tuple[str, ...]) -> str:
-    """The K cache type a llama-server command line asks for (f16 when unset)."""
-    return _flag_value(args, ("-ctk", "--cache-type-k"), DEFAULT_KV_TYPE)
-
-
-def kv_type_v_from_args(args: tuple[str, ...]) -> str:
-    """The V cache type a llama-server command line asks for (f16 when unset: llama-server
-    does not take V's type from K's)."""
-    return _flag_value(args, ("-ctv", "--cache-type-v"), DEFAULT_KV_TYPE)
 
 
 @dataclass
@@ -100,9 +93,8 @@ class CeilingSource:
     explicit_bandwidth: float | None = None
     threads: int | None = None
     kv_type: str = DEFAULT_KV_TYPE
-    """The K cache type (llama-server ``-ctk``)."""
     kv_type_v: str = DEFAULT_KV_TYPE
-    """The V cache type (llama-server ``-ctv``)."""
+    """The K and V cache types (llama-server ``-ctk``, ``-ctv``)."""
     probe_duration_s: float = DEFAULT_DURATION_S
     """Each probe's reading budget (the buffer is set up once, outside it)."""
     calibration: Path | None = None
@@ -127,24 +119,17 @@ class CeilingSource:
     probe_s: float = field(default=0.0, init=False)
     """Seconds this session spent probing, set-ups included."""
     skipped: list[str] = field(default_factory=list, init=False)
-    """Why each skipped probe was skipped."""
     _last_load: MachineLoad | None = field(default=None, init=False)
     """The machine during the measurement a ``probe_after`` follows."""
 
     @property
     def hardware(self) -> HardwareInfo | None:
-        """The device the latest ceiling was computed for (the GPU of a split), else the
-        machine's first device: what the stored environment names."""
+        """The device the latest ceiling was computed for, else the machine's first device."""
         if self._last is not None and self._last.hardware is not None:
             if self._last.hardware.kind == "cpu":
                 return self._cpu_info()
             return self._last.hardware
         return self._hardware
-
-    @property
-    def placement(self) -> Placement | None:
-        """Where the engine of the latest ceiling runs."""
-        return self._placement
 
     def detect(self) -> HardwareInfo:
         """Detect the machine once (no probe); later probes refresh the measured figure."""
@@ -255,8 +240,7 @@ class CeilingSource:
 
     def probe_after(self, load: MachineLoad | None = None) -> HardwareInfo:
         """Probe again after the measurement (``load``: the machine during it); the CPU
-        keeps the higher of the probes around it (what is stored as measured), the
-        ceiling gets ``reached_bandwidth``."""
+        keeps the higher of the probes around it, stored as measured."""
         if not self._reads_ram():
             return self.detect()
         self._last_load = load
@@ -273,8 +257,7 @@ class CeilingSource:
         return cpu
 
     def reached_bandwidth(self) -> Bandwidth | None:
-        """The highest read bandwidth the host has reached (session and kept probes), its
-        detail naming the source and the probes around the latest measurement."""
+        """The highest read bandwidth the host has reached (session and kept probes)."""
         return self._reached.bandwidth(self._around) if self._reached is not None else None
 
     def close(self) -> None:
@@ -302,7 +285,8 @@ class CeilingSource:
         from pytest_tokperf.hardware.bandwidth import bandwidth_for
 
         self._placement = placement_of(result.engine, self.device)
-        cpu = self._cpu_info_if_known()
+        machine = self.detect()
+        cpu = machine if machine.kind == "cpu" else self._cpu
         if self._reads_ram():
             cpu = self.probe_after(result.load)
             reached = self.reached_bandwidth()
@@ -313,17 +297,6 @@ class CeilingSource:
                                cpu=cpu, explicit=self.explicit_bandwidth)
         self._last = chosen
         return chosen
-
-    def _cpu_info_if_known(self) -> HardwareInfo | None:
-        machine = self.detect()
-        return machine if machine.kind == "cpu" else self._cpu
-
-    def _model(self, path: Path) -> GGUFModel | HFModel | None:
-        try:
-            return self.models.load(path)
-        except ModelFileError as exc:
-            self.problems.append(f"no ceiling: {exc}")
-            return None
 
     def ceiling_for(self, result: BenchResult, model_path: Path | None) -> Ceiling | None:
         """The decode ceiling for ``result``'s workload, or None with a reason kept."""
@@ -339,7 +312,11 @@ class CeilingSource:
                 f"no ceiling: the model {str(path)!r} is not readable on this machine"
             )
             return None
-        model = self._model(path)
+        model: GGUFModel | HFModel | None = None
+        try:
+            model = self.models.load(path)
+        except ModelFileError as exc:
+            self.problems.append(f"no ceiling: {exc}")
         chosen = self.bandwidth_for(result)
         bandwidth = chosen.bandwidth
         if bandwidth is None:
@@ -348,19 +325,14 @@ class CeilingSource:
             return None
         fp = self._footprint(model, result)
         streams = result.workload.concurrency
-        if streams > 1:
-            # One decode step reads the weights once for all streams and every stream's own
-            # KV cache, and yields one token per stream: per stream the bound is
-            # bandwidth / (weights + streams x KV). Far below it, compute is the wall.
+        if streams > 1:  # one step reads the weights once and every stream's own KV cache
             fp = replace(fp, kv_bytes_per_position=fp.kv_bytes_per_position * streams)
         hardware = chosen.hardware
         return compute_ceiling(fp, bandwidth, hardware.peak_flops if hardware else None)
 
     def _footprint(self, model: GGUFModel | HFModel, result: BenchResult) -> Footprint:
-        """Bytes per token at the workload's mean decode depth, at the types the engine
-        ran: llama-server's K/V cache types (its log, its arguments, else -ctk/-ctv); for
-        a Hugging Face folder the dtype the engine computes in (vLLM ``--dtype``, stored
-        as the ``dtype`` setting), else the file's."""
+        """Bytes per token at the workload's mean decode depth, at the types the engine ran:
+        its K/V cache types; for a Hugging Face folder its ``dtype`` setting, else the file's."""
         depth = mean_decode_depth(result.workload)
         from pytest_tokperf.model.hf_file import HFModel, hf_footprint, served_dtype
 
@@ -383,8 +355,7 @@ class CeilingSource:
 
 
 def _busy_now() -> MachineLoad:
-    """The machine over ``BUSY_WINDOW_S`` (the engine idle between measurements, so what
-    is busy besides tokperf is the neighbours': read as others' CPU)."""
+    """The machine over ``BUSY_WINDOW_S``, the engine idle: what is busy is the neighbours'."""
     from pytest_tokperf.hardware.load import engine_idle, machine_load_now
 
     return engine_idle(machine_load_now(BUSY_WINDOW_S))

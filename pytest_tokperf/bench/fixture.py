@@ -1,8 +1,7 @@
 """``TokBench``: what a benchmark test calls, and the result it gets back.
 
-The fixture gets its collaborators injected (an engine getter, a recorder, a
-progress callback) and never reaches back into pytest, as pytest-benchmark's
-``BenchmarkFixture`` does. Each call is recorded the moment it finishes, before any
+Its collaborators are injected (an engine getter, a recorder, a progress callback); it
+never reaches back into pytest. Each call is recorded the moment it finishes, before any
 assertion runs, so a failing floor never loses the figures.
 """
 
@@ -54,8 +53,7 @@ Revise = Callable[[Verdict], None]
 """Replaces a stored result's verdict with the test's own, worse one (an explicit assert)."""
 
 Recorder = Callable[[BenchResult, "Ceiling | None", Verdict], "Revise | None"]
-"""Stores one result with its ceiling and verdict (``BenchRun.record`` bound to a test);
-returns how to revise that stored verdict later, or None when nothing was stored."""
+"""Stores one result with its ceiling and verdict; returns how to revise it (None: not stored)."""
 T = TypeVar("T")
 
 
@@ -73,7 +71,7 @@ class ABPlan:
     control_model_given: bool = False
     changed: Callable[[], str] = lambda: ""
     """What changed between the two builds, once both are started."""
-    on_result: Callable[[ABResult], None] | None = None
+    on_result: Callable[[ABResult], None] = lambda _: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +83,9 @@ class TokBenchResult:
     ab: ABResult | None = None
     """The same-run A/B this result is the candidate side of (``--tokperf-ab-engine``)."""
     revise: Revise | None = field(default=None, compare=False, repr=False)
-    """Called with ``fail`` (or ``suspect``, ``pass``) when an assertion decides: the stored
-    verdict is the test's final one, explicit assertions included."""
+    """Called with the verdict when an assertion decides, so the stored one is final."""
     judge_busy: bool = False
-    """True: checks decide on the figures even when the machine was busy (``--tokperf-busy
-    judge``); False: such a check raises ``MeasuredBusy``."""
+    """True: checks decide even when measured busy; False: they raise ``MeasuredBusy``."""
 
     def _decided(self, verdict: Verdict) -> None:
         if self.revise is not None:
@@ -99,25 +95,21 @@ class TokBenchResult:
     def decode_tokens_per_s(self) -> float | None:
         """Median judged decode (the engine's own timing where every repetition has it,
         else the client's; ``BenchResult.judged_decode_tokens_per_s``)."""
-        s = self.result.judged_decode_tokens_per_s
-        return s.median if s else None
+        return _median(self.result.judged_decode_tokens_per_s)
 
     @property
     def client_decode_tokens_per_s(self) -> float | None:
         """Median decode on the client's clock: ``(N - 1) / (t_last - t_first)``."""
-        s = self.result.decode_tokens_per_s
-        return s.median if s else None
+        return _median(self.result.decode_tokens_per_s)
 
     @property
     def prefill_tokens_per_s(self) -> float | None:
-        s = self.result.prefill_tokens_per_s
-        return s.median if s else None
+        return _median(self.result.prefill_tokens_per_s)
 
     @property
     def chars_per_s(self) -> float | None:
         """Median characters per second of steady decode (what a reader feels)."""
-        s = self.result.chars_per_s
-        return s.median if s else None
+        return _median(self.result.chars_per_s)
 
     @property
     def ttft_s(self) -> float:
@@ -127,14 +119,12 @@ class TokBenchResult:
     @property
     def reasoning_tokens(self) -> float | None:
         """Median generated tokens the engine marked as thinking (chat workloads)."""
-        s = Summary.of([sample.reasoning_tokens for sample in self.result.samples])
-        return s.median if s else None
+        return _median(Summary.of([sample.reasoning_tokens for sample in self.result.samples]))
 
     @property
     def answer_ttft_s(self) -> float | None:
         """Median time to the first non-thinking token: the wait for a visible answer."""
-        s = Summary.of([sample.answer_ttft_s for sample in self.result.samples])
-        return s.median if s else None
+        return _median(Summary.of([sample.answer_ttft_s for sample in self.result.samples]))
 
     @property
     def efficiency(self) -> float | None:
@@ -173,8 +163,7 @@ class TokBenchResult:
                                "rerun on a quiet machine (--tokperf-busy fail counts it)")
 
     def _no_decode(self) -> NoReturn:
-        """No decode to check: on a busy machine (a starved client reads a stream in one
-        burst) neither a pass nor a fail, else a fail."""
+        """No decode to check: when measured busy neither a pass nor a fail, else a fail."""
         __tracebackhide__ = True
         self._refuse_busy(NO_DECODE)
         self._decided("fail")
@@ -194,11 +183,8 @@ class TokBenchResult:
         return check_efficiency(self.decode_tokens_per_s, self.ceiling, min_fraction)
 
     def assert_efficiency(self, min_fraction: float = 0.6) -> None:
-        """Fail when decode is below ``min_fraction`` of the bandwidth ceiling.
-
-        A decode far above the ceiling (the ceiling is wrong, not the engine) warns
-        with ``TokperfWarning`` instead of passing silently.
-        """
+        """Fail when decode is below ``min_fraction`` of the bandwidth ceiling; a decode far
+        above it (a wrong ceiling) warns with ``TokperfWarning`` instead of passing."""
         __tracebackhide__ = True
         if self.ceiling is not None and self.decode_tokens_per_s is None:
             self._no_decode()
@@ -220,8 +206,8 @@ class TokBenchResult:
         self._refuse_busy(check.message)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(_with(f"{check.message} (median of {len(self.result.samples)})",
-                                       self._busy()))
+            message = f"{check.message} (median of {len(self.result.samples)})"
+            raise AssertionError("; ".join(filter(None, (message, self._busy()))))
 
     def assert_usable(self, min_tokens_per_s: float = 5.0) -> None:
         """Fail when decode is slower than a reader can bear (default 5 tok/s)."""
@@ -233,12 +219,11 @@ class TokBenchResult:
         self._refuse_busy(check.message)
         if not check.ok:
             self._decided("fail")
-            raise AssertionError(_with(check.message, self._busy()))
+            raise AssertionError("; ".join(filter(None, (check.message, self._busy()))))
 
 
-def _with(message: str, clause: str) -> str:
-    """``message``, then ``clause`` after a semicolon when there is one."""
-    return f"{message}; {clause}" if clause else message
+def _median(summary: Summary | None) -> float | None:
+    return summary.median if summary else None
 
 
 WORKLOAD_DEFAULTS: dict[str, int | bool] = {
@@ -252,8 +237,7 @@ WORKLOAD_DEFAULTS: dict[str, int | bool] = {
 """The workload a bare ``tok_bench()`` measures; each is also a marker argument."""
 
 FIXED_REPETITIONS = 5
-"""A speculative A/B alternates base and drafting rounds on the same prompts, so it runs a
-fixed count: this one unless the call, marker or option names another."""
+"""A speculative A/B's fixed count, unless the call, marker or option names another."""
 
 
 @dataclass
@@ -274,15 +258,13 @@ class TokBench:
     workload_defaults: tuple[tuple[str, int | bool], ...] = ()
     """Defaults for the workload arguments (from a ``tokperf(...)`` marker)."""
     max_repetitions: int = DEFAULT_MAX_REPETITIONS
-    """The most repetitions an adaptive call runs."""
 
     speculative_engine: Callable[[str | None], Engine] | None = None
     """Returns the drafting engine for ``speculative()`` (the session starts it)."""
     ab: ABPlan | None = None
     """Set: every call measures the control too, in ABBA pairs, and judges the ratio."""
     engine_pids: Callable[[], tuple[int, ...]] | None = None
-    """The server processes tokperf started (read after they start), so the machine's
-    load during the repetitions is split into the engine's and the neighbours'."""
+    """The server processes tokperf started (read after they start), told from neighbours."""
     judge_busy: bool = False
     """Floors decide on the figures even when measured busy (``--tokperf-busy judge``)."""
     busy_wait_s: float = 0.0
@@ -303,17 +285,14 @@ class TokBench:
         repetitions: int | None = None,
         warmup: int | None = None,
     ) -> TokBenchResult:
-        """Measure one workload.
+        """Measure one workload (docs/writing-tests.md).
 
         ``depth_tokens`` of context precede the prompt; ``concurrency`` streams run at
-        once (decode is reported per stream); ``cached_prefix_tokens`` of depth + prompt
-        are primed first so the engine's prefix cache may serve them (warm TTFT);
-        ``chat=True`` goes through the engine's chat endpoint and the model's template,
-        so a reasoning model thinks and its thinking tokens are counted apart. An
-        argument left out comes from the test's ``tokperf(...)`` marker, else from
-        ``WORKLOAD_DEFAULTS``. ``repetitions=N`` (or the marker's, or
-        ``--tokperf-repetitions``) runs exactly N; unset, the call repeats until the judged
-        decode is known to ``tokperf_target_interval`` (``bench.measure``).
+        once; ``cached_prefix_tokens`` of depth + prompt are primed first (warm TTFT);
+        ``chat=True`` goes through the chat template, thinking tokens counted apart. An
+        argument left out comes from the ``tokperf(...)`` marker, else ``WORKLOAD_DEFAULTS``.
+        ``repetitions=N`` runs exactly N; unset, until the judged decode is known to
+        ``tokperf_target_interval``.
         """
         __tracebackhide__ = True
         fixed = repetitions if repetitions is not None else self.repetitions
@@ -345,11 +324,10 @@ class TokBench:
         from pytest_tokperf.hardware.load import wait_for_quiet
 
         wait = self.wait_quiet or wait_for_quiet
-        pids = self.engine_pids() if self.engine_pids is not None else ()
         if self.progress is not None:
             self.progress(f"measured busy ({load.brief()}): waiting up to "
                           f"{self.busy_wait_s:g} s for a quiet window to measure again")
-        waited = wait(self.busy_wait_s, pids)
+        waited = wait(self.busy_wait_s, self._pids())
         if waited is None:
             return replace(result, notes=(*result.notes, (
                 f"no quiet window within {self.busy_wait_s:g} s to measure again (ini "
@@ -372,29 +350,20 @@ class TokBench:
 
         control = plan.control()
         options = self._with_pids(options)
-
-        def run() -> ABResult:
-            return run_paired_ab(control, engine, workload, options, min_effect=plan.min_effect,
-                                 progress=self.progress,
-                                 control_model_given=plan.control_model_given,
-                                 changed=plan.changed())
-
-        if self.before_measure is not None:
-            self.before_measure()
         try:
-            ab = run()
+            ab = self._measure(lambda: run_paired_ab(
+                control, engine, workload, options, min_effect=plan.min_effect,
+                progress=self.progress, control_model_given=plan.control_model_given,
+                changed=plan.changed()))
         except MeasurementError as exc:
             if isinstance(exc.partial, ABResult):
                 self.record(exc.partial.control, None, "error")
                 self.record(exc.partial.candidate, None, "error")
-                if plan.on_result is not None:
-                    plan.on_result(exc.partial)
+                plan.on_result(exc.partial)
             raise
-        if plan.on_result is not None:
-            plan.on_result(ab)
+        plan.on_result(ab)
         self.record(ab.control, None, "unchecked")
-        outcome = self._judge_and_record(ab.candidate, assert_floor=False)
-        outcome = replace(outcome, ab=ab)
+        outcome = replace(self._judge_and_record(ab.candidate, assert_floor=False), ab=ab)
         if self.min_efficiency is not None:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome
@@ -411,11 +380,10 @@ class TokBench:
     ) -> SpeculativeOutcome:
         """Speculative decoding A/B on the same prompts: base engine, then drafting engine.
 
-        ``draft`` is a GGUF path sharing the model's vocabulary, ``"self"`` or ``"small"``
-        (default: ``--tokperf-draft-model``). A draft llama-server could not pair with the
-        model is refused before anything starts. Both sides are recorded; only the base
-        is compared to the ceiling (and to ``min_efficiency``), the accelerated side's
-        verdict is ``unchecked``: a draft changes tokens per pass, not bandwidth.
+        ``draft``: a GGUF path sharing the model's vocabulary, ``"self"`` or ``"small"``
+        (default: ``--tokperf-draft-model``), refused before anything starts when
+        llama-server could not pair it. Both sides are recorded; only the base is judged
+        against the ceiling, the accelerated side is ``unchecked``.
         """
         __tracebackhide__ = True
         fixed = repetitions if repetitions is not None else self.repetitions
@@ -428,7 +396,7 @@ class TokBench:
         options = self._next_options()
         base = self.engine()
         accelerated = self.speculative_engine(draft)
-        options = self._with_pids(options)
+        options = self._with_pids(options)  # the drafting server's too, once started
         ab = self._measure(
             lambda: run_speculative_ab(base, accelerated, workload, options, self.progress))
         base_outcome = self._judge_and_record(ab.base, assert_floor=False)
@@ -451,23 +419,20 @@ class TokBench:
                 self.record(exc.partial, None, "error")
             raise
 
+    def _pids(self) -> tuple[int, ...]:
+        return self.engine_pids() if self.engine_pids is not None else ()
+
     def _with_pids(self, options: MeasureOptions) -> MeasureOptions:
-        """``options`` naming the engine processes started by now."""
-        pids = self.engine_pids() if self.engine_pids is not None else ()
-        return replace(options, engine_pids=pids)
+        return replace(options, engine_pids=self._pids())
 
     def _workload(self, *, repetitions: int, warmup: int | None,
                   **given: int | bool | None) -> Workload:
         marked = dict(self.workload_defaults)
-        chosen: dict[str, Any] = {}
-        for name, default in WORKLOAD_DEFAULTS.items():
-            value = given.get(name)
-            chosen[name] = value if value is not None else marked.get(name, default)
-        workload = Workload(
-            **chosen,
-            repetitions=repetitions,
-            warmup=self.warmup if warmup is None else warmup,
-        )
+        chosen: dict[str, Any] = {
+            name: given[name] if given.get(name) is not None else marked.get(name, default)
+            for name, default in WORKLOAD_DEFAULTS.items()}
+        workload = Workload(**chosen, repetitions=repetitions,
+                            warmup=self.warmup if warmup is None else warmup)
         validate_workload(workload)
         return workload
 
@@ -492,8 +457,7 @@ class TokBench:
             verdict = "busy"  # neither: the neighbours had the machine (assert_efficiency)
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):
             verdict = "unstable"  # too wide a spread to stand as a pass (see its note)
-        revise = self.record(result, ceiling, verdict)
-        outcome = replace(outcome, revise=revise)
+        outcome = replace(outcome, revise=self.record(result, ceiling, verdict))
         if self.min_efficiency is not None and assert_floor:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome

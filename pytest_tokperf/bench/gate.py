@@ -1,26 +1,19 @@
 """The regression gate: a new result against the stored history of its series.
 
-The baseline is, by ``--tokperf-baseline``:
-- ``history`` (default): earlier runs of the same series in this DB since its latest
-  accepted level (``tokperf accept``) and its latest level step
-  (``changepoints.settled_baseline``), at most 20 runs;
-- ``engine=VERSION``: only earlier runs whose engine version or build is VERSION;
-- a path to another results DB: that DB's runs of the same series.
-
-Decode tok/s and TTFT are judged per result as it is recorded (``stats.judge_history``)
-and, at the end of the session, every test x metric together (Holm, ``stats.judge_family``).
-A series too noisy or too short to judge is "inconclusive": reported, never failed, and so
-is a flag measured busy (``busy_verdict``) or one the machine's memory moved with
-(``stats.moved``: the run's bandwidth probe outside every baseline run's).
-``--tokperf-baseline off`` judges nothing (``compare-builds`` sessions).
+The baseline (``--tokperf-baseline``) is this DB's earlier runs of the series (``history``,
+at most 20 since its accepted level and latest step), those of one engine version, another
+DB's, or ``off``. Decode and TTFT are judged per result as it is recorded, then every test
+x metric together (Holm, ``stats.judge_family``). A series too noisy or too short to judge,
+a flag measured busy (``busy_verdict``) or one the machine's memory moved with
+(``stats.moved``) is "inconclusive": reported, never failed.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pytest_tokperf.jsontext import finite
 from pytest_tokperf.results import BUSY_NOTE, MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, judge_family, judge_history
@@ -53,8 +46,7 @@ class GateFinding:
     correction: str = "none"
     """How significance was controlled across the session's comparisons."""
     busy: str = ""
-    """What the machine's load says about a flag that stands (``busy_verdict``); kept
-    through the session's family correction, which rewrites the reason."""
+    """What the machine's load says about a flag that stands (``busy_verdict``)."""
 
     def stored(self) -> GateVerdict | None:
         """The row ``ResultStore.save_gate_verdicts`` keeps (None without a result id)."""
@@ -63,15 +55,11 @@ class GateFinding:
         c = self.comparison
         return GateVerdict(
             result_id=self.result_id, metric=c.metric, verdict=c.verdict,
-            relative_change=_finite(c.relative_change), ci_low=_finite(c.ci_low),
-            ci_high=_finite(c.ci_high), p_value=_finite(c.p_value), n_baseline=c.n_baseline,
+            relative_change=finite(c.relative_change), ci_low=finite(c.ci_low),
+            ci_high=finite(c.ci_high), p_value=finite(c.p_value), n_baseline=c.n_baseline,
             n_current=c.n_current, baseline=self.baseline, correction=self.correction,
             reason=c.reason,
         )
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def _span(points: Sequence[Point]) -> str:
@@ -104,9 +92,7 @@ class Gate:
         load: MachineLoad | None = None,
     ) -> list[GateFinding]:
         """Decode and TTFT of ``samples`` (and with ``concurrency`` > 1 the aggregate
-        output) against the baseline's runs of the same series (none when it is off).
-
-        ``load`` is the machine during ``samples`` (``busy_verdict``)."""
+        output) against the baseline's runs of the series; ``load``: the machine then."""
         if self.baseline.kind == "off":
             return []
         source = store
@@ -152,9 +138,8 @@ class Gate:
         return findings
 
     def finish(self, findings: Sequence[GateFinding]) -> tuple[list[GateFinding], str]:
-        """The session's findings as final verdicts, controlled together, and one summary
-        line (Holm's step-down over every test x metric of the session; see ``stats.family``).
-        """
+        """The session's findings as final verdicts, controlled together (Holm's step-down),
+        and one summary line."""
         family = judge_family({i: f.comparison for i, f in enumerate(findings)},
                               alpha=self.alpha)
         final = [replace(f, comparison=family.comparisons[i], correction=family.comparisons[i].correction)
@@ -167,16 +152,10 @@ class Gate:
 
 def busy_verdict(comparison: Comparison, load: MachineLoad,
                  baseline: Sequence[MachineLoad | None]) -> tuple[Comparison, str]:
-    """A flagged change the machine's load can explain, said so or withheld.
-
-    Load only slows an engine, so a *regression* (slower, whichever the metric) in a
-    session where other processes took a notable share of the CPUs is withheld as
-    "inconclusive: machine busy" unless every baseline run was measured that busy too (a
-    runner that is always shared still gets its regressions flagged); the change and the
-    load stay in the reason. An *improvement* over a baseline that had loaded runs keeps
-    its flag and names them. ``docs/design.md`` has the reasoning behind the rule.
-    Returns the comparison and, for a flag that stands, the note it carries ("" else).
-    """
+    """A flagged change the machine's load can explain, said so or withheld: a regression
+    measured busy is inconclusive unless every baseline run was busy too; an improvement
+    over loaded baseline runs names them (``docs/design.md``). Returns the comparison and,
+    for a flag that stands, the note it carries ("" else)."""
     known = [b for b in baseline if b is not None and b.known]
     loaded = [b for b in known if b.loaded]
     if comparison.verdict == "regression" and load.loaded:

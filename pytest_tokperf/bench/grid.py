@@ -1,12 +1,9 @@
 """What ``tokperf bench`` measures: llama-bench's tests on each server configuration.
 
-llama-bench's lists (``-t 1,2``, ranges ``8-32+8`` and ``1-16*2``, a flag given twice)
-make a grid: every combination of the server's options (models, threads, GPU layers,
-flash attention, KV cache types, batch sizes) is one ``ServerPoint``, a llama-server
-started once; on each, the workload lists make the ``BenchTest`` values: ``pp`` (prompt
-only, ``-p``), ``tg`` (generation only, ``-n``) and ``pg`` (``-pg PP,TG``), each at every
-depth (``-d``), with tokperf's concurrency (``-c``) and warm prefixes (``--warm``). A
-0 in ``-p`` or ``-n`` asks for no test of that kind, as in llama-bench.
+llama-bench's lists and ranges make a grid: every combination of the server's options is
+one ``ServerPoint`` (a llama-server started once); on each, the workload lists make the
+``BenchTest`` values (``pp``, ``tg``, ``pg`` at every depth, with tokperf's concurrency
+and warm prefixes). A 0 in ``-p`` or ``-n`` asks for no test of that kind.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ if TYPE_CHECKING:
 TestKind = Literal["pp", "tg", "pg"]
 
 PP_GENERATE_TOKENS = 2
-"""A prompt-only test still streams this many tokens: the fewest whose timing tokperf
-reads (its t/s is the prefill's; its decode is not judged)."""
+"""A prompt-only test still streams this many tokens (its decode is not judged)."""
 TG_PROMPT_TOKENS = 1
 """A generation-only test sends this many prompt tokens (llama-bench starts from one)."""
 MAX_VALUES = 1000
@@ -53,15 +49,12 @@ def parse_numbers(given: Sequence[str], flag: str, minimum: int) -> list[int]:
     for text in given:
         for part in (p.strip() for p in text.split(",")):
             found = _RANGE.fullmatch(part)
-            if not found:
+            expanded = _expand(found, text, part, flag) if found else []
+            if not expanded or min(expanded) < minimum:
+                ranges = "" if found else f" or a range such as {flag} 64-512*2"
                 raise ConfigError(f"{flag} {text!r}: {part!r} is not a whole number >= "
                                   f"{minimum}; pass a comma-separated list such as {flag} "
-                                  f"64,512 or a range such as {flag} 64-512*2")
-            expanded = _expand(found, text, part, flag)
-            if min(expanded) < minimum:
-                raise ConfigError(f"{flag} {text!r}: {part!r} is not a whole number >= "
-                                  f"{minimum}; pass a comma-separated list such as {flag} "
-                                  f"64,512")
+                                  f"64,512{ranges}")
             values += expanded
     return values
 
@@ -211,8 +204,7 @@ def server_points(models: Sequence[str], threads: Sequence[int | None],
                   type_k: Sequence[str | None], type_v: Sequence[str | None],
                   batch: Sequence[int | None], ubatch: Sequence[int | None]
                   ) -> list[ServerPoint]:
-    """Every combination, in llama-bench's order (the model outermost, threads
-    innermost), so that consecutive points share what they can."""
+    """Every combination, in llama-bench's order (the model outermost, threads innermost)."""
     return [ServerPoint(m, t, ngl, fa, k, v, b, ub)
             for m, ngl, b, ub, k, v, fa, t in itertools.product(
                 models, gpu_layers, batch, ubatch, type_k, type_v, flash_attn, threads)]
@@ -239,7 +231,6 @@ class BenchPlan:
         return len({p.model for p in self.points}) > 1
 
 
-
 LISTS: dict[str, tuple[str, str, int]] = {
     "prompt": ("-p", "64", 0), "generate": ("-n", "128", 0), "depth": ("-d", "0", 0),
     "concurrency": ("-c", "1", 1), "warm": ("--warm", "0", 0)}
@@ -255,9 +246,8 @@ SERVER_ONLY = ("gpu_layers", "flash_attn", "type_k", "type_v", "batch", "ubatch"
 
 @dataclass(frozen=True, slots=True)
 class GridOptions:
-    """What ``tokperf bench`` was asked, as typed: each list's words by name (``LISTS``,
-    ``GRID``, ``pg``, ``model``; empty: not given), and how each option given was spelled
-    (``-t`` or ``--threads``), so an error names it as typed."""
+    """What ``tokperf bench`` was asked: each list's words by name (empty: not given), and
+    how each option given was spelled, so an error names it as typed."""
 
     lists: Mapping[str, Sequence[str]]
     chat: bool = False
@@ -343,11 +333,8 @@ def _check_attached(options: GridOptions, points: Sequence[ServerPoint]) -> None
 
 def point_settings(given: Mapping[str, str | None], flags: Mapping[str, str],
                    point: ServerPoint, chosen: BenchPlan) -> Settings:
-    """The plugin's settings for one server configuration of ``chosen``: the options
-    ``given`` by their settings names (None: not given), resolved as pytest resolves its
-    own (given, then PYTEST_TOKPERF_* environment, then defaults), so repetitions are
-    adaptive unless fixed, as with ``pytest --tokperf-engine``. ``flags``: each option's
-    name as the front-end spells it, for errors."""
+    """The plugin's settings for one server configuration of ``chosen``, resolved from the
+    options ``given`` (None: not given) as pytest's; ``flags``: their names, for errors."""
     from pytest_tokperf.settings import resolve
 
     values = {**given, "model": point.model,

@@ -1,10 +1,8 @@
-"""``tokperf bench``'s loop: each server configuration of the grid started once, its
-tests measured through the run's ``TokBench`` values, every result recorded a
-``BenchRow`` (``report.llama_bench`` writes them in llama-bench's forms).
+"""``tokperf bench``'s loop: each server configuration of the grid started once, its tests
+measured through the run's ``TokBench`` values, every result recorded a ``BenchRow``.
 
-A prompt-only test streams 2 tokens: it repeats a fixed count (``-r N``, else the least
-of ``MIN-MAX``: there is no decode to be adaptive on), and its decode is held to no
-efficiency floor and no spread limit (``tokperf_max_cv``).
+A prompt-only test repeats a fixed count (``-r N``, else the least of ``MIN-MAX``) and
+its decode is held to no efficiency floor and no spread limit.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ if TYPE_CHECKING:
     from pytest_tokperf.settings import Settings
 
 TEST_ID = "tokperf bench"
-"""The start of every result's test id; the test (``tg128 @ d4096``) and the grid's
-options given (``-t 2 -fa on``) follow, so each series has its own label."""
+"""The start of every result's test id; the test and the grid's options given follow."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +58,9 @@ class Outcome:
 
 def measure(run: BenchRun, chosen: BenchPlan, settings: Sequence[Settings], outcome: Outcome,
             *, draft: str | None, progress: Progress, named: Callable[[str], str]) -> None:
-    """Every test on every configuration, in order, each server started once, into
-    ``outcome`` as they finish; a server that cannot start or be reached skips the rest of
-    its configuration, a failed test nothing else. ``settings`` are the configurations'
-    (``tokperf bench``'s), the first the run's own; ``named`` writes an error with the
-    bench's option names."""
+    """Every test on every configuration (``settings``, the first the run's own) into
+    ``outcome``; a server that cannot start skips the rest of its configuration, a failed
+    test nothing else. ``named`` writes an error with the bench's option names."""
     started = settings[0]
     for point, point_settings in zip(chosen.points, settings, strict=True):
         suffix = point.label(chosen.several_models)
@@ -96,8 +91,7 @@ def measure(run: BenchRun, chosen: BenchPlan, settings: Sequence[Settings], outc
 
 def _run_test(run: BenchRun, test: BenchTest, label: str, outcome: Outcome,
               progress: Progress, draft: str | None) -> None:
-    """One test, with its speculative A/B (``--draft``) when it generates; each result
-    recorded becomes a row."""
+    """One test, with its speculative A/B (``--draft``) when it generates, each result a row."""
     s = run.settings
     test_time = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     recorded_at: dict[int, str] = {}
@@ -179,8 +173,7 @@ def _cpu_name() -> str:
 
 
 def check_models(chosen: BenchPlan, *, attached: bool) -> None:
-    """Every model file a started server would load is a readable GGUF, checked before
-    anything starts (an attached engine's model is its own)."""
+    """Refuse a model file a started server could not load, before anything starts."""
     from pathlib import Path
 
     from pytest_tokperf.bench.session import check_model_file

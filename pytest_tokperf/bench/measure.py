@@ -1,28 +1,8 @@
 """Turn streamed generations into figures: TTFT, prefill and steady-state decode.
 
-Definitions (the same for every engine, each adapter cites its server's source):
-- TTFT: client clock, request sent -> first chunk carrying generated content.
-- decode tok/s: tokens after the first chunk / (t_last_chunk - t_first_chunk); with one
-  token per chunk this is (N - 1) / (t_last - t_first), llama-bench's ``tg`` figure.
-- prefill tok/s: prompt tokens / TTFT on the client side (a lower bound, HTTP included)
-  and prompt tokens / the engine's own prefill time beside it.
-- depth: ``depth_tokens`` of context come before the prompt, so decode reads a KV cache
-  that deep (llama-bench's ``-d``); TTFT and prefill then cover depth + prompt tokens.
-- warm prefix: with ``cached_prefix_tokens`` = N, an unmeasured request first sends the
-  first N tokens, then the measured one may take them from the engine's prefix cache
-  (a chat turn after its history); prefill tok/s then counts the tokens the engine
-  reports it processed. Cold (N = 0) prompts are salted so no cache can serve them.
-Warm-up runs are measured and discarded; every repetition keeps its raw figures.
-
-Repetitions: exactly ``Workload.repetitions`` (llama-bench's ``-r``), or adaptive
-(``MeasureOptions.adaptive``): after at least ``min_repetitions``, stop as soon as the 95%
-interval of the mean *judged* decode (``results.judged_decode_values``: the engine's own
-timing when every repetition has it, else the client's; the figure efficiency, floors and
-the gate judge) is within +/- ``target_interval`` of it, or at ``Workload.repetitions``
-(the most). The interval is Student's t on the per-repetition figures; on a host whose
-speed drifts, consecutive repetitions are not independent, so it is a stopping rule,
-not a guarantee. Whatever the count, a result whose judged decode CV is above
-``max_cv`` is ``unstable`` (``is_unstable``): stored, never a ``pass``.
+The definitions and the adaptive stopping rule are docs/writing-tests.md's. A warm prefix
+is sent first, unmeasured, so the measured request may take it from the prefix cache;
+cold prompts are salted. Warm-up runs are discarded; every repetition keeps its figures.
 """
 
 from __future__ import annotations
@@ -69,10 +49,7 @@ DEFAULT_AGREEMENT_TOLERANCE = 0.05
 """Client and engine decode tok/s must agree within 5% or the result says so."""
 
 CLIENT_COST_FRACTION = 0.25
-"""The client's own time per streamed event, as a share of the mean interval between
-events, from which the result says the client may be setting the pace."""
-
-
+"""The client's time per event, as a share of the interval between events, worth a note."""
 DEFAULT_TARGET_INTERVAL = 0.02
 DEFAULT_MIN_REPETITIONS = 3
 DEFAULT_MAX_REPETITIONS = 10
@@ -90,23 +67,18 @@ class MeasureOptions:
     timeout_s: float = 600.0
     salt_base: int = 0
     adaptive: bool = False
-    """Stop once the decode interval is within ``target_interval`` (see the module doc);
-    ``Workload.repetitions`` is then the most. False: exactly ``Workload.repetitions``."""
+    """Stop once the decode is known to ``target_interval`` (False: all the repetitions)."""
     target_interval: float = DEFAULT_TARGET_INTERVAL
     min_repetitions: int = DEFAULT_MIN_REPETITIONS
     max_cv: float = DEFAULT_MAX_CV
     budget_s: float | None = None
-    """A same-run A/B (``bench.ab``) measures pairs until this many seconds have passed
-    since it began (warm-up included), then stops at the next even pair count: a gate
-    that must fit a CI job's time. A stop by the clock, not by the figures, so the
-    interval keeps its meaning. None: no limit (``Workload.repetitions`` pairs)."""
+    """A same-run A/B stops at the next even pair count once this many seconds have passed
+    since it began (warm-up included). None: no limit (``Workload.repetitions`` pairs)."""
     engine_pids: tuple[int, ...] = ()
-    """The engine's server processes, when tokperf started them: their CPU time is taken
-    out of the machine's to leave the neighbours' (``hardware.load``)."""
+    """The server processes tokperf started: their CPU time is told from the neighbours'."""
     sample_load: bool = True
     """Read the machine's load (/proc) around every measured repetition."""
     load_sampler: Callable[[tuple[int, ...]], LoadSampler] = LoadSampler
-    """Makes the sampler of one repetition from the engine's PIDs."""
 
     @classmethod
     def of(cls, settings: Settings) -> MeasureOptions:
@@ -121,9 +93,7 @@ def decode_interval(values: list[float]) -> float | None:
     """Relative half-width of the 95% interval of the mean of ``values`` (Student's t):
     0.02 means the mean is known to +/-2%. None below 2 values or at a mean <= 0."""
     n = len(values)
-    if n < 2:
-        return None
-    mean = statistics.fmean(values)
+    mean = statistics.fmean(values) if n >= 2 else 0.0
     if mean <= 0:
         return None
     t = _T_975[n - 2] if n - 1 <= len(_T_975) else 1.96
@@ -165,21 +135,14 @@ def repetition_notes(result: BenchResult, options: MeasureOptions) -> list[str]:
 
 def validate_workload(workload: Workload) -> None:
     """Reject a workload that cannot be measured, before any request is sent."""
-    checks = (
-        ("prompt_tokens", workload.prompt_tokens, 1),
-        ("generate_tokens", workload.generate_tokens, 2),
-        ("repetitions", workload.repetitions, 1),
-        ("warmup", workload.warmup, 0),
-        ("depth_tokens", workload.depth_tokens, 0),
-        ("concurrency", workload.concurrency, 1),
-        ("cached_prefix_tokens", workload.cached_prefix_tokens, 0),
-    )
-    for name, value, minimum in checks:
+    for name, minimum in (("prompt_tokens", 1), ("generate_tokens", 2), ("repetitions", 1),
+                          ("warmup", 0), ("depth_tokens", 0), ("concurrency", 1),
+                          ("cached_prefix_tokens", 0)):
+        value = getattr(workload, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigError(
-                f"{name}={value!r} is not a whole number >= {minimum}"
-                + (" (decode speed needs at least 2 generated tokens)" if name == "generate_tokens" else "")
-            )
+            why = (" (decode speed needs at least 2 generated tokens)"
+                   if name == "generate_tokens" else "")
+            raise ConfigError(f"{name}={value!r} is not a whole number >= {minimum}{why}")
     if not isinstance(workload.chat, bool):
         raise ConfigError(f"chat={workload.chat!r} must be True or False")
     context = workload.depth_tokens + workload.prompt_tokens
@@ -261,8 +224,7 @@ def _engine_timings(generation: Generation) -> EngineTimings | None:
 
 
 def engine_values_note(info: EngineInfo, generations: list[Generation]) -> str | None:
-    """A note when the engine sent values that could not be used: the engine's own figures
-    from them were dropped, and the client's measurement stands."""
+    """A note when the engine sent values that could not be used (None when it did not)."""
     dropped = [t.dropped for t in map(_engine_timings, generations) if t is not None]
     hit = [d for d in dropped if d]
     if not hit:
@@ -275,8 +237,7 @@ def engine_values_note(info: EngineInfo, generations: list[Generation]) -> str |
 
 
 def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | None]:
-    """The engine's working threads before the first token and during decode, from the
-    readings of its clock (None, None without them)."""
+    """The engine's threads before the first token and during decode (None: no clock)."""
     if generation.clock_marks is None:
         return None, None
     (t0, sent), (t1, first), (t2, end) = generation.clock_marks
@@ -285,18 +246,14 @@ def _waits(generation: Generation) -> tuple[WindowTimes | None, WindowTimes | No
         return None, None
     decode = window(first, end, t2 - t1)
     if decode is None:
-        # A client starved of CPU reads the first token late and the rest in one burst,
-        # after the engine's threads did most of the decode: none of them ran a
-        # BUSY_SHARE of the client's window. Take the request's working threads then, so
-        # the repetition keeps a net figure and an A/B keeps judging decode net of the
-        # wait (one such repetition sent the whole A/B's decode back to wall time).
+        # A starved client read the decode in one burst, after the threads did their work:
+        # take the request's working threads, so the repetition keeps a net figure
         decode = window(first, end, t2 - t1, among=working(sent, end, t2 - t0))
     return window(sent, first, t1 - t0), decode
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile, linear between the closest ranks (``numpy.percentile``'s rule);
-    None for no values."""
+    """The ``q`` quantile, as ``numpy.percentile`` interpolates; None for no values."""
     if not values:
         return None
     ordered = sorted(values)
@@ -311,12 +268,7 @@ def _disagreement_note(samples: list[Sample], agreement: float, tolerance: float
             f"{tolerance:.0%}")
     faster = sum(1 for s in samples if s.decode_tokens_per_s and s.engine_decode_tokens_per_s
                  and s.decode_tokens_per_s > s.engine_decode_tokens_per_s)
-    if faster * 2 > len(samples):
-        # Tokens cannot reach the client faster than the engine makes them: they were
-        # delivered in bursts, so the client's clock says nothing about decode. The
-        # sender can be the starved one: vLLM's API server on a busy 2-core machine sent
-        # nothing for 2.3 s and then 200 tokens in one packet (the kernel's receive
-        # timestamps showed the same gaps as the client's clock).
+    if faster * 2 > len(samples):  # faster than the engine made them: delivered in bursts
         return (f"{head}: the client read tokens in bursts, faster than the engine made them; "
                 "the client or the server's HTTP front end was starved of CPU (engine "
                 "threads on every core, or a busy machine), or something buffered the "
@@ -338,8 +290,6 @@ def _token_notes(workload: Workload, samples: list[Sample]) -> list[str]:
     counted = sorted({s.prompt_tokens for s in samples})
     if counted and not workload.cached_prefix_tokens and any(
             abs(s.prompt_tokens - asked) > (s.cached_prompt_tokens or 0) for s in samples):
-        # Text engines tokenize tokperf's prompt themselves (and the chat template adds its
-        # own tokens): the figures are per the engine's count, shown beside the one asked
         span = f"{counted[0]}" if len(counted) == 1 else f"{counted[0]}-{counted[-1]}"
         notes.append(f"the engine counted {span} prompt tokens for the {asked} asked"
                      + (" (the chat template's included)" if workload.chat else ""))
@@ -350,7 +300,6 @@ def _cache_note(workload: Workload, samples: list[Sample]) -> str | None:
     """A warm prefix the engine did not serve, or a cold prompt it did."""
     offered = workload.cached_prefix_tokens
     if offered:
-        # A warm workload: the engine should serve (nearly) all of the primed prefix.
         served = [s.cached_prompt_tokens for s in samples if s.cached_prompt_tokens is not None]
         if served and min(served) < 0.9 * offered:
             return (
@@ -359,10 +308,8 @@ def _cache_note(workload: Workload, samples: list[Sample]) -> str | None:
                 "TTFT is not warm"
             )
         return None
-    # One cached token is the shared start-of-text token some prefix caches match
-    # (mlx_lm, SGLang); more than that means the prompt was not cold. Through the
-    # chat template every prompt starts with the same role header before the salted
-    # line (``<|im_start|>user\n``: 3 tokens), which a prompt cache may serve.
+    # A shared start-of-text token (mlx_lm, SGLang), or the chat template's role header
+    # before the salted line, may come from a cache in a cold prompt
     allowed = SALT_LINE_TOKENS if workload.chat else 1
     cached = [s.cached_prompt_tokens for s in samples
               if s.cached_prompt_tokens
@@ -435,13 +382,8 @@ def summarize(
 
 
 def client_cost_note(generations: list[Generation]) -> str | None:
-    """A note when the client's own cost per event nears the interval between events.
-
-    Each event is stamped when the read that brought it returns; while the client is
-    busy with earlier events, later ones wait in the socket and are stamped late. At a
-    quarter of the interval that error is no longer small, and near the interval the
-    client, not the engine, sets the measured speed.
-    """
+    """A note when the client's own cost per event nears the interval between events (a
+    busy client stamps the events waiting in the socket late)."""
     shares: list[tuple[float, float, float]] = []
     for g in generations:
         times = g.chunk_times_s
@@ -465,19 +407,19 @@ _CLOCKS: weakref.WeakKeyDictionary[Engine, ProcessClock] = weakref.WeakKeyDictio
 
 
 def attach_process_clock(engine: Engine, pid: int) -> None:
-    """Read ``pid``'s threads around each decode window measured on ``engine`` (a server
-    tokperf started, whose process computes the tokens: llama-server, mlx_lm), so each
+    """Read ``pid``'s threads around each decode window measured on ``engine``, so each
     repetition knows how long the engine waited for a CPU (``Sample.decode_wait_s``)."""
     _CLOCKS[engine] = ProcessClock(pid)
 
 
-def _clock_of(engine: Engine) -> Callable[[], object] | None:
-    clock = _CLOCKS.get(engine)
-    return clock.read if clock is not None else None
+def tagged_progress(progress: Progress | None, tag: str) -> Progress | None:
+    """``progress`` with each line's lead-in replaced by ``tag``."""
+    if progress is None:
+        return None
+    return lambda message: progress(f"{tag}: {message.split(': ', 1)[-1]}")
 
 
 def _round(engine: Engine, requests: list[GenerationRequest]) -> list[Generation]:
-    """One generation per request, all streams at once when there are several."""
     if len(requests) == 1:
         return [engine.generate(requests[0])]
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
@@ -515,29 +457,19 @@ def _refuse_what_the_engine_cannot_serve(engine: Engine, workload: Workload,
         )
 
 
-def _round_requests(engine: Engine, workload: Workload, options: MeasureOptions,
-                    index: int) -> list[GenerationRequest]:
-    """Round ``index``'s requests, one per stream, each with its own salt."""
-    n = workload.concurrency
-    return [
-        GenerationRequest(
-            prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
-            generate_tokens=workload.generate_tokens,
-            salt=options.salt_base + index * n + stream,
-            timeout_s=options.timeout_s,
-            reuse_prefix=workload.cached_prefix_tokens > 0,
-            chat=workload.chat,
-            clock=_clock_of(engine),
-        )
-        for stream in range(n)
-    ]
-
-
 def _measure_round(engine: Engine, workload: Workload, options: MeasureOptions,
                    index: int) -> tuple[list[Generation], list[Sample]]:
-    """Round ``index`` (the warm prefix first, unmeasured), the machine's load read
-    around it once past the warm-up."""
-    requests = _round_requests(engine, workload, options, index)
+    """Round ``index``, one request per stream, each with its own salt: the warm prefix
+    first (unmeasured), the load read past warm-up."""
+    n, clock = workload.concurrency, _CLOCKS.get(engine)
+    requests = [GenerationRequest(prompt_tokens=workload.depth_tokens + workload.prompt_tokens,
+                                  generate_tokens=workload.generate_tokens,
+                                  salt=options.salt_base + index * n + stream,
+                                  timeout_s=options.timeout_s,
+                                  reuse_prefix=workload.cached_prefix_tokens > 0,
+                                  chat=workload.chat,
+                                  clock=clock.read if clock is not None else None)
+                for stream in range(n)]
     if workload.cached_prefix_tokens > 0:
         # Unmeasured: the same salt makes these prompts the measured ones' prefix.
         _round(engine, [replace(r, prompt_tokens=workload.cached_prefix_tokens,
@@ -554,14 +486,11 @@ def _measure_round(engine: Engine, workload: Workload, options: MeasureOptions,
 def _progress_line(workload: Workload, options: MeasureOptions, index: int,
                    round_samples: list[Sample], aggregate: float | None,
                    interval: float | None) -> str:
-    """One round as the progress callback shows it."""
     warming = index < workload.warmup
     phase = "warm-up" if warming else "rep"
     done = index + 1 if warming else index + 1 - workload.warmup
     of = workload.warmup if warming else workload.repetitions
     of_text = f"{of}" if warming or not options.adaptive else f"<={of}"
-    # The figure that is judged: a client starved of CPU may read every token in
-    # one burst (no client rate), while the engine still timed its decode.
     rates = judged_decode_values(round_samples)
     rate = f"{statistics.median(rates):.1f} tok/s" if rates else "-"
     n = workload.concurrency
@@ -580,8 +509,6 @@ def _result_of(workload: Workload, info: EngineInfo, options: MeasureOptions,
     result = replace(summarize(workload, info, samples, options.agreement_tolerance),
                      aggregate_tokens_per_s=Summary.of(aggregates))
     result = replace(result, notes=(*result.notes, *repetition_notes(result, options)))
-    # Per stream, the judged figure: a starved client may read a fast stream in one burst
-    # (no client rate) while the engine timed it.
     agg, per_stream = result.aggregate_tokens_per_s, result.judged_decode_tokens_per_s
     if n > 1 and agg is not None and per_stream is not None:
         note = (f"{n} concurrent streams: aggregate {agg.median:.1f} tok/s output, "

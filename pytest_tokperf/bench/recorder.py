@@ -1,14 +1,9 @@
 """Bridge between a run and the results store: one run row, many recorded results.
 
-The run row is created on the first result (a session that measures nothing writes
-nothing). On SQLite every ``record`` call commits before it returns; on PostgreSQL the
-run's rows are one transaction that ``close`` commits (``ResultStore.finish_run``), so
-runners sharing the server never see a half-written run and a killed one leaves none.
-Each result is first written to the run's journal (``storage.journal``, fsynced): one
-the database cannot take (a full disk, a lock held past the busy timeout, a commit the
-server refused) stays there, ``unstored`` counts it and ``lost_line`` says how to
-import it. Nothing here raises ``StorageError`` after the database was opened: a
-measured result is never traded for a traceback.
+On SQLite every ``record`` commits before it returns; on PostgreSQL the run is one
+transaction that ``close`` commits. Each result is first written to the run's journal, where
+one the database cannot take stays (``lost_line``). Nothing here raises ``StorageError``
+after the database was opened: a measured result is never traded for a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pytest_tokperf.bench.models import ModelFiles
+from pytest_tokperf.bench.ceilings import ModelFiles
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
@@ -33,8 +28,8 @@ class Recorder:
     pytest_version: str | None = None
     models: ModelFiles = field(default_factory=ModelFiles)
     run_id_preset: str | None = None
-    """The run id to store (chosen before the first result: the run's prompt salts derive
-    from it); None: a new one at the first result."""
+    """The run id to store, chosen before the first result (the prompt salts derive from
+    it); None: a new one."""
     _run: RunInfo | None = field(default=None, init=False)
     journal: Journal | None = field(default=None, init=False)
     unstored: list[str] = field(default_factory=list, init=False)
@@ -76,9 +71,7 @@ class Recorder:
         if key and Path(key).exists():  # a GGUF file or a Hugging Face folder
             return self.models.info(Path(key))
         said = identity() if identity is not None else None
-        if said is not None:
-            return said
-        return self.models.info(Path(key)) if key else None
+        return said or (self.models.info(Path(key)) if key else None)
 
     def record(
         self,
@@ -91,8 +84,7 @@ class Recorder:
         hardware: HardwareInfo | None,
         identity: Callable[[], ModelInfo | None] | None = None,
     ) -> Stored | None:
-        """Store one result; None when not storing. ``identity`` asks the engine about its
-        model when no file can be read here."""
+        """Store one result (None: not storing); ``identity`` asks the engine its model."""
         if self.store is None or self.location is None:
             return None
         from pytest_tokperf.environment import collect_run_info, utc_now
@@ -135,8 +127,7 @@ class Recorder:
             return None
 
     def lost_line(self) -> str | None:
-        """One line for results that are in the journal only, with the import command;
-        None when every result is in the database."""
+        """One line for results in the journal only, with the import command (None: none)."""
         if not self.unstored or self.location is None:
             return None
         journal = self.journal

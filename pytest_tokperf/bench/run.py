@@ -1,15 +1,10 @@
 """``BenchRun``: one benchmarking run, the composition root of the library.
 
-The pytest plugin and ``tokperf bench`` both hold one ``BenchRun``; nothing else
-assembles an engine session, ceilings, a results store and a regression gate. A run:
-
-1. checks what it can before any engine starts (``BenchRun.open``: the binary, the
-   model file, the results DB, the baseline);
-2. hands out ``TokBench`` values bound to a test id (``tok_bench``); each measurement is
-   recorded the moment it finishes (``record``): stored with its environment, then
-   judged against its series' history;
-3. at the end controls the session's gate verdicts together and stores them
-   (``finish``), then stops the engine and closes the store (``close``).
+The pytest plugin and ``tokperf bench`` both hold one; nothing else assembles an engine
+session, ceilings, a results store and a regression gate. ``open`` checks what it can
+before any engine starts, ``tok_bench`` hands out ``TokBench`` values whose results
+``record`` stores and judges as they finish, ``finish`` settles the gate's verdicts
+together and ``close`` stops the engine and closes the store.
 """
 
 from __future__ import annotations
@@ -21,10 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, kv_type_v_from_args
+from pytest_tokperf.bench.ceilings import DEFAULT_KV_TYPE, CeilingSource, ModelFiles
 from pytest_tokperf.bench.fixture import WORKLOAD_DEFAULTS, ABPlan, Revise, TokBench
 from pytest_tokperf.bench.measure import MeasureOptions
-from pytest_tokperf.bench.models import ModelFiles
 from pytest_tokperf.bench.recorder import Recorder
 from pytest_tokperf.bench.session import EngineSession, check_model_file
 from pytest_tokperf.ceiling import decode_efficiency
@@ -40,19 +34,15 @@ if TYPE_CHECKING:
 
 VERDICT_RANK: dict[Verdict, int] = {"unchecked": 0, "pass": 1, "unstable": 2, "suspect": 3,
                                     "fail": 4, "busy": 5, "error": 6}
-"""Which verdict wins when a test's own assertion revises the recorded one (a passing
-assertion leaves an ``unstable`` result unstable)."""
+"""Which verdict wins when a test's own assertion revises the recorded one."""
 
 
 def check_report_paths(settings: Settings) -> None:
-    """Refuse a report path that cannot be written, before anything is measured: its
-    folder is a file or cannot be made, the path is a folder, or nothing may be written
-    there. Only folders are created; the reports themselves are written at the end."""
+    """Refuse a report path that cannot be written, before anything is measured (only
+    its folders are created)."""
     flag = "--tokperf-report"
-    for value in (settings.report_md, settings.report_json, settings.report_html,
-                  settings.report_histogram):
-        if not value:
-            continue
+    for value in filter(None, (settings.report_md, settings.report_json, settings.report_html,
+                               settings.report_histogram)):
         path = Path(value).expanduser()
         if path.is_dir():
             raise ConfigError(f"{flag} {value!r} is a folder; name the file to write, e.g. "
@@ -77,6 +67,17 @@ SALTS_PER_BENCH = 10**6
 """Salts one ``TokBench`` may use (1000 per call, ``TokBench._next_options``)."""
 
 
+def _check_model(models: ModelFiles, model: str, option: str) -> None:
+    """Refuse a model file that cannot be read, its whole header parsed once for the run."""
+    path = Path(model).expanduser()
+    source = f"{option} {model!r}"
+    check_model_file(path, source=source)
+    try:
+        models.load(path)
+    except ModelFileError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
 def salt_seed(run_id: str) -> int:
     """The first prompt salt of the run whose stored id is ``run_id``: one of 2**24 starts,
     each with room for 1000 ``TokBench`` values; the same run id gives the same prompts."""
@@ -85,21 +86,22 @@ def salt_seed(run_id: str) -> int:
 
 
 def ceiling_source(settings: Settings, models: ModelFiles) -> CeilingSource:
-    """The ceilings of an engine started or attached with ``settings``."""
+    """The ceilings of an engine started or attached with ``settings`` (K and V cache types
+    f16 unless its llama-server arguments ask for others)."""
+    from pytest_tokperf.engines.speed_settings import parse_llama_server_args
+
+    asked = parse_llama_server_args(settings.server_args)
     return CeilingSource(explicit_bandwidth=settings.bandwidth, threads=settings.threads,
-                         kv_type=kv_type_from_args(settings.server_args),
-                         kv_type_v=kv_type_v_from_args(settings.server_args),
+                         kv_type=asked.cache_type_k or DEFAULT_KV_TYPE,
+                         kv_type_v=asked.cache_type_v or DEFAULT_KV_TYPE,
                          models=models, device=settings.device,
                          calibration=settings.bandwidth_file)
 
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """One result as the run recorded it: where it was stored and how the gate saw it.
-
-    ``findings`` are the gate's per-comparison verdicts at record time; the session's
-    final verdicts, controlled together, come from ``BenchRun.finish``.
-    """
+    """One result as the run recorded it: where it was stored and how the gate saw it at
+    record time (the session's final verdicts come from ``BenchRun.finish``)."""
 
     test_id: str
     result: BenchResult
@@ -144,9 +146,7 @@ class BenchRun:
     _identity_asked: bool = field(default=False, init=False)
     _identity: ModelInfo | None = field(default=None, init=False)
     salt_seed: int = 0
-    """Where this run's prompt salts start (``salt_seed``: from the stored run id), so no
-    prompt of this run is a prefix of another run's and an engine's prompt cache serves
-    no "cold" prompt from an earlier session."""
+    """Where this run's prompt salts start: no cache serves an earlier run's prompts."""
     _benches: int = field(default=0, init=False)
 
     @classmethod
@@ -159,11 +159,9 @@ class BenchRun:
         progress: Progress | None = None,
         pytest_version: str | None = None,
     ) -> BenchRun:
-        """Check the settings that can be checked now, open the store, start nothing.
-
-        Raises ``ConfigError`` (a missing binary or model file, a bad baseline) or
-        ``StorageError`` (an unwritable DB) before any engine starts.
-        """
+        """Check the settings that can be checked now, open the store, start nothing:
+        ``ConfigError`` (a missing binary or model file, a bad baseline) or ``StorageError``
+        (an unwritable DB) before any engine starts."""
         from pytest_tokperf.bench.gate import Gate
 
         gate = Gate(settings.baseline, min_effect=settings.min_effect)
@@ -177,13 +175,7 @@ class BenchRun:
 
                 resolve_server_binary(side.server_bin, side.engine_version)
                 if side.model not in BUILTIN_MODELS:
-                    path = Path(side.model).expanduser()
-                    source = f"{option} {side.model!r}"
-                    check_model_file(path, source=source)
-                    try:  # the whole header now, parsed once for the run
-                        models.load(path)
-                    except ModelFileError as exc:
-                        raise ConfigError(f"{source}: {exc}") from exc
+                    _check_model(models, side.model, option)
         if settings.active:
             check_report_paths(settings)
         recorder = Recorder.open(settings.db, pytest_version, models) if settings.active \
@@ -215,10 +207,8 @@ class BenchRun:
         progress: Progress | None = None,
         on_record: Callable[[Recorded], None] | None = None,
     ) -> TokBench:
-        """A ``TokBench`` (or subclass ``cls``) whose results this run records as ``test_id``.
-
-        Unset arguments come from the settings; ``on_record`` sees each ``Recorded``.
-        """
+        """A ``TokBench`` (or subclass ``cls``) whose results this run records as ``test_id``;
+        unset arguments come from the settings, ``on_record`` sees each ``Recorded``."""
         unknown = {name for name, _ in workload_defaults} - set(WORKLOAD_DEFAULTS)
         if unknown:
             raise ConfigError(f"unknown workload argument(s) {sorted(unknown)!r}; known: "
@@ -260,7 +250,6 @@ class BenchRun:
         )
 
     def _engine_pids(self) -> tuple[int, ...]:
-        """Every server process of the run tokperf started (candidate, control, drafts)."""
         control = self.control.pids() if self.control is not None else ()
         return (*self.session.pids(), *control)
 
@@ -282,14 +271,8 @@ class BenchRun:
     def record(
         self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict
     ) -> Recorded:
-        """Store one result (committed on return; on PostgreSQL with the run at its end),
-        then judge it against its history.
-
-        What the engine and the run noticed while measuring it (partial offload, two models
-        loaded, no ceiling and why) joins the result's notes, so it is stored and shown
-        with it, not only in a log. A model file that cannot be read here is identified by
-        what the engine says about it (Ollama's /api/show, the OpenAI models list).
-        """
+        """Store one result (committed on return; on PostgreSQL at the run's end) with what
+        the engine and the run noticed among its notes, then judge it against its history."""
         noticed = [p for p in dict.fromkeys((*result.engine.warnings,
                                              *self.ceilings.problems[self._problems_seen:]))
                    if p not in result.notes]
@@ -353,30 +336,17 @@ class BenchRun:
                 self.recorder.store_error = str(exc)
         return self.findings
 
-    # -- tokperf bench's grid: another server configuration within the same run --------
-
     def serve(self, settings: Settings) -> None:
         """Measure what follows on an engine started with ``settings`` (the next point of
-        ``tokperf bench``'s grid: other threads, model or llama-server arguments): the
-        engine running now stops, a new session and ceiling source take its place; the
-        store, the gate and everything recorded stay. ``TokBench`` values handed out
-        before measure the stopped engine: take new ones with ``tok_bench``.
-
-        Raises ``ConfigError`` for a model file that cannot be read, before anything
-        stops; with a same-run A/B (``Settings.ab``) the grid is refused.
-        """
+        ``tokperf bench``'s grid); the store, the gate and everything recorded stay. Take
+        new ``TokBench`` values: older ones measure the stopped engine. ``ConfigError`` for
+        an unreadable model file (before anything stops) and with a same-run A/B."""
         if settings.ab or self.control is not None:
             raise ConfigError("a same-run A/B measures one server configuration against "
                               "another engine; it cannot change configuration mid-run")
         models = self.ceilings.models
         if settings.url is None and settings.model not in BUILTIN_MODELS:
-            path = Path(settings.model).expanduser()
-            source = f"--tokperf-model {settings.model!r}"
-            check_model_file(path, source=source)
-            try:
-                models.load(path)
-            except ModelFileError as exc:
-                raise ConfigError(f"{source}: {exc}") from exc
+            _check_model(models, settings.model, "--tokperf-model")
         old = self.session
         try:
             old.close()

@@ -1,8 +1,7 @@
-"""One benchmarking session: the engine (started or attached), the model, the store.
+"""One benchmarking session's engine, started or attached, and its model.
 
-Shared by the pytest plugin and the ``tokperf`` command, so everything here works
-without pytest. The engine starts lazily on first use and ``close()`` always stops
-it; results are written to the store as each measurement finishes.
+Shared by the pytest plugin and the ``tokperf`` command; the engine starts on first use
+and ``close()`` always stops it.
 """
 
 from __future__ import annotations
@@ -30,10 +29,7 @@ from pytest_tokperf.results import Progress
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 COMPUTES_IN_PROCESS = ("llama-server", "mlx")
-"""Engines whose tokens are computed by threads of the process tokperf starts, so its
-clock (``hardware.process_clock``) tells their wait for a CPU; vLLM computes in a child
-process and Ollama in a runner it spawns."""
-
+"""Engines computing in the process tokperf starts: its clock tells their wait for a CPU."""
 
 
 def resolve_model_path(model: str, progress: Progress | None = None) -> Path:
@@ -51,8 +47,7 @@ def resolve_model_path(model: str, progress: Progress | None = None) -> Path:
 
 
 def loopback_pids(url: str) -> tuple[int, ...]:
-    """The processes serving ``url`` when it is on this machine's loopback (an attached
-    server tokperf did not start), found by its listening port in /proc; else empty."""
+    """The processes listening on ``url``'s port when it is this machine's loopback, else ()."""
     from urllib.parse import urlsplit
 
     from pytest_tokperf.hardware.load import listening_pids
@@ -87,11 +82,23 @@ HF_ENGINES = ("mlx", "vllm")
 
 
 def local_model(path: Path) -> Path:
-    """The model a local ``--tokperf-model`` names: a GGUF file, or the Hugging Face folder
-    of a path inside one (``DIR/model.safetensors`` -> ``DIR``)."""
+    """A local model: a GGUF file, or the Hugging Face folder that holds the path."""
     from pytest_tokperf.model.hf_file import hf_folder, is_hf_folder
 
     return hf_folder(path) if is_hf_folder(path) else path
+
+
+def _ready(engine: Engine, name: str, *fix: str) -> Engine:
+    """``engine`` once it answers ready; closed, and ``not_ready_error``, when it does not."""
+    try:  # ready() itself may refuse (a dead proxy, a redirect): close either way
+        ready = engine.ready()
+    except BaseException:
+        engine.close()
+        raise
+    if not ready:
+        engine.close()
+        raise not_ready_error(name, engine.base_url, *fix)
+    return engine
 
 
 def no_gpu() -> bool:
@@ -127,8 +134,7 @@ class EngineSession:
         return self._server
 
     def pids(self) -> tuple[int, ...]:
-        """The server processes tokperf started for this session (main and drafting), so
-        their CPU time is told apart from the neighbours' (empty: attached, or not started)."""
+        """The servers tokperf started (main and drafting), else an attached loopback one's."""
         started = [self._server, *(server for server, _ in self._drafts.values())]
         pids = tuple(s.process.pid for s in started if isinstance(s, ServerProcess))
         if not pids and self._server is None and self._engine is not None:
@@ -145,6 +151,10 @@ class EngineSession:
     def binary_path(self) -> Path | None:
         """The llama-server binary started (None: attached, another engine, not started)."""
         return self._launch.binary if self._launch is not None else None
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
 
     def engine(self) -> Engine:
         """The engine, started on first call; a start-up failure is remembered."""
@@ -172,35 +182,20 @@ class EngineSession:
         name = s.engine or "llama-server"
         if s.url is not None:
             candidate = Path(s.model).expanduser()
-            if s.model not in BUILTIN_MODELS and candidate.exists():
-                # the attached engine's model (a GGUF, or a Hugging Face folder or a file
-                # in one), for the ceiling and the model's identity
+            if s.model not in BUILTIN_MODELS and candidate.exists():  # for the ceiling
                 self._model_path = local_model(candidate)
-            engine = self._make(name, s.url, ())
-            try:  # ready() itself may refuse (a dead proxy, a redirect): close either way
-                ready = engine.ready()
-            except BaseException:
-                engine.close()
-                raise
-            if not ready:
-                engine.close()
-                raise not_ready_error(name, engine.base_url)
-            return engine
+            return _ready(self._make(name, s.url, ()), name)
         if name != "llama-server":
             return self._start_other(name)
         binary = resolve_server_binary(s.server_bin, s.engine_version)
         self._model_path = resolve_model_path(s.model, self.progress)
-        # The build's devices, and a log that says where the model went (engines.speed_settings)
+        from pytest_tokperf.builds.identity import build_identity
         from pytest_tokperf.engines.llama_server.log import llama_binary_facts, wants_own_verbosity
 
         # --tokperf-startup-timeout is total: the checks below spend from it too
         end = time.monotonic() + s.startup_timeout
         facts = llama_binary_facts(binary, end - time.monotonic())
-        from pytest_tokperf.builds.identity import build_identity
-
-        # A build is its binary: two builds of one release (AVX2 on/off) report the same
-        # build_info, so the hash and the flags go with the environment, and the label
-        # names the flags that differ from the release's default build.
+        # A build is its binary (two builds of one release report the same build_info)
         identity = build_identity(binary)
         self._server_facts = (*facts.devices.to_pairs().items(), *identity.to_pairs().items())
         trace = () if wants_own_verbosity(s.server_args) else facts.trace_args
@@ -259,12 +254,8 @@ class EngineSession:
 
     def speculative_engine(self, draft: str | None = None) -> tuple[Engine, str]:
         """The drafting side of an A/B and its draft's name: the server at
-        ``--tokperf-speculative-url``, else a second llama-server like the session's,
-        drafting with ``draft``, started on first use and stopped by ``close()``.
-
-        llama-server b11434 cannot switch drafting per request (its ``speculative.*``
-        request fields are compiled out), so the A/B needs a second server process.
-        """
+        ``--tokperf-speculative-url``, else a second llama-server like the session's
+        drafting with ``draft``, started on first use and stopped by ``close()``."""
         self.engine()
         if self.settings.speculative_url is not None:
             return self._attached_speculative(draft)
@@ -283,8 +274,7 @@ class EngineSession:
             # a fresh start-up budget: the main server's deadline passed long ago
             spec = replace(self._launch, draft_model=path, port=None, startup_deadline_s=None,
                            log_path=self.log_dir / f"llama-server-draft-{os.getpid()}-{len(self._drafts)}.log")
-            if self.progress is not None:
-                self.progress(f"starting a second llama-server drafting with {path.name}")
+            self._say(f"starting a second llama-server drafting with {path.name}")
             server = start_llama_server(spec)
             pairs = (*self._settings_pairs(), ("draft_model", path.name),
                      ("log_path", str(spec.log_path)))
@@ -301,24 +291,16 @@ class EngineSession:
         assert url is not None
         name = Path(draft).name if draft else "attached-draft"
         if url not in self._drafts:  # one attached drafting engine, whatever the draft is called
-            engine = self._make(self.settings.engine or "llama-server", url, (("draft_model", name),))
-            try:
-                ready = engine.ready()
-            except BaseException:
-                engine.close()
-                raise
-            if not ready:
-                engine.close()
-                raise not_ready_error(
-                    "server", engine.base_url, "--tokperf-speculative-url", "start the drafting "
-                    "server (llama-server -md DRAFT --spec-type draft-simple) or fix the URL")
-            self._drafts[url] = (None, engine)
+            engine = self._make(self.settings.engine or "llama-server", url,
+                                (("draft_model", name),))
+            self._drafts[url] = (None, _ready(
+                engine, "server", "--tokperf-speculative-url", "start the drafting server "
+                "(llama-server -md DRAFT --spec-type draft-simple) or fix the URL"))
         return self._drafts[url][1], name
 
     def _start_other(self, name: str) -> Engine:
-        """Start ollama / vllm / sglang / mlx_lm / lms from PATH with the same clean
-        lifecycle, and the flags a clean measurement needs that its help lists
-        (``launchers``); what tokperf added is recorded as the ``clean_flags`` setting."""
+        """Start another engine from PATH with the flags a clean measurement needs that
+        its help lists, recorded as the ``clean_flags`` setting."""
         from pytest_tokperf.launch.process import free_port
         from pytest_tokperf.launch.plans import (
             HELP_ARGS,
@@ -337,9 +319,8 @@ class EngineSession:
             from pytest_tokperf.model.hf_writer import cached_hf_model
             from pytest_tokperf.model.writer import MAIN_MODEL, TEST_MODEL
 
-            if self.progress is not None:
-                self.progress(f"model: generating or reusing the '{s.model}' model as a "
-                              "Hugging Face folder")
+            self._say(f"model: generating or reusing the '{s.model}' model as a "
+                      "Hugging Face folder")
             self._model_path = cached_hf_model(MAIN_MODEL if s.model == "main" else TEST_MODEL)
             model = str(self._model_path)
         elif model is not None and Path(model).expanduser().exists():
@@ -347,8 +328,7 @@ class EngineSession:
             model = str(self._model_path)
         help_text = ""
         if name in HELP_ARGS:
-            if self.progress is not None:
-                self.progress(f"reading {binary.name}'s help for the flags it knows")
+            self._say(f"reading {binary.name}'s help for the flags it knows")
             help_text = read_help(name, binary, min(HELP_TIMEOUT_S, s.startup_timeout))
         plan = launch_plan(name, model=model, port=s.port or free_port(), binary=binary,
                            extra_args=s.server_args, help_text=help_text,
@@ -356,15 +336,12 @@ class EngineSession:
         clean = " ".join(plan.clean)
         if name in HELP_ARGS and not help_text:
             clean = f"none: {binary.name} printed no help"
-            if self.progress is not None:
-                self.progress(f"{binary.name} printed no help: starting it without the flags "
-                              "a clean measurement needs")
-        if self.progress is not None:
-            self.progress(f"starting {plan.shown}")
+            self._say(f"{binary.name} printed no help: starting it without the flags "
+                      "a clean measurement needs")
+        self._say(f"starting {plan.shown}")
         log_path = self.log_dir / f"{name}-{os.getpid()}.log"
         if name == "vllm":
-            # vLLM leaves a vllm_dist_* file in the temp folder at every start and writes
-            # its compile cache under ~/.cache/vllm: both go where tokperf keeps its own
+            # vLLM's temp files and compile cache go where tokperf keeps its own
             from pytest_tokperf.paths import cache_root
 
             scratch = self.log_dir / f"vllm-tmp-{os.getpid()}"
@@ -372,8 +349,7 @@ class EngineSession:
             plan = replace(plan, env=(*plan.env, ("TMPDIR", str(scratch)),
                                       ("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))))
         self._server = start_planned(plan, log_path, end - time.monotonic())
-        # Only what the engine received: mlx_lm.server has no threads, context or
-        # parallel flag, so none of tokperf's values for them is stored as its setting.
+        # Only what the engine received (mlx_lm.server has no threads, context or parallel)
         pairs = dict(plan.applied)
         if s.server_args:
             pairs["server_args"] = " ".join(s.server_args)
@@ -388,9 +364,8 @@ class EngineSession:
         """The engine at ``url``; where tokperf started ``server`` and the engine computes in
         that process, the measurement reads its clock (``attach_process_clock``)."""
         s = self.settings
-        # A local path is never sent as a model name: mlx_lm would try to load it as a new
-        # model, vLLM knows its model by the --model string it was given; with none asked
-        # for, each serves (and names) the one it loaded.
+        # A local path is never sent as a model name (mlx_lm would load it anew); with none
+        # asked for, each engine serves (and names) the one it loaded.
         model = None if (s.model in BUILTIN_MODELS or name == "llama-server"
                          or Path(s.model).expanduser().exists()) else s.model
         engine = create_engine(name, url, timeout_s=s.request_timeout, settings=pairs,

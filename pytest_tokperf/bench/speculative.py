@@ -1,24 +1,22 @@
 """Speculative decoding A/B: base and drafting engine on the same prompts, interleaved.
 
-The base run is the engine's real decode speed and the only one compared to the
-bandwidth ceiling: a draft changes how many tokens one pass of the weights yields,
-not how fast the weights stream. The accelerated run gives the multiplier (its decode
-over the base's, on the clock tokperf judges by: the engine's where every repetition of
-both sides has it, else the client's) and, where the engine reports drafted and
-accepted tokens (llama-server's ``timings.draft_n`` / ``draft_n_accepted``), the
-acceptance rate.
-
-Rounds alternate base, accelerated, base, ... with the same salts on both sides, so a
-machine whose bandwidth drifts shifts both sides alike.
+Only the base side is compared to the ceiling (a draft changes tokens per pass, not how
+fast the weights stream); the accelerated side gives the multiplier and the acceptance rate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pytest_tokperf.bench.measure import (
+    MeasureOptions,
+    run_workload,
+    summarize,
+    tagged_progress,
+    validate_workload,
+)
 from pytest_tokperf.engines.base import Engine
 from pytest_tokperf.errors import MeasurementError
-from pytest_tokperf.bench.measure import MeasureOptions, run_workload, summarize, validate_workload
 from pytest_tokperf.results import BenchResult, Progress, Sample, Summary, Workload
 
 
@@ -32,9 +30,7 @@ class SpeculativeResult:
     @property
     def engine_clock(self) -> bool:
         """Whether every repetition of both sides has the engine's decode timing: then the
-        multiplier is the engine's ratio, as the ceiling judges the engine's figure. A
-        client that got a whole answer in one read (a client or server starved on a busy
-        machine) timed no decode of its own; the engine's timing still holds."""
+        multiplier is the engine's ratio, as the ceiling judges the engine's figure."""
         both = (*self.base.samples, *self.accelerated.samples)
         return bool(self.base.samples and self.accelerated.samples) and all(
             s.engine_decode_tokens_per_s for s in both)
@@ -68,9 +64,7 @@ class SpeculativeResult:
     def acceptance_rate(self) -> float | None:
         """Accepted / drafted tokens over all accelerated repetitions, if reported."""
         drafted, accepted = self.drafted_tokens, self.accepted_tokens
-        if drafted is None or accepted is None or drafted == 0:
-            return None
-        return accepted / drafted
+        return accepted / drafted if drafted and accepted is not None else None
 
     def describe(self) -> str:
         multiplier = self.multiplier
@@ -115,29 +109,23 @@ def run_speculative_ab(
     options: MeasureOptions = MeasureOptions(),
     progress: Progress | None = None,
 ) -> SpeculativeResult:
-    """Warm both engines up, then alternate one measured round on each; the side that
-    goes first alternates from round to round.
-
-    A failure raises ``MeasurementError`` whose ``partial`` is the base side measured
-    so far (the side that is judged against the ceiling).
-    """
+    """Warm both up, then one measured round on each, alternating which goes first; a
+    failure raises ``MeasurementError`` whose ``partial`` is the base side so far."""
     validate_workload(workload)
     sides = (("base", base), ("speculative", accelerated))
     if workload.warmup:
         for name, engine in sides:
             warm = replace(workload, repetitions=workload.warmup, warmup=0)
             run_workload(engine, warm, replace(options, salt_base=options.salt_base + 10**6),
-                         _tagged(progress, f"{name} warm-up"))
+                         tagged_progress(progress, f"{name} warm-up"))
     samples: dict[str, list[Sample]] = {"base": [], "speculative": []}
     one = replace(workload, repetitions=1, warmup=0)
     for index in range(workload.repetitions):
         salted = replace(options, salt_base=options.salt_base + index * workload.concurrency)
-        # Alternate which side goes first, so drift within a round (and the first request
-        # after the other server's) hits both sides alike.
         for name, engine in (sides if index % 2 == 0 else sides[::-1]):
+            tag = f"{name} {index + 1}/{workload.repetitions}"
             try:
-                result = run_workload(engine, one, salted,
-                                      _tagged(progress, f"{name} {index + 1}/{workload.repetitions}"))
+                result = run_workload(engine, one, salted, tagged_progress(progress, tag))
             except MeasurementError as exc:
                 done = samples["base"]
                 partial = summarize(workload, base.info(), done, options.agreement_tolerance) if done else None
@@ -149,9 +137,3 @@ def run_speculative_ab(
     accelerated_result = replace(outcome.accelerated,
                                  notes=(*outcome.accelerated.notes, outcome.describe()))
     return replace(outcome, accelerated=accelerated_result)
-
-
-def _tagged(progress: Progress | None, tag: str) -> Progress | None:
-    if progress is None:
-        return None
-    return lambda message: progress(f"{tag}: {message.split(': ', 1)[-1]}")

@@ -1,7 +1,5 @@
-"""The one Protocol every engine adapter implements, and the HTTP client they share.
-
-Transport failures become ``EngineUnavailable`` or ``EngineProtocolError`` ``from exc``.
-"""
+"""The one Protocol every engine adapter implements, and the HTTP client they share;
+transport failures become ``EngineUnavailable`` or ``EngineProtocolError`` ``from exc``."""
 
 from __future__ import annotations
 
@@ -15,18 +13,10 @@ from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavai
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.answers import auth_hint, decode_json, error_text
-from pytest_tokperf.transport.bounded import (
-    BodyTooLarge,
-    BoundedTransport,
-    DeadlineExceeded,
-)
+from pytest_tokperf.transport.bounded import BodyTooLarge, BoundedTransport, DeadlineExceeded
 from pytest_tokperf.transport.credentials import MASK, ApiKey, Endpoint
 from pytest_tokperf.transport.rawhttp import refused_hint
-from pytest_tokperf.transport.stream import (
-    MAX_WAIT_S,
-    StreamClient,
-    StreamLimits,
-)
+from pytest_tokperf.transport.stream import MAX_WAIT_S, StreamClient
 
 
 @runtime_checkable
@@ -85,22 +75,16 @@ class HttpAdapter:
     with, and the model asked for (None: the one served)."""
 
     def __init__(
-        self,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-        model: str | None = None,
-        settings: tuple[tuple[str, str], ...] = (),
-        transport: httpx.BaseTransport | None = None,
-        api_key: ApiKey | None = None,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        self, base_url: str, *, timeout_s: float = 600.0,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, model: str | None = None,
+        settings: tuple[tuple[str, str], ...] = (), transport: httpx.BaseTransport | None = None,
+        api_key: ApiKey | None = None, max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         endpoint = Endpoint.of(base_url, api_key)
         self.base_url = endpoint.base_url
         self._client = make_client(timeout_s, transport, endpoint, max_body_bytes)
         self._streams = StreamClient(
-            self._client, StreamLimits(idle_s=idle_timeout_s), headers=endpoint.headers,
+            self._client, idle_timeout_s, headers=endpoint.headers,
             query=endpoint.query(), scrub=endpoint.scrub, stdlib=transport is None,
             engine=str(getattr(self, "name", "")))
         self._settings = settings
@@ -110,9 +94,21 @@ class HttpAdapter:
         """Release the HTTP client (does not stop a server)."""
         self._client.close()
 
-    def model_identity(self) -> ModelInfo | None:
-        """The model as the engine describes it (see ``model_identity``); None here."""
+    def _on_error(self, status: int, body: str) -> EngineError | None:
+        """The error for an HTTP error answer when the adapter knows a better one."""
         return None
+
+    def _post(self, url: str, body: dict[str, Any], timeout_s: float,
+              what: str = "") -> httpx.Response:
+        """POST ``body``; an error answer is ``_on_error``'s error, else the engine's words."""
+        try:
+            response = self._client.post(url, json=body, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"cannot reach {url}{what}: {exc}") from exc
+        if response.status_code >= 400:
+            raise self._on_error(response.status_code, response.text) or EngineProtocolError(
+                f"{url} answered HTTP {response.status_code}: {error_text(response.text)}")
+        return response
 
 
 def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
@@ -127,8 +123,7 @@ def make_client(timeout_s: float, transport: httpx.BaseTransport | None = None,
         hooks["response"] = [_scrubber(endpoint)]
     return httpx.Client(
         timeout=httpx.Timeout(min(timeout_s, MAX_WAIT_S), connect=10.0),
-        transport=BoundedTransport(transport, max_body_bytes=max_body_bytes,
-                                   stdlib=transport is None),
+        transport=BoundedTransport(transport, max_body_bytes=max_body_bytes),
         limits=httpx.Limits(max_keepalive_connections=0),
         trust_env=False,  # the transport takes the environment's proxy itself, bounded
         headers=dict(endpoint.headers),
@@ -197,19 +192,13 @@ def get_json(client: httpx.Client, url: str, what: str) -> Any:
     except DeadlineExceeded as exc:
         raise EngineUnavailable(f"{what}: {exc}") from exc
     except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"cannot reach {url} ({what}): {transport_error(exc, url)}") \
-            from exc
+        text = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.ConnectError) and "refused" in text.lower():
+            text = f"connection refused ({refused_hint(url)})"
+        raise EngineUnavailable(f"cannot reach {url} ({what}): {text}") from exc
     if response.status_code >= 400:
         raise EngineProtocolError(
             f"{url} ({what}) answered HTTP {response.status_code}: {error_text(response.text)}"
             f"{auth_hint(response.status_code)}"
         )
     return decode_json(response.text, what, url)
-
-
-def transport_error(exc: httpx.HTTPError, url: str) -> str:
-    """httpx's words for a failed request; a refused connection says so first."""
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.ConnectError) and "refused" in text.lower():
-        return f"connection refused ({refused_hint(url)})"
-    return text

@@ -1,32 +1,18 @@
-"""Adapter for LM Studio's server: ``/v1/completions``, and chat with ``chat.end`` stats.
-
-``max_tokens`` only caps, so the real count is recorded. Clocks: docs/engines.md.
-"""
+"""Adapter for LM Studio's server: ``/v1/completions``, and chat with ``chat.end`` stats;
+``max_tokens`` only caps, so the real count is recorded. Clocks: docs/engines.md."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-import httpx
-
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.values import MAX_COUNT, Fields, Unusable, seconds_of, shown
-from pytest_tokperf.engines.wire import (
-    ChunkLog,
-    probe_ready,
-    text_prompt,
-    wrong_engine,
-)
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
-from pytest_tokperf.results import (
-    EngineInfo,
-    EngineTimings,
-    Generation,
-    GenerationRequest,
-    ModelInfo,
-)
+from pytest_tokperf.engines.wire import ChunkLog, probe_ready, text_prompt, wrong_engine
+from pytest_tokperf.errors import EngineError, EngineProtocolError
+from pytest_tokperf.results import (EngineInfo, EngineTimings, Generation, GenerationRequest,
+                                    ModelInfo)
 from pytest_tokperf.transport.answers import error_text
 
 
@@ -74,16 +60,7 @@ class LMStudio(OpenAICompatible):
             url = f"{self.base_url}/api/v0/completions"
             body = {"model": self.model(), "prompt": "Hello", "max_tokens": 2, "stream": False,
                     "temperature": 0.0}
-            try:
-                response = self._client.post(url, json=body, timeout=120.0)
-            except httpx.HTTPError as exc:
-                raise EngineUnavailable(
-                    f"cannot reach {url} (LM Studio REST stats): {exc}"
-                ) from exc
-            if response.status_code >= 400:
-                raise self._on_error(response.status_code, response.text) or EngineProtocolError(
-                    f"{url} answered HTTP {response.status_code}: {error_text(response.text)}"
-                )
+            response = self._post(url, body, 120.0, " (LM Studio REST stats)")
             try:
                 data = response.json()
             except ValueError as exc:
@@ -137,8 +114,6 @@ class LMStudio(OpenAICompatible):
             warnings=(*warnings, *said.warning()),
         )
 
-    # -- identity without a file -------------------------------------------------
-
     def _v1_catalog(self) -> list[dict[str, Any]]:
         """``GET /api/v1/models``'s ``models``, or [] on builds without the v1 API."""
         if self._v1_models is None:
@@ -182,9 +157,8 @@ class LMStudio(OpenAICompatible):
                 )
         return None
 
-    # -- chat through the v1 REST API, with LM Studio's own stats -----------------
-
     def generate(self, request: GenerationRequest) -> Generation:
+        """A chat through the v1 REST API, with LM Studio's own stats, where it has one."""
         if not request.chat or not self._v1_catalog():
             return super().generate(request)
         body: dict[str, Any] = {

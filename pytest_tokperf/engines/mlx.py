@@ -1,7 +1,5 @@
-"""Adapter for Apple MLX's ``mlx_lm.server`` (OpenAI-compatible ``/v1/completions``).
-
-``max_tokens`` only caps; the engine's decode clock is its DEBUG log (``log_decode``).
-"""
+"""Adapter for Apple MLX's ``mlx_lm.server`` (OpenAI-compatible ``/v1/completions``):
+``max_tokens`` only caps; the engine's decode clock is its DEBUG log (``log_decode``)."""
 
 from __future__ import annotations
 
@@ -13,11 +11,9 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-import httpx
-
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
 from pytest_tokperf.engines.wire import json_field, probe_ready, wrong_engine
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.errors import EngineError
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 from pytest_tokperf.transport.answers import error_text
 
@@ -96,7 +92,10 @@ class MLX(OpenAICompatible):
     def generate(self, request: GenerationRequest) -> Generation:
         """The stream's generation, with mlx_lm's logged decode time where known."""
         log_path = dict(self._settings).get("log_path")
-        offset = _size(log_path)
+        try:
+            offset = os.path.getsize(log_path) if log_path else 0
+        except OSError:
+            offset = 0
         generation = super().generate(request)
         if log_path is None or generation.engine is None:
             return generation
@@ -134,14 +133,7 @@ class MLX(OpenAICompatible):
                                     "temperature": 0.0, "stream": False}
             if self.model() is not None:
                 body["model"] = self.model()
-            try:
-                response = self._client.post(url, json=body, timeout=120.0)
-            except httpx.HTTPError as exc:
-                raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
-            if response.status_code >= 400:
-                raise self._on_error(response.status_code, response.text) or EngineProtocolError(
-                    f"{url} answered HTTP {response.status_code}: {error_text(response.text)}"
-                )
+            response = self._post(url, body, 120.0)
             try:
                 data = response.json()
             except ValueError:
@@ -183,10 +175,3 @@ class MLX(OpenAICompatible):
             model_name=self.model() or "default_model",
             settings=tuple(sorted(settings.items())),
         )
-
-
-def _size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except OSError:
-        return 0

@@ -1,43 +1,20 @@
-"""Adapter for Ollama's native API (``/api/generate`` NDJSON).
-
-Timings are nanoseconds, zero values omitted; ``num_predict`` only caps, so the real
-``eval_count`` is recorded. Clocks: docs/engines.md.
-"""
+"""Adapter for Ollama's native API (``/api/generate`` NDJSON): timings in nanoseconds,
+zero values omitted; ``num_predict`` only caps, so the real ``eval_count`` is recorded.
+Clocks: docs/engines.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from pytest_tokperf.engines.base import HttpAdapter, get_json
-from pytest_tokperf.engines.values import (
-    MAX_TOKENS,
-    Fields,
-    count_or_none,
-    unusable_warning,
-)
-from pytest_tokperf.engines.wire import (
-    ChunkLog,
-    json_field,
-    probe_ready,
-    text_prompt,
-    wrong_engine,
-)
-from pytest_tokperf.errors import (
-    ConfigError,
-    EngineError,
-    EngineProtocolError,
-    EngineUnavailable,
-)
-from pytest_tokperf.results import (
-    EngineInfo,
-    EngineTimings,
-    Generation,
-    GenerationRequest,
-    ModelInfo,
-)
+from pytest_tokperf.engines.values import (MAX_TOKENS, Fields, count_or_none, int_or_none,
+                                           unusable_warning)
+from pytest_tokperf.engines.wire import (ChunkLog, json_field, probe_ready, text_prompt,
+                                         wrong_engine)
+from pytest_tokperf.errors import ConfigError, EngineError, EngineProtocolError
+from pytest_tokperf.results import (EngineInfo, EngineTimings, Generation, GenerationRequest,
+                                    ModelInfo)
 from pytest_tokperf.transport.answers import decode_json, error_text
 
 NS = 1e9
@@ -58,11 +35,6 @@ def parse_parameters(text: object) -> dict[str, str]:
     return result
 
 
-def _modelfile(show: dict[str, Any]) -> list[str]:
-    text = show.get("modelfile")
-    return text.splitlines() if isinstance(text, str) else []
-
-
 def model_name(entry: dict[str, Any]) -> str | None:
     """An ``/api/tags`` or ``/api/ps`` entry's ``name`` (else ``model``), when it is text."""
     for key in ("name", "model"):
@@ -72,21 +44,19 @@ def model_name(entry: dict[str, Any]) -> str | None:
     return None
 
 
+def modelfile(show: dict[str, Any], keyword: str) -> str:
+    """What the first ``keyword`` line of ``/api/show``'s modelfile names ("" if none):
+    ``FROM`` the GGUF blob (an absolute path), ``DRAFT`` the draft model (Ollama >= 0.30)."""
+    text = show.get("modelfile")
+    for line in text.splitlines() if isinstance(text, str) else []:
+        if line.startswith(f"{keyword} "):
+            return line[len(keyword) + 1:].strip()
+    return ""
+
+
 def modelfile_source(show: dict[str, Any]) -> str | None:
-    """The GGUF blob ``/api/show``'s modelfile says ``FROM`` (an absolute path), if any."""
-    for line in _modelfile(show):
-        if line.startswith("FROM "):
-            source = line[5:].strip()
-            return source if source.startswith("/") else None
-    return None
-
-
-def modelfile_draft(show: dict[str, Any]) -> str | None:
-    """The draft model the modelfile names (``DRAFT <path>``, Ollama >= 0.30), if any."""
-    for line in _modelfile(show):
-        if line.startswith("DRAFT "):
-            return line[6:].strip().strip('"') or None
-    return None
+    source = modelfile(show, "FROM")
+    return source if source.startswith("/") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +87,6 @@ class Ollama(HttpAdapter):
         return probe_ready(self.name, self.base_url, self._client, "/api/version",
                            lambda r: json_field(r, "version"), "no version at GET /api/version")
 
-    # -- models ---------------------------------------------------------------------
-
     def _get(self, path: str, what: str) -> dict[str, Any]:
         data = get_json(self._client, f"{self.base_url}{path}", what)
         if not isinstance(data, dict):
@@ -127,25 +95,22 @@ class Ollama(HttpAdapter):
             )
         return data
 
-    def _loaded(self) -> list[dict[str, Any]]:
-        """``/api/ps``'s entries that name a model."""
-        models = self._get("/api/ps", "loaded models").get("models")
+    def _models(self, path: str = "/api/ps", what: str = "loaded models") -> list[dict[str, Any]]:
+        """The entries of ``path``'s ``models`` that name a model (loaded: ``/api/ps``)."""
+        models = self._get(path, what).get("models")
         return [m for m in models if isinstance(m, dict) and model_name(m)] \
             if isinstance(models, list) else []
 
     def available_models(self) -> list[str]:
         try:
-            models = self._get("/api/tags", "local models").get("models")
+            return [str(model_name(m)) for m in self._models("/api/tags", "local models")]
         except EngineError:
             return []
-        names = [model_name(m) for m in models if isinstance(m, dict)] \
-            if isinstance(models, list) else []
-        return [n for n in names if n]
 
     def model(self) -> str:
         """The asked-for model, else the only one loaded; Ollama needs a name per request."""
         if self._model is None:
-            loaded = [str(model_name(m)) for m in self._loaded()]
+            loaded = [str(model_name(m)) for m in self._models()]
             if len(loaded) != 1:
                 pulled = ", ".join(repr(m) for m in self.available_models()) or "none"
                 state = f"{len(loaded)} models are loaded ({', '.join(loaded)})" if loaded \
@@ -172,14 +137,7 @@ class Ollama(HttpAdapter):
     def show(self) -> dict[str, Any]:
         if self._show is None:
             url = f"{self.base_url}/api/show"
-            try:
-                response = self._client.post(url, json={"model": self.model()}, timeout=30.0)
-            except httpx.HTTPError as exc:
-                raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
-            if response.status_code >= 400:
-                raise self._on_error(response.status_code, response.text) or EngineProtocolError(
-                    f"{url} answered HTTP {response.status_code}: {error_text(response.text)}"
-                )
+            response = self._post(url, {"model": self.model()}, 30.0)
             data = decode_json(response.text, "model details", url)
             self._show = data if isinstance(data, dict) else {}
         return self._show
@@ -187,14 +145,11 @@ class Ollama(HttpAdapter):
     def _tag(self) -> dict[str, Any]:
         """This model's ``/api/tags`` entry (``size`` is its bytes on disk), or {}."""
         try:
-            models = self._get("/api/tags", "local models").get("models")
+            tags = self._models("/api/tags", "local models")
         except EngineError:
             return {}
         me = canonical(self.model())
-        for entry in models if isinstance(models, list) else []:
-            if isinstance(entry, dict) and canonical(model_name(entry) or "") == me:
-                return entry
-        return {}
+        return next((tag for tag in tags if canonical(str(model_name(tag))) == me), {})
 
     def model_identity(self) -> ModelInfo:
         """The model as ``/api/show`` and ``/api/tags`` describe it; ``path``: its blob."""
@@ -211,8 +166,6 @@ class Ollama(HttpAdapter):
             file_type=details.text("quantization_level") or None,
             context_length=info.tokens(f"{arch}.context_length") if arch else None,
         )
-
-    # -- info -----------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
         version = self._get("/api/version", "Ollama version")
@@ -232,7 +185,7 @@ class Ollama(HttpAdapter):
             if value:
                 settings[f"model_{key}"] = value
         warnings: list[str] = []
-        loaded = self._loaded()
+        loaded = self._models()
         names = [str(model_name(m)) for m in loaded]
         settings["loaded_models"] = str(len(loaded))
         if len(loaded) > 1:
@@ -290,12 +243,11 @@ class Ollama(HttpAdapter):
     def _draft(show: dict[str, Any]) -> Draft | None:
         """How the model drafts, if it does (a ``DRAFT`` model, or MTP layers when set)."""
         parameters = parse_parameters(show.get("parameters"))
-        raw = parameters.get("draft_num_predict")
-        asked = _int(raw) if raw is not None else None
+        asked = int_or_none(parameters.get("draft_num_predict"))
         if asked is not None and asked <= 0:
             return None
-        source = modelfile_draft(show)
-        if source is not None:
+        source = modelfile(show, "DRAFT").strip('"')
+        if source:
             name = source.replace("\\", "/").rsplit("/", 1)[-1]
             return Draft(name, str(asked) if asked is not None else "4 (default)")
         info = show.get("model_info")
@@ -305,8 +257,6 @@ class Ollama(HttpAdapter):
         if mtp and asked is not None:
             return Draft("mtp (embedded layers)", str(asked))
         return None
-
-    # -- generation -----------------------------------------------------------------
 
     def _options(self, request: GenerationRequest) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -318,7 +268,7 @@ class Ollama(HttpAdapter):
         if asked:
             options["num_ctx"] = int(asked)
         else:
-            loaded = [count_or_none(m.get("context_length"), MAX_TOKENS) for m in self._loaded()
+            loaded = [count_or_none(m.get("context_length"), MAX_TOKENS) for m in self._models()
                       if canonical(str(model_name(m))) == canonical(self.model())]
             if not loaded or (loaded[0] or 0) < need:
                 options["num_ctx"] = max(4096, -(-need // 1024) * 1024)
@@ -363,13 +313,6 @@ class Ollama(HttpAdapter):
         return log.generation(generated_tokens=timings.generated_tokens,
                               prompt_tokens=timings.prompt_tokens,
                               stop_reason=stop_reason, engine=timings)
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def _timings(final: Fields, asked: int) -> EngineTimings:

@@ -1,8 +1,6 @@
 """Generic adapter for any OpenAI-compatible server: streaming ``POST /v1/completions``.
-
-Tolerates usage in any chunk or none, several tokens per chunk and keep-alives; sends
-``ignore_eos`` only where the subclass says the server takes it.
-"""
+Usage in any chunk or none, several tokens per chunk and keep-alives are taken;
+``ignore_eos`` is sent only where the subclass says the server takes it."""
 
 from __future__ import annotations
 
@@ -13,19 +11,9 @@ import httpx
 
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.values import MAX_TOKENS, Fields
-from pytest_tokperf.engines.wire import (
-    ChunkLog,
-    model_ids,
-    probe_ready,
-    text_prompt,
-)
+from pytest_tokperf.engines.wire import ChunkLog, model_ids, probe_ready, text_prompt
 from pytest_tokperf.errors import EngineError, EngineProtocolError
-from pytest_tokperf.results import (
-    EngineInfo,
-    EngineTimings,
-    Generation,
-    GenerationRequest,
-)
+from pytest_tokperf.results import EngineInfo, EngineTimings, Generation, GenerationRequest
 from pytest_tokperf.transport.answers import error_text
 
 
@@ -45,8 +33,6 @@ class OpenAICompatible(HttpAdapter):
         super().__init__(base_url, **kwargs)
         self._requested_model = self._model
         self._fingerprint: str | None = None
-
-    # -- readiness and identity -------------------------------------------------
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/v1/models",
@@ -99,8 +85,6 @@ class OpenAICompatible(HttpAdapter):
             model_name=self.model(),
             settings=self._settings,
         )
-
-    # -- generation ---------------------------------------------------------------
 
     def prompt(self, request: GenerationRequest) -> str | list[int]:
         return text_prompt(request.prompt_tokens, request.salt)
@@ -183,12 +167,7 @@ class OpenAICompatible(HttpAdapter):
             )
         said = Fields(self.name, url, last, notes=notes)
         timings = said.noted(self.timings(said, usage, request.generate_tokens))
-        generated = (
-            timings.generated_tokens
-            if timings is not None and timings.generated_tokens is not None
-            else sum(log.tokens)
-        )
-        return log.generation(generated_tokens=generated,
+        return log.generation(generated_tokens=timings.generated_tokens if timings else None,
                               prompt_tokens=timings.prompt_tokens if timings is not None else None,
                               stop_reason=finish, engine=timings)
 

@@ -1,7 +1,5 @@
-"""Engine name -> adapter factory, for ``--tokperf-engine NAME`` and for scripts.
-
-A conftest adds names through ``pytest_tokperf_add_engines``; nothing is global.
-"""
+"""Engine name -> adapter factory, for ``--tokperf-engine NAME`` and for scripts; a
+conftest adds names through ``pytest_tokperf_add_engines``, nothing is global."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import httpx
 
@@ -97,54 +96,35 @@ class EngineRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._factories)
 
-    def create(
-        self,
-        name: str,
-        base_url: str,
-        *,
-        timeout_s: float = 600.0,
-        settings: tuple[tuple[str, str], ...] = (),
-        model: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-        api_key: ApiKey | None = None,
-        max_body_bytes: int = MAX_BODY_BYTES,
-    ) -> Engine:
-        factory = self._factories.get(name)
-        if factory is None:
-            raise ConfigError(
-                f"--tokperf-engine {name!r} is not an engine this plugin knows; choose one of: "
-                f"{', '.join(self._factories)} (a conftest can add more with the "
-                f"pytest_tokperf_add_engines hook)"
-            )
-        config = EngineConfig(base_url=base_url.rstrip("/"), timeout_s=timeout_s,
-                              settings=settings, model=model, transport=transport,
-                              idle_timeout_s=idle_timeout_s, api_key=api_key,
-                              max_body_bytes=max_body_bytes)
-        engine = factory(config)
-        if not isinstance(engine, Engine):
-            raise ConfigError(
-                f"the factory registered for engine {name!r} returned {engine!r}, which lacks "
-                f"the Engine methods (name, base_url, ready, info, generate, close)"
-            )
-        return engine
+    def create(self, name: str, base_url: str, **options: Any) -> Engine:
+        """``create_engine(name, base_url, registry=self, **options)``."""
+        return create_engine(name, base_url, registry=self, **options)
 
 
 def create_engine(
-    name: str,
-    base_url: str,
-    *,
-    timeout_s: float = 600.0,
-    settings: tuple[tuple[str, str], ...] = (),
-    model: str | None = None,
-    transport: httpx.BaseTransport | None = None,
-    registry: EngineRegistry | None = None,
-    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-    api_key: ApiKey | None = None,
+    name: str, base_url: str, *, timeout_s: float = 600.0,
+    settings: tuple[tuple[str, str], ...] = (), model: str | None = None,
+    transport: httpx.BaseTransport | None = None, registry: EngineRegistry | None = None,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, api_key: ApiKey | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Engine:
     """An adapter for engine ``name`` at ``base_url``; ``ConfigError`` if unknown."""
-    chosen = registry if registry is not None else EngineRegistry()
-    return chosen.create(name, base_url, timeout_s=timeout_s, settings=settings, model=model,
-                         transport=transport, idle_timeout_s=idle_timeout_s, api_key=api_key,
-                         max_body_bytes=max_body_bytes)
+    factories = (registry if registry is not None else EngineRegistry())._factories
+    factory = factories.get(name)
+    if factory is None:
+        raise ConfigError(
+            f"--tokperf-engine {name!r} is not an engine this plugin knows; choose one of: "
+            f"{', '.join(factories)} (a conftest can add more with the "
+            f"pytest_tokperf_add_engines hook)"
+        )
+    config = EngineConfig(base_url=base_url.rstrip("/"), timeout_s=timeout_s,
+                          settings=settings, model=model, transport=transport,
+                          idle_timeout_s=idle_timeout_s, api_key=api_key,
+                          max_body_bytes=max_body_bytes)
+    engine = factory(config)
+    if not isinstance(engine, Engine):
+        raise ConfigError(
+            f"the factory registered for engine {name!r} returned {engine!r}, which lacks "
+            f"the Engine methods (name, base_url, ready, info, generate, close)"
+        )
+    return engine

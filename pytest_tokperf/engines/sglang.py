@@ -1,30 +1,17 @@
-"""Adapter for SGLang's native ``/generate`` API (exact counts, no engine timings).
-
-Text may stream cumulative or incremental; ``meta_info.completion_tokens`` counts tokens.
-"""
+"""Adapter for SGLang's native ``/generate`` API (exact counts, no engine timings): text
+may stream cumulative or incremental; ``meta_info.completion_tokens`` counts tokens."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.values import Fields
-from pytest_tokperf.engines.wire import (
-    ChunkLog,
-    probe_ready,
-    text_prompt,
-    wrong_engine,
-)
+from pytest_tokperf.engines.wire import (ChunkLog, json_field, probe_ready, text_prompt,
+                                         wrong_engine)
 from pytest_tokperf.errors import EngineError, EngineProtocolError
-from pytest_tokperf.results import (
-    EngineInfo,
-    EngineTimings,
-    Generation,
-    GenerationRequest,
-    ModelInfo,
-)
+from pytest_tokperf.results import (EngineInfo, EngineTimings, Generation, GenerationRequest,
+                                    ModelInfo)
 from pytest_tokperf.transport.answers import error_text
 
 SERVER_SETTINGS = (
@@ -42,35 +29,31 @@ class SGLang(HttpAdapter):
 
     def ready(self) -> bool:
         return probe_ready(self.name, self.base_url, self._client, "/get_model_info",
-                           lambda r: self._model_info_from(r) is not None,
+                           lambda r: json_field(r, "model_path"),
                            "no model_path at GET /get_model_info")
 
-    @staticmethod
-    def _model_info_from(response: httpx.Response) -> dict[str, Any] | None:
-        if response.status_code != 200:
-            return None
-        try:
-            data = response.json()
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) and "model_path" in data else None
-
-    def _model_info(self) -> dict[str, Any]:
-        info = get_json(self._client, f"{self.base_url}/get_model_info", "SGLang model info")
+    def _model_info(self) -> tuple[Fields, str]:
+        """``GET /get_model_info`` and its ``model_path``: what is served (refused unless
+        text)."""
+        url = f"{self.base_url}/get_model_info"
+        info = get_json(self._client, url, "SGLang model info")
         if not isinstance(info, dict) or "model_path" not in info:
             raise wrong_engine(self.name, self.base_url, "no model_path at GET /get_model_info",
                                self._client)
-        return info
+        said = Fields(self.name, url, info)
+        return said, said.text("model_path", refuse=True) or ""
 
-    def _server_info(self) -> dict[str, Any]:
+    def _server(self) -> Fields:
+        data: object = {}
         for path in ("/get_server_info", "/server_info"):
             try:
                 data = get_json(self._client, f"{self.base_url}{path}", "SGLang server info")
             except EngineProtocolError:
                 continue
             if isinstance(data, dict):
-                return data
-        return {}
+                break
+        return Fields(self.name, f"{self.base_url}/get_server_info",
+                      data if isinstance(data, dict) else {})
 
     def _check_model(self, served: tuple[str, ...]) -> None:
         if self._model is None:
@@ -83,18 +66,8 @@ class SGLang(HttpAdapter):
                 f"drop the option."
             )
 
-    def _model_path(self) -> str:
-        """``GET /get_model_info``'s ``model_path``: what is served (refused unless text)."""
-        path = Fields(self.name, f"{self.base_url}/get_model_info", self._model_info()).text(
-            "model_path", refuse=True)
-        return path or ""
-
-    def _server(self) -> Fields:
-        return Fields(self.name, f"{self.base_url}/get_server_info", self._server_info())
-
     def info(self) -> EngineInfo:
-        model_path = self._model_path()
-        model_info = Fields(self.name, f"{self.base_url}/get_model_info", self._model_info())
+        model_info, model_path = self._model_info()
         server = self._server()
         served_name = server.text("served_model_name")
         self._check_model((model_path, served_name or ""))
@@ -128,7 +101,7 @@ class SGLang(HttpAdapter):
 
     def model_identity(self) -> ModelInfo | None:
         """``model_path``, ``quantization``, ``context_length`` (no size or parameters)."""
-        path = self._model_path()
+        path = self._model_info()[1]
         server = self._server()
         return ModelInfo(file_name=path.rstrip("/").rsplit("/", 1)[-1], path=path,
                          file_type=server.text("quantization") or None,

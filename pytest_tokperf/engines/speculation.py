@@ -1,7 +1,5 @@
-"""Speculative decoding as the engine itself shows it, whatever the configuration said.
-
-A figure measured while the engine drafts must not join the base series.
-"""
+"""Speculative decoding as the engine itself shows it, whatever the configuration said:
+a figure measured while the engine drafts must not join the base series."""
 
 from __future__ import annotations
 

@@ -228,16 +228,12 @@ class ServerSettings:
         }
 
     def _gpu_layers_key(self, defaults: Mapping[str, object]) -> int | None:
-        if self.backend == "cpu" or self.gpu_layers is None:
-            return None
-        if self.gpu_layers == defaults.get("gpu_layers"):
+        if self.backend == "cpu" or self.gpu_layers in (None, defaults.get("gpu_layers")):
             return None
         if self.gpu_layers in ("all", "-1"):
             return -1
         count = _int(self.gpu_layers)
-        if count is None:
-            return None
-        if self.layer_count is not None and count >= self.layer_count:
+        if count is not None and self.layer_count is not None and count >= self.layer_count:
             return -1
         return count
 
@@ -273,8 +269,7 @@ def _llama_placement(settings: ServerSettings) -> Placement:
     if backend is None and not gpus:
         return Placement(device=None, source="the engine did not say where it runs")
     offloaded = settings.effective_gpu_layers
-    if backend == "cpu" or settings.device_arg == "none" or offloaded == 0 or (
-        backend is None and not gpus):
+    if backend == "cpu" or settings.device_arg == "none" or offloaded == 0:
         why = "CPU backend" if backend == "cpu" else "no layer offloaded"
         return Placement(device=Device("cpu"), source=f"llama-server: {why}")
     first = gpus[0] if gpus else None
@@ -325,9 +320,8 @@ _ENV: dict[str, str] = {
 _FA_WORDS = {"on", "off", "auto", "1", "0", "true", "false", "enabled", "disabled"}
 
 
-def parse_llama_server_args(
-    args: Sequence[str], env: Mapping[str, str] | None = None
-) -> ServerSettings:
+def parse_llama_server_args(args: Sequence[str],
+                            env: Mapping[str, str] | None = None) -> ServerSettings:
     """Speed settings a llama-server command line (over ``LLAMA_ARG_*``) asks for."""
     raw: dict[str, str] = {}
     for name, attr in _ENV.items():

@@ -46,18 +46,13 @@ def shown(value: object, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+_KINDS = ((bool, "a boolean"), (str, "text"), ((list, tuple), "a list"),
+          (Mapping, "an object"), ((int, float), "a number"))
+
+
 def _kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return f"a {type(value).__name__}"
+    return next((words for kind, words in _KINDS if isinstance(value, kind)),
+                f"a {type(value).__name__}")
 
 
 def _finite(value: object) -> float:
@@ -120,6 +115,14 @@ def flag_of(value: object) -> bool:
     if not isinstance(value, bool):
         raise Unusable(f"{_kind(value)}, not true or false")
     return value
+
+
+def int_or_none(text: str | None) -> int | None:
+    """``text`` as ``int()`` reads it; None when absent or not a whole number."""
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def count_or_none(value: object, most: int = MAX_COUNT) -> int | None:

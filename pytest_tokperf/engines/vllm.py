@@ -1,8 +1,5 @@
-"""Adapter for vLLM's OpenAI-compatible server.
-
-Exact counts, token-id prompts, ``cache_salt``; the engine's clock is the growth of its
-``/metrics`` histograms over a request.
-"""
+"""Adapter for vLLM's OpenAI-compatible server: exact counts, token-id prompts,
+``cache_salt``; the engine's clock is the growth of its ``/metrics`` histograms."""
 
 from __future__ import annotations
 
@@ -18,20 +15,9 @@ import httpx
 
 from pytest_tokperf.engines.base import get_json
 from pytest_tokperf.engines.openai_compat import OpenAICompatible
-from pytest_tokperf.engines.values import (
-    MAX_TOKENS,
-    Fields,
-    Unusable,
-    count_or_none,
-    seconds_of,
-    shown,
-)
-from pytest_tokperf.engines.wire import (
-    json_field,
-    probe_ready,
-    text_prompt,
-    wrong_engine,
-)
+from pytest_tokperf.engines.values import (MAX_TOKENS, Fields, Unusable, count_or_none, seconds_of,
+                                           shown)
+from pytest_tokperf.engines.wire import json_field, probe_ready, text_prompt, wrong_engine
 from pytest_tokperf.errors import EngineError
 from pytest_tokperf.hardware.placement import DEVICE_KINDS
 from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
@@ -189,11 +175,8 @@ def _device(metrics: str, settings: dict[str, str]) -> tuple[str, str] | None:
     if target:
         return target, f"vLLM started with VLLM_TARGET_DEVICE={target}"
     found = re.search(r'\bdevice(?:_type)?="(\w+)"', metrics)
-    if found:
-        kind = found.group(1).lower()
-        if kind not in DEVICE_KINDS:
-            return None
-        return kind, f'vLLM GET /metrics: device="{found.group(1)}"'
+    if found and found.group(1).lower() in DEVICE_KINDS:
+        return found.group(1).lower(), f'vLLM GET /metrics: device="{found.group(1)}"'
     return None
 
 

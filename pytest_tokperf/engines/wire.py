@@ -14,12 +14,7 @@ import httpx
 
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import EngineTimings, Generation, GenerationRequest
-from pytest_tokperf.transport.answers import (
-    auth_hint,
-    error_text,
-    html_title,
-    looks_like_html,
-)
+from pytest_tokperf.transport.answers import auth_hint, error_text, html_title, looks_like_html
 from pytest_tokperf.transport.events import StreamStats
 
 FILLER_WORDS = (  # noqa: SIM905 (a paragraph of words reads better than a list)
@@ -73,23 +68,21 @@ def _json_dict(response: httpx.Response | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+_SIGNS = (  # GET path, the key its JSON object has, what it is in words, its engine
+    ("/api/version", "version", "Ollama {} (GET /api/version)", "ollama"),
+    ("/props", "build_info", "llama-server {} (GET /props)", "llama-server"),
+    ("/get_model_info", "model_path", "SGLang (GET /get_model_info)", "sglang"),
+    ("/api/v0/models", "data", "LM Studio (GET /api/v0/models)", "lmstudio"),  # a list
+    ("/version", "version", "vLLM {} (GET /version)", "vllm"),
+)
+
+
 def recognize(client: httpx.Client, base_url: str) -> tuple[str, str | None]:
     """What answers at ``base_url`` in words, and its ``--tokperf-engine`` name if known."""
-    found = _json_dict(_get(client, f"{base_url}/api/version"))
-    if found and "version" in found:
-        return f"Ollama {_said(found['version'])} (GET /api/version)", "ollama"
-    found = _json_dict(_get(client, f"{base_url}/props"))
-    if found and "build_info" in found:
-        return f"llama-server {_said(found['build_info'])} (GET /props)", "llama-server"
-    found = _json_dict(_get(client, f"{base_url}/get_model_info"))
-    if found and "model_path" in found:
-        return "SGLang (GET /get_model_info)", "sglang"
-    found = _json_dict(_get(client, f"{base_url}/api/v0/models"))
-    if found and isinstance(found.get("data"), list):
-        return "LM Studio (GET /api/v0/models)", "lmstudio"
-    found = _json_dict(_get(client, f"{base_url}/version"))
-    if found and "version" in found:
-        return f"vLLM {_said(found['version'])} (GET /version)", "vllm"
+    for path, key, words, engine in _SIGNS:
+        found = _json_dict(_get(client, base_url + path))
+        if found and key in found and (key != "data" or isinstance(found[key], list)):
+            return words.format(_said(found[key])), engine
     health = _get(client, f"{base_url}/health")
     if _json_dict(health) == {"status": "ok"} and health is not None and "BaseHTTP" in \
             health.headers.get("server", ""):
@@ -155,14 +148,8 @@ def not_ready_error(engine: str, base_url: str, option: str = "--tokperf-url",
     )
 
 
-def probe_ready(
-    engine: str,
-    base_url: str,
-    client: httpx.Client,
-    path: str,
-    looks_right: Callable[[httpx.Response], bool],
-    expected: str,
-) -> bool:
+def probe_ready(engine: str, base_url: str, client: httpx.Client, path: str,
+                looks_right: Callable[[httpx.Response], bool], expected: str) -> bool:
     """GET ``path``: False while down or loading, True if ``looks_right``, else raises
     ``wrong_engine``'s error."""
     try:
@@ -191,9 +178,8 @@ def json_field(response: httpx.Response, key: str, value: object = None) -> bool
     return value is None or data[key] == value
 
 
-def wrong_engine(
-    engine: str, base_url: str, expected: str, client: httpx.Client
-) -> EngineProtocolError:
+def wrong_engine(engine: str, base_url: str, expected: str,
+                 client: httpx.Client) -> EngineProtocolError:
     """The error for a URL that is not ``engine``, naming the engine that fits."""
     what, other = recognize(client, base_url)
     default = " (the default)" if engine == "llama-server" else ""
@@ -217,8 +203,8 @@ def model_ids(payload: Any) -> list[str]:
 class ChunkLog:
     """Arrival times and token counts of the content chunks, and their client cost."""
 
-    request: GenerationRequest | None = None
-    url: str = ""
+    request: GenerationRequest
+    url: str
     sent_s: float = field(default_factory=time.perf_counter)
     times_s: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
@@ -231,23 +217,23 @@ class ChunkLog:
     """(time, the engine's clock) at the first content chunk, when the request has a clock."""
 
     def __post_init__(self) -> None:
-        if self.request is not None and self.request.clock is not None:
+        if self.request.clock is not None:
             self.sent_mark = (self.sent_s, self.request.clock())
 
     def cut_short(self, engine: str, marker: str, last: object) -> EngineProtocolError:
         """The error for a stream that ended without ``marker``: fails the repetition."""
-        asked = self.request.generate_tokens if self.request is not None else "?"
         return EngineProtocolError(
-            f"{engine} at {self.url}: the stream ended after {sum(self.tokens)} of {asked} "
-            f"tokens without {marker} (the last event: {last!r:.200}): the engine died or the "
-            f"connection was cut, so this repetition failed; see the engine's log")
+            f"{engine} at {self.url}: the stream ended after {sum(self.tokens)} of "
+            f"{self.request.generate_tokens} tokens without {marker} (the last event: "
+            f"{last!r:.200}): the engine died or the connection was cut, so this repetition "
+            f"failed; see the engine's log")
 
     def add(self, now_s: float, n_tokens: int, text: str, reasoning: bool = False) -> None:
         """Record one event (the stream has already held it to the request's limits)."""
         if text:
             self.text.append(text)
         if n_tokens > 0:
-            if not self.times_s and self.request is not None and self.request.clock is not None:
+            if not self.times_s and self.request.clock is not None:
                 self.first_mark = (now_s, self.request.clock())
             self.times_s.append(now_s)
             self.tokens.append(n_tokens)
@@ -256,7 +242,6 @@ class ChunkLog:
     def generation(self, *, generated_tokens: int | None, prompt_tokens: int | None,
                    stop_reason: str | None, engine: EngineTimings | None) -> Generation:
         """What was logged, as the ``Generation`` of ``request``."""
-        assert self.request is not None, "a ChunkLog makes a Generation only for a request"
         marks = None
         if self.sent_mark is not None and self.first_mark is not None and self.request.clock:
             marks = (self.sent_mark, self.first_mark, (time.perf_counter(), self.request.clock()))

@@ -1,9 +1,5 @@
-"""The expected efficiency band of one decode, from one place.
-
-``expected_band`` returns the fitted model's band where the device class has
-``PREDICT_ROWS`` public rows, else the fixed band, and says which and why; ``predict``,
-the llama-bench import and ``tokperf outliers`` all call it.
-"""
+"""The expected efficiency band of one decode, from one place: ``expected_band``, which
+``predict``, the llama-bench import and ``tokperf outliers`` all call."""
 
 from __future__ import annotations
 
@@ -42,11 +38,8 @@ class Expected:
 def expected_band(device_class: DeviceClass, family: QuantFamily | None,
                   stream_s: float | None, depth_tokens: int = 0,
                   band_source: BandSource = "auto") -> Expected:
-    """The fitted band where the class has the rows for it, else the fixed one.
-
-    ``stream_s`` is 1 / ceiling (seconds to stream the bytes of one token); None (no
-    ceiling) takes the fixed band. ``band_source="fixed"`` always takes the fixed band.
-    """
+    """The fitted band where the class has ``PREDICT_ROWS`` rows, else the fixed one, and
+    why; ``stream_s`` is 1 / ceiling (None: the fixed band, as ``band_source="fixed"``)."""
     fixed = band_for(family, device_class)
     if band_source == "fixed":
         return Expected(fixed, "fixed", "fixed band of expected.bands (band_source='fixed')")

@@ -103,11 +103,8 @@ def load_fitted(path: Path = FITTED_FILE) -> Fitted | None:
 
 def fitted_band(fitted: Fitted, device_class: str, family: str | None, stream_s: float,
                 depth_tokens: int = 0) -> tuple[float, float, float] | None:
-    """(low, typical, high) efficiency from the fitted model, where ``predict`` uses it.
-
-    None where the class has fewer than ``PREDICT_ROWS`` public rows or the family has
-    no fitted cost: then the fixed bands of ``expected.bands`` apply.
-    """
+    """(low, typical, high) efficiency from the fitted model; None where the class has under
+    ``PREDICT_ROWS`` public rows or the family no fitted cost (the fixed bands apply)."""
     if family is None or fitted.model.rows_per_class.get(device_class, 0) < PREDICT_ROWS:
         return None
     band = fitted.model.band(device_class, family, stream_s, depth_tokens)

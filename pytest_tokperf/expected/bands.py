@@ -27,62 +27,35 @@ DEVICE_CLASS_NAMES: dict[DeviceClass, str] = {
 }
 
 # Published rows the bands are built from (peak bandwidth from the hardware catalog).
-_M1_4167 = (
-    "https://github.com/ggml-org/llama.cpp/discussions/4167 (Apple M1 7-core, 68.25 GB/s: "
-    "LLaMA 7B Q8_0 7.92 t/s x 7.02 GB = 81%; Q4_0 14.19 t/s x 3.75 GB = 78%)"
-)
-_M2PRO_4167 = (
-    "https://github.com/ggml-org/llama.cpp/discussions/4167 (Apple M2 Pro 19-core, "
-    "204.8 GB/s: LLaMA 7B Q8_0 23.01 t/s x 7.02 GB = 79%)"
-)
-_RTX3090_BF16 = (
-    "https://github.com/ggml-org/llama.cpp/pull/14262 (CUDA, RTX 3090 936 GB/s: llama 8B "
-    "BF16 at microbatch 1, 58.06 t/s x 15.01 GB = 93%)"
-)
-_RTX3090_VULKAN = (
-    "https://github.com/ggml-org/llama.cpp/pull/21024 (Vulkan, RTX 3090 "
-    "936 GB/s: llama 8B Q8_0 95.05 t/s x 7.98 GB = 81%; Q4_0 146.73 t/s x 4.35 GB = 68%)"
-)
-_XTX_HIP = (
-    "https://github.com/ggml-org/llama.cpp/pull/26284 (ROCm, RX 7900 XTX 960 GB/s: llama 8B "
-    "Q4_K_M tg64 105.75 t/s x 4.62 GB = 51%)"
-)
-_RX9070XT = (
-    "https://github.com/ggml-org/llama.cpp/issues/26663 (RX 9070 XT 640 GB/s: Qwen3 8B "
-    "Q4_K_M 104.3 t/s Vulkan x 4.68 GB = 76%, 91.1 t/s HIP = 67%)"
-)
-_RX5700XT = (
-    "https://github.com/ggml-org/llama.cpp/pull/13324 (Vulkan, RX 5700 XT 448 GB/s: llama 7B "
-    "Q4_0 65.19 t/s x 3.75 GB = 55%)"
-)
-_V100 = (
-    "https://github.com/ggml-org/llama.cpp/pull/12183 (CUDA, V100-PCIE 900 GB/s: Qwen2.5 3B "
-    "Q4_0 143.32 t/s x 1.83 GB = 29%: launch and sync overheads dominate at batch 1)"
-)
-_RTX4090_BF16 = (
-    "https://github.com/ggml-org/llama.cpp/pull/15131 (CUDA, RTX 4090 1008 GB/s: llama 8B "
-    "BF16 at microbatch 1, 65.21 t/s x 15.01 GB = 97%)"
-)
-_RTX3090_Q4_CUDA = (
-    "https://github.com/ggml-org/llama.cpp/pull/15802 (CUDA, RTX 3090 936 GB/s: llama 8B "
-    "Q4_0 at microbatch 1, 155.02 t/s x 4.35 GB = 72%)"
-)
-_RTX3080_Q4KM = (
-    "https://github.com/dmatora/LLM-inference-speed-benchmarks/issues/12 (llama-bench, "
-    "RTX 3080 760 GB/s: Llama 3.1 8B Q4_K_M tg 111.95 t/s x 4.62 GB = 68%)"
-)
-_P40 = (
-    "https://github.com/ggml-org/llama.cpp/pull/4766 (CUDA, Tesla P40 347 GB/s: llama 7B "
-    "Q4_0 tg128 56.79 t/s x 3.75 GB = 61%; Q2_K 33.52 t/s x 2.76 GB = 27%)"
-)
-_CPU_RUN = (
-    "db/runs/7b327e0a-3aa5-43e2-bd11-e74b4d8ef9be.jsonl (this project's main job, CPU "
-    "llama-server, 1.14 GB F16: 53-90% of the read probe taken around each workload)"
-)
-_CPU_RUN_REACHED = (
-    "db/runs/f58899d9-1150-4771-8f38-c54ba90ea9a5.jsonl (the same main job judged against "
-    "the highest read bandwidth the host reached: 49-64%)"
-)
+_M1_4167 = ("https://github.com/ggml-org/llama.cpp/discussions/4167 (Apple M1 7-core, 68.25 GB/s: "
+            "LLaMA 7B Q8_0 7.92 t/s x 7.02 GB = 81%; Q4_0 14.19 t/s x 3.75 GB = 78%)")
+_M2PRO_4167 = ("https://github.com/ggml-org/llama.cpp/discussions/4167 (Apple M2 Pro 19-core, "
+               "204.8 GB/s: LLaMA 7B Q8_0 23.01 t/s x 7.02 GB = 79%)")
+_RTX3090_BF16 = ("https://github.com/ggml-org/llama.cpp/pull/14262 (CUDA, RTX 3090 936 GB/s: llama "
+                 "8B BF16 at microbatch 1, 58.06 t/s x 15.01 GB = 93%)")
+_RTX3090_VULKAN = ("https://github.com/ggml-org/llama.cpp/pull/21024 (Vulkan, RTX 3090 936 GB/s: "
+                   "llama 8B Q8_0 95.05 t/s x 7.98 GB = 81%; Q4_0 146.73 t/s x 4.35 GB = 68%)")
+_XTX_HIP = ("https://github.com/ggml-org/llama.cpp/pull/26284 (ROCm, RX 7900 XTX 960 GB/s: llama "
+            "8B Q4_K_M tg64 105.75 t/s x 4.62 GB = 51%)")
+_RX9070XT = ("https://github.com/ggml-org/llama.cpp/issues/26663 (RX 9070 XT 640 GB/s: Qwen3 8B "
+             "Q4_K_M 104.3 t/s Vulkan x 4.68 GB = 76%, 91.1 t/s HIP = 67%)")
+_RX5700XT = ("https://github.com/ggml-org/llama.cpp/pull/13324 (Vulkan, RX 5700 XT 448 GB/s: llama "
+             "7B Q4_0 65.19 t/s x 3.75 GB = 55%)")
+_V100 = ("https://github.com/ggml-org/llama.cpp/pull/12183 (CUDA, V100-PCIE 900 GB/s: Qwen2.5 3B "
+         "Q4_0 143.32 t/s x 1.83 GB = 29%: launch and sync overheads dominate at batch 1)")
+_RTX4090_BF16 = ("https://github.com/ggml-org/llama.cpp/pull/15131 (CUDA, RTX 4090 1008 GB/s: "
+                 "llama 8B BF16 at microbatch 1, 65.21 t/s x 15.01 GB = 97%)")
+_RTX3090_Q4_CUDA = ("https://github.com/ggml-org/llama.cpp/pull/15802 (CUDA, RTX 3090 936 GB/s: "
+                    "llama 8B Q4_0 at microbatch 1, 155.02 t/s x 4.35 GB = 72%)")
+_RTX3080_Q4KM = ("https://github.com/dmatora/LLM-inference-speed-benchmarks/issues/12 "
+                 "(llama-bench, RTX 3080 760 GB/s: Llama 3.1 8B Q4_K_M tg 111.95 t/s x 4.62 GB = "
+                 "68%)")
+_P40 = ("https://github.com/ggml-org/llama.cpp/pull/4766 (CUDA, Tesla P40 347 GB/s: llama 7B Q4_0 "
+        "tg128 56.79 t/s x 3.75 GB = 61%; Q2_K 33.52 t/s x 2.76 GB = 27%)")
+_CPU_RUN = ("db/runs/7b327e0a-3aa5-43e2-bd11-e74b4d8ef9be.jsonl (this project's main job, CPU "
+            "llama-server, 1.14 GB F16: 53-90% of the read probe taken around each workload)")
+_CPU_RUN_REACHED = ("db/runs/f58899d9-1150-4771-8f38-c54ba90ea9a5.jsonl (the same main job judged "
+                    "against the highest read bandwidth the host reached: 49-64%)")
 
 
 def format_share(fraction: float) -> str:
@@ -122,10 +95,8 @@ class Band:
         )
 
 
-def _band(
-    family: QuantFamily, device: DeviceClass, low: float, typical: float, high: float,
-    *sources: str, derived: str = "",
-) -> Band:
+def _band(family: QuantFamily, device: DeviceClass, low: float, typical: float, high: float,
+          *sources: str, derived: str = "") -> Band:
     return Band(family, device, low, typical, high, sources, derived)
 
 
@@ -231,12 +202,8 @@ def device_class(kind: str | None, name: str | None) -> DeviceClass:
 
 
 def band_for(family: QuantFamily | None, device: DeviceClass) -> Band:
-    """The band for a quant family on a device class; unknowns get the widest fitting one.
-
-    An unknown family spans f16 to q4 of that device; an unknown device spans the
-    consumer, AMD and Apple bands of that family (a data-centre GPU or a CPU must be
-    named to get its band).
-    """
+    """The band for a quant family on a device class; an unknown family spans f16 to q4,
+    an unknown device the consumer, AMD and Apple bands (a data-centre GPU or CPU is named)."""
     if family is not None and device != "unknown":
         return next(b for b in BANDS if b.family == family and b.device_class == device)
     families = (family,) if family is not None else ("f16", "q8", "q5-q6", "q4")
@@ -246,12 +213,5 @@ def band_for(family: QuantFamily | None, device: DeviceClass) -> Band:
     high = max(b.high for b in pool)
     sources = tuple(dict.fromkeys(s for b in pool for s in b.sources))
     what = "quant" if family is None else "device"
-    return Band(
-        family=family,
-        device_class=device,
-        low=low,
-        typical=round((low + high) / 2, 2),
-        high=high,
-        sources=sources,
-        derived=f"{what} unknown: the span of the bands it could be",
-    )
+    return Band(family, device, low, round((low + high) / 2, 2), high, sources,
+                derived=f"{what} unknown: the span of the bands it could be")

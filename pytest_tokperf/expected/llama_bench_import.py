@@ -1,8 +1,5 @@
-"""llama-bench records into the results store, through the rows every tokperf run uses.
-
-``import_llama_bench(db, paths)`` builds the value types a pytest run builds, turns
-them into rows with ``storage.rows`` and adds them with ``exchange.add_run``; each file
-is one run, so importing it again adds nothing. Every field also stays verbatim in
+"""llama-bench records into the results store, through the rows every tokperf run uses:
+each file is one run (imported again, it adds nothing), every field also kept verbatim in
 ``engine_settings`` as ``lb.<field>``; the field mapping is in docs/expected-speed.md.
 """
 
@@ -24,15 +21,7 @@ from pytest_tokperf.expected.bands import Band, device_class, quant_family
 from pytest_tokperf.expected.band_choice import expected_band
 from pytest_tokperf.hardware.catalog import lookup
 from pytest_tokperf.results import (
-    BenchResult,
-    Ceiling,
-    EngineInfo,
-    HardwareInfo,
-    ModelInfo,
-    RunInfo,
-    Sample,
-    Summary,
-    Verdict,
+    BenchResult, Ceiling, EngineInfo, HardwareInfo, ModelInfo, RunInfo, Sample, Summary, Verdict,
     Workload,
 )
 from pytest_tokperf.storage.exchange import Added, add_run
@@ -41,12 +30,7 @@ from pytest_tokperf.storage.run_files import ResultBundle, RunBundle
 from pytest_tokperf.expected.llama_bench_parse import LlamaBenchRecord, read_llama_bench
 from pytest_tokperf.storage.env_hash import dumps
 from pytest_tokperf.storage.rows import (
-    Row,
-    environment_row,
-    result_row,
-    run_row,
-    sample_rows,
-    series_of,
+    Row, environment_row, result_row, run_row, sample_rows, series_of,
 )
 from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.storage.store import ResultStore
@@ -72,8 +56,7 @@ class ImportedRow:
     efficiency: float | None
     verdict: Verdict
     metric: str = "decode"
-    """What the row's series is judged on (``storage.history.series_metric``): a pp row is
-    a prefill series, with no decode ceiling, band or efficiency."""
+    """What the row's series is judged on (``series_metric``): a pp row has no decode band."""
 
 
 def quant_of(model_type: str | None) -> str | None:
@@ -163,25 +146,22 @@ def bench_result(record: LlamaBenchRecord) -> BenchResult:
     kind = "tg" if gen and not prompt else "pp" if prompt and not gen else "pg"
     rates = [float(x) for x in f.get("samples_ts") or []] if kind != "pg" else []
     walls = [int(x) / 1e9 for x in f.get("samples_ns") or []] if kind != "pg" else []
-    samples = []
-    for index, ts in enumerate(rates):  # no request: no TTFT, no text (None: not measured)
-        samples.append(Sample(
-            ttft_s=None,
-            prefill_tokens_per_s=ts if kind == "pp" else None,
-            decode_tokens_per_s=ts if kind == "tg" else None,
-            prompt_tokens=prompt, generated_tokens=gen, inter_token_s=(),
-            engine_prefill_s=(prompt / ts) if kind == "pp" else None,
-            engine_prefill_tokens_per_s=ts if kind == "pp" else None,
-            engine_decode_tokens_per_s=ts if kind == "tg" else None,
-            cached_prompt_tokens=None, speculative=False, text_chars=None,
-            round_index=index, round_wall_s=walls[index] if index < len(walls) else None,
-        ))
+    samples = tuple(Sample(  # no request: no TTFT, no text (None: not measured)
+        ttft_s=None,
+        prefill_tokens_per_s=ts if kind == "pp" else None,
+        decode_tokens_per_s=ts if kind == "tg" else None,
+        prompt_tokens=prompt, generated_tokens=gen, inter_token_s=(),
+        engine_prefill_s=(prompt / ts) if kind == "pp" else None,
+        engine_prefill_tokens_per_s=ts if kind == "pp" else None,
+        engine_decode_tokens_per_s=ts if kind == "tg" else None,
+        cached_prompt_tokens=None, speculative=False, text_chars=None,
+        round_index=index, round_wall_s=walls[index] if index < len(walls) else None,
+    ) for index, ts in enumerate(rates))
     figure = _summary(rates, float(f["avg_ts"]), float(f.get("stddev_ts") or 0.0))
-    engine = _engine(f)
     return BenchResult(
         workload=Workload(prompt_tokens=prompt, generate_tokens=gen, depth_tokens=depth,
                           repetitions=len(samples), warmup=0),
-        engine=engine, samples=tuple(samples), ttft_s=None,
+        engine=_engine(f), samples=samples, ttft_s=None,
         decode_tokens_per_s=figure if kind == "tg" else None,
         prefill_tokens_per_s=figure if kind == "pp" else None,
         engine_decode_tokens_per_s=figure if kind == "tg" else None,
@@ -270,8 +250,7 @@ def is_moe(f: dict[str, Any]) -> bool:
 
 def band_of(f: dict[str, Any], hardware: HardwareInfo | None,
             ceiling: Ceiling | None = None) -> Band | None:
-    """The expected band of the row (``band_choice.expected_band``); None for a MoE (no
-    band covers scattered expert reads) or an unknown device."""
+    """The row's band (``expected_band``); None for a MoE or an unknown device."""
     if hardware is None or is_moe(f):
         return None
     stream_s = None if ceiling is None else 1.0 / ceiling.decode_tokens_per_s
@@ -358,12 +337,8 @@ def import_records(store: ResultStore, records: Sequence[LlamaBenchRecord], sour
 
 def import_llama_bench(db: DbLocation, paths: Iterable[Path], *, device: str | None = None,
                        gpu_cores: int | None = None) -> tuple[Added, list[ImportedRow]]:
-    """Read each llama-bench output file and add it to ``db`` as one run.
-
-    ``device`` (and ``gpu_cores``) name the chip for every row, for the markdown form
-    (which has no gpu_info) or a device llama-bench names vaguely; they are stored in the
-    row as the ``device``/``gpu_cores`` fields.
-    """
+    """Read each llama-bench output file and add it to ``db`` as one run; ``device`` (and
+    ``gpu_cores``) name the chip for every row (stored as its ``device``/``gpu_cores``)."""
     extra = {k: v for k, v in (("device", device), ("gpu_cores", gpu_cores)) if v is not None}
     total, rows = Added(), []
     read = [(path, [replace(r, fields={**r.fields, **extra}) for r in read_llama_bench(path)])

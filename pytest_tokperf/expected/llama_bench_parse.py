@@ -1,9 +1,6 @@
-"""llama-bench's own output, read: ``-o json``, ``jsonl``, ``csv``, ``sql`` and ``md``.
-
-``read_llama_bench(path)`` returns one ``LlamaBenchRecord`` per test row, its fields
-under llama-bench's names and types; unknown fields are kept as they came. The markdown
-table carries fewer fields (docs/expected-speed.md lists them).
-"""
+"""llama-bench's own output (``-o json``, ``jsonl``, ``csv``, ``sql``, ``md``) read as one
+``LlamaBenchRecord`` per test row, under llama-bench's field names and types; unknown fields
+kept as they came (the markdown table carries fewer: docs/expected-speed.md)."""
 
 from __future__ import annotations
 
@@ -214,8 +211,7 @@ _SQL_ALLOWED = {sqlite3.SQLITE_CREATE_TABLE, sqlite3.SQLITE_INSERT, sqlite3.SQLI
 
 
 def _sql(text: str, source: str) -> list[LlamaBenchRecord]:
-    """Run the CREATE/INSERT statements in a private in-memory database (an authorizer
-    refuses anything else: no ATTACH, no PRAGMA), then read every table back."""
+    """Run the CREATE/INSERT statements (nothing else) in memory, then read every table."""
     conn = sqlite3.connect(":memory:")
     try:
         conn.set_authorizer(

@@ -1,10 +1,8 @@
 """Which stored results sit far below what their class of chip reaches, and why.
 
-``find_outliers(db)`` reports results under ``factor x`` their band's low end, with the
-reasons the data offers, and builds whose efficiency fell more than ``drop`` below the
-best earlier build of the same series. A result is listed once: one that is both keeps
-its band's figure and carries the fall from the earlier build as a reason. Only series
-judged on decode (``series_metric``) are read: a prefill row has no decode ceiling.
+``find_outliers(db)`` reports results under ``factor x`` their band's low end, and builds
+whose efficiency fell more than ``drop`` below the series' best earlier build (listed once,
+with both reasons). Only series judged on decode are read.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class Outlier:
     tokens_per_s: float
     efficiency: float
     should_reach_tokens_per_s: float
-    """The band's low end (below-band) or the earlier best's efficiency (regression),
-    times this row's ceiling."""
+    """The band's low end or the earlier best's efficiency, times this row's ceiling."""
     typical_tokens_per_s: float | None
     band: Band | None
     reasons: tuple[str, ...]
@@ -206,15 +203,13 @@ def _regressions(rows: list[dict[str, Any]], drop: float) -> list[Outlier]:
                     row["efficiency"] < best["efficiency"] * (1 - drop)):
                 settings = _settings(row)
                 change = row["efficiency"] / best["efficiency"] - 1
+                reach = float(row["ceiling_decode_tokens_per_s"]) * best["efficiency"]
                 out.append(Outlier(
                     kind="build-regression", result_id=int(row["result_id"]),
                     test_id=row["test_id"], hardware=str(row.get("hardware_name")),
                     build=_build(row, settings), tokens_per_s=float(_decode(row) or 0),
                     efficiency=float(row["efficiency"]),
-                    should_reach_tokens_per_s=float(row["ceiling_decode_tokens_per_s"])
-                    * best["efficiency"],
-                    earlier_best_tokens_per_s=float(row["ceiling_decode_tokens_per_s"])
-                    * best["efficiency"],
+                    should_reach_tokens_per_s=reach, earlier_best_tokens_per_s=reach,
                     typical_tokens_per_s=None, band=_band(row),
                     reasons=(f"efficiency {change:+.0%} against {best['efficiency']:.0%} at "
                              f"{_build(best, _settings(best))}, the best earlier build of this "

@@ -36,8 +36,7 @@ class Prediction:
     band: Band | None = None
     """The published efficiency band the range comes from (None: fractions were given)."""
     warnings: tuple[str, ...] = ()
-    """Where the band does not apply (overhead-bound small model, MoE priced as one quant,
-    does not fit), one sentence each."""
+    """Where the band does not apply (small, MoE priced as one quant, does not fit)."""
     band_origin: BandOrigin | None = None
     """``fitted``: the fitted model of db/public; ``fixed``: ``expected.bands``."""
     band_detail: str = ""
@@ -58,9 +57,8 @@ class Prediction:
         return self.memory_needed_bytes <= self.memory_available_bytes
 
 
-def _resolve(
-    hardware: str | float, gpu_cores: int | None
-) -> tuple[str, Bandwidth, CatalogEntry | None]:
+def _resolve(hardware: str | float, gpu_cores: int | None
+             ) -> tuple[str, Bandwidth, CatalogEntry | None]:
     if isinstance(hardware, (int, float)) and not isinstance(hardware, bool):
         if not math.isfinite(hardware) or hardware <= 0:
             raise ConfigError(f"bandwidth {hardware!r} bytes/s must be positive, e.g. 1.008e12")
@@ -83,43 +81,28 @@ def _resolve(
     )
 
 
-FITTED_DEPTH_NOTE = (
-    "the ceiling counts the KV read at this depth and the fitted model adds its depth "
-    "cost (attention work beyond the KV bytes), so the band is the one at this depth"
-)
-"""What the fitted band does with depth."""
-
-DEPTH_NOTE = (
-    "the ceiling counts the KV read at this depth, so the band is the depth-0 one: "
-    "published rows keep their efficiency when the KV is counted (db/public, llama.cpp "
-    "benches/dgx-spark.md: Qwen2.5-Coder-7B Q8_0 87% at depth 0, 83% at 32768)"
-)
-"""Why the band does not shrink with depth once the KV bytes are in the ceiling."""
+FITTED_DEPTH_NOTE = ("the ceiling counts the KV read at this depth and the fitted model adds "
+                     "its depth cost (attention work beyond the KV bytes), so the band is the "
+                     "one at this depth")
+DEPTH_NOTE = ("the ceiling counts the KV read at this depth, so the band is the depth-0 one: "
+              "published rows keep their efficiency when the KV is counted (db/public, llama.cpp "
+              "benches/dgx-spark.md: Qwen2.5-Coder-7B Q8_0 87% at depth 0, 83% at 32768)")
+"""What the band does with depth (fitted, fixed): shown with a prediction at a depth."""
 
 OVERHEAD_BOUND_BYTES = 1e9
-"""Below ~1 GB of weights per token a GPU's decode is set by its fixed per-token cost
-(kernel launches, synchronisation), not by its memory: the band does not apply."""
+"""Below ~1 GB of weights per token a GPU's decode is set by its per-token overhead."""
 
 
-def predict(
-    hardware: str | float,
-    footprint: Footprint,
-    efficiencies: tuple[float, ...] | None = None,
-    *,
-    gpu_cores: int | None = None,
-    quant: str | float | None = None,
-    expert_sizes: bool = False,
-    band_source: BandSource = "auto",
-) -> Prediction:
-    """Ceiling and expected decode range for ``footprint`` on ``hardware``.
+def predict(hardware: str | float, footprint: Footprint,
+            efficiencies: tuple[float, ...] | None = None, *, gpu_cores: int | None = None,
+            quant: str | float | None = None, expert_sizes: bool = False,
+            band_source: BandSource = "auto") -> Prediction:
+    """Ceiling and expected decode range for ``footprint`` on ``hardware``: a catalog name
+    ("RTX 4090", "Apple M4 Max" with ``gpu_cores``), "1008GB/s", or bytes/s.
 
-    ``hardware`` is a catalog name ("RTX 4090", "Apple M4 Max" with ``gpu_cores``), a
-    bandwidth string ("1008GB/s") or a bandwidth in bytes/s. Without ``efficiencies``
-    the range is the published band (low, typical, high) for ``quant``'s family
-    ("Q4_K_M", "F16" or bits per weight) on the hardware's device class.
-    ``expert_sizes``: a MoE footprint was priced with its expert weights apart
-    (``estimate_footprint(expert_parameters=...)``); a GGUF footprint always is.
-    ``band_source="fixed"`` takes the fixed band even where a fitted one exists.
+    Without ``efficiencies`` the range is the band (low, typical, high) for ``quant``'s
+    family ("Q4_K_M", "F16" or bits per weight) on the device class (``band_source="fixed"``:
+    never the fitted one). ``expert_sizes``: a MoE footprint priced its expert weights apart.
     """
     label, bandwidth, entry = _resolve(hardware, gpu_cores)
     ceiling = compute_ceiling(footprint, bandwidth, entry.fp16_flops if entry else None)
@@ -140,18 +123,11 @@ def predict(
     needed = footprint.resident_bytes + footprint.kv_bytes
     warnings = _warnings(footprint, entry, needed, expert_sizes, origin)
     return Prediction(
-        hardware=label,
-        entry=entry,
-        ceiling=ceiling,
+        hardware=label, entry=entry, ceiling=ceiling,
         efficiencies=tuple(float(f) for f in efficiencies),
         expected_tokens_per_s=tuple(ceiling.decode_tokens_per_s * f for f in efficiencies),
-        memory_needed_bytes=needed,
-        memory_available_bytes=entry.memory_bytes if entry else None,
-        band=band,
-        warnings=warnings,
-        band_origin=origin,
-        band_detail=detail,
-    )
+        memory_needed_bytes=needed, memory_available_bytes=entry.memory_bytes if entry else None,
+        band=band, warnings=warnings, band_origin=origin, band_detail=detail)
 
 
 def _warnings(fp: Footprint, entry: CatalogEntry | None, needed: int,
@@ -193,28 +169,17 @@ def format_prediction(pred: Prediction) -> str:
     """Plain text for a terminal."""
     fp = pred.ceiling.footprint
     bandwidth = format_bandwidth(pred.ceiling.bandwidth.bytes_per_s)
-    head = (
-        f"{pred.entry.name}: {bandwidth} ({pred.entry.source})"
-        if pred.entry
-        else (f"given bandwidth: {bandwidth}")
-    )
-    expected = (
-        f"expected decode: {pred.expected_low:.1f}-{pred.expected_high:.1f} tok/s ("
-        + ", ".join(
-            f"{format_share(f)}: {t:.1f}"
-            for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True)
-        )
-        + ")"
-    )
+    head = (f"{pred.entry.name}: {bandwidth} ({pred.entry.source})" if pred.entry
+            else f"given bandwidth: {bandwidth}")
+    shares = ", ".join(f"{format_share(f)}: {t:.1f}"
+                       for f, t in zip(pred.efficiencies, pred.expected_tokens_per_s, strict=True))
+    expected = (f"expected decode: {pred.expected_low:.1f}-{pred.expected_high:.1f} tok/s "
+                f"({shares})")
     if pred.fits is False:
         expected = (f"expected decode: does not fit ({format_size(pred.memory_needed_bytes)} "
                     f"needed of {format_size(cast(int, pred.memory_available_bytes))})")
-    lines = [
-        head,
-        f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
-        f"({describe_ceiling(pred.ceiling, format_size)})",
-        expected,
-    ]
+    lines = [head, f"decode ceiling: {pred.ceiling.decode_tokens_per_s:.1f} tok/s "
+             f"({describe_ceiling(pred.ceiling, format_size)})", expected]
     if pred.band is not None:
         at_depth = f" at depth {fp.depth_tokens}" if fp.depth_tokens else ""
         lines.append(f"efficiency band: {pred.band.describe()}{at_depth}")
@@ -225,10 +190,9 @@ def format_prediction(pred: Prediction) -> str:
         if pred.band.derived:
             lines.append(f"  derived: {pred.band.derived}")
         lines.extend(f"  source: {source}" for source in pred.band.sources)
-    needed = (
-        f"memory needed: {format_size(pred.memory_needed_bytes)} (model "
-        f"{format_size(fp.resident_bytes)} + KV {format_size(fp.kv_bytes)} at depth {fp.depth_tokens})"
-    )
+    needed = (f"memory needed: {format_size(pred.memory_needed_bytes)} (model "
+              f"{format_size(fp.resident_bytes)} + KV {format_size(fp.kv_bytes)} at depth "
+              f"{fp.depth_tokens})")
     if pred.memory_available_bytes is not None:
         verdict = "fits" if pred.fits else "does NOT fit"
         needed += f" of {format_size(pred.memory_available_bytes)}: {verdict}"
@@ -295,25 +259,14 @@ def _named(pred: Prediction) -> dict[str, float]:
 
 
 def footprint_from_file_size(
-    size_bytes: float,
-    quant: str | float | None,
-    *,
-    parameters: float | None = None,
-    active_parameters: float | None = None,
-    n_layer: int = 0,
-    n_head_kv: int = 0,
-    head_dim: int = 0,
-    depth_tokens: int = 0,
-    kv_type: str = "f16",
-    sliding_window: int = 0,
+    size_bytes: float, quant: str | float | None, *, parameters: float | None = None,
+    active_parameters: float | None = None, n_layer: int = 0, n_head_kv: int = 0,
+    head_dim: int = 0, depth_tokens: int = 0, kv_type: str = "f16", sliding_window: int = 0,
     sliding_layers: int = 0,
 ) -> Footprint:
-    """A footprint from a model file's size, when only the download page is at hand.
-
-    Every byte of the file is taken as streamed per token (a dense model: the embedding
-    gather is not subtracted). Parameters default to ``size x 8 / bits per weight`` of
-    ``quant``; given both, the size wins and sets the bits per weight.
-    """
+    """A footprint from a model file's size, every byte taken as streamed per token;
+    parameters default to ``size x 8 / bits per weight`` of ``quant`` (given both, the size
+    sets the bits per weight)."""
     from pytest_tokperf.model.footprint import bits_per_weight, estimate_footprint
 
     if isinstance(size_bytes, bool) or not math.isfinite(size_bytes) or size_bytes <= 0:

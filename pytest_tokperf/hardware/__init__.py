@@ -1,7 +1,7 @@
 """Hardware detection: which device runs the engine and how fast its memory is.
 
 Providers (NVML, Apple, Linux CPU) each return a ``HardwareInfo`` or None; the spec
-catalog ships in the package as ``hardware.csv`` (``db/hardware.csv`` links to it); the probe measures read bandwidth with numpy.
+catalog ships in the package as ``hardware.csv``; the probe measures read bandwidth.
 """
 
 from __future__ import annotations
@@ -17,22 +17,8 @@ from pytest_tokperf.hardware.probe import ProbeResult, probe_read_bandwidth
 from pytest_tokperf.hardware.units import format_bandwidth, parse_bandwidth
 
 __all__ = [
-    "CatalogEntry",
-    "Device",
-    "DeviceBandwidth",
-    "Placement",
-    "bandwidth_for",
-    "device_hardware",
-    "ProbeResult",
-    "close_names",
-    "detect_apple",
-    "detect_hardware",
-    "detect_linux_cpu",
-    "detect_nvidia",
-    "format_bandwidth",
-    "load_catalog",
-    "lookup",
-    "nvml_bandwidth_bytes_per_s",
-    "parse_bandwidth",
-    "probe_read_bandwidth",
+    "CatalogEntry", "Device", "DeviceBandwidth", "Placement", "ProbeResult", "bandwidth_for",
+    "close_names", "detect_apple", "detect_hardware", "detect_linux_cpu", "detect_nvidia",
+    "device_hardware", "format_bandwidth", "load_catalog", "lookup",
+    "nvml_bandwidth_bytes_per_s", "parse_bandwidth", "probe_read_bandwidth",
 ]

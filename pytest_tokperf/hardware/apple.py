@@ -1,6 +1,5 @@
-"""Apple Silicon: chip name and memory from ``sysctl``, GPU cores from ``system_profiler``.
-
-The bandwidth is the catalog's for the chip; the GPU core count tells binned chips apart.
+"""Apple Silicon: chip name and memory from ``sysctl``, GPU cores from ``system_profiler``;
+the bandwidth is the catalog's for the chip (the GPU core count tells binned chips apart).
 """
 
 from __future__ import annotations
@@ -47,11 +46,7 @@ def detect_apple(run: Runner = run_command, platform: str = sys.platform) -> Har
     notes = [f"{cores}-core GPU" if cores else "GPU core count unknown"]
     if entry is not None:
         notes.append(f"catalog row {entry.name}")
-    return HardwareInfo(
-        name=brand,
-        kind="apple",
-        memory_bytes=memory_bytes,
-        spec_bandwidth=entry.bandwidth() if entry is not None else None,
-        peak_flops=entry.fp16_flops if entry is not None else None,
-        detail="; ".join(notes),
-    )
+    return HardwareInfo(name=brand, kind="apple", memory_bytes=memory_bytes,
+                        spec_bandwidth=entry.bandwidth() if entry is not None else None,
+                        peak_flops=entry.fp16_flops if entry is not None else None,
+                        detail="; ".join(notes))

@@ -9,10 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from pytest_tokperf.hardware.apple import detect_apple
 from pytest_tokperf.hardware.commands import Runner, run_command
+from pytest_tokperf.hardware.linux_cpu import detect_linux_cpu
+from pytest_tokperf.hardware.nvidia import (
+    NVIDIA_SMI_QUERY,
+    detect_nvidia,
+    nvidia_by_name,
+    parse_nvidia_smi,
+)
+from pytest_tokperf.hardware.placement import Device, Placement
 from pytest_tokperf.hardware.units import format_bandwidth
 from pytest_tokperf.results import Bandwidth, HardwareInfo
-from pytest_tokperf.hardware.placement import Device, Placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,50 +136,29 @@ def device_hardware(
 ) -> HardwareInfo | None:
     """What is known about one device, or None. Never raises."""
     try:
-        return _device_hardware(device, nvml, run)
+        if device.kind == "cpu":
+            return detect_linux_cpu(run=run)
+        if device.kind == "metal":
+            return detect_apple(run=run)
+        index = device.index or 0
+        if device.kind in ("cuda", "gpu"):
+            info = detect_nvidia(nvml=nvml, cuda_index=index)
+            if info is not None:
+                return info
+            if device.name:
+                return nvidia_by_name(device.name, "NVML unavailable; GPU named by the "
+                                      "engine's log")
+            listed = {i: (name, memory) for i, name, memory
+                      in parse_nvidia_smi(run(NVIDIA_SMI_QUERY))}
+            if index in listed:
+                name, memory = listed[index]
+                return nvidia_by_name(name, "NVML unavailable; GPU named by nvidia-smi", memory)
+            if device.kind == "cuda":
+                return None
+        if device.name:
+            return nvidia_by_name(device.name, f"{device.label}: catalog by the engine's "
+                                  "device name", figure=False)
+        return None
     except Exception as exc:  # a provider's failure is a note, never a broken run
         return HardwareInfo(name=device.name or device.label, kind="unknown",
                             detail=f"detecting {device.label} failed: {exc!r}")
-
-
-def _device_hardware(
-    device: Device, nvml: ModuleType | None, run: Runner
-) -> HardwareInfo | None:
-    from pytest_tokperf.hardware.apple import detect_apple
-    from pytest_tokperf.hardware.catalog import lookup
-    from pytest_tokperf.hardware.linux_cpu import detect_linux_cpu
-    from pytest_tokperf.hardware.nvidia import (
-        NVIDIA_SMI_QUERY,
-        detect_nvidia,
-        nvidia_by_name,
-        parse_nvidia_smi,
-    )
-
-    if device.kind == "cpu":
-        return detect_linux_cpu(run=run)
-    if device.kind == "metal":
-        return detect_apple(run=run)
-    index = device.index or 0
-    if device.kind in ("cuda", "gpu"):
-        info = detect_nvidia(nvml=nvml, cuda_index=index)
-        if info is not None:
-            return info
-        if device.name:
-            return nvidia_by_name(device.name, "the engine's log")
-        listed = {i: (name, memory) for i, name, memory in parse_nvidia_smi(run(NVIDIA_SMI_QUERY))}
-        if index in listed:
-            name, memory = listed[index]
-            return nvidia_by_name(name, "nvidia-smi", memory)
-        if device.kind == "cuda":
-            return None
-    if device.name:
-        entry = lookup(device.name, kind="gpu")
-        return HardwareInfo(
-            name=device.name, kind="gpu",
-            memory_bytes=entry.memory_bytes if entry else None,
-            spec_bandwidth=entry.bandwidth() if entry else None,
-            peak_flops=entry.fp16_flops if entry else None,
-            detail=f"{device.label}: catalog by the engine's device name"
-            + ("" if entry else f"; {device.name!r} is not in the hardware catalog"),
-        )
-    return None

@@ -1,7 +1,6 @@
 """The hardware spec catalog: ``hardware.csv`` in this package, loaded, validated, searched.
 
-``db/hardware.csv`` links to it. Ties go to the higher bandwidth: a ceiling must not be
-low.
+Ties go to the higher bandwidth: a ceiling must not be low.
 """
 
 from __future__ import annotations
@@ -23,16 +22,8 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Bandwidth, BandwidthSource
 
 CatalogKind = Literal["gpu", "apple", "cpu"]
-COLUMNS = (
-    "name",
-    "kind",
-    "match",
-    "memory_gb",
-    "bandwidth_gb_s",
-    "fp16_tflops",
-    "gpu_cores",
-    "source",
-)
+COLUMNS = ("name", "kind", "match", "memory_gb", "bandwidth_gb_s", "fp16_tflops", "gpu_cores",
+           "source")
 CATALOG_ENV = "PYTEST_TOKPERF_CATALOG"
 CATALOG_FILE = "hardware.csv"
 """The packaged catalog, next to this module (``db/hardware.csv`` links to it)."""
@@ -61,12 +52,6 @@ class CatalogEntry:
         return Bandwidth(self.bandwidth_bytes_per_s, source, f"{self.name}: {self.source}")
 
 
-def catalog_path() -> Path | None:
-    """``$PYTEST_TOKPERF_CATALOG`` when set, else None: the packaged ``hardware.csv``."""
-    override = os.environ.get(CATALOG_ENV)
-    return Path(override).expanduser() if override else None
-
-
 def normalize(name: str) -> str:
     """Lower-case, ``-``/``_``/``/``/``(``/``)`` to spaces, runs of spaces collapsed."""
     return " ".join(re.sub(r"[-_/(),]", " ", name.lower()).split())
@@ -75,7 +60,8 @@ def normalize(name: str) -> str:
 def load_catalog(path: Path | None = None) -> tuple[CatalogEntry, ...]:
     """All rows of the catalog, validated and cached. ``path`` (or
     ``$PYTEST_TOKPERF_CATALOG``) names another CSV with the same columns."""
-    chosen = path or catalog_path()
+    override = os.environ.get(CATALOG_ENV)
+    chosen = path or (Path(override).expanduser() if override else None)
     if chosen is None:
         return _load_packaged()
     resolved = chosen.resolve()
@@ -148,13 +134,9 @@ def _parse_row(path: str, line: int, row: list[str]) -> CatalogEntry:
     bandwidth = _number(where, "bandwidth_gb_s", fields["bandwidth_gb_s"], required=True)
     memory = _number(where, "memory_gb", fields["memory_gb"], required=False)
     flops = _number(where, "fp16_tflops", fields["fp16_tflops"], required=False)
-    cores: list[int] = []
-    for part in filter(None, (p.strip() for p in fields["gpu_cores"].split("|"))):
-        if not part.isdigit() or int(part) == 0:
-            raise ConfigError(
-                f"{where}: gpu_cores {fields['gpu_cores']!r} must be counts like 30|40"
-            )
-        cores.append(int(part))
+    cores = [part.strip() for part in fields["gpu_cores"].split("|") if part.strip()]
+    if not all(part.isdigit() and int(part) > 0 for part in cores):
+        raise ConfigError(f"{where}: gpu_cores {fields['gpu_cores']!r} must be counts like 30|40")
     aliases = tuple(dict.fromkeys(normalize(a) for a in fields["match"].split("|") if a.strip()))
     return CatalogEntry(
         name=fields["name"],
@@ -163,7 +145,7 @@ def _parse_row(path: str, line: int, row: list[str]) -> CatalogEntry:
         memory_bytes=None if memory is None else int(memory * 1e9),
         bandwidth_bytes_per_s=cast(float, bandwidth) * 1e9,
         fp16_flops=None if flops is None else flops * 1e12,
-        gpu_cores=tuple(cores),
+        gpu_cores=tuple(map(int, cores)),
         source=fields["source"],
         line=line,
     )
@@ -207,17 +189,10 @@ def lookup(
     exact = [e for e in rows if normalize(e.name) == query]
     if exact:
         return _choose(exact, gpu_cores)
-    best_len, best = 0, []
-    for entry in rows:
-        lengths = [len(a) for a in entry.aliases if _contains(query, a) and not _guarded(query, a)]
-        if not lengths:
-            continue
-        if max(lengths) > best_len:
-            best_len, best = max(lengths), [entry]
-        elif max(lengths) == best_len:
-            best.append(entry)
-    if best:
-        return _choose(best, gpu_cores)
+    longest = [max((len(a) for a in e.aliases if _contains(query, a) and not _guarded(query, a)),
+                   default=0) for e in rows]
+    if any(longest):
+        return _choose([e for e, n in zip(rows, longest) if n == max(longest)], gpu_cores)
     partial = [e for e in rows if any(_contains(a, query) for a in (*e.aliases, normalize(e.name)))]
     if partial and len({(e.aliases, e.kind) for e in partial}) == 1:
         return _choose(partial, gpu_cores)

@@ -1,7 +1,5 @@
-"""Linux CPU and system RAM: ``/proc`` for the model and size, ``dmidecode`` for DIMMs.
-
-The spec is ``channels x 8 B x configured MT/s`` (``dmidecode -t 17``, root only), with
-distinct channels counted; without channel labels every DIMM counts (errs high).
+"""Linux CPU and system RAM: ``/proc`` for the model and size, ``dmidecode`` for DIMMs
+(root only); without channel labels every DIMM counts as a channel (errs high).
 """
 
 from __future__ import annotations
@@ -61,14 +59,9 @@ def parse_mem_total(meminfo: str) -> int | None:
 def _devices(text: str) -> list[dict[str, str]]:
     devices: list[dict[str, str]] = []
     for block in re.split(r"\n\s*\n", text):
-        if "Memory Device" not in block:
-            continue
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            key, sep, value = line.strip().partition(":")
-            if sep:
-                fields[key.strip().lower()] = value.strip()
-        devices.append(fields)
+        if "Memory Device" in block:
+            pairs = (line.strip().partition(":") for line in block.splitlines())
+            devices.append({key.strip().lower(): value.strip() for key, sep, value in pairs if sep})
     return devices
 
 
@@ -129,10 +122,6 @@ def detect_linux_cpu(
     notes = [f"{logical} logical CPUs" if logical else "CPU count unknown"]
     if dimms is None:
         notes.append("no DIMM data (dmidecode missing, not root, or uninformative)")
-    return HardwareInfo(
-        name=name,
-        kind="cpu",
-        memory_bytes=parse_mem_total(meminfo),
-        spec_bandwidth=dimms.bandwidth() if dimms is not None else None,
-        detail="; ".join(notes),
-    )
+    return HardwareInfo(name=name, kind="cpu", memory_bytes=parse_mem_total(meminfo),
+                        spec_bandwidth=dimms.bandwidth() if dimms is not None else None,
+                        detail="; ".join(notes))

@@ -1,7 +1,5 @@
-"""The machine's own state during a measurement: other processes' CPU, run queue, steal;
-and a wait for a quiet window (what a measurement taken busy becomes: ``busy``).
-
-Linux only, from /proc; elsewhere every reading is ``MachineLoad.unknown``.
+"""The machine's own state during a measurement (other processes' CPU, run queue, steal),
+and a wait for a quiet window. Linux only, from /proc; elsewhere ``MachineLoad.unknown``.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from pytest_tokperf.results import MachineLoad
 
@@ -75,6 +74,18 @@ def _read(path: Path) -> str | None:
         return None
 
 
+_T = TypeVar("_T")
+
+
+def _parsed(path: Path, parse: Callable[[str], _T]) -> _T | None:
+    """``parse`` of the file's text; None when it is gone, unreadable or not understood."""
+    text = _read(path)
+    try:
+        return parse(text) if text else None
+    except (ValueError, IndexError):
+        return None
+
+
 def _ticks_per_s() -> int:
     try:
         return int(os.sysconf("SC_CLK_TCK"))
@@ -122,40 +133,24 @@ class LoadSampler:
             return None
         ticks: int | None = None
         if self.engine_pids:
-            ticks = 0
-            for pid in self.engine_pids:
-                stat = _read(self.proc / str(pid) / "stat")
-                try:
-                    ticks += parse_pid_stat(stat)[1] if stat else 0
-                except (ValueError, IndexError):
-                    pass
+            ticks = sum(stat[1] for pid in self.engine_pids
+                        if (stat := _parsed(self.proc / str(pid) / "stat", parse_pid_stat)))
         return _Snapshot(self._clock(), cpu, ticks, self._own_cpu_s())
 
     def _running_threads(self, pid: int | str) -> int:
-        running = 0
         try:
             tasks = list((self.proc / str(pid) / "task").iterdir())
         except OSError:
             return 0
-        for task in tasks:
-            stat = _read(task / "stat")
-            try:
-                running += bool(stat) and parse_pid_stat(stat or "")[0] == "R"
-            except (ValueError, IndexError):
-                continue
-        return running
+        return sum(1 for task in tasks
+                   if (stat := _parsed(task / "stat", parse_pid_stat)) and stat[0] == "R")
 
     def _sample_queue(self) -> None:
-        text = _read(self.proc / "loadavg")
-        if text is None:
-            return
-        try:
-            _, running = parse_loadavg(text)
-        except (ValueError, IndexError):
-            return
-        mine = self._running_threads("self") + sum(
-            self._running_threads(pid) for pid in self.engine_pids)
-        self._queue.append(max(0, running - mine))
+        loadavg = _parsed(self.proc / "loadavg", parse_loadavg)
+        if loadavg is not None:
+            mine = self._running_threads("self") + sum(
+                self._running_threads(pid) for pid in self.engine_pids)
+            self._queue.append(max(0, loadavg[1] - mine))
 
     def _poll(self) -> None:
         started = time.thread_time()
@@ -198,11 +193,8 @@ class LoadSampler:
         engine = None
         if end.engine_ticks is not None and begin.engine_ticks is not None:
             engine = max(0, end.engine_ticks - begin.engine_ticks) / hz / wall
-        loadavg = _read(self.proc / "loadavg")
-        try:
-            load_1m = parse_loadavg(loadavg)[0] if loadavg else None
-        except (ValueError, IndexError):
-            load_1m = None
+        loadavg = _parsed(self.proc / "loadavg", parse_loadavg)
+        load_1m = loadavg[0] if loadavg else None
         queue = self._queue
         return MachineLoad(
             wall_s=wall, cpus=end.cpu.cpus, busy_cpus=busy / hz / wall,
@@ -282,7 +274,7 @@ def wait_for_quiet(budget_s: float, engine_pids: Sequence[int] = (), *,
     share of the machine (``MachineLoad.loaded`` false), or None when none came within
     ``budget_s``. A machine whose load cannot be read counts as quiet (nothing to wait on).
     The engine is idle while this waits, or not running at all (``engine_idle``)."""
-    read = sample or (lambda seconds, pids: machine_load_now(seconds, pids))
+    read = sample or machine_load_now
     start = time.monotonic()
     while True:
         load = engine_idle(read(window_s, tuple(engine_pids)))

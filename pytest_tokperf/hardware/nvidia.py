@@ -1,7 +1,4 @@
-"""NVIDIA GPUs through NVML (``pynvml``, imported lazily).
-
-Peak bandwidth = max memory clock x 2 x bus width / 8; the device is CUDA's first.
-"""
+"""NVIDIA GPUs through NVML (``pynvml``, imported lazily); the device is CUDA's first."""
 
 from __future__ import annotations
 
@@ -19,13 +16,6 @@ from pytest_tokperf.results import Bandwidth, HardwareInfo
 def nvml_bandwidth_bytes_per_s(max_memory_clock_mhz: float, bus_width_bits: int) -> float:
     """Theoretical peak: clock (MHz) x 1e6 x 2 transfers per clock x bus width in bytes."""
     return max_memory_clock_mhz * 1e6 * 2 * bus_width_bits / 8
-
-
-def _import_pynvml() -> ModuleType | None:
-    try:
-        return importlib.import_module("pynvml")
-    except ImportError:
-        return None
 
 
 def _text(value: str | bytes) -> str:
@@ -67,9 +57,11 @@ def detect_nvidia(
     nvml: ModuleType | None = None, visible: str | None = None, cuda_index: int = 0
 ) -> HardwareInfo | None:
     """The GPU CUDA calls ``cuda_index``, or None (no ``pynvml``, driver or GPU)."""
-    nvml = nvml or _import_pynvml()
     if nvml is None:
-        return None
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return None
     if visible is None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
@@ -128,21 +120,13 @@ def _describe(
             if not 0.8 <= ratio <= 1.25:
                 notes.append(f"NVML figure is {ratio:.2f}x the catalog's")
     if count > 1:
-        others = [
-            _text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
-            for i in range(count)
-            if i != index
-        ]
+        others = (_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
+                  for i in range(count) if i != index)
         notes.append("also present: " + ", ".join(others))
-    return HardwareInfo(
-        name=name,
-        kind="gpu",
-        driver=_text(driver) if driver is not None else None,
-        memory_bytes=memory_bytes,
-        spec_bandwidth=spec,
-        peak_flops=entry.fp16_flops if entry is not None else None,
-        detail="; ".join(notes),
-    )
+    return HardwareInfo(name=name, kind="gpu", driver=_text(driver) if driver is not None else None,
+                        memory_bytes=memory_bytes, spec_bandwidth=spec,
+                        peak_flops=entry.fp16_flops if entry is not None else None,
+                        detail="; ".join(notes))
 
 
 def parse_nvidia_smi(text: str | None) -> list[tuple[int, str, int | None]]:
@@ -162,19 +146,17 @@ NVIDIA_SMI_QUERY = (
 )
 
 
-def nvidia_by_name(name: str, how: str, memory_bytes: int | None = None) -> HardwareInfo:
-    """A GPU known only by name, without NVML: the catalog's figure."""
+def nvidia_by_name(name: str, note: str, memory_bytes: int | None = None, *,
+                   figure: bool = True) -> HardwareInfo:
+    """A GPU known only by name, without NVML: the catalog's figure (named in the detail
+    after ``note`` when ``figure``)."""
     entry = lookup(name, kind="gpu")
-    notes = [f"NVML unavailable; GPU named by {how}"]
+    notes = [note]
     if entry is None:
         notes.append(f"{name!r} is not in the hardware catalog")
-    else:
+    elif figure:
         notes.append(f"catalog {entry.name}: {format_bandwidth(entry.bandwidth_bytes_per_s)}")
-    return HardwareInfo(
-        name=name,
-        kind="gpu",
-        memory_bytes=memory_bytes or (entry.memory_bytes if entry else None),
-        spec_bandwidth=entry.bandwidth() if entry else None,
-        peak_flops=entry.fp16_flops if entry else None,
-        detail="; ".join(notes),
-    )
+    return HardwareInfo(name=name, kind="gpu",
+                        memory_bytes=memory_bytes or (entry.memory_bytes if entry else None),
+                        spec_bandwidth=entry.bandwidth() if entry else None,
+                        peak_flops=entry.fp16_flops if entry else None, detail="; ".join(notes))

@@ -1,6 +1,4 @@
-"""Where an engine runs: a device (``cpu``, ``cuda:0``, ``metal``, ...) and the model's
-split.
-"""
+"""Where an engine runs: a device (``cpu``, ``cuda:0``, ``metal``, ...) and the model's split."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""A measured memory READ-bandwidth probe in numpy: what decode actually streams.
-
-Best of several passes over a buffer set up once (``ReadProbe``).
+"""A measured memory READ-bandwidth probe in numpy: what decode actually streams, the best
+of several passes over a buffer set up once (``ReadProbe``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.errors import ConfigError, TokperfError
+from pytest_tokperf.hardware.commands import read_text
 from pytest_tokperf.results import Bandwidth
 
 MIB = 2**20
@@ -41,10 +42,6 @@ class ProbeResult:
     """Seconds spent reading (the buffer's set-up excluded)."""
     setup_s: float = 0.0
     """Seconds the buffer's allocation and first touch took, once per ``ReadProbe``."""
-
-    @property
-    def best_bytes_per_s(self) -> float:
-        return max(self.passes_bytes_per_s)
 
     @property
     def spread(self) -> float:
@@ -77,24 +74,13 @@ def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu")) -> int 
     return sum(seen.values()) or None
 
 
-def _available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    try:
-        text = meminfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def default_buffer_bytes() -> int:
     """512 MiB or 8x the LLC; at most 2 GiB and a quarter of available memory."""
     llc = last_level_cache_bytes() or 0
     size = min(max(DEFAULT_MIN_BYTES, 8 * llc), DEFAULT_MAX_BYTES)
-    available = _available_memory_bytes()
+    available = re.search(r"^MemAvailable:\s*(\d+)", read_text("/proc/meminfo") or "", re.M)
     if available is not None:
-        size = max(min(size, available // 4), 64 * MIB)
+        size = max(min(size, int(available.group(1)) * 1024 // 4), 64 * MIB)
     return size
 
 
@@ -214,9 +200,5 @@ def probe_read_bandwidth(
     duration_s: float = 2.0,
 ) -> ProbeResult:
     """Measure sustained read bandwidth once (best pass, set-up not counted)."""
-    if passes < 1:
-        raise ConfigError(f"probe passes {passes!r} must be >= 1")
-    if not duration_s > 0:
-        raise ConfigError(f"probe duration {duration_s!r} s must be positive")
     with ReadProbe(size_bytes, threads) as probe:
         return probe.measure(duration_s, passes)

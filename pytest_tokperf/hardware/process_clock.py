@@ -1,6 +1,5 @@
-"""An engine process's own clock: how long its threads ran and waited for a CPU.
-
-Linux schedstat of a server tokperf started; elsewhere ``read`` is None.
+"""An engine process's own clock: how long its threads ran and waited for a CPU (Linux
+schedstat of a server tokperf started; elsewhere ``read`` is None).
 """
 
 from __future__ import annotations

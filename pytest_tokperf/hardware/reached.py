@@ -1,8 +1,7 @@
 """The read bandwidth a host has been shown to reach: what a CPU decode is judged against.
 
-The best of this session's probes and of the latest ``KEEP`` kept per host. A probe run
-on a busy machine (a host's first, which always runs) is kept marked busy and counts only
-while no quiet probe exists; a ceiling resting on it says so (``LOADED_ONLY``).
+The best of this session's probes and of the latest ``KEEP`` kept per host; a probe run
+on a busy machine counts only while no quiet probe exists (``LOADED_ONLY``).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ KEEP = 64
 MAX_AGE_DAYS = 30
 FORMAT = 1
 LOADED_ONLY = "reached only on a busy machine"
-"""How a bandwidth's detail begins its warning when no quiet probe backs it: the floor
-checks against such a ceiling read busy (neither pass nor fail)."""
+"""How a bandwidth's detail begins when no quiet probe backs it (floor checks read busy)."""
 
 
 def calibration_key(cpu_name: str, threads: int) -> str:

@@ -8,15 +8,8 @@ import re
 from pytest_tokperf.errors import ConfigError
 
 _UNITS: dict[str, float] = {
-    "b/s": 1.0,
-    "kb/s": 1e3,
-    "mb/s": 1e6,
-    "gb/s": 1e9,
-    "tb/s": 1e12,
-    "kib/s": 2.0**10,
-    "mib/s": 2.0**20,
-    "gib/s": 2.0**30,
-    "tib/s": 2.0**40,
+    "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
+    "kib/s": 2.0**10, "mib/s": 2.0**20, "gib/s": 2.0**30, "tib/s": 2.0**40,
 }
 _BIT_PREFIX = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 MIN_BYTES_PER_S = 1e8
@@ -78,11 +71,8 @@ def _bits(value: str, unit: str) -> str | None:
 def format_bandwidth(bytes_per_s: float) -> str:
     """``1.008e12`` -> ``"1008 GB/s"``; three significant digits below 100 GB/s."""
     gb = bytes_per_s / 1e9
-    if gb >= 100:
-        return f"{gb:.0f} GB/s"
-    if gb >= 10:
-        return f"{gb:.1f} GB/s"
-    return f"{gb:.2f} GB/s"
+    decimals = 0 if gb >= 100 else 1 if gb >= 10 else 2
+    return f"{gb:.{decimals}f} GB/s"
 
 
 def format_gb(n_bytes: float) -> str:

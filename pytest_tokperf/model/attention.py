@@ -1,6 +1,5 @@
-"""Which layers attend through a sliding window, decided the way llama.cpp decides it.
-
-A windowed layer is charged ``min(depth, window)`` KV positions.
+"""Which layers attend through a sliding window, decided the way llama.cpp decides it (a
+windowed layer is charged ``min(depth, window)`` KV positions).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""A "before you buy" footprint from a parameter count, when there is no file.
-
-Weights at the quant's average bits per weight, plus the KV cache; a file is better.
-"""
+"""A "before you buy" footprint from a parameter count, when there is no file: weights at
+the quant's average bits per weight, plus the KV cache."""
 
 from __future__ import annotations
 
@@ -14,15 +12,8 @@ from pytest_tokperf.model.kv import check_depth, kv_row_bytes, kv_type_label, kv
 from pytest_tokperf.results import Footprint
 
 FILE_MIX_BITS_PER_WEIGHT: dict[str, float] = {
-    "Q2_K": 3.35,
-    "Q3_K_S": 3.50,
-    "Q3_K_M": 3.91,
-    "Q3_K_L": 4.27,
-    "Q4_K_S": 4.58,
-    "Q4_K_M": 4.84,
-    "Q5_K_S": 5.52,
-    "Q5_K_M": 5.68,
-    "Q6_K": 6.56,
+    "Q2_K": 3.35, "Q3_K_S": 3.50, "Q3_K_M": 3.91, "Q3_K_L": 4.27, "Q4_K_S": 4.58,
+    "Q4_K_M": 4.84, "Q5_K_S": 5.52, "Q5_K_M": 5.68, "Q6_K": 6.56,
 }
 """Whole-file bits per weight of llama.cpp's k-quant mixes."""
 

@@ -1,6 +1,5 @@
-"""Bytes one decode step reads: weights at their stored size, plus the KV cache.
-
-Counted from the tensor table; the rules are in docs/design.md.
+"""Bytes one decode step reads: weights at their stored size, plus the KV cache, counted
+from the tensor table (the rules are in docs/design.md).
 """
 
 from __future__ import annotations
@@ -8,37 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from pytest_tokperf.model.estimate import (
-    FILE_MIX_BITS_PER_WEIGHT,
-    bits_per_weight,
-    estimate_footprint,
-)
+from pytest_tokperf.model.estimate import bits_per_weight, estimate_footprint
 from pytest_tokperf.model.gguf_file import GGUFModel, GGUFTensor
-from pytest_tokperf.model.kv import (
-    KV_TYPES,
-    check_depth,
-    kv_element_bytes,
-    kv_row_bytes,
-    kv_type_label,
-    kv_types,
-)
+from pytest_tokperf.model.kv import check_depth, kv_row_bytes, kv_type_label, kv_types
 from pytest_tokperf.results import Footprint
 
-__all__ = [
-    "FILE_MIX_BITS_PER_WEIGHT",
-    "GATHERED_TENSORS",
-    "KNOWN_ARCHITECTURES",
-    "KV_TYPES",
-    "at_depth",
-    "bits_per_weight",
-    "describe",
-    "estimate_footprint",
-    "footprint",
-    "kv_bytes",
-    "kv_element_bytes",
-    "kv_type_label",
-    "kv_types",
-]
+__all__ = ["GATHERED_TENSORS", "KNOWN_ARCHITECTURES", "at_depth", "bits_per_weight", "describe",
+           "estimate_footprint", "footprint", "kv_bytes"]
 
 KNOWN_ARCHITECTURES = frozenset({
     "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
@@ -103,12 +78,6 @@ def kv_bytes(model: GGUFModel, depth_tokens: int, kv_type: str = "f16", *,
     return total
 
 
-def _kv_warnings(model: GGUFModel, depth_tokens: int) -> list[str]:
-    if not model.sliding_window or depth_tokens <= model.sliding_window:
-        return []
-    return [f"{model.path.name}: {note}" for note in model.swa_notes]
-
-
 def footprint(
     model: GGUFModel,
     depth_tokens: int = 0,
@@ -155,20 +124,16 @@ def footprint(
             f"has checked; counted every tensor once (embedding gathered, experts scaled) "
             f"and K+V for every layer: compare with the engine's own figures"
         )
-    warnings += _kv_warnings(model, depth_tokens)
+    if model.sliding_window and depth_tokens > model.sliding_window:
+        warnings += [f"{model.path.name}: {note}" for note in model.swa_notes]
     return Footprint(
-        architecture=model.architecture,
-        weights_bytes=dense_bytes + expert_bytes,
-        kv_bytes_per_position=per_position,
-        depth_tokens=depth_tokens,
-        kv_type=kv_type_label(type_k, type_v),
-        resident_bytes=model.tensor_bytes,
-        active_parameters=dense_params + expert_params,
-        total_parameters=model.parameter_count,
+        architecture=model.architecture, weights_bytes=dense_bytes + expert_bytes,
+        kv_bytes_per_position=per_position, depth_tokens=depth_tokens,
+        kv_type=kv_type_label(type_k, type_v), resident_bytes=model.tensor_bytes,
+        active_parameters=dense_params + expert_params, total_parameters=model.parameter_count,
         expert_count=count if experts else model.expert_count,
         experts_used=used if experts else model.expert_used_count,
-        tied_output=tied,
-        warnings=tuple(warnings),
+        tied_output=tied, warnings=tuple(warnings),
     )
 
 

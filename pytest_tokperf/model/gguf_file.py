@@ -15,11 +15,8 @@ import gguf
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.model.attention import SlidingWindow, resolve
 from pytest_tokperf.model.gguf_header import (
-    HEADER_BYTES,
     MAX_TENSORS,
-    MIN_KV_BYTES,
     MIN_TENSOR_INFO_BYTES,
-    SUPPORTED_VERSIONS,
     GGUFField,
     GGUFHeader,
     GGUFTensor,
@@ -28,19 +25,8 @@ from pytest_tokperf.model.gguf_header import (
 )
 from pytest_tokperf.results import ModelInfo
 
-__all__ = [
-    "HEADER_BYTES",
-    "MIN_KV_BYTES",
-    "MIN_TENSOR_INFO_BYTES",
-    "SUPPORTED_VERSIONS",
-    "GGUFModel",
-    "GGUFTensor",
-    "check_header",
-    "content_hash",
-    "file_type_name",
-    "load_gguf",
-    "model_info",
-]
+__all__ = ["GGUFModel", "GGUFTensor", "check_header", "file_type_name", "load_gguf",
+           "model_info"]
 
 HASHED_TENSOR_BYTES = 1 << 20
 
@@ -109,7 +95,7 @@ class GGUFModel:
             file_name=self.path.name,
             path=str(self.path.resolve()),
             file_bytes=self.file_bytes,
-            content_hash=self.content_hash or content_hash(self),
+            content_hash=self.content_hash,
             architecture=self.architecture,
             parameter_count=self.parameter_count,
             quant_types=self.quant_types,
@@ -185,23 +171,17 @@ MAX_LAYERS = MAX_TENSORS
 """No more layers than tensors are read (models have a few hundred blocks)."""
 
 
-def layer_bound(header: GGUFHeader) -> int:
-    """The most layers ``header``'s file can hold (at least one tensor each)."""
-    if not header.tensors:
-        return MAX_LAYERS
-    header_bytes = min(header.data_offset, header.file_bytes)
-    return min(MAX_LAYERS, max(len(header.tensors), header_bytes // MIN_TENSOR_INFO_BYTES))
-
-
 def _checked_layers(header: GGUFHeader, keys: _Keys, tensors: Sequence[GGUFTensor]) -> int:
-    """The block count, refused above ``layer_bound`` before anything is built per layer."""
+    """The block count, refused above what the file can hold (at least one tensor a layer)
+    before anything is built per layer."""
     stated = keys.number(gguf.Keys.LLM.BLOCK_COUNT)
     n_layer = stated or _layer_count(tensors)
-    bound = layer_bound(header)
+    header_bytes = min(header.data_offset, header.file_bytes)
+    bound = (min(MAX_LAYERS, max(len(tensors), header_bytes // MIN_TENSOR_INFO_BYTES))
+             if tensors else MAX_LAYERS)
     if n_layer > bound:
         source = (f"its key {keys.name(gguf.Keys.LLM.BLOCK_COUNT)!r}" if stated
                   else "its tensor names (blk.N.*)")
-        header_bytes = min(header.data_offset, header.file_bytes)
         why = (f"each layer has at least one tensor; it lists {len(tensors)}, and its "
                f"{header_bytes}-byte header could list at most "
                f"{header_bytes // MIN_TENSOR_INFO_BYTES} tensor entries of "
@@ -236,11 +216,6 @@ def _hash(path: Path, n_bytes: int) -> str:
     return digest.hexdigest()
 
 
-def content_hash(model: GGUFModel) -> str:
-    """sha256 of the metadata region and the first MiB of tensor data (cheap to compute)."""
-    return _hash(model.path, min(model.file_bytes, model.data_offset + HASHED_TENSOR_BYTES))
-
-
 def _sliding_window(keys: _Keys, n_layer: int) -> SlidingWindow:
     pattern_key = keys.name(gguf.Keys.Attention.SLIDING_WINDOW_PATTERN)
     field = keys.field(gguf.Keys.Attention.SLIDING_WINDOW_PATTERN)
@@ -253,8 +228,7 @@ def _sliding_window(keys: _Keys, n_layer: int) -> SlidingWindow:
                    pattern_key, keys.name(gguf.Keys.Attention.SLIDING_WINDOW))
 
 
-def model_from_header(header: GGUFHeader, hashed: bool = True) -> GGUFModel:
-    """A ``GGUFModel`` from a validated header (``hashed``: compute the content hash)."""
+def model_from_header(header: GGUFHeader) -> GGUFModel:
     fields, tensors = header.fields, header.tensors
     arch_field = fields.get(gguf.Keys.General.ARCHITECTURE)
     arch = arch_field.value if arch_field is not None and isinstance(arch_field.value, str) \
@@ -276,35 +250,21 @@ def model_from_header(header: GGUFHeader, hashed: bool = True) -> GGUFModel:
     if vocab is None and embd is not None:
         vocab = embd.n_rows
     window = _sliding_window(keys, n_layer)
-    digest = None
-    if hashed:
-        digest = _hash(header.path, min(header.file_bytes,
-                                        header.data_offset + HASHED_TENSOR_BYTES))
+    digest = _hash(header.path, min(header.file_bytes, header.data_offset + HASHED_TENSOR_BYTES))
     return GGUFModel(
-        path=header.path,
-        file_bytes=header.file_bytes,
-        data_offset=header.data_offset,
-        architecture=arch,
-        name=keys.text(gguf.Keys.General.NAME),
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_head=n_head,
-        head_count_kv=head_count_kv,
-        key_length=key_length,
-        value_length=value_length,
-        context_length=keys.number(gguf.Keys.LLM.CONTEXT_LENGTH),
-        vocab_size=vocab,
+        path=header.path, file_bytes=header.file_bytes, data_offset=header.data_offset,
+        architecture=arch, name=keys.text(gguf.Keys.General.NAME),
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, head_count_kv=head_count_kv,
+        key_length=key_length, value_length=value_length,
+        context_length=keys.number(gguf.Keys.LLM.CONTEXT_LENGTH), vocab_size=vocab,
         expert_count=keys.number(gguf.Keys.LLM.EXPERT_COUNT) or 0,
         expert_used_count=keys.number(gguf.Keys.LLM.EXPERT_USED_COUNT) or 0,
         expert_shared_count=keys.number(gguf.Keys.LLM.EXPERT_SHARED_COUNT) or 0,
         file_type=keys.number(gguf.Keys.General.FILE_TYPE),
         is_mla=bool(keys.number(gguf.Keys.Attention.KEY_LENGTH_MLA)
                     and keys.number(gguf.Keys.Attention.VALUE_LENGTH_MLA)),
-        sliding_window=window.window,
-        tensors=tensors,
-        swa_layers=window.layers,
-        swa_source=window.source,
-        swa_notes=window.notes,
+        tensors=tensors, sliding_window=window.window, swa_layers=window.layers,
+        swa_source=window.source, swa_notes=window.notes,
         key_length_swa=keys.number(gguf.Keys.Attention.KEY_LENGTH_SWA),
         value_length_swa=keys.number(gguf.Keys.Attention.VALUE_LENGTH_SWA),
         content_hash=digest,

@@ -1,7 +1,4 @@
-"""The low-level pass over a GGUF header: a windowed cursor and the metadata walker.
-
-``gguf_header.read_header`` is the public entry point.
-"""
+"""The low-level pass over a GGUF header (``gguf_header.read_header`` is the entry point)."""
 
 from __future__ import annotations
 
@@ -135,10 +132,7 @@ class Cursor:
         return self.buf[i:i + n]
 
     def unpack(self, fmt: struct.Struct, what: str) -> tuple[Any, ...]:
-        self.need(fmt.size, what)
-        i = self.window(fmt.size)
-        self.pos += fmt.size
-        return fmt.unpack_from(self.buf, i)
+        return fmt.unpack(self.read(fmt.size, what))
 
     def u32(self, what: str) -> int:
         return int(self.unpack(self.u32_st, what)[0])

@@ -1,10 +1,8 @@
 """Hugging Face model folders: the safetensors tensor tables, config.json and identity.
 
-Only headers are read; weights count at the dtype the engine serves. Every file is read
-as a stranger's (``safe_files``: regular files only, capped by size; ``jsontext``: depth
-bounded) and held to the GGUF reader's rules: known dtypes, whole counts, shapes whose
-bytes the file holds. A refusal is one ``ModelFileError`` line naming the file, the key
-and the fix.
+Only headers are read, each as a stranger's file (regular, size-capped, depth-bounded JSON);
+weights count at the dtype the engine serves. A refusal is one ``ModelFileError`` line
+naming the file, the key and the fix.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ MAX_CONFIG_BYTES = 16 << 20
 MAX_INDEX_BYTES = 32 << 20
 """model.safetensors.index.json: ~100 bytes a tensor (the largest models: ~10 MB)."""
 MAX_JSON_VALUES = 1 << 21
-"""Values (counted by ``[``, ``{`` and ``,``) one JSON file may hold: ~10 a tensor entry;
-bounds what parsing costs (~70 bytes of Python a value) whatever the file's size."""
+"""Values (counted by ``[``, ``{`` and ``,``) one JSON file may hold: ~10 a tensor entry."""
 MAX_TENSORS = 1 << 18
 """Tensors of a whole folder (the largest MoE checkpoints list ~150k)."""
 MAX_SHARDS = 1 << 14
@@ -420,26 +417,19 @@ def hf_footprint(model: HFModel, depth_tokens: int = 0, *, weight_dtype: str | N
             expert_bytes = expert_bytes * used // count
             expert_params = expert_params * used // count
     kv_type = kv_dtype or weight_dtype or model.config_dtype or "F16"
-    per_layer = 2 * model.n_head_kv * model.head_dim * DTYPE_BYTES[kv_type]
     if depth_tokens > 0:
         per_position = round(hf_kv_bytes(model, depth_tokens, kv_type) / depth_tokens)
     else:
-        per_position = per_layer * model.n_layer
+        per_position = 2 * model.n_head_kv * model.head_dim * DTYPE_BYTES[kv_type] * model.n_layer
     if model.n_layer <= 0 or model.head_dim <= 0:
         warnings.append(f"{model.path.name}: config.json lacks num_hidden_layers or the head "
                         f"size; the KV cache was not counted")
     return Footprint(
-        architecture=model.architecture,
-        weights_bytes=dense_bytes + expert_bytes,
-        kv_bytes_per_position=per_position,
-        depth_tokens=depth_tokens,
-        kv_type=kv_type.lower(),
-        resident_bytes=sum(size(t) for t in model.tensors),
-        active_parameters=dense_params + expert_params,
-        total_parameters=model.parameter_count,
-        expert_count=count if saw_experts else 0,
-        experts_used=used if saw_experts else 0,
-        tied_output=tied,
-        warnings=tuple(warnings),
+        architecture=model.architecture, weights_bytes=dense_bytes + expert_bytes,
+        kv_bytes_per_position=per_position, depth_tokens=depth_tokens,
+        kv_type=kv_type.lower(), resident_bytes=sum(size(t) for t in model.tensors),
+        active_parameters=dense_params + expert_params, total_parameters=model.parameter_count,
+        expert_count=count if saw_experts else 0, experts_used=used if saw_experts else 0,
+        tied_output=tied, warnings=tuple(warnings),
     )
 

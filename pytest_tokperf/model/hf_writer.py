@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import shutil
-import tempfile
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pytest_tokperf.errors import ConfigError, ModelFileError
 from pytest_tokperf.model.spec import CHAT_TEMPLATE, ModelSpec
+from pytest_tokperf.model.writer import cache_once
 from pytest_tokperf.paths import models_dir
 from pytest_tokperf.results import Progress
 
@@ -251,33 +248,9 @@ def _write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def hf_cache_key(spec: ModelSpec) -> str:
-    return f"{spec.slug}-{spec.key}-hf{HF_WRITER_VERSION}"
-
-
 def cached_hf_model(spec: ModelSpec, progress: Progress | None = None) -> Path:
     """The folder for ``spec`` in the model cache, written once (atomically, under a lock)."""
     check_hf_spec(spec)
-    root = models_dir()
-    target = root / hf_cache_key(spec)
-    if (target / "model.safetensors").is_file():
-        return target
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with open(root / f"{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if (target / "model.safetensors").is_file():
-                return target
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-            try:
-                write_hf_model(spec, tmp, progress)
-                shutil.rmtree(target, ignore_errors=True)
-                os.replace(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    except OSError as exc:
-        raise ModelFileError(
-            f"cannot write the synthetic model to {str(root)!r} ({exc}); set "
-            f"PYTEST_TOKPERF_CACHE to a writable folder"
-        ) from exc
-    return target
+    target = models_dir() / f"{spec.slug}-{spec.key}-hf{HF_WRITER_VERSION}"
+    return cache_once(target, target / "model.safetensors",
+                      lambda path: write_hf_model(spec, path, progress))

@@ -1,7 +1,5 @@
-"""The shape of a synthetic model: ``ModelSpec``, its tensor plan, vocabulary and size.
-
-Pure values, no I/O; the vocabulary depends only on ``n_vocab``.
-"""
+"""The shape of a synthetic model: ``ModelSpec``, its tensor plan, vocabulary and size (pure
+values, no I/O)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 import gguf
 
@@ -21,8 +19,8 @@ from pytest_tokperf.errors import ConfigError
 
 Architecture = Literal["llama", "qwen2", "qwen3", "gemma", "qwen2moe", "qwen3moe"]
 TensorType = Literal["F16", "F32", "Q8_0"]
-ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "gemma", "qwen2moe", "qwen3moe")
-TENSOR_TYPES: tuple[str, ...] = ("F16", "F32", "Q8_0")
+ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
+TENSOR_TYPES: tuple[str, ...] = get_args(TensorType)
 MOE_ARCHITECTURES = frozenset({"qwen2moe", "qwen3moe"})
 WRITER_VERSION = 3
 """Bump when the bytes written for a spec change, so cached files are rewritten."""
@@ -257,7 +255,7 @@ def predicted_file_bytes(spec: ModelSpec) -> int:
 
 
 _LADDER: tuple[tuple[int, int, int, int, int], ...] = (
-    # (n_embd, n_ff, n_head, n_head_kv, n_vocab); 2048 is the feasibility doc's big-f16
+    # (n_embd, n_ff, n_head, n_head_kv, n_vocab)
     (2048, 5632, 32, 4, 32000),
     (1024, 2816, 16, 4, 32000),
     (512, 1536, 8, 4, 8192),
@@ -306,18 +304,11 @@ def draft_spec_for(spec: ModelSpec) -> ModelSpec:
     """A much smaller llama with the same vocabulary: a draft for speculative decoding."""
     n_embd = max(128, spec.n_embd // 4 // 64 * 64)
     n_head = max(2, n_embd // 64)
-    return ModelSpec(
-        n_layer=max(1, spec.n_layer // 4),
-        n_embd=n_embd,
-        n_ff=-(-int(n_embd * 2.75) // 32) * 32,
-        n_head=n_head,
-        n_head_kv=n_head,
-        n_vocab=spec.n_vocab,
-        tensor_type=spec.tensor_type,
-        context_length=spec.context_length,
-        seed=spec.seed + 1,
-        name=f"{spec.name}-draft",
-    )
+    return ModelSpec(n_layer=max(1, spec.n_layer // 4), n_embd=n_embd,
+                     n_ff=-(-int(n_embd * 2.75) // 32) * 32, n_head=n_head, n_head_kv=n_head,
+                     n_vocab=spec.n_vocab, tensor_type=spec.tensor_type,
+                     context_length=spec.context_length, seed=spec.seed + 1,
+                     name=f"{spec.name}-draft")
 
 
 TEST_MODEL = ModelSpec(n_layer=8, n_embd=512, n_ff=1536, n_head=8, n_head_kv=4,
@@ -326,7 +317,7 @@ TEST_MODEL = ModelSpec(n_layer=8, n_embd=512, n_ff=1536, n_head=8, n_head_kv=4,
 
 MAIN_MODEL = ModelSpec(n_layer=10, n_embd=2048, n_ff=5632, n_head=32, n_head_kv=4,
                        n_vocab=32000, name="tokperf-main")
-"""About 1.14 GB in F16 (the feasibility doc's big-f16): bandwidth-bound on a CPU."""
+"""About 1.14 GB in F16: bandwidth-bound on a CPU."""
 
 ENGINES_MODEL = ModelSpec(n_layer=4, n_embd=256, n_ff=704, n_head=4, n_head_kv=2,
                           n_vocab=4096, name="tokperf-engines")

@@ -1,7 +1,5 @@
-"""Refuse a draft model that llama-server could not pair with its target, before any start.
-
-llama.cpp's ``common_speculative_are_compatible`` on the GGUF metadata; failures are
-``ConfigError`` naming both files, the rule and the fix.
+"""Refuse a draft model that llama-server could not pair with its target, before any start
+(llama.cpp's ``common_speculative_are_compatible`` on the GGUF metadata).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -14,43 +16,22 @@ from pytest_tokperf.paths import models_dir
 from pytest_tokperf.errors import ModelFileError
 from pytest_tokperf.results import Progress
 from pytest_tokperf.model.spec import (
-    ARCHITECTURES,
     CHAT_TEMPLATE,
     MAIN_MODEL,
     SPECIAL_TOKENS,
-    TENSOR_TYPES,
     TEST_MODEL,
     ModelSpec,
     PlannedTensor,
     draft_spec_for,
-    parse_size,
-    predicted_file_bytes,
-    spec_for_size,
     tensor_plan,
     vocab_pieces,
 )
 
-__all__ = [
-    "ARCHITECTURES",
-    "MAIN_MODEL",
-    "TENSOR_TYPES",
-    "TEST_MODEL",
-    "ModelSpec",
-    "cached_model",
-    "draft_spec_for",
-    "model_cache_dir",
-    "parse_size",
-    "predicted_file_bytes",
-    "spec_for_size",
-    "tensor_plan",
-    "vocab_pieces",
-    "write_model",
-]
+__all__ = ["MAIN_MODEL", "TEST_MODEL", "cached_model", "draft_spec_for", "write_model"]
 
 _FILE_TYPE = {"F16": gguf.LlamaFileType.MOSTLY_F16, "F32": gguf.LlamaFileType.ALL_F32,
               "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 _CHUNK_ELEMENTS = 1 << 22
-
 
 
 def _add_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, pieces: tuple[str, ...]) -> None:
@@ -148,35 +129,40 @@ def write_model(spec: ModelSpec, path: str | Path, progress: Progress | None = N
     return path
 
 
-def model_cache_dir() -> Path:
-    return models_dir()
-
-
-def cached_model(spec: ModelSpec, progress: Progress | None = None) -> Path:
-    """The file for ``spec`` in the model cache, written once (atomically, under a lock)."""
-    folder = model_cache_dir()
-    target = folder / f"{spec.slug}-{spec.key}.gguf"
-    if target.is_file():
+def cache_once(target: Path, made: Path, write: Callable[[Path], object]) -> Path:
+    """``target`` in the model cache, made once: ``write`` fills a scratch path beside it,
+    moved in whole under a lock; ``made`` is the file that exists once ``target`` does."""
+    folder = target.parent
+    if made.is_file():
         return target
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{target.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if target.is_file():
+            if made.is_file():
                 return target
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-            os.close(fd)
-            tmp = Path(tmp_name)
+            scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=folder))
             try:
-                if progress is not None:
-                    progress(f"writing synthetic model {target.name} ...")
-                write_model(spec, tmp, progress)
-                os.replace(tmp, target)
+                write(scratch / target.name)
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(scratch / target.name, target)
             finally:
-                tmp.unlink(missing_ok=True)
+                shutil.rmtree(scratch, ignore_errors=True)
     except OSError as exc:
         raise ModelFileError(
             f"cannot write the synthetic model to {str(folder)!r} ({exc}); set "
             f"PYTEST_TOKPERF_CACHE to a writable folder"
         ) from exc
     return target
+
+
+def cached_model(spec: ModelSpec, progress: Progress | None = None) -> Path:
+    """The file for ``spec`` in the model cache, written once (atomically, under a lock)."""
+    target = models_dir() / f"{spec.slug}-{spec.key}.gguf"
+
+    def write(path: Path) -> None:
+        if progress is not None:
+            progress(f"writing synthetic model {target.name} ...")
+        write_model(spec, path, progress)
+
+    return cache_once(target, target, write)

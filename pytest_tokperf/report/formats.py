@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.jsontext import dumps
+from pytest_tokperf.jsontext import dumps, finite
 from pytest_tokperf.report.report_data import (
     Percentiles,
     RepetitionFigures,
@@ -269,76 +269,46 @@ def write_markdown(
     return Path(path)
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+_RESULT_FIELDS = (
+    "test_id", "series_key", "run_id", "created_at", "engine_name", "engine_version",
+    "engine_build", "hardware_name", "model_file_name", "prompt_tokens", "generate_tokens",
+    "depth_tokens", "cached_prefix_tokens", "chat", "draft_model", "mean_decode_depth_tokens",
+    "concurrency", "repetitions", "ttft_s", "prefill_tokens_per_s", "decode_tokens_per_s",
+    "decode_tokens_per_s_stdev", "engine_decode_tokens_per_s", "decode_source",
+    "decode_agreement")
+_RESULT_FIGURES = ("ceiling_decode_tokens_per_s", "efficiency", "chars_per_s",
+                   "aggregate_tokens_per_s", "requests_per_s", "ttft_bound_s")
+_SAMPLE_FIELDS = ("round_index", "ttft_s", "prefill_tokens_per_s",
+                  "engine_prefill_tokens_per_s", "decode_tokens_per_s",
+                  "engine_decode_tokens_per_s", "prompt_tokens", "generated_tokens")
+_CHANGE_FIELDS = ("test_id", "series_key", "metric", "verdict", "relative_change", "ci_low",
+                  "ci_high", "p_value", "baseline", "current", "reason")
+
+
+def _fields(value: object, names: Sequence[str]) -> dict[str, Any]:
+    """``value``'s attributes by name, a non-finite number as None."""
+    return {name: finite(getattr(value, name)) for name in names}
 
 
 def result_json(fig: ResultFigures) -> dict[str, Any]:
     """One result with stable, unit-named keys."""
-    return {
-        "test_id": fig.test_id,
-        "series_key": fig.series_key,
-        "run_id": fig.run_id,
-        "created_at": fig.created_at,
-        "engine_name": fig.engine_name,
-        "engine_version": fig.engine_version,
-        "engine_build": fig.engine_build,
-        "hardware_name": fig.hardware_name,
-        "model_file_name": fig.model_file_name,
-        "prompt_tokens": fig.prompt_tokens,
-        "generate_tokens": fig.generate_tokens,
-        "depth_tokens": fig.depth_tokens,
-        "cached_prefix_tokens": fig.cached_prefix_tokens,
-        "chat": fig.chat,
-        "draft_model": fig.draft_model,
-        "mean_decode_depth_tokens": fig.mean_decode_depth_tokens,
-        "concurrency": fig.concurrency,
-        "repetitions": fig.repetitions,
-        "ttft_s": _finite(fig.ttft_s),
-        "prefill_tokens_per_s": _finite(fig.prefill_tokens_per_s),
-        "decode_tokens_per_s": _finite(fig.decode_tokens_per_s),
-        "decode_tokens_per_s_stdev": _finite(fig.decode_tokens_per_s_stdev),
-        "engine_decode_tokens_per_s": _finite(fig.engine_decode_tokens_per_s),
-        "decode_source": fig.decode_source,
-        "decode_agreement": _finite(fig.decode_agreement),
-        **_percentiles_json("ttft", fig.ttft),
-        **_percentiles_json("inter_token", fig.inter_token),
-        "ceiling_decode_tokens_per_s": _finite(fig.ceiling_decode_tokens_per_s),
-        "efficiency": _finite(fig.efficiency),
-        "chars_per_s": _finite(fig.chars_per_s),
-        "aggregate_tokens_per_s": _finite(fig.aggregate_tokens_per_s),
-        "requests_per_s": _finite(fig.requests_per_s),
-        "ttft_bound_s": _finite(fig.ttft_bound_s),
-        "verdict": fig.verdict,
-        "gate": fig.gate or None,
-        "warnings": list(fig.warnings),
-        "machine_load": load_json(fig.machine_load),
-        "samples": [sample_json(i, s) for i, s in enumerate(fig.samples)],
-    }
+    return {**_fields(fig, _RESULT_FIELDS), **_percentiles_json("ttft", fig.ttft),
+            **_percentiles_json("inter_token", fig.inter_token),
+            **_fields(fig, _RESULT_FIGURES), "verdict": fig.verdict, "gate": fig.gate or None,
+            "warnings": list(fig.warnings), "machine_load": load_json(fig.machine_load),
+            "samples": [sample_json(i, s) for i, s in enumerate(fig.samples)]}
 
 
 def _percentiles_json(figure: str, values: Percentiles | None) -> dict[str, float | None]:
     """``{figure}_p50_s``, ``_p90_s``, ``_p99_s``: null where none are stored."""
-    return {f"{figure}_p{q}_s": None if values is None else _finite(v)
+    return {f"{figure}_p{q}_s": None if values is None else finite(v)
             for q, v in zip((50, 90, 99), values or (None, None, None), strict=True)}
 
 
 def sample_json(index: int, sample: RepetitionFigures) -> dict[str, Any]:
     """One repetition's raw figures (``repetition`` counts from 0, in the order measured)."""
-    return {
-        "repetition": index,
-        "round_index": sample.round_index,
-        "ttft_s": _finite(sample.ttft_s),
-        "prefill_tokens_per_s": _finite(sample.prefill_tokens_per_s),
-        "engine_prefill_tokens_per_s": _finite(sample.engine_prefill_tokens_per_s),
-        "decode_tokens_per_s": _finite(sample.decode_tokens_per_s),
-        "engine_decode_tokens_per_s": _finite(sample.engine_decode_tokens_per_s),
-        "prompt_tokens": sample.prompt_tokens,
-        "generated_tokens": sample.generated_tokens,
-        **_percentiles_json("inter_token", sample.inter_token),
-    }
+    return {"repetition": index, **_fields(sample, _SAMPLE_FIELDS),
+            **_percentiles_json("inter_token", sample.inter_token)}
 
 
 def load_json(load: MachineLoad | None) -> dict[str, Any] | str | None:
@@ -347,24 +317,11 @@ def load_json(load: MachineLoad | None) -> dict[str, Any] | str | None:
         return None
     if not load.known:
         return "unknown"
-    return {**{k: _finite(v) for k, v in asdict(load).items()},
-            "others_cpus": load.others_cpus, "loaded": load.loaded}
+    return {**finite(asdict(load)), "others_cpus": load.others_cpus, "loaded": load.loaded}
 
 
 def change_json(change: SeriesChange) -> dict[str, Any]:
-    return {
-        "test_id": change.test_id,
-        "series_key": change.series_key,
-        "metric": change.metric,
-        "verdict": change.verdict,
-        "relative_change": _finite(change.relative_change),
-        "ci_low": _finite(change.ci_low),
-        "ci_high": _finite(change.ci_high),
-        "p_value": _finite(change.p_value),
-        "baseline": change.baseline,
-        "current": change.current,
-        "reason": change.reason,
-    }
+    return _fields(change, _CHANGE_FIELDS)
 
 
 def report_json(
@@ -446,9 +403,6 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
         return {"engine": r.engine.name, "build": r.engine.build, "url": r.engine.base_url,
                 "model": model_name(r.engine)}
 
-    def number(x: float) -> float | None:
-        return x if math.isfinite(x) else None
-
     return {"schema": AB_SCHEMA, "ab": [{
         "test_id": test_id,
         "workload": asdict(ab.candidate.workload),
@@ -461,8 +415,8 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
                    for i, (b, c) in enumerate(ab.rounds)],
         "sequential": ab.sequential,
         "verdicts": [{"metric": v.metric, "verdict": v.verdict,
-                      "change": number(v.relative_change), "ci_low": number(v.ci_low),
-                      "ci_high": number(v.ci_high), "confidence": v.confidence,
+                      "change": finite(v.relative_change), "ci_low": finite(v.ci_low),
+                      "ci_high": finite(v.ci_high), "confidence": v.confidence,
                       "reason": v.reason} for v in ab.verdicts],
         "changed": ab.changed,
         "models_differ": ab.models_differ,

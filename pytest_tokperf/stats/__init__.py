@@ -12,18 +12,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _PUBLIC: dict[str, str] = {
-    "compare": "pytest_tokperf.stats.comparing",
-    "compare_many": "pytest_tokperf.stats.comparing",
+    **dict.fromkeys(("compare", "compare_many"), "pytest_tokperf.stats.comparing"),
     "judge_history": "pytest_tokperf.stats.drift",
     "judge_family": "pytest_tokperf.stats.family",
     "change_points": "pytest_tokperf.stats.changepoints",
     "noise": "pytest_tokperf.stats.calibration",
-    "Comparison": "pytest_tokperf.stats.verdict",
-    "Outcome": "pytest_tokperf.stats.verdict",
-    "Metric": "pytest_tokperf.stats.metric",
-    "DECODE": "pytest_tokperf.stats.metric",
-    "PREFILL": "pytest_tokperf.stats.metric",
-    "TTFT": "pytest_tokperf.stats.metric",
+    **dict.fromkeys(("Comparison", "Outcome"), "pytest_tokperf.stats.verdict"),
+    **dict.fromkeys(("Metric", "DECODE", "PREFILL", "TTFT"), "pytest_tokperf.stats.metric"),
 }
 
 __all__ = sorted(_PUBLIC)
@@ -31,18 +26,12 @@ __all__ = sorted(_PUBLIC)
 if TYPE_CHECKING:  # the same names as _PUBLIC (tests/package/test_public_api.py checks)
     from pytest_tokperf.stats.calibration import noise as noise
     from pytest_tokperf.stats.changepoints import change_points as change_points
-    from pytest_tokperf.stats.comparing import compare as compare
-    from pytest_tokperf.stats.comparing import compare_many as compare_many
+    from pytest_tokperf.stats.comparing import compare as compare, compare_many as compare_many
     from pytest_tokperf.stats.drift import judge_history as judge_history
     from pytest_tokperf.stats.family import judge_family as judge_family
-    from pytest_tokperf.stats.metric import (
-        DECODE as DECODE,
-        PREFILL as PREFILL,
-        TTFT as TTFT,
-        Metric as Metric,
-    )
-    from pytest_tokperf.stats.verdict import Comparison as Comparison
-    from pytest_tokperf.stats.verdict import Outcome as Outcome
+    from pytest_tokperf.stats.metric import DECODE as DECODE, PREFILL as PREFILL, TTFT as TTFT
+    from pytest_tokperf.stats.metric import Metric as Metric
+    from pytest_tokperf.stats.verdict import Comparison as Comparison, Outcome as Outcome
 
 
 def __getattr__(name: str) -> Any:

@@ -26,8 +26,7 @@ class NoiseEstimate:
 
 
 def noise(samples_by_version: Sequence[Sequence[float]]) -> NoiseEstimate:
-    """Pooled robust CV from the within-version pairwise log differences (stall-resistant).
-    Versions with one sample carry no spread and count only in ``n_samples``."""
+    """Pooled robust CV of within-version log differences; lone samples count in ``n_samples``."""
     diffs: list[np.ndarray] = []
     used = total = 0
     for v, samples in enumerate(samples_by_version):
@@ -45,24 +44,17 @@ def noise(samples_by_version: Sequence[Sequence[float]]) -> NoiseEstimate:
     return NoiseEstimate(cv=cv, n_versions=used, n_samples=total)
 
 
-def detectable_change(
-    cv: float, n: int, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
-    *, n_baseline: int | None = None, versions: int = 1,
-) -> float:
+def detectable_change(cv: float, n: int, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
+                      *, n_baseline: int | None = None, versions: int = 1) -> float:
     """Smallest relative change caught with probability ``power`` at ``alpha`` (two-sided t
     on logs, ``n`` a side, log-sd ``cv``)."""
     nb = n if n_baseline is None else n_baseline
-    _check(alpha, power)
-    if not (cv >= 0 and math.isfinite(cv)):
-        raise ConfigError(f"cv is {cv!r}: give a finite spread >= 0, e.g. 0.02 for 2%")
+    _check(alpha, power, cv)
     if n < 2 or nb < 2:
         raise ConfigError(f"repetitions are {n!r} and {nb!r}: a spread needs at least 2 a side")
     if versions < 1 or versions > nb:
         raise ConfigError(f"versions is {versions!r}: give 1 to {nb} (the baseline samples)")
-    if cv == 0:
-        return 0.0
-    df = n + nb - 1 - versions
-    return math.expm1(_ncp(df, alpha, power) * cv * math.sqrt(1 / n + 1 / nb))
+    return 0.0 if cv == 0 else math.expm1(_log_detectable(cv, n, nb, versions, alpha, power))
 
 
 def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> float:
@@ -73,38 +65,32 @@ def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 
     return math.expm1(min(700.0, _ncp(shift.df, alpha / shift.tests, power) * shift.std_error))
 
 
-def repetitions_needed(
-    cv: float, change: float, alpha: float = DEFAULT_ALPHA, power: float = 0.8,
-    *, versions: int = 1,
-) -> int:
+def repetitions_needed(cv: float, change: float, alpha: float = DEFAULT_ALPHA,
+                       power: float = 0.8, *, versions: int = 1) -> int:
     """Fewest repetitions per version for ``detectable_change`` to reach ``change``."""
     if not change > 0:
         raise ConfigError(f"change is {change!r}: give a relative change > 0, e.g. 0.05")
-    _check(alpha, power)
-    if not (cv >= 0 and math.isfinite(cv)):
-        raise ConfigError(f"cv is {cv!r}: give a finite spread >= 0, e.g. 0.02 for 2%")
+    _check(alpha, power, cv)
     if versions < 1:
         raise ConfigError(f"versions is {versions!r}: give at least 1")
     target = math.log1p(change)
     lo, hi = 2, 2
-    while _log_detectable(cv, hi, versions, alpha, power) > target:
+    while _log_detectable(cv, hi, versions * hi, versions, alpha, power) > target:
         lo, hi = hi + 1, hi * 2
         if hi > _MAX_REPS:
             raise ConfigError(f"a {change:.2%} change at CV {cv:.2%} needs over a million "
                               "repetitions; accept a larger minimum effect")
     while lo < hi:
         mid = (lo + hi) // 2
-        if _log_detectable(cv, mid, versions, alpha, power) <= target:
+        if _log_detectable(cv, mid, versions * mid, versions, alpha, power) <= target:
             hi = mid
         else:
             lo = mid + 1
     return hi
 
 
-def format_noise(
-    metric: Metric, estimate: NoiseEstimate | float, n: int,
-    alpha: float = DEFAULT_ALPHA, power: float = 0.8,
-) -> str:
+def format_noise(metric: Metric, estimate: NoiseEstimate | float, n: int,
+                 alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> str:
     """One line: the series' noise, what ``n`` repetitions resolve, and what to do."""
     cv = estimate.cv if isinstance(estimate, NoiseEstimate) else estimate
     d = detectable_change(cv, n, alpha, power)
@@ -115,8 +101,8 @@ def format_noise(
     return head + f"; add reps for finer ({need} resolve {metric.min_effect:.0%})"
 
 
-def _log_detectable(cv: float, n: int, versions: int, alpha: float, power: float) -> float:
-    nb = versions * n
+def _log_detectable(cv: float, n: int, nb: int, versions: int, alpha: float,
+                    power: float) -> float:
     return _ncp(n + nb - 1 - versions, alpha, power) * cv * math.sqrt(1 / n + 1 / nb)
 
 
@@ -126,7 +112,9 @@ def _ncp(df: float, alpha: float, power: float) -> float:
     return float(special.nctdtrinc(df, 1 - power, crit))
 
 
-def _check(alpha: float, power: float) -> None:
+def _check(alpha: float, power: float, cv: float = 0.0) -> None:
     for name, value in (("alpha", alpha), ("power", power)):
         if not 0 < value < 1:
             raise ConfigError(f"{name} is {value!r}: give a probability between 0 and 1")
+    if not (cv >= 0 and math.isfinite(cv)):
+        raise ConfigError(f"cv is {cv!r}: give a finite spread >= 0, e.g. 0.02 for 2%")

@@ -1,7 +1,5 @@
-"""Where did a series' level step, and what changed there?
-
-Binary segmentation over builds, Bonferroni over the splits (docs/design.md, "How a verdict is reached").
-"""
+"""Where a series' level stepped and what changed there: binary segmentation over builds,
+Bonferroni over the splits (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -64,13 +62,10 @@ class _Split:
     p_adjusted: float
 
 
-def change_points(
-    history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA,
-    probes: Sequence[float | None] = (),
-) -> list[ChangePoint]:
-    """Steps in ``history`` (oldest first) that are significant and reach ``min_effect``;
-    ``probes`` (each point's bandwidth probe, bytes/s) leave out a step that goes the way
-    the machine's memory went across it (``stats.moved``)."""
+def change_points(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA,
+                  probes: Sequence[float | None] = ()) -> list[ChangePoint]:
+    """Significant steps of ``history`` (oldest first) reaching ``min_effect``, less those going
+    the way the memory went (``probes``: each point's bandwidth, bytes/s; ``stats.moved``)."""
     from pytest_tokperf.stats.moved import moved_together
 
     check_level(alpha, "alpha")
@@ -116,10 +111,8 @@ def change_points(
     return found
 
 
-def settled_baseline(
-    history: Sequence[Point], metric: Metric, *, window: int = HISTORY_WINDOW,
-    alpha: float = DEFAULT_ALPHA,
-) -> list[Point]:
+def settled_baseline(history: Sequence[Point], metric: Metric, *, window: int = HISTORY_WINDOW,
+                     alpha: float = DEFAULT_ALPHA) -> list[Point]:
     """The last ``window`` versions since the latest significant step of any size."""
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
@@ -140,14 +133,10 @@ def segments(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _slow(metric: Metric) -> int:
-    return -1 if metric.higher_is_better else 1
-
-
 def _without_stalls(history: Sequence[Point], metric: Metric
                     ) -> tuple[Groups, tuple[SetAside, ...]]:
     """Stalls set aside, each run measured from its own median (a run is a session)."""
-    return set_aside_stalls(_logs(history, metric), _slow(metric))
+    return set_aside_stalls(_logs(history, metric), metric.slow)
 
 
 def _logs(history: Sequence[Point], metric: Metric) -> Groups:
@@ -257,8 +246,7 @@ def _segment(levels: _Levels, alpha: float) -> list[_Split]:
     return sorted(found, key=lambda s: s.index)
 
 
-def _changed(
-    before: Mapping[str, str], after: Mapping[str, str]
-) -> dict[str, tuple[str | None, str | None]]:
+def _changed(before: Mapping[str, str], after: Mapping[str, str]
+             ) -> dict[str, tuple[str | None, str | None]]:
     keys = [*before, *(k for k in after if k not in before)]
     return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}

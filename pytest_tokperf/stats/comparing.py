@@ -1,7 +1,5 @@
-"""Regression statistics: is a series slower, faster, unchanged, or too noisy to say?
-
-Everything works on log values, so a change is a ratio (``-0.07`` is 7% lower).
-"""
+"""Is a series slower, faster, unchanged, or too noisy to say? Everything works on log
+values, so a change is a ratio (``-0.07`` is 7% lower)."""
 
 from __future__ import annotations
 
@@ -12,19 +10,14 @@ from typing import TypeVar, Union
 import numpy as np
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.family import Correction, benjamini_hochberg, judge_family
-from pytest_tokperf.stats.metric import (
-    DECODE, DEFAULT_ALPHA, EFFICIENCY, PREFILL, TTFT, Metric, check_level,
-)
+from pytest_tokperf.stats.family import Correction, judge_family
+from pytest_tokperf.stats.metric import DECODE, DEFAULT_ALPHA, PREFILL, TTFT, Metric, check_level
 from pytest_tokperf.stats.nested import shift_between
 from pytest_tokperf.stats.shifts import Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, Outcome, judge
 
-__all__ = [
-    "DECODE", "DEFAULT_ALPHA", "EFFICIENCY", "PREFILL", "TTFT", "Comparison", "Metric",
-    "Outcome", "Shift", "benjamini_hochberg", "compare", "compare_many", "judge",
-    "log_samples", "measure_shift",
-]
+__all__ = ["DECODE", "PREFILL", "TTFT", "Comparison", "Metric", "Outcome", "compare",
+           "compare_many", "measure_shift"]
 
 Baseline = Union[Sequence[float], Sequence[Sequence[float]]]
 """One session's samples, or a list of per-session sample lists (one stored run each)."""
@@ -33,16 +26,9 @@ Spread = Sequence[Sequence[Sequence[float]]]
 K = TypeVar("K", bound=Hashable)
 
 
-def compare(
-    baseline: Baseline,
-    current: Baseline,
-    metric: Metric,
-    *,
-    alpha: float = DEFAULT_ALPHA,
-    min_samples: int = 3,
-    spread: Spread = (),
-    trend: bool = False,
-) -> Comparison:
+def compare(baseline: Baseline, current: Baseline, metric: Metric, *,
+            alpha: float = DEFAULT_ALPHA, min_samples: int = 3, spread: Spread = (),
+            trend: bool = False) -> Comparison:
     """Judge ``current`` against ``baseline``, each a list of samples or of per-session
     lists. ``spread``: other builds' sessions for the spread only; ``trend``: around a
     line. Bad samples raise ``ConfigError`` naming value and position."""
@@ -52,7 +38,7 @@ def compare(
     if scarce is not None:
         return scarce
     extra = _spread(spread, metric)
-    return judge(shift_between(groups, cur, _slow(metric), extra, trend=trend), metric,
+    return judge(shift_between(groups, cur, metric.slow, extra, trend=trend), metric,
                  alpha=alpha)
 
 
@@ -62,19 +48,13 @@ def measure_shift(baseline: Baseline, current: Baseline, metric: Metric, *,
     groups, cur = _prepare(baseline, current, metric)
     if sum(len(g) for g in groups) < 2 or sum(len(c) for c in cur) < 2:
         raise ConfigError(f"{metric.name}: a shift needs at least 2 samples on each side")
-    return shift_between(groups, cur, _slow(metric), _spread(spread, metric), trend=trend)
+    return shift_between(groups, cur, metric.slow, _spread(spread, metric), trend=trend)
 
 
-def compare_many(
-    baseline: Mapping[K, Baseline],
-    current: Mapping[K, Baseline],
-    metric: Metric | Mapping[K, Metric],
-    *,
-    alpha: float = DEFAULT_ALPHA,
-    min_samples: int = 3,
-    correction: Correction = "holm",
-    spread: Mapping[K, Spread] | None = None,
-) -> dict[K, Comparison]:
+def compare_many(baseline: Mapping[K, Baseline], current: Mapping[K, Baseline],
+                 metric: Metric | Mapping[K, Metric], *, alpha: float = DEFAULT_ALPHA,
+                 min_samples: int = 3, correction: Correction = "holm",
+                 spread: Mapping[K, Spread] | None = None) -> dict[K, Comparison]:
     """``compare`` for many series, then ``judge_family`` over all of them at ``alpha``.
     Both mappings must have the same keys (else ``ConfigError`` naming the odd ones);
     ``metric`` is one metric for all or one per key; ``spread`` as in ``compare``."""
@@ -88,15 +68,12 @@ def compare_many(
         )
     single = {}
     for key in current:
-        met = metric if isinstance(metric, Metric) else _metric_for(metric, key)
+        if not isinstance(metric, Metric) and key not in metric:
+            raise ConfigError(f"no metric given for series {key!r}")
+        met = metric if isinstance(metric, Metric) else metric[key]
         single[key] = compare(baseline[key], current[key], met, alpha=alpha,
                               min_samples=min_samples, spread=(spread or {}).get(key, ()))
     return judge_family(single, alpha=alpha, method=correction).comparisons
-
-
-def _slow(metric: Metric) -> int:
-    """The sign of a stall in log units: lower tok/s, longer seconds."""
-    return -1 if metric.higher_is_better else 1
 
 
 def _check(alpha: float, min_samples: int) -> None:
@@ -105,9 +82,8 @@ def _check(alpha: float, min_samples: int) -> None:
         raise ConfigError(f"min_samples is {min_samples!r}: a spread needs at least 2")
 
 
-def _prepare(
-    baseline: Baseline, current: Baseline, metric: Metric
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _prepare(baseline: Baseline, current: Baseline, metric: Metric
+             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return (_sessions(baseline, f"{metric.name} baseline", metric),
             _sessions(current, f"{metric.name} current", metric))
 
@@ -136,10 +112,8 @@ def _spread(spread: Spread, metric: Metric) -> list[list[np.ndarray]]:
              for i, s in enumerate(group) if len(s)] for g, group in enumerate(spread)]
 
 
-def _scarce(
-    groups: list[np.ndarray], cur: list[np.ndarray], metric: Metric, min_samples: int,
-    alpha: float,
-) -> Comparison | None:
+def _scarce(groups: list[np.ndarray], cur: list[np.ndarray], metric: Metric, min_samples: int,
+            alpha: float) -> Comparison | None:
     nb, nc = sum(len(g) for g in groups), sum(len(c) for c in cur)
     if nb >= min_samples and nc >= min_samples:
         return None
@@ -151,10 +125,3 @@ def _scarce(
                 f"need at least {min_samples} on each side"),
         min_effect=metric.min_effect, higher_is_better=metric.higher_is_better,
     )
-
-
-def _metric_for(metrics: Mapping[K, Metric], key: K) -> Metric:
-    if key not in metrics:
-        raise ConfigError(f"no metric given for series {key!r}")
-    return metrics[key]
-

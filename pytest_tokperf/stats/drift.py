@@ -1,7 +1,5 @@
-"""A new result against its history: the settled level, the accepted level, the phases.
-
-Step and drift comparisons, each at ``alpha / 2`` (docs/design.md, "How a verdict is reached").
-"""
+"""A new result against its history's settled and accepted levels: step and drift
+comparisons, each at ``alpha / 2`` (docs/design.md, "How a verdict is reached")."""
 
 from __future__ import annotations
 
@@ -13,22 +11,12 @@ from typing import Literal
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift
 from pytest_tokperf.stats.changepoints import (
-    HISTORY_WINDOW,
-    MIN_SIZE,
-    Point,
-    change_points,
-    segments,
+    HISTORY_WINDOW, MIN_SIZE, Point, change_points, segments,
 )
 from pytest_tokperf.stats.comparing import compare, measure_shift
 from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA,
-    Metric,
-    check_level,
-    interval_text,
-    pct,
-    resolved,
+    DEFAULT_ALPHA, Metric, check_level, interval_text, pct, resolved,
 )
-from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import Comparison, judge, phase_figures
 
 REFERENCE_RUNS = 3
@@ -39,8 +27,7 @@ LOOKS = 2
 
 @dataclass(frozen=True, slots=True)
 class HistoryJudgement:
-    """A result judged against its history: the verdict (``judged`` says whose), ``step``
-    and ``drift`` (None for a short history)."""
+    """A result against its history: the verdict, ``step``, ``drift`` (None: short history)."""
 
     comparison: Comparison
     step: Comparison
@@ -50,11 +37,9 @@ class HistoryJudgement:
     judged: Literal["step", "drift"]
 
 
-def judge_history(
-    history: Sequence[Point], current: Sequence[float], metric: Metric, *,
-    alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW, min_samples: int = 3,
-    current_version: str | None = None,
-) -> HistoryJudgement:
+def judge_history(history: Sequence[Point], current: Sequence[float], metric: Metric, *,
+                  alpha: float = DEFAULT_ALPHA, window: int = HISTORY_WINDOW,
+                  min_samples: int = 3, current_version: str | None = None) -> HistoryJudgement:
     """The gate: ``current`` against the settled and accepted levels of ``history``."""
     check_level(alpha, "alpha")
     if window < 1:
@@ -144,10 +129,7 @@ def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAU
 
 def _corrected(c: Comparison, metric: Metric, alpha: float) -> Comparison:
     """``c`` re-read at ``alpha / LOOKS`` (its shift carries the correction)."""
-    if c.shift is None:
-        return c
-    shift: Shift = replace(c.shift, tests=LOOKS)
-    return judge(shift, metric, alpha=alpha)
+    return c if c.shift is None else judge(replace(c.shift, tests=LOOKS), metric, alpha=alpha)
 
 
 def _cut(cuts: Sequence[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:

@@ -1,7 +1,5 @@
-"""A session judged as one family: Holm's step-down, or Benjamini-Hochberg on request.
-
-A correction never turns a verdict into a flag.
-"""
+"""A session judged as one family: Holm's step-down, or Benjamini-Hochberg on request; a
+correction never turns a verdict into a flag."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.metric import DEFAULT_ALPHA, check_level
-from pytest_tokperf.stats.metric import fmt_p
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, check_level, fmt_p
 from pytest_tokperf.stats.verdict import Comparison, judge
 
 Correction = Literal["holm", "bh"]
@@ -39,10 +36,8 @@ class FamilyVerdict(Generic[K]):
         return [k for k, c in self.comparisons.items() if c.verdict == "regression"]
 
 
-def judge_family(
-    comparisons: Mapping[K, Comparison], *, alpha: float = DEFAULT_ALPHA,
-    method: Correction = "holm",
-) -> FamilyVerdict[K]:
+def judge_family(comparisons: Mapping[K, Comparison], *, alpha: float = DEFAULT_ALPHA,
+                 method: Correction = "holm") -> FamilyVerdict[K]:
     """Re-judge a session's comparisons so the family's false flags stay <= alpha;
     ``method`` ``"holm"`` (default) or ``"bh"``; p NaN comes back unchanged."""
     check_level(alpha, "alpha")
@@ -118,7 +113,4 @@ def _levels(ps: list[float], alpha: float, method: Correction) -> tuple[list[flo
         return levels, passed
     keep = benjamini_hochberg(ps, alpha)
     r = sum(keep)
-    for i in range(k):
-        passed[i] = keep[i]
-        levels[i] = (r if keep[i] else r + 1) * alpha / k
-    return levels, passed
+    return [(r if kept else r + 1) * alpha / k for kept in keep], keep

@@ -1,5 +1,4 @@
-"""Samples grouped by version, kept as one flat array so per-version figures are a few
-numpy calls (a gate verdict against 20 stored runs stays at a millisecond or two)."""
+"""Samples grouped by version, one flat array: per-version figures are a few numpy calls."""
 
 from __future__ import annotations
 

@@ -29,11 +29,15 @@ class Metric:
                 "between 0 and 1, e.g. 0.05 for 5%"
             )
 
+    @property
+    def slow(self) -> int:
+        """The sign of a stall in log units: -1 for a rate, +1 for seconds."""
+        return -1 if self.higher_is_better else 1
+
 
 DECODE = Metric("decode", higher_is_better=True)
 PREFILL = Metric("prefill", higher_is_better=True)
 TTFT = Metric("ttft", higher_is_better=False)
-EFFICIENCY = Metric("efficiency", higher_is_better=True)
 AGGREGATE = Metric("aggregate", higher_is_better=True)
 """All concurrent streams' output tokens per second of a round's wall time."""
 

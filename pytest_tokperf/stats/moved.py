@@ -1,13 +1,8 @@
 """A flagged change that the machine's memory moved with: withheld, said so.
 
-Decode reads memory, so a machine whose read bandwidth changes between runs changes every
-engine's speed with it (the project's VMs sit at about 37 or 60 GB/s by the hour, and the
-main job's decode follows, ~31 against ~39 tok/s). A history whose runs all met one state
-cannot tell that from the engine: its spread between runs says nothing about the other
-state. Each result stores the bandwidth probed around it; where the current run's lies
-outside every baseline run's (by more than the probes' own spread) and the change goes the
-way the bandwidth went, the flag is withheld as "inconclusive" with both figures in the
-reason. A change against the bandwidth (slower on faster memory) keeps its flag.
+Decode reads memory: where the bandwidth probed around the current run lies outside every
+baseline run's and the change goes the way it went, the flag is withheld as "inconclusive"
+with both figures in the reason. A change against the bandwidth keeps its flag.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ from pytest_tokperf.hardware.units import format_bandwidth
 from pytest_tokperf.stats.verdict import Comparison
 
 PROBE_SPREAD = 0.15
-"""How far one probe may read from another in the same machine state: the project's
-probes within one state span 54-65 GB/s (db/runs/releases), the two states 37 and 60."""
+"""How far (relative) one probe may read from another in the same machine state."""
 MOVED_NOTE = "the machine's memory moved:"
 
 
@@ -58,8 +52,7 @@ def _span(probes: list[float]) -> str:
 def moved_verdict(comparison: Comparison, current: Sequence[float | None],
                   baseline: Sequence[float | None], spread: float = PROBE_SPREAD) -> Comparison:
     """``comparison`` withheld as inconclusive when it is a flag that goes the way the
-    bandwidth went from ``baseline``'s probes to every one of ``current``'s
-    (``moved_together``); unchanged otherwise."""
+    bandwidth went (``moved_together``); unchanged otherwise."""
     if comparison.verdict not in ("regression", "improvement"):
         return comparison
     way = moved_together(current, baseline, spread)

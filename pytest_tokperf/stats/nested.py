@@ -25,10 +25,8 @@ TIE = 1e-9
 Parts = dict[str, tuple[float, float, float]]  # name: (coefficient, estimate, df)
 
 
-def shift_between(
-    base: Sequence[np.ndarray], cur: Sequence[np.ndarray], slow: int = -1,
-    spread: Sequence[Sequence[np.ndarray]] = (), *, trend: bool = False,
-) -> Shift:
+def shift_between(base: Sequence[np.ndarray], cur: Sequence[np.ndarray], slow: int = -1,
+                  spread: Sequence[Sequence[np.ndarray]] = (), *, trend: bool = False) -> Shift:
     """The shift of ``cur`` over ``base`` sessions (log samples); ``spread`` groups inform
     the spreads only; ``trend`` measures them around a line."""
     k, l = len(base), len(cur)
@@ -46,7 +44,6 @@ def shift_between(
         d = float(means[is_c][0] - means[is_b][0])
         return Shift(d, 0.0, math.inf, nb, nc, "exact", 0.0, k, aside, math.nan, l)
     if _copied(n[is_b], df[is_b]) or _copied(n[is_c], df[is_c]):
-        # One side identical, the other varying: a copied figure has no precision to lend.
         d = float(means[is_c].mean() - means[is_b].mean())
         return Shift(d, math.nan, math.nan, nb, nc, "no spread", 0.0, k, aside, math.nan, l)
     s2, df_w, own = figures.s2, figures.df_w, figures.own
@@ -89,10 +86,9 @@ def shift_between(
                  l, math.sqrt(tau2) if df_between else math.nan, share, 1, disturbed)
 
 
-def _estimate(
-    tau2: float, side: np.ndarray, n: np.ndarray, means: np.ndarray, own: np.ndarray,
-    figures: Sessions, between: tuple[float, float, float, float] | None,
-) -> tuple[float, Parts, float]:
+def _estimate(tau2: float, side: np.ndarray, n: np.ndarray, means: np.ndarray, own: np.ndarray,
+              figures: Sessions, between: tuple[float, float, float, float] | None
+              ) -> tuple[float, Parts, float]:
     """Current minus baseline level, weighted by ``1 / (tau2 + sigma_s^2 / n_s)``, with its
     variance parts for Satterthwaite and the between-session share."""
     v = tau2 + own / n
@@ -141,12 +137,10 @@ class Sessions:
         n, means, ss, df = _sessions(kept)
         total_ss, total_df = float(ss.sum()), float(df.sum())
         rest_df = total_df - df
+        testable = (df > 0) & (rest_df > 0) & (total_ss - ss > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = (ss / df) / ((total_ss - ss) / rest_df)
-        testable = (df > 0) & (rest_df > 0) & (total_ss - ss > 0)
-        disturbed = np.zeros(len(n), dtype=bool)
-        for i in np.flatnonzero(testable & (ratio > 1)):
-            disturbed[i] = special.fdtrc(df[i], rest_df[i], ratio[i]) < NOISY_LEVEL
+            disturbed = testable & (ratio > 1) & (special.fdtrc(df, rest_df, ratio) < NOISY_LEVEL)
         if not df[~disturbed].sum():
             disturbed[:] = False
         df_w = float(df[~disturbed].sum())
@@ -165,8 +159,7 @@ def _sessions(kept: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     arrays = kept.arrays()
     n = np.array(kept.sizes, dtype=float)
     means = np.empty(len(arrays))
-    ss = np.zeros(len(arrays))
-    df = np.zeros(len(arrays))
+    ss, df = np.zeros(len(arrays)), np.zeros(len(arrays))
     for i, a in enumerate(arrays):
         if len(a) < 2 or float(np.ptp(a)) <= TIE:
             means[i] = float(a[0])  # identical repetitions: the value, not a float sum

@@ -1,10 +1,8 @@
 """Paired statistics for the same-run A/B: one log-ratio per pair, judged as a whole.
 
-Several server starts are pooled with a start level (``start_sd``); one start is allowed
-the same level, as it cannot measure its own. Pairs in a row get a serial allowance chosen
-from their own autocorrelation; stalled pairs that fall on both sides alike are set aside;
-an A/B that stopped on its own interval is judged with an anytime-valid interval. The rule
-and its figures: docs/design.md, lab/2026-12-05-paired-judge.md.
+Server starts are pooled with a start level (``start_sd``), pairs in a row get a serial
+allowance, stalls on both sides alike are set aside, and an A/B that stopped on its own
+interval gets an anytime-valid one. The rule: docs/design.md.
 """
 
 from __future__ import annotations
@@ -20,14 +18,7 @@ from scipy import stats as sps
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
 from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA,
-    START_SD,
-    Metric,
-    check_level,
-    fmt_p,
-    interval_text,
-    pct,
-    resolved,
+    DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p, interval_text, pct, resolved,
 )
 from pytest_tokperf.stats.shifts import STALL_MIN, STALL_SDS, Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, judge
@@ -45,8 +36,7 @@ PAIR_MAX_SET_ASIDE = 0.2
 """At most this share of the pairs is set aside as stalls; more is no stall but the level."""
 
 ONE_SIDED_P = 0.1
-"""Stalls that fall on one side more than chance allows (binomial p below this) are that
-build's own: kept and judged, never set aside."""
+"""Stalls on one side more than chance allows (binomial p below this) are kept and judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +70,6 @@ class Pairs:
     def starts(self) -> int:
         return len(set(self.blocks))
 
-    def block_means(self) -> list[float]:
-        return [float(np.mean(p.log_ratios)) for p in self.per_start()]
-
     def per_start(self) -> list[Pairs]:
         """One ``Pairs`` (a single block) for each server start, in the order first seen."""
         by: dict[int, list[float]] = {}
@@ -92,8 +79,7 @@ class Pairs:
 
 
 def _lag_one(x: np.ndarray) -> float:
-    """Lag-1 autocorrelation of centred ``x``, corrected for its small-sample bias
-    (Kendall: ``E[r] ~ rho - (1 + 3 rho) / n``) and kept within +-0.95."""
+    """Lag-1 autocorrelation of centred ``x``, bias-corrected (Kendall), within +-0.95."""
     gamma0 = float(x @ x)
     if not gamma0 > 0:
         return 0.0
@@ -104,8 +90,7 @@ def _lag_one(x: np.ndarray) -> float:
 
 def serial_factor(d: Sequence[float] | np.ndarray) -> float:
     """Variance inflation for pairs in a row (1 below ``SERIAL_MIN_PAIRS``): the larger of
-    a Newey-West estimate whose lag count is chosen from the data (Andrews' AR(1) plug-in
-    for the Bartlett kernel) and the AR(1) factor ``(1 + r) / (1 - r)`` itself."""
+    a Newey-West estimate (Andrews' lag plug-in) and the AR(1) factor ``(1 + r) / (1 - r)``."""
     x = np.asarray(d, dtype=float)
     n = len(x)
     if n < SERIAL_MIN_PAIRS:
@@ -126,9 +111,8 @@ def serial_factor(d: Sequence[float] | np.ndarray) -> float:
 
 @dataclass(frozen=True, slots=True)
 class PairStalls:
-    """What ``set_aside_stalled_pairs`` did: ``positions`` left out (pair indexes),
-    ``candidate_slow``/``control_slow`` counted by side, ``kept_one_sided`` true where
-    the stalls fell on one side and were kept as that build's own."""
+    """What ``set_aside_stalled_pairs`` did: pair indexes left out, stalls by side, and
+    ``kept_one_sided`` where they fell on one side and were kept."""
 
     positions: tuple[int, ...] = ()
     candidate_slow: int = 0
@@ -147,10 +131,8 @@ class PairStalls:
 
 
 def set_aside_stalled_pairs(pairs: Pairs) -> tuple[Pairs, PairStalls]:
-    """``pairs`` without the pairs one of whose sides stalled (the sessions' rule: at
-    least ``STALL_SDS`` robust SDs and 15% off the start's median log-ratio, at most
-    ``PAIR_MAX_SET_ASIDE`` of the pairs), unless the stalls fall on one side more often
-    than chance allows (``ONE_SIDED_P``): then they are kept and judged."""
+    """``pairs`` without those one of whose sides stalled (``STALL_SDS`` robust SDs and 15%
+    off the start's median, at most ``PAIR_MAX_SET_ASIDE``), unless one-sided (``ONE_SIDED_P``)."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     blocks = np.asarray(pairs.blocks)
     if len(d) < 2 * MIN_PAIRS:
@@ -178,10 +160,8 @@ def set_aside_stalled_pairs(pairs: Pairs) -> tuple[Pairs, PairStalls]:
 
 
 def anytime_half_width(sd: float, n: int, alpha: float, n_planned: int) -> float:
-    """Half-width of the two-sided normal-mixture confidence sequence for a mean of ``n``
-    pairs of SD ``sd`` (Robbins; Howard et al. 2021): it holds at every ``n`` at once, so
-    an A/B may stop whenever its interval looks narrow enough and keep its error rate. The
-    mixture is tuned to be tightest at ``n_planned`` pairs."""
+    """Half-width of the normal-mixture confidence sequence for a mean of ``n`` pairs of SD
+    ``sd``, valid at every ``n`` at once and tightest at ``n_planned`` (Howard et al. 2021)."""
     v = n * sd * sd
     log_a = math.log(1 / alpha)
     rho = max(1, n_planned) * sd * sd / (2 * log_a + math.log(1 + 2 * log_a))
@@ -194,9 +174,8 @@ START_BEYOND = 0.05
 
 @dataclass(frozen=True, slots=True)
 class StartLevel:
-    """How several starts were pooled: ``allowed`` is the log SD each start was widened by
-    (``floor``, or ``own`` where larger), ``own`` the DerSimonian-Laird estimate,
-    ``unit`` true where the starts set the df (p < ``START_BEYOND``)."""
+    """How starts were pooled: ``allowed`` log SD (``floor`` or ``own``, the larger), ``own``
+    the DerSimonian-Laird estimate, ``unit`` where the starts set the df."""
 
     allowed: float
     own: float
@@ -220,17 +199,15 @@ def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], 
 
 
 def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
-    """The shift behind the verdict: mean log-ratio, its SE and df (see the module doc);
-    ``start_sd`` is the level each server start is allowed (one start: added to the SE, as
-    it cannot be measured; several: pooled, or their own spread where larger)."""
+    """The shift behind the verdict: mean log-ratio, SE and df; ``start_sd``, the level each
+    server start is allowed (one start: added to the SE; several: pooled)."""
     return _shift_and_level(pairs, start_sd)[0]
 
 
 def _shift_and_level(pairs: Pairs, start_sd: float, sequential: int = 0
                      ) -> tuple[Shift, StartLevel | None]:
-    """``paired_shift`` and the ``StartLevel`` it pooled with, in one pass; ``sequential``
-    (the planned pair count of an A/B that could stop early) widens one start's SE to the
-    anytime-valid interval at ``SEQUENTIAL_ALPHA``."""
+    """``paired_shift`` and its ``StartLevel``; ``sequential`` (an early-stopping A/B's
+    planned pairs) widens one start's SE to the anytime-valid interval."""
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
@@ -242,16 +219,13 @@ def _shift_and_level(pairs: Pairs, start_sd: float, sequential: int = 0
         pair_sd = float(d.std(ddof=1))
         return replace(out, df=float(len(shifts) - 1) if level.unit else out.df,
                        noise_cv=pair_sd / math.sqrt(2)), level
-    if pairs.starts >= 2:
-        units = np.asarray(pairs.block_means())
-    else:
-        units = d
+    units = (np.asarray([np.mean(p.log_ratios) for p in pairs.per_start()])
+             if pairs.starts >= 2 else d)
     estimate = float(units.mean())
     if len(units) < 2:
         return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan), None
     sd = float(units.std(ddof=1))
     pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
-    # noise_cv: a side's own spread (two samples of n give sd_d^2 / n), serially widened
     inflate = serial_factor(d) if pairs.starts < 2 else 1.0
     noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
@@ -272,9 +246,8 @@ SEQUENTIAL_ALPHA = DEFAULT_ALPHA
 
 def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float = START_SD,
                 sequential: int = 0) -> Comparison:
-    """The verdict on one metric's pairs at ``alpha`` (``start_sd``: ``paired_shift``;
-    ``sequential``: the planned pair count of an A/B that may have stopped on its interval,
-    0 for a fixed count). Stalled pairs are set aside first (``set_aside_stalled_pairs``)."""
+    """The verdict on one metric's pairs at ``alpha``, stalls set aside first; ``sequential``:
+    the planned pair count of an A/B that may stop on its interval (0: a fixed count)."""
     check_level(alpha, "alpha")
     m = pairs.metric
     asked = pairs.n
@@ -291,7 +264,8 @@ def judge_pairs(pairs: Pairs, *, alpha: float = DEFAULT_ALPHA, start_sd: float =
     verdict = judge(shift, m, alpha=alpha)
     extra = stalls.text(asked) + (_SEQUENTIAL if sequential and pairs.starts < 2 else "")
     if verdict.verdict != "inconclusive" or shift.method == "no spread":
-        return replace(verdict, reason=verdict.reason + _over(pairs, level, start_sd) + extra)
+        over = f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs, level, start_sd)})"
+        return replace(verdict, reason=verdict.reason + over + extra)
     return replace(verdict, reason=_unsettled(pairs, level, shift, verdict, alpha, start_sd) + extra)
 
 
@@ -310,10 +284,6 @@ def _from_starts(pairs: Pairs, level: StartLevel | None, start_sd: float = START
            else f"{level.allowed:.1%} (their own spread: {level.own:.1%})")
     return (f" from {pairs.starts} server starts a side, each start allowed a level of its "
             f"own: {own}")
-
-
-def _over(pairs: Pairs, level: StartLevel | None, start_sd: float = START_SD) -> str:
-    return f" (paired over {pairs.n} ABBA pairs{_from_starts(pairs, level, start_sd)})"
 
 
 def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Comparison,
@@ -338,8 +308,7 @@ def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Co
 
 
 def _start_bound(shift: Shift, start_sd: float, alpha: float, m: float) -> bool:
-    """Whether the start level alone makes the interval wider than ``2 m``: no number of
-    pairs from this one start could give a verdict of unchanged."""
+    """Whether the start level alone makes the interval wider than ``2 m`` (never unchanged)."""
     t = float(special.stdtrit(max(shift.df, 1.0), 1 - alpha / 2))
     return 2 * t * start_sd >= 2 * math.log1p(m)
 
@@ -357,9 +326,8 @@ def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
 
 
 def sequential_interval(pairs: Pairs, planned: int, confidence: float = 0.95) -> float | None:
-    """Relative half-width of the pairs' anytime-valid interval of the ratio (stalls set
-    aside, no start level, serial allowance): what an adaptive A/B that plans ``planned``
-    pairs watches. None without spread."""
+    """Relative half-width of the pairs' anytime-valid interval (stalls set aside, no start
+    level) that an adaptive A/B planning ``planned`` pairs watches; None without spread."""
     kept = set_aside_stalled_pairs(pairs)[0]
     d = np.asarray(kept.log_ratios, dtype=float)
     if len(d) < 2:
@@ -392,9 +360,8 @@ def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Sh
 
 @dataclass(frozen=True, slots=True)
 class StartSpread:
-    """How much repeated A/B runs of one pair disagree beyond their pairs' error: Cochran's
-    Q, ``df``, ``p_value``, the DerSimonian-Laird ``sd`` and its upper 95% bound
-    ``sd_high`` (the level to allow)."""
+    """How repeated A/B runs disagree beyond their pairs' error: Cochran's Q, the
+    DerSimonian-Laird ``sd`` and its upper 95% bound ``sd_high`` (the level to allow)."""
 
     q: float
     df: int
@@ -418,8 +385,7 @@ def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
     used = [list(g) for g in groups if len(g) >= 2]
     if not used:
         return None
-    scale = 0.0
-    df = 0
+    scale, df = 0.0, 0
     for shifts in used:
         w = [1 / s.std_error ** 2 for s in shifts]
         scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)

@@ -1,7 +1,5 @@
-"""What a shift is, and the repetitions a comparison leaves out as stalls.
-
-A stall is judged inside its own session, and every session keeps a majority.
-"""
+"""What a shift is, and the repetitions a comparison leaves out as stalls: each judged
+inside its own session, every session keeping a majority."""
 
 from __future__ import annotations
 
@@ -113,19 +111,11 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
-def robust_spread(groups: Groups) -> float:
-    """Within-session log SD from the lower quartile of the pairwise differences (holds
-    until 3 pairs in 4 are spoiled). NaN: no session has 2 samples."""
-    diffs = groups.pair_differences()
-    if not len(diffs):
-        return math.nan
-    return float(np.quantile(diffs, 0.25)) / QUARTILE_ABS_DIFF
-
-
 def set_aside_stalls(groups: Groups, slow: int) -> tuple[Groups, tuple[SetAside, ...]]:
     """The sessions without their stalls (rule in the module doc), and what was left out.
     ``slow`` is the sign of a stall in log units (-1 for tok/s, +1 for seconds)."""
-    scale = robust_spread(groups)
+    diffs = groups.pair_differences()  # their lower quartile holds until 3 pairs in 4 stall
+    scale = float(np.quantile(diffs, 0.25)) / QUARTILE_ABS_DIFF if len(diffs) else math.nan
     if not scale > 0:
         return groups, ()
     centres = groups.medians()

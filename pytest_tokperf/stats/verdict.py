@@ -1,9 +1,7 @@
 """The decision rule: a verdict read off the interval of the change.
 
-Regression/improvement: the interval excludes 0 AND the change itself reaches the minimum
-effect ``m`` (significant and large enough); unchanged: the interval inside ``(-m, +m)``;
-inconclusive otherwise. docs/design.md ("How a verdict is reached") states what each
-promises.
+Regression/improvement: the interval excludes 0 and the change reaches the minimum effect
+``m``; unchanged: the interval inside ``(-m, +m)``; inconclusive otherwise (docs/design.md).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Literal
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
 from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA, Metric, fmt_p, interval_text, pct, resolved,
+    DEFAULT_ALPHA, Metric, check_level, fmt_p, interval_text, pct, resolved,
 )
 from pytest_tokperf.stats.shifts import Shift
 
@@ -63,8 +61,7 @@ EXACT_TOLERANCE = 1e-9
 def judge(shift: Shift, metric: Metric, *, alpha: float = DEFAULT_ALPHA, note: str = ""
           ) -> Comparison:
     """Apply the module's decision rule to ``shift`` at level ``alpha``."""
-    if not 0 < alpha < 1:
-        raise ConfigError(f"alpha is {alpha!r}: give a probability between 0 and 1, e.g. 0.005")
+    check_level(alpha, "alpha")
     m, d, p = metric.min_effect, shift.log_shift, shift.p_value
     rel = _ratio(d)
     lo, hi = (_ratio(x) for x in shift.interval(alpha))
@@ -191,5 +188,3 @@ def _ratio(log_shift: float) -> float:
     if math.isnan(log_shift):
         return math.nan
     return math.expm1(log_shift) if log_shift < 700 else math.inf
-
-

@@ -1,9 +1,6 @@
-"""One storage interface, two databases: what ``ResultStore`` asks of its database.
-
-``sqlite_backend.SqliteBackend`` (the embedded default) and ``postgres.PostgresBackend``
-(one server a fleet shares) implement it. SQL is written once, in the dialect both read
-(``?``/``:name`` placeholders, ``ON CONFLICT``); what differs sits behind these methods.
-"""
+"""What ``ResultStore`` asks of its database, implemented by ``sqlite_backend`` and
+``postgres``: SQL is written once, in the dialect both read (``?``/``:name``, ``ON
+CONFLICT``); what differs sits behind these methods."""
 
 from __future__ import annotations
 
@@ -20,9 +17,6 @@ class Cursor(Protocol):
     @property
     def description(self) -> Any: ...
 
-    @property
-    def rowcount(self) -> int: ...
-
     def fetchone(self) -> Any: ...
 
     def fetchall(self) -> list[Any]: ...
@@ -37,8 +31,6 @@ class Backend(Protocol):
     """The driver's errors, which the store turns into ``StorageError``."""
 
     def execute(self, sql: str, params: Params = ()) -> Cursor: ...
-
-    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> int: ...
 
     def insert(self, table: str, row: Row) -> int | None:
         """Insert ``row``; the new ``id`` for a table that has one, else None."""
@@ -81,4 +73,3 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-

@@ -1,7 +1,5 @@
 """An environment's identity: the canonical JSON and hash that deduplicate
-``environments`` rows, below both the row builders (``rows``) and the migrations
-(``schema``).
-"""
+``environments`` rows, below both ``rows`` and the migrations (``schema``)."""
 
 from __future__ import annotations
 
@@ -28,17 +26,13 @@ def canonical(value: object) -> object:
 
 PER_RESULT_COLUMNS = ("engine_base_url", "measured_bandwidth_bytes_per_s",
                       "measured_bandwidth_source", "measured_bandwidth_detail")
-"""Columns ``environment_row`` fills that belong to one result, not to the environment:
-the moment's bandwidth probe and the engine's (often random) port. They are stored on the
-``results`` row (schema v7) and left out of ``env_hash``, so one environment is one row."""
+"""Columns ``environment_row`` fills that belong to one result (the moment's bandwidth
+probe, the engine's port): stored on the ``results`` row and left out of ``env_hash``."""
 
 
 def environment_hash(row: Row) -> str:
-    """sha256 of an environment's identity: every column of its row but ``id``,
-    ``env_hash`` and the per-result ones (``PER_RESULT_COLUMNS``).
-
-    Equal for a row built from value types and the same row read back from SQLite.
-    """
+    """sha256 of every column of an environment's row but ``id``, ``env_hash`` and
+    ``PER_RESULT_COLUMNS``: the same for a row built and the row read back."""
     skip = ("id", "env_hash", *PER_RESULT_COLUMNS)
     content = {k: canonical(v) for k, v in row.items() if k not in skip}
     return hashlib.sha256(dumps(content).encode()).hexdigest()

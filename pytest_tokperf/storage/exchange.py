@@ -37,9 +37,7 @@ from pytest_tokperf.storage.store import ResultStore
 _RESULT_IDS = ("id", "run_id", "environment_id")
 NOT_MEASURED_BY = {"llama-bench": (("ttft_s", "chars_per_s"), ("ttft_s", "text_chars"))}
 """Per engine name, what its imported rows cannot have measured (summaries, sample
-columns): llama-bench sends no request and shows no text, so no TTFT and no characters.
-A run file written before the importer stored NULL there (schema 9's migration) has
-figures made up from tok/s; they are read as NULL."""
+columns): llama-bench sends no request and shows no text; older files' figures read NULL."""
 SHOWN_SKIPS = 10
 """Skipped files and runs a message lists by name; the rest are counted."""
 
@@ -135,17 +133,9 @@ def add_results(store: ResultStore, run: Row, results: Callable[[], Iterable[Res
             store.backend.insert("runs", run)
         added, present = Added(runs=0 if known else 1), 0
         for item in map(without_invented, results()):
-            key = (
-                run_id,
-                item.result["test_id"],
-                item.result["series_key"],
-                item.result["created_at"],
-            )
-            if store.query(
-                "SELECT 1 AS found FROM results WHERE run_id = ? AND test_id = ?"
-                " AND series_key = ? AND created_at = ?",
-                key,
-            ):
+            key = (run_id, *(item.result[k] for k in ("test_id", "series_key", "created_at")))
+            if store.query("SELECT 1 AS found FROM results WHERE run_id = ? AND test_id = ?"
+                           " AND series_key = ? AND created_at = ?", key):
                 present += 1
                 continue
             env = {**item.environment, "env_hash": environment_hash(item.environment)}
@@ -288,11 +278,8 @@ def import_files(paths: Iterable[Path]) -> tuple[list[Path], tuple[str, ...]]:
 
 
 def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
-    """Load run text files (``.jsonl``), folders of them or JSON exports into ``db``.
-
-    Every file is read and checked before the DB is opened: a bad one is refused with
-    nothing imported and no new DB left behind; a DB is created only to hold runs.
-    """
+    """Load run text files (``.jsonl``), folders of them or JSON exports into ``db``; every
+    file is checked before the DB is opened (or created, only to hold runs)."""
     files, skipped = import_files(paths)
     plans: list[list[PlannedRun] | None] = []
     kept = 0
@@ -314,12 +301,8 @@ def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
 
 
 def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:
-    """Merge result databases into ``out`` (created or added to), deduping by run id.
-
-    Any of them may be an SQLite file or a PostgreSQL database: ``merge(PG, None,
-    fleet.db)`` copies a fleet's store into one file Datasette reads, ``merge(a.db, None,
-    PG)`` loads a runner's file into the fleet's.
-    """
+    """Merge result databases (SQLite files or PostgreSQL) into ``out`` (created or added
+    to), deduping by run id."""
     sources = [s for s in (a, b) if s is not None]
     for source in sources:
         if isinstance(source, Path) and not source.is_file():

@@ -1,10 +1,8 @@
 """A series' history as the statistics see it: the one store -> points function.
 
-The gate, ``tokperf history``/``compare``/``changes``, the plots and the HTML report all
-read a series through ``series_history``: one point per stored result, oldest first,
-labelled with what a comparison varies, its figures per metric (``metric_values``), by
-default since the series' latest accepted level; ``series_metric`` is the metric every
-door judges a series on. docs/engines.md says whose clock decode is read from.
+Every door (the gate, the verbs, plots, reports) reads a series through ``series_history``:
+one point per stored result, oldest first, by default since the latest accepted level;
+``series_metric`` is the metric each judges it on. docs/engines.md: whose clock decode is.
 """
 
 from __future__ import annotations
@@ -94,12 +92,9 @@ class MeasuredFigures(Protocol):
 
 
 def series_metric(result: MeasuredFigures) -> Metric:
-    """The metric a series is judged on at every door (history, compare, changes, the
-    report, outliers), read off one of its results (each door reads the latest): decode
-    where it has a decode figure (every tokperf workload, a llama-bench tg row); else
-    prefill where it has one (a llama-bench pp row: prompt processing only, never held
-    against the decode ceiling); else aggregate (a llama-bench pg row: prompt and
-    generation in one figure)."""
+    """The metric a series is judged on at every door, read off one of its results: decode
+    where it has a decode figure; else prefill (a llama-bench pp row, never held against
+    the decode ceiling); else aggregate (a llama-bench pg row)."""
     if result.decode_tokens_per_s is not None or result.engine_decode_tokens_per_s is not None:
         return DECODE
     return PREFILL if result.prefill_tokens_per_s is not None else AGGREGATE
@@ -124,24 +119,13 @@ class HistoryEntry:
     point: Point
 
 
-def series_histories(
-    store: ResultStore,
-    series_key: str,
-    metrics: Sequence[str],
-    *,
-    exclude_run_id: str | None = None,
-    engine_version: str | None = None,
-    limit: int | None = None,
-    since_accepted: bool = True,
-) -> dict[str, list[HistoryEntry]]:
-    """The series' results as points of each of ``metrics``, oldest first, read in one
-    query (``ResultStore.history_figures``; see the module doc).
-
-    ``exclude_run_id`` leaves out one run (the current session's own results);
-    ``engine_version`` keeps results whose version or build is that; ``limit`` keeps the
-    newest ``limit`` results; ``since_accepted`` starts at the latest accepted level.
-    A result without a figure for a metric is left out of that metric's points.
-    """
+def series_histories(store: ResultStore, series_key: str, metrics: Sequence[str], *,
+                     exclude_run_id: str | None = None, engine_version: str | None = None,
+                     limit: int | None = None, since_accepted: bool = True
+                     ) -> dict[str, list[HistoryEntry]]:
+    """The series' results as points of each of ``metrics``, oldest first, in one query
+    (options: ``ResultStore.history_figures``); a result without a figure for a metric is
+    left out of that metric's points."""
     from pytest_tokperf.stats.changepoints import Point
 
     for metric in metrics:
@@ -161,16 +145,9 @@ def series_histories(
     return out
 
 
-def series_history(
-    store: ResultStore,
-    series_key: str,
-    metric: str,
-    *,
-    exclude_run_id: str | None = None,
-    engine_version: str | None = None,
-    limit: int | None = None,
-    since_accepted: bool = True,
-) -> list[HistoryEntry]:
+def series_history(store: ResultStore, series_key: str, metric: str, *,
+                   exclude_run_id: str | None = None, engine_version: str | None = None,
+                   limit: int | None = None, since_accepted: bool = True) -> list[HistoryEntry]:
     """One metric of ``series_histories`` (same options)."""
     return series_histories(store, series_key, (metric,), exclude_run_id=exclude_run_id,
                             engine_version=engine_version, limit=limit,
@@ -178,10 +155,8 @@ def series_history(
 
 
 def session_points(entries: Sequence[HistoryEntry]) -> list[Point]:
-    """One point per run (session): consecutive results of one run of the series merged,
-    their repetitions in order, labelled as the run's first result. The gate and the
-    ``compare``/``changes`` verbs judge these; a test that measured the same workload twice
-    in one session gets one session of both results' repetitions, not two sessions."""
+    """One point per run (session): consecutive results of one run merged, their repetitions
+    in order, labelled as the run's first result."""
     from pytest_tokperf.stats.changepoints import Point
 
     out: list[Point] = []
@@ -214,13 +189,9 @@ def session_probes(store: ResultStore, entries: Sequence[HistoryEntry]) -> list[
 
 @dataclass(frozen=True, slots=True)
 class JudgedEfficiency:
-    """A stored result's efficiency as a history shows it.
-
-    ``value`` is judged against the highest bandwidth the host reached in the DB
-    (``bandwidth_bytes_per_s``) where the stored ceiling came from a probe of the moment
-    (``rejudged``), so one build does not read 50% and 106% by the VM's mood; a
-    datasheet ceiling is kept. ``above_ceiling``: still over 100%, the ceiling is wrong.
-    """
+    """A stored result's efficiency as a history shows it: ``value`` is judged against the
+    highest bandwidth the host reached in the DB where the stored ceiling came from a probe
+    of the moment (``rejudged``); a datasheet ceiling is kept."""
 
     result_id: int
     value: float | None

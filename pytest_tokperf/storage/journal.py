@@ -13,28 +13,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_tokperf.results import (
-    BenchResult,
-    Ceiling,
-    HardwareInfo,
-    ModelInfo,
-    RunInfo,
-    Verdict,
-)
+from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 from pytest_tokperf.storage.location import named_file
 from pytest_tokperf.storage.rows import (
-    JSON_COLUMNS,
-    Row,
-    environment_row,
-    result_row,
-    run_row,
-    sample_rows,
-    series_of,
+    JSON_COLUMNS, Row, environment_row, result_row, run_row, sample_rows, series_of,
 )
 
 RUN_FORMAT = "tokperf-run/1"
-"""The first line of each run (``exchange.RUN_FORMAT``; repeated here so the journal
-imports nothing of the exchange code)."""
+"""The first line of each run (``run_files.RUN_FORMAT``, repeated: no import code here)."""
 
 
 def _values(row: Row) -> Row:

@@ -1,11 +1,9 @@
 """Where results live: an SQLite file (a ``Path``) or a PostgreSQL server (``PgUrl``).
 
-The default DB, logs and journals are in ``.tokperf/`` under the project root, the folder
-pytest takes as its rootdir (``project_root``): pytest and every verb, run from any folder
-of the project, find the same DB. A ``postgresql://`` URL is a DB wherever a DB path is;
-its password is in ``PgUrl.dsn`` only, and every message shows the URL without it. A libpq
-keyword string (``host=H dbname=D password=P``) is a PostgreSQL DB too, taken in URL form.
-Every file named after an identifier (a DB name, a run id) is named by ``named_file``.
+The default DB, logs and journals are in ``.tokperf/`` under pytest's rootdir
+(``project_root``). A ``postgresql://`` URL or a libpq keyword string is a DB wherever a
+path is; its password is in ``PgUrl.dsn`` only, never in a message. Every file named after
+an identifier (a DB name, a run id) is named by ``named_file``.
 """
 
 from __future__ import annotations
@@ -225,17 +223,13 @@ def local_base(location: DbLocation) -> Path:
 
 
 def file_name(text: str) -> str:
-    """``text`` as one file name that stays in its folder (``safe_files.safe_name``:
-    characters other than ``[A-Za-z0-9._-]`` and leading dots replaced, with a hash of
-    ``text`` when changed)."""
+    """``text`` as one file name that stays in its folder (``safe_files.safe_name``)."""
     from pytest_tokperf.safe_files import safe_name  # late: not needed at pytest's start-up
 
     return safe_name(text)
 
 
 def named_file(folder: Path, *identifiers: object, suffix: str = "") -> Path:
-    """The one place an identifier (a run id, a DB name, a test id) becomes a file name:
-    ``folder/<id>.<id>...<suffix>``, each through ``safe_files.safe_name``, so the file
-    is in ``folder`` whatever the identifiers hold. A writer still opens it without
-    following links (a link planted under that name could lead anywhere)."""
+    """The one place identifiers become a file name: ``folder/<id>.<id>...<suffix>``, in
+    ``folder`` whatever they hold (a writer still opens it without following links)."""
     return folder / (".".join(file_name(str(part)) for part in identifiers) + suffix)

@@ -103,11 +103,6 @@ class PostgresBackend:
             return cast(Cursor, self.conn.execute(cast(Any, sql)))
         return cast(Cursor, self.conn.execute(cast(Any, pg_sql(sql)), _params(params)))
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> int:
-        with self.conn.cursor() as cursor:
-            cursor.executemany(cast(Any, pg_sql(sql)), [_params(r) for r in rows])
-            return int(cursor.rowcount)
-
     @staticmethod
     def _insert_sql(table: str, columns: Sequence[str]) -> str:
         names = ", ".join(_quote(c) for c in columns)

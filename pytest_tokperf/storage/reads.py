@@ -80,31 +80,22 @@ class StoreReads:
 
     def history(self, series_key: str, limit: int | None = None) -> list[HistoryRow]:
         """A series' results, oldest first; ``limit`` keeps the newest ``limit``."""
-        sql = (
-            "SELECT * FROM series_history WHERE series_key = ?"
-            " ORDER BY created_at DESC, result_id DESC"
-        )
+        sql = ("SELECT * FROM series_history WHERE series_key = ?"
+               " ORDER BY created_at DESC, result_id DESC")
         params: tuple[object, ...] = (series_key,)
         if limit is not None:
             sql += " LIMIT ?"
             params += (limit,)
         return [HistoryRow(**row) for row in reversed(self._read(sql, params))]
 
-    def history_figures(
-        self,
-        series_key: str,
-        *,
-        since_accepted: bool = True,
-        exclude_run_id: str | None = None,
-        engine_version: str | None = None,
-        limit: int | None = None,
-    ) -> list[tuple[HistoryRow, tuple[SampleFigures, ...]]]:
-        """A series' results with their repetitions' figures, oldest first, in one query.
-
-        ``since_accepted`` starts at the series' latest accepted level; ``exclude_run_id``
-        leaves one run out; ``engine_version`` keeps results whose version or build is
-        that; ``limit`` keeps the newest ``limit`` of what is left.
-        """
+    def history_figures(self, series_key: str, *, since_accepted: bool = True,
+                        exclude_run_id: str | None = None, engine_version: str | None = None,
+                        limit: int | None = None
+                        ) -> list[tuple[HistoryRow, tuple[SampleFigures, ...]]]:
+        """A series' results with their repetitions' figures, oldest first, in one query:
+        ``since_accepted`` starts at the latest accepted level; ``exclude_run_id`` leaves one
+        run out; ``engine_version`` keeps results whose version or build is that; ``limit``
+        keeps the newest ``limit`` of what is left."""
         params: dict[str, object] = {
             "key": series_key, "since_accepted": int(since_accepted),
             "exclude_run_id": exclude_run_id, "engine_version": engine_version}
@@ -207,4 +198,3 @@ class StoreReads:
             efficiency=row["efficiency"],
             verdict=row["verdict"],
         )
-

@@ -5,22 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_tokperf.results import (
-    BenchResult,
-    Ceiling,
-    HardwareInfo,
-    ModelInfo,
-    RunInfo,
-    Verdict,
-)
+from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryRow:
-    """One result of a series with what a comparison varies (``series_history`` view).
-
-    Figures are medians over the repetitions; ``repetitions`` is the workload's count.
-    """
+    """One result of a series with what a comparison varies (``series_history`` view);
+    figures are medians over the repetitions."""
 
     result_id: int
     run_id: str
@@ -53,8 +44,7 @@ class HistoryRow:
 
 @dataclass(frozen=True, slots=True)
 class SampleFigures:
-    """The figures of one stored repetition that a history judges (no inter-token times:
-    parsing those was three quarters of the gate's cost)."""
+    """The figures of one stored repetition that a history judges (no inter-token times)."""
 
     ttft_s: float | None
     prefill_tokens_per_s: float | None

@@ -1,8 +1,5 @@
-"""Value types to database rows and back, and the series key.
-
-Rows are plain dicts named like the columns in ``schema``; JSON lists and
-objects are stored as text. Nothing here touches a database.
-"""
+"""Value types to database rows and back, and the series key: rows are plain dicts named
+like the columns in ``schema``, JSON lists and objects stored as text. No database here."""
 
 from __future__ import annotations
 
@@ -15,20 +12,8 @@ from pytest_tokperf.engines.speed_settings import ServerSettings
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.jsontext import loads as bounded_loads
 from pytest_tokperf.results import (
-    Bandwidth,
-    BandwidthSource,
-    BenchResult,
-    Ceiling,
-    EngineInfo,
-    Footprint,
-    HardwareInfo,
-    MachineLoad,
-    ModelInfo,
-    RunInfo,
-    Sample,
-    Summary,
-    Verdict,
-    Workload,
+    Bandwidth, BandwidthSource, BenchResult, Ceiling, EngineInfo, Footprint, HardwareInfo,
+    MachineLoad, ModelInfo, RunInfo, Sample, Summary, Verdict, Workload,
 )
 from pytest_tokperf.storage.env_hash import PER_RESULT_COLUMNS, dumps, environment_hash
 from pytest_tokperf.storage.schema import SUMMARY_FIGURES, SUMMARY_FIGURES_V6
@@ -42,14 +27,9 @@ JSON_COLUMNS = frozenset(
 """Columns holding JSON text (a list, or an object for ``engine_settings``)."""
 
 
-
 def speed_settings(engine: EngineInfo) -> Row:
-    """The speed columns of an ``environments`` row: what the engine ran with.
-
-    Read by ``ServerSettings.from_engine`` from ``EngineInfo`` (its typed fields, the
-    settings pairs the adapter filled, and for llama-server the extra server arguments):
-    observed values (layers the log says were offloaded) where known, else requested.
-    """
+    """The speed columns of an ``environments`` row: what the engine ran with
+    (``ServerSettings.from_engine``), observed values where known, else requested."""
     settings = ServerSettings.from_engine(engine)
     return {
         "threads": engine.threads,
@@ -60,11 +40,8 @@ def speed_settings(engine: EngineInfo) -> Row:
 
 
 def series_settings(engine: EngineInfo) -> Row:
-    """The speed settings as the series key holds them: requested, defaults as None.
-
-    One function for the key's settings (``ServerSettings.series_fields``): a setting
-    left at the engine's default keeps the key a run had before it was recorded.
-    """
+    """The speed settings as the series key holds them: requested, defaults as None (so a
+    setting left at the engine's default keeps the key it had before it was recorded)."""
     fields = ServerSettings.from_engine(engine).series_fields(engine.name)
     return {
         "threads": engine.threads,
@@ -92,14 +69,10 @@ value that leaves a key unchanged."""
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """Everything that changes speed except the dimensions a comparison varies.
-
-    Two results are comparable exactly when their series match. Engine version and
-    build, driver, hardware and OS are deliberately absent: they are what a history
-    compares across (as compare-llama-bench keys on config, not on build commit).
-    ``model`` is ``sha256:<content hash>`` when known, else ``file:<name>:<bytes>``,
-    else the engine's model name. Every field is a column of the ``series`` table.
-    """
+    """Everything that changes speed except what a history compares across (engine version
+    and build, driver, hardware, OS): two results are comparable exactly when their series
+    match. ``model`` is ``sha256:<content hash>``, else ``file:<name>:<bytes>``, else the
+    engine's model name. Every field is a column of the ``series`` table."""
 
     test_id: str
     engine_name: str
@@ -129,12 +102,8 @@ class Series:
 
     @property
     def text(self) -> str:
-        """The readable form: canonical JSON with sorted keys (``series.series_text``).
-
-        Fields added after schema v2 appear only when they differ from their default,
-        so every series stored before them keeps its key; speed settings at the
-        engine's defaults are None (``series_settings``) for the same reason.
-        """
+        """Canonical JSON with sorted keys (``series.series_text``); fields added after schema
+        v2 appear only off their default, so every older series keeps its key."""
         fields = {name: value for name, value in asdict(self).items()
                   if not (name in _LATER_FIELDS and value == _LATER_FIELDS[name])}
         return dumps(fields)
@@ -229,9 +198,8 @@ def _bandwidth(row: Row, prefix: str) -> Bandwidth | None:
     return Bandwidth(row[f"{prefix}_bytes_per_s"], source, row[f"{prefix}_detail"] or "")
 
 
-def environment_row(
-    engine: EngineInfo, model: ModelInfo | None, hardware: HardwareInfo | None
-) -> Row:
+def environment_row(engine: EngineInfo, model: ModelInfo | None, hardware: HardwareInfo | None
+                    ) -> Row:
     """One ``environments`` row; ``env_hash`` is the sha256 of every other column."""
     hw = hardware
     row: Row = {
@@ -313,42 +281,19 @@ def hardware_from_row(row: Row) -> HardwareInfo | None:
     )
 
 
-_SUMMARY_COLUMNS = {
-    "median": "median",
-    "mean": "mean",
-    "stdev": "stdev",
-    "min": "minimum",
-    "max": "maximum",
-    "n": "n",
-}
-_RESULT_SCALARS = (
-    "inter_token_p50_s",
-    "inter_token_p90_s",
-    "inter_token_p99_s",
-    "decode_agreement",
-    "ttft_minus_engine_prefill_s",
-)
+_SUMMARY_COLUMNS = {"median": "median", "mean": "mean", "stdev": "stdev", "min": "minimum",
+                    "max": "maximum", "n": "n"}
+_RESULT_SCALARS = ("inter_token_p50_s", "inter_token_p90_s", "inter_token_p99_s",
+                   "decode_agreement", "ttft_minus_engine_prefill_s")
 _FOOTPRINT_SCALARS = (
-    "architecture",
-    "weights_bytes",
-    "kv_bytes_per_position",
-    "depth_tokens",
-    "kv_type",
-    "resident_bytes",
-    "active_parameters",
-    "total_parameters",
-    "expert_count",
-    "experts_used",
+    "architecture", "weights_bytes", "kv_bytes_per_position", "depth_tokens", "kv_type",
+    "resident_bytes", "active_parameters", "total_parameters", "expert_count", "experts_used",
     "tied_output",
 )
 
 
-def result_row(
-    result: BenchResult,
-    ceiling: Ceiling | None,
-    efficiency: float | None,
-    verdict: Verdict,
-) -> Row:
+def result_row(result: BenchResult, ceiling: Ceiling | None, efficiency: float | None,
+               verdict: Verdict) -> Row:
     """The ``results`` columns a ``BenchResult`` and its ceiling fill (no ids or keys)."""
     row: Row = {**asdict(result.workload)}
     for figure in (*SUMMARY_FIGURES, *SUMMARY_FIGURES_V6):

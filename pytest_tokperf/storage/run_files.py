@@ -1,13 +1,10 @@
 """Run files a stranger hands ``tokperf import``: read bounded, checked against the schema
 before any database is opened.
 
-A file is the reference-run text form (``.jsonl``: a run line, then one line per result:
-``save-reference`` and the run journal write it) or a ``tokperf export --format json``
-list. It is read whole through ``safe_files`` (a regular file, at most ``MAX_FILE_BYTES``),
-as UTF-8, each JSON document at most ``MAX_VALUES`` values and ``jsontext.MAX_DEPTH`` deep.
-Every row is checked against ``schema.current_columns``: known columns of the column's
-type, required ones filled, integers both databases hold, text without NUL, a run id that
-is a file name. A refusal is one ``StorageError`` line: the file, the line, what is wrong.
+A file is the reference-run text form (``.jsonl``) or a ``tokperf export --format json``
+list: a regular UTF-8 file of at most ``MAX_FILE_BYTES``, each JSON document bounded. Every
+row is checked against ``schema.current_columns``; a refusal is one ``StorageError`` line:
+the file, the line, what is wrong.
 """
 
 from __future__ import annotations
@@ -21,12 +18,7 @@ from typing import Any
 
 from pytest_tokperf.errors import StorageError
 from pytest_tokperf.jsontext import MAX_DEPTH, JSONTooDeep, loads
-from pytest_tokperf.safe_files import (
-    MAX_TEXT_BYTES,
-    FileRefused,
-    read_regular,
-    safe_name,
-)
+from pytest_tokperf.safe_files import MAX_TEXT_BYTES, FileRefused, read_regular, safe_name
 from pytest_tokperf.storage.env_hash import dumps
 from pytest_tokperf.storage.rows import JSON_COLUMNS, Row, Series, series_row
 from pytest_tokperf.storage.schema import SCHEMA_VERSION, current_columns
@@ -34,8 +26,7 @@ from pytest_tokperf.storage.schema import SCHEMA_VERSION, current_columns
 RUN_FORMAT = "tokperf-run/1"
 MAX_FILE_BYTES = MAX_TEXT_BYTES
 MAX_VALUES = 1 << 21
-"""JSON values (counted by ``[``, ``{`` and ``,``) one line of a run file, or one JSON
-export, may hold: a result line holds thousands; parsing costs ~40-70 bytes a value."""
+"""JSON values (counted by ``[``, ``{`` and ``,``) one run line or JSON export may hold."""
 FIX = ("import a file that `tokperf save-reference`, a run's journal or `tokperf export "
        "--format json` wrote")
 DROPPED = {"results": frozenset({"id", "environment_id"}), "environments": frozenset({"id"}),

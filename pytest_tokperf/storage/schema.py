@@ -279,14 +279,9 @@ def _v4_gate_verdicts_and_acceptances(db: Database) -> None:
 
 
 def _v5_speed_settings(db: Database) -> None:
-    """Every speed setting of the engine server, K and V cache types apart, the backend.
-
-    New series columns are NULL for old rows and stay out of the key text at their
-    defaults, so old keys hold. ``engine_backend`` used to hold the build's commit label
-    (``b11434-pypi-sdist`` -> ``pypi-sdist``), not a backend: where it is exactly that
-    suffix of ``engine_build`` it becomes NULL (unknown), so cpu/cuda/metal/... is all
-    the column ever says.
-    """
+    """Every speed setting of the engine server, K and V cache types apart, the backend
+    (NULL for old rows); an ``engine_backend`` that is the suffix of ``engine_build`` (a
+    commit label, not a backend) becomes NULL."""
     series: dict[str, type] = {"kv_type_v": str, "threads_batch": int, "split_mode": str,
                                "backend": str}
     environments: dict[str, type] = {
@@ -322,11 +317,9 @@ _PER_RESULT_V7: dict[str, type] = {
 
 
 def _v7_one_row_per_environment(db: Database) -> None:
-    """The moment's bandwidth probe and the engine's URL (a random port) move from
-    ``environments`` to ``results``: they were hashed into the environment's identity,
-    so every result had an environment of its own. Old rows keep their values (copied
-    to their results); environments that now read alike become one row, their results
-    pointing at it; the moved columns stay in ``environments``, NULL."""
+    """The moment's bandwidth probe and the engine's URL move from ``environments`` to
+    ``results`` (values copied); environments that now read alike become one row, the
+    moved columns stay in ``environments``, NULL."""
     moved = list(_PER_RESULT_V7)
     for name, kind in _PER_RESULT_V7.items():
         db.table("results").add_column(name, kind)
@@ -356,10 +349,8 @@ def _v8_machine_load(db: Database) -> None:
 
 
 def _v9_imported_rows_invent_nothing(db: Database) -> None:
-    """Rows imported from llama-bench before 0.1 stored a TTFT made up from its tok/s
-    (1/ts for a tg row, prompt/ts for pp) and 0 characters: llama-bench sends no request
-    and shows no text, so neither was measured. They become NULL (not measured), as the
-    importer writes them now; every other row is left as it is."""
+    """Imported llama-bench rows' TTFT and characters (made up before 0.1: llama-bench
+    sends no request and shows no text) become NULL, as the importer writes them now."""
     imported = ("SELECT r.id FROM results r JOIN environments e ON e.id = r.environment_id"
                 " WHERE e.engine_name = 'llama-bench'")
     figures = [f"{figure}_{part} = NULL" for figure in ("ttft_s", "chars_per_s")

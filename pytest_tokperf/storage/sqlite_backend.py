@@ -8,17 +8,14 @@ retries while another process holds the file. Each result is committed as it is 
 
 from __future__ import annotations
 
-import itertools
-import operator
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal, cast
 
 from sqlite_utils import Database
 
-from pytest_tokperf.errors import StorageError
 from pytest_tokperf.storage.backend import Cursor, Params, Row
 from pytest_tokperf.storage.schema import MIGRATIONS
 
@@ -88,9 +85,6 @@ class SqliteBackend:
         return cast(Cursor, self.db.execute(sql, params if isinstance(params, Sequence)
                                              else dict(params)))
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> int:
-        return int(self.db.conn.executemany(sql, rows).rowcount)
-
     def insert(self, table: str, row: Row) -> int | None:
         return self.db.table(table).insert(row).last_rowid
 
@@ -136,61 +130,3 @@ class SqliteBackend:
 
     def close(self) -> None:
         self.db.close()
-
-    def insert_rows(self, table: str, rows: Iterable[Row]) -> int:
-        """Insert many rows through prepared statements; returns how many.
-
-        Every row must have the first row's columns, with values SQLite takes as they
-        are (JSON columns already text). Columns that are None in the first row and have
-        no default are left out of the statement while the rows keep them None; a row that
-        fills one goes through the statement with every column, so ids follow the input.
-        """
-        it = iter(rows)
-        first = next(it, None)
-        if first is None:
-            return 0
-        columns = list(first)
-        no_default = {name for _, name, _, _, default, _ in
-                      self.db.execute(f"PRAGMA table_info([{table}])").fetchall()
-                      if default is None}
-        empty = [c for c in columns if first[c] is None and c in no_default]
-        if len(empty) == len(columns):
-            empty = []  # a statement needs a column: a first row of NULLs goes in whole
-        kept = [c for c in columns if c not in empty]
-        statements = {False: _insert_statement(table, kept)}
-        if empty:
-            statements[True] = _insert_statement(table, columns)
-            blanks = operator.itemgetter(*empty)
-            fills: Callable[[Row], bool] = (
-                (lambda r: blanks(r).count(None) != len(empty)) if len(empty) > 1
-                else (lambda r: blanks(r) is not None))
-        cache = self.db.execute("PRAGMA cache_size").fetchone()[0]
-        self.db.execute(f"PRAGMA cache_size = {-BULK_CACHE_KIB}")  # the indexes stay in memory
-        count = 0
-        try:
-            every = itertools.chain((first,), it)
-            runs = itertools.groupby(every, fills) if empty else ((False, every),)
-            for full, run in runs:
-                sql, pick = statements[full]
-                # values by itemgetter in C through map: no Python frame per row
-                count += self.db.conn.executemany(sql, map(pick, run)).rowcount
-        except KeyError as exc:
-            raise StorageError(f"a row for {table!r} lacks column {exc}: every row needs the "
-                               f"first row's columns") from exc
-        finally:
-            self.db.execute(f"PRAGMA cache_size = {int(cache)}")
-        return count
-
-
-BULK_CACHE_KIB = 64 * 1024
-"""Page cache while ``insert_rows`` runs: a results row touches four indexes."""
-
-
-def _insert_statement(table: str, chosen: list[str]
-                      ) -> tuple[str, Callable[[Row], tuple[object, ...]]]:
-    names = ", ".join(f"[{c}]" for c in chosen)
-    sql = f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(chosen))})"
-    if len(chosen) > 1:
-        return sql, operator.itemgetter(*chosen)
-    only = chosen[0]
-    return sql, lambda r: (r[only],)

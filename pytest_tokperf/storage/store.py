@@ -1,10 +1,7 @@
-"""The results store: every measurement with its environment, in one SQLite file or
-one PostgreSQL database a fleet shares.
-
-``ResultStore`` opens, migrates and writes through a ``backend.Backend`` (no SQL dialect
-here); its reads are ``reads.StoreReads``. On SQLite each ``record`` is one short
-transaction committed before it returns; on PostgreSQL a run's rows are held in one
-transaction from ``begin_run`` to ``finish_run``, each write in a savepoint of it.
+"""The results store: ``ResultStore`` opens, migrates and writes through a
+``backend.Backend``; its reads are ``reads.StoreReads``. On SQLite each ``record`` is one
+short transaction; on PostgreSQL a run's rows are one transaction from ``begin_run`` to
+``finish_run``, each write a savepoint of it.
 """
 
 from __future__ import annotations
@@ -20,34 +17,16 @@ from sqlite_utils import Database
 
 from pytest_tokperf.environment import utc_now
 from pytest_tokperf.errors import StorageError
-from pytest_tokperf.results import (
-    BenchResult,
-    Ceiling,
-    HardwareInfo,
-    ModelInfo,
-    RunInfo,
-    Verdict,
-)
+from pytest_tokperf.results import BenchResult, Ceiling, HardwareInfo, ModelInfo, RunInfo, Verdict
 from pytest_tokperf.storage.backend import Backend
 from pytest_tokperf.storage.location import DbLocation, PgUrl
 from pytest_tokperf.storage.reads import StoreReads
 from pytest_tokperf.storage.records import (  # re-exported: they were defined here
-    Acceptance as Acceptance,
-    GateVerdict as GateVerdict,
-    HistoryRow as HistoryRow,
-    SampleFigures as SampleFigures,
-    Stored as Stored,
+    Acceptance, GateVerdict as GateVerdict, HistoryRow as HistoryRow, Stored as Stored,
     StoredResult as StoredResult,
-    StoredRun as StoredRun,
 )
 from pytest_tokperf.storage.rows import (
-    Row,
-    environment_row,
-    result_row,
-    run_row,
-    sample_rows,
-    series_of,
-    series_row,
+    Row, environment_row, result_row, run_row, sample_rows, series_of, series_row,
     split_environment,
 )
 from pytest_tokperf.storage.schema import SCHEMA_VERSION
@@ -56,7 +35,6 @@ from pytest_tokperf.storage.sqlite_backend import SqliteBackend
 BUSY_TIMEOUT_S = 30.0
 DB_ENV_VAR = "PYTEST_TOKPERF_DB"
 _T = TypeVar("_T")
-
 
 
 def _unwritable(path: DbLocation, exc: BaseException) -> StorageError:
@@ -82,8 +60,7 @@ def _locked(path: DbLocation, exc: BaseException) -> StorageError:
 
 _NO_ROOM = ("disk i/o error", "disk is full", "unable to open", "readonly", "read-only",
             "out of memory")
-"""SQLite's words when the disk or folder, not the file, is at fault: no room (or no write
-permission) for its ``-wal``/``-shm`` files or a page."""
+"""SQLite's words when the disk or folder, not the file, is at fault (no room, no write)."""
 
 
 def _no_room(path: DbLocation, exc: BaseException) -> StorageError:
@@ -96,8 +73,7 @@ def _no_room(path: DbLocation, exc: BaseException) -> StorageError:
 
 
 def _sqlite_failure(path: Path, exc: BaseException) -> StorageError:
-    """The message for an SQLite error opening or reading ``path``: locked, no room, or
-    (only when SQLite says so) not a database."""
+    """The message for an SQLite error on ``path``: locked, no room, or not a database."""
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return _locked(path, exc)
@@ -131,7 +107,7 @@ class ResultStore(StoreReads):
 
     @property
     def db(self) -> Database:
-        """The sqlite-utils ``Database`` of an SQLite store (the bulk path, tests)."""
+        """The sqlite-utils ``Database`` of an SQLite store (tests, benchmarks)."""
         return self._sqlite.db
 
     @property
@@ -147,13 +123,9 @@ class ResultStore(StoreReads):
 
     @classmethod
     def open(cls, path: DbLocation, *, check_writable: bool = False) -> ResultStore:
-        """Open or create ``path``, creating parent folders and migrating the schema.
-
-        ``check_writable``: prove now that a result can be written (a run about to measure
-        asks for it), so a read-only file is refused before any work, not after it. An
-        SQLite file that holds tables but is no tokperf DB is refused untouched. A
-        ``PgUrl`` opens that PostgreSQL database (its tables are created when it has none).
-        """
+        """Open or create ``path`` (a file, its folders made, or a ``PgUrl``) and migrate it;
+        ``check_writable`` refuses a read-only DB before any work. A DB with foreign tables
+        is refused untouched."""
         if isinstance(path, PgUrl):
             return cls._open_postgres(path, check_writable=check_writable)
         path = Path(path)
@@ -163,7 +135,7 @@ class ResultStore(StoreReads):
             raise _unwritable(path, exc) from exc
         store = cls(backend, path)
         try:
-            store._check_version(store._user_version())
+            store._check_version(backend.schema_version())
             store._check_ours(allow_empty=True)
             backend.enable_wal(BUSY_TIMEOUT_S)
             store._migrate()
@@ -209,13 +181,9 @@ class ResultStore(StoreReads):
 
     @classmethod
     def open_read_only(cls, path: DbLocation) -> ResultStore:
-        """Open an existing tokperf DB for reading only (SQLite ``mode=ro``, a PostgreSQL
-        session in read-only transactions): nothing is written, whatever it holds.
-
-        A file that is not a tokperf DB (another program's SQLite file, an empty one) is
-        refused. One written by an older pytest-tokperf is copied into memory and migrated
-        there, so it reads like a current one and stays as it is on disk.
-        """
+        """Open an existing tokperf DB read-only (SQLite ``mode=ro``, PostgreSQL read-only
+        transactions); a file that is no tokperf DB is refused, an older one is migrated in
+        memory and stays as it is on disk."""
         if isinstance(path, PgUrl):
             return cls._open_postgres(path, read_only=True)
         path = Path(path)
@@ -227,7 +195,7 @@ class ResultStore(StoreReads):
             raise _sqlite_failure(path, exc) from exc
         store = cls(backend, path)
         try:
-            version = store._user_version()
+            version = backend.schema_version()
             store._check_version(version)
             store._check_ours(allow_empty=False)
             if version < SCHEMA_VERSION:
@@ -247,7 +215,7 @@ class ResultStore(StoreReads):
         # tables first, then the version: a concurrent opener's first migration commits
         # both at once, so tables seen here mean the version read next sees it too
         tables = self.backend.foreign_tables()
-        if self._user_version() > 0:
+        if self.backend.schema_version() > 0:
             return
         if not tables and allow_empty:
             return
@@ -258,9 +226,6 @@ class ResultStore(StoreReads):
             f"it was left as it is. Name the results DB pytest or `tokperf bench` wrote "
             f"(default .tokperf/results.db)."
         )
-
-    def _user_version(self) -> int:
-        return self.backend.schema_version()
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
@@ -274,7 +239,7 @@ class ResultStore(StoreReads):
         """Apply each missing step in its own transaction; safe against concurrent openers."""
         while True:
             with self._transaction():
-                version = self._user_version()
+                version = self.backend.schema_version()
                 self._check_version(version)
                 if version == SCHEMA_VERSION:
                     return
@@ -291,11 +256,8 @@ class ResultStore(StoreReads):
             raise
 
     def write(self, action: str, body: Callable[[], _T]) -> _T:
-        """Run ``body`` in one immediate transaction, retrying while the file is locked.
-
-        ``action`` completes the error message: "cannot {action} in PATH". Inside a held
-        run (``Backend.holds_run``) it is a savepoint of the run's transaction instead.
-        """
+        """Run ``body`` in one transaction (a savepoint inside a held run), retrying while the
+        DB is locked; ``action`` completes the message "cannot {action} in PATH"."""
         if self._held:
             return self._savepoint(action, body)
         deadline = time.monotonic() + BUSY_TIMEOUT_S
@@ -343,10 +305,8 @@ class ResultStore(StoreReads):
             raise _sqlite_failure(self.path, exc) from exc
 
     def begin_run(self, run: RunInfo) -> None:
-        """Store the run; calling it again with the same id (an xdist worker) is a no-op.
-
-        On a backend that holds runs (PostgreSQL) this opens the run's transaction:
-        nothing of it is visible to others until ``finish_run`` commits it."""
+        """Store the run (again with the same id: a no-op); on PostgreSQL, open the run's
+        transaction, which ``finish_run`` commits."""
         if self.backend.holds_run and not self._held:
             try:
                 self.backend.begin()
@@ -355,23 +315,13 @@ class ResultStore(StoreReads):
             self._held = True
         self.write("store run", lambda: self.backend.insert_ignore("runs", run_row(run)))
 
-    def record(
-        self,
-        run_id: str,
-        test_id: str,
-        result: BenchResult,
-        *,
-        model: ModelInfo | None,
-        hardware: HardwareInfo | None,
-        ceiling: Ceiling | None,
-        efficiency: float | None,
-        verdict: Verdict,
-        created_at: str | None = None,
-    ) -> Stored:
+    def record(self, run_id: str, test_id: str, result: BenchResult, *,
+               model: ModelInfo | None, hardware: HardwareInfo | None, ceiling: Ceiling | None,
+               efficiency: float | None, verdict: Verdict, created_at: str | None = None
+               ) -> Stored:
         """Store one result with its environment and samples; committed on return (on
-        PostgreSQL: with its run, at ``finish_run``).
-        ``created_at`` (default: now) is the journal's, so an import of the journal
-        after this succeeded adds nothing twice."""
+        PostgreSQL at ``finish_run``). ``created_at`` (default: now) is the journal's, so
+        importing the journal afterwards adds nothing twice."""
         series = series_of(test_id, result, model)
         env = environment_row(result.engine, model, hardware)
         row = {
@@ -394,11 +344,7 @@ class ResultStore(StoreReads):
 
     def add_result(self, env: Row, series: Row, result: Row, samples: Iterable[Row]) -> int:
         """Insert one result with its environment, series and samples; call inside ``write``.
-
-        ``env`` may carry the per-result columns (``env_hash.PER_RESULT_COLUMNS``, as an
-        ``environment_row`` or an older reference run does): they go on the result row,
-        where the result has none of its own, and the environment is stored once.
-        """
+        Per-result columns ``env`` carries go on the result where it has none of its own."""
         self.backend.insert_shared("series", series)
         identity, per_result = split_environment(env)
         result = {**result, **{k: v for k, v in per_result.items() if result.get(k) is None},
@@ -406,12 +352,6 @@ class ResultStore(StoreReads):
         result_id = cast(int, self.backend.insert("results", result))
         self.backend.insert_all("samples", ({**s, "result_id": result_id} for s in samples))
         return result_id
-
-    def insert_rows(self, table: str, rows: Iterable[Row]) -> int:
-        """Insert many ready rows through prepared statements (an import, a synthetic
-        history; SQLite only: ``SqliteBackend.insert_rows``); returns how many. Call it
-        inside ``write`` or ``db.atomic()``: one transaction."""
-        return self._sqlite.insert_rows(table, rows)
 
     def _environment_id(self, env: Row) -> int:
         self.backend.insert_shared("environments", env)
@@ -421,8 +361,7 @@ class ResultStore(StoreReads):
         return int(found[0])
 
     def finish_run(self, run_id: str) -> None:
-        """Stamp the run's end; on a backend that holds runs, commit the run's transaction
-        (``StorageError`` when the server refuses: the results are in the journal)."""
+        """Stamp the run's end and commit a held run (``StorageError`` when refused)."""
         try:
             self.write(
                 "finish run",
@@ -452,8 +391,7 @@ class ResultStore(StoreReads):
             "UPDATE results SET verdict = ? WHERE id = ?", [verdict, result_id]))
 
     def save_gate_verdicts(self, verdicts: Iterable[GateVerdict]) -> None:
-        """Store (or replace) the gate's final verdicts; committed on return (on
-        PostgreSQL: with the run)."""
+        """Store (or replace) the gate's final verdicts (on PostgreSQL: with the run)."""
         rows = [asdict(v) for v in verdicts]
         if rows:
             self.write("store gate verdicts", lambda: self.backend.upsert_all(

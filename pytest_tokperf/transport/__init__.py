@@ -1,7 +1,5 @@
-"""How an engine's bytes arrive: HTTP streaming under every adapter.
-
-Nothing here knows an engine's JSON: that is ``engines/``.
-"""
+"""How an engine's bytes arrive: HTTP streaming under every adapter (nothing here knows
+an engine's JSON: that is ``engines/``)."""
 
 MAX_BODY_BYTES = 8 << 20
 """The largest non-streamed answer read (``tokperf_max_body``); longer is refused."""

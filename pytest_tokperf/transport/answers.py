@@ -70,9 +70,8 @@ def decode_json(payload: str | bytes, what: str, url: str) -> Any:
 
 
 def check_head(url: str, status: int, headers: Mapping[str, str]) -> None:
-    """Refuse, before any body is read, what no adapter can use: a redirect (tokperf
-    follows none) or a body in a content encoding (tokperf asks for ``identity``, and a
-    compressed body can expand far past every byte cap)."""
+    """Refuse, unread, a redirect (tokperf follows none) or a body in a content encoding
+    (tokperf asks for ``identity``; a compressed body can expand past every byte cap)."""
     if 300 <= status < 400:
         location = (headers.get("location") or "").strip()
         to = f", a redirect to {redact_url(location)[:200]!r}" if location else \

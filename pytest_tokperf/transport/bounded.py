@@ -11,16 +11,10 @@ from typing import Any
 import httpx
 
 import pytest_tokperf.jsontext as jsontext
-from pytest_tokperf.errors import ConfigError, EngineUnavailable
+from pytest_tokperf.errors import EngineUnavailable
 from pytest_tokperf.transport import MAX_BODY_BYTES
 from pytest_tokperf.transport.answers import AnswerRefused, check_head
-from pytest_tokperf.transport.rawhttp import (
-    BadURL,
-    MalformedResponse,
-    ProxyError,
-    RawResponse,
-    open_raw,
-)
+from pytest_tokperf.transport.rawhttp import MalformedResponse, ProxyError, RawResponse, open_raw
 
 DEFAULT_DEADLINE_S = 600.0
 """The total deadline of a request that names no read timeout."""
@@ -39,17 +33,10 @@ class DeadlineExceeded(httpx.ReadTimeout):
 
 
 class EngineResponse(httpx.Response):
-    """An answer under the policy: ``json()`` refuses JSON nested deeper than
-    ``jsontext.MAX_DEPTH`` with a ``ValueError``, as it refuses text that is not JSON."""
+    """An answer whose ``json()`` refuses JSON nested past ``jsontext.MAX_DEPTH`` too."""
 
     def json(self, **kwargs: Any) -> Any:
         return jsontext.loads(self.content)
-
-
-def _deadline_s(request: httpx.Request) -> float:
-    timeouts = request.extensions.get("timeout") or {}
-    read = timeouts.get("read") if isinstance(timeouts, dict) else None
-    return float(read) if read else DEFAULT_DEADLINE_S
 
 
 def _streamed(content_type: str) -> bool:
@@ -97,10 +84,7 @@ class _RawBody(httpx.SyncByteStream):
         size = 0
         deadline, request = self._deadline, self._request
         try:
-            while True:
-                block = self._response.read(deadline.wait_s(time.perf_counter()))
-                if block is None:
-                    return
+            for block in self._response.blocks(deadline.wait_s):
                 size += len(block)
                 if self._cap is not None and size > self._cap:
                     raise BodyTooLarge(_too_large(deadline.url, self._cap), request=request)
@@ -169,21 +153,21 @@ class _CheckedBody(httpx.SyncByteStream):
 
 
 class BoundedTransport(httpx.BaseTransport):
-    """``inner`` under the policy above; http(s) goes through the stdlib reader when
-    ``stdlib`` (via the environment's proxy when ``proxies``; the client needs
-    ``trust_env=False``)."""
+    """``inner`` under the policy above; without one, http(s) goes through the stdlib reader
+    (via the environment's proxy when ``proxies``; the client needs ``trust_env=False``)."""
 
     def __init__(self, inner: httpx.BaseTransport | None = None, *,
-                 max_body_bytes: int = MAX_BODY_BYTES, stdlib: bool = True,
-                 proxies: bool = True) -> None:
-        self._stdlib = stdlib and inner is None
+                 max_body_bytes: int = MAX_BODY_BYTES, proxies: bool = True) -> None:
+        self._stdlib = inner is None
         self._inner = inner if inner is not None else httpx.HTTPTransport()
         self._proxies = proxies
         self.max_body_bytes = max_body_bytes
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url.copy_with(query=None))
-        deadline = _Deadline(url, _deadline_s(request))
+        timeouts = request.extensions.get("timeout") or {}
+        read = timeouts.get("read") if isinstance(timeouts, dict) else None
+        deadline = _Deadline(url, float(read) if read else DEFAULT_DEADLINE_S)
         if self._stdlib and request.url.scheme in ("http", "https"):
             return self._raw(request, url, deadline)
         request.headers["Accept-Encoding"] = "identity"
@@ -218,9 +202,6 @@ class BoundedTransport(httpx.BaseTransport):
                                        request=request) from exc
         except MalformedResponse as exc:
             raise AnswerRefused(f"{url} sent a malformed HTTP answer: {exc}") from exc
-        except BadURL as exc:
-            raise ConfigError(f"cannot request {exc}; give an http(s) URL such as "
-                              f"http://127.0.0.1:8080") from exc
         except ProxyError as exc:
             raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
         except ConnectionRefusedError as exc:
@@ -228,7 +209,7 @@ class BoundedTransport(httpx.BaseTransport):
                                      request=request) from exc
         except (socket.gaierror, OSError) as exc:
             raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
-        cap = None if _streamed(raw.content_type) else self.max_body_bytes
+        cap = None if _streamed(raw.headers.get("content-type", "")) else self.max_body_bytes
         length = raw.headers.get("content-length", "")
         try:
             check_head(url, raw.status, raw.headers)

@@ -1,8 +1,6 @@
-"""Secrets that reach an engine and never anything else: API keys, URL credentials;
-and the one check that an engine URL is one both clients can use.
-
-Keys come from an environment variable only and are sent as a Bearer header.
-"""
+"""Secrets that reach an engine and never anything else: API keys (from an environment
+variable only, sent as a Bearer header), URL credentials; and the one check that an engine
+URL is one both clients can use."""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
-
 
 from pytest_tokperf.errors import ConfigError
 
@@ -77,14 +74,16 @@ def redact_url(url: str) -> str:
         return _rough_redact(url)
     if not parts.scheme or hostname is None:
         return _rough_redact(url)
-    netloc = f"[{hostname}]" if ":" in hostname else hostname
-    if port is not None:
-        netloc += f":{port}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = "&".join(f"{quote(k, safe='')}={MASK}" for k, _ in pairs) if pairs else MASK
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return urlunsplit((parts.scheme, host_port(hostname, port), parts.path, query, ""))
+
+
+def host_port(host: str, port: int | None) -> str:
+    """``host:port`` as a URL writes it: an IPv6 host in brackets, no port when None."""
+    return (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
 
 
 _USERINFO = re.compile(r"//.*@", re.DOTALL)
@@ -146,7 +145,8 @@ def _reason(url: str, exc: ValueError) -> str:
     """``urlsplit``'s complaint, unless it quotes a piece of the userinfo."""
     found = re.match(r"^[^:/?#]*://(\S*)@", url)
     quoted = re.findall(r"'([^']*)'", str(exc))
-    if found and any(text and text in found.group(1) for text in quoted):
+    forms = (found.group(1), repr(found.group(1))[1:-1]) if found else ()  # as quoted: escaped
+    if any(text and text in form for text in quoted for form in forms):
         return ("its user name or password holds a '/', '?', '#' or '@' that ends the host "
                 "part early: percent-encode those (%2F, %3F, %23, %40)")
     return str(exc)
@@ -185,10 +185,7 @@ class Endpoint:
             secrets.append(api_key.reveal())
         params = tuple(parse_qsl(parts.query, keep_blank_values=True))
         secrets += [v for _, v in params if len(v) >= 3]
-        hostname = parts.hostname or ""
-        netloc = f"[{hostname}]" if ":" in hostname else hostname
-        if parts.port is not None:
-            netloc += f":{parts.port}"
+        netloc = host_port(parts.hostname or "", parts.port)
         base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         return cls(base, tuple(headers), params, tuple(sorted(set(secrets), key=len, reverse=True)))
 

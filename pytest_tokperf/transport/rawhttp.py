@@ -1,7 +1,5 @@
-"""The smallest HTTP/1.1 client that can read a token stream fast and with bounded cost.
-
-Every blocking step is bounded by the caller's ``wait_s(now)``.
-"""
+"""The smallest HTTP/1.1 client that can read a token stream fast and with bounded cost:
+every blocking step is bounded by the caller's ``wait_s(now)``."""
 
 from __future__ import annotations
 
@@ -11,12 +9,13 @@ import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 import httpx
 
-from pytest_tokperf.transport.credentials import redact_url, url_problem
+from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.transport.credentials import host_port, redact_url, url_problem
 
 CONNECT_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 64 << 10
@@ -34,10 +33,6 @@ class MalformedResponse(ValueError):
 
 class ProxyError(ConnectionError):
     """The environment's proxy could not be reached or refused the tunnel."""
-
-
-class BadURL(ValueError):
-    """A URL the client cannot connect to (a port out of range, a host IDNA refuses)."""
 
 
 def default_port(scheme: str) -> int:
@@ -106,10 +101,6 @@ class RawResponse:
         else:
             self._mode = "close"
 
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "")
-
     def read(self, timeout_s: float) -> bytes | None:
         """The next body bytes (possibly empty), or None once the body has ended."""
         if self._ended:
@@ -177,17 +168,10 @@ class RawResponse:
         self._left = left
         return out[0] if len(out) == 1 else b"".join(out)
 
-    def read_all(self, cap: int, wait_s: WaitS) -> str:
-        """Up to ``cap`` bytes of what is left of the body, as text (for error messages)."""
-        parts: list[bytes] = []
-        size = 0
-        while size < cap:
-            block = self.read(wait_s(time.perf_counter()))
-            if block is None:
-                break
-            parts.append(block)
-            size += len(block)
-        return b"".join(parts)[:cap].decode("utf-8", errors="replace")
+    def blocks(self, wait_s: WaitS) -> Iterator[bytes]:
+        """The rest of the body, block by block, each read within ``wait_s``."""
+        while (block := self.read(wait_s(time.perf_counter()))) is not None:
+            yield block
 
     def close(self) -> None:
         try:
@@ -196,12 +180,24 @@ class RawResponse:
             pass
 
 
+def capped_text(blocks: Iterable[bytes], cap: int) -> str:
+    """The first ``cap`` bytes of ``blocks`` as text (to quote an error answer)."""
+    parts: list[bytes] = []
+    size = 0
+    for block in blocks:
+        parts.append(block)
+        size += len(block)
+        if size >= cap:
+            break
+    return b"".join(parts)[:cap].decode("utf-8", errors="replace")
+
+
 def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s: WaitS,
              method: str = "POST", proxies: bool = True) -> RawResponse:
     """Send ``body`` as JSON to ``url`` and read the answer's status line and headers."""
     parts, host, port = _where(url)
     target = _ascii_target((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
-    authority = _authority(host, parts.port)
+    authority = host_port(host, parts.port or None)
     proxy = proxy_for(url) if proxies else None
     extra: list[str] = []
     if proxy is not None and parts.scheme == "http":
@@ -225,7 +221,8 @@ def open_raw(url: str, body: bytes, headers: tuple[tuple[str, str], ...], wait_s
 
 
 def _where(url: str) -> tuple[SplitResult, str, int]:
-    """``url`` split, its host in ASCII (IDNA) and its port; ``BadURL`` says why not."""
+    """``url`` split, its host in ASCII (IDNA) and its port; ``ConfigError`` says why not
+    (a port out of range, a host IDNA refuses)."""
     try:
         parts = urlsplit(url)
         port = parts.port or default_port(parts.scheme)
@@ -234,10 +231,12 @@ def _where(url: str) -> tuple[SplitResult, str, int]:
             host = host.encode("idna").decode("ascii")
     except (ValueError, UnicodeError):
         why = url_problem(url) or "is not a URL to connect to"
-        raise BadURL(f"{redact_url(url)!r} {why}") from None
-    if not host:
-        raise BadURL(f"{redact_url(url)!r} names no host")
-    return parts, host, port
+    else:
+        if host:
+            return parts, host, port
+        why = "names no host"
+    raise ConfigError(f"cannot request {redact_url(url)!r} {why}; give an http(s) URL such as "
+                      f"http://127.0.0.1:8080") from None
 
 
 def _ascii_target(target: str) -> str:
@@ -247,17 +246,13 @@ def _ascii_target(target: str) -> str:
     return quote(target, safe="/?&=%:@!$'()*+,;~-._[]")
 
 
-def _authority(host: str, port: int | None) -> str:
-    return (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
-
-
 def _connect(scheme: str, host: str, port: int, proxy: str | None,
              wait_s: WaitS) -> socket.socket:
     """A connection ready for the request: direct, or through the proxy; TLS for https."""
     if proxy is None:
         sock = _tcp(host, port, wait_s)
         return _tls(sock, host, wait_s) if scheme == "https" else sock
-    shown = _shown(proxy)
+    shown = repr(redact_url(proxy if "://" in proxy else f"http://{proxy}"))
     problem = url_problem(proxy)
     if problem is not None:
         raise ProxyError(f"the proxy {shown} from the environment {problem}; tokperf tunnels "
@@ -278,7 +273,7 @@ def _connect(scheme: str, host: str, port: int, proxy: str | None,
             sock = _tls(sock, phost, wait_s)
         if scheme != "https":
             return sock
-        tunnel = _authority(host, port)
+        tunnel = host_port(host, port or None)
         lines = [f"CONNECT {tunnel} HTTP/1.1", f"Host: {tunnel}", f"User-Agent: {USER_AGENT}",
                  *_proxy_auth(proxy)]
         sock.settimeout(wait_s(time.perf_counter()))
@@ -305,23 +300,16 @@ def _tcp(host: str, port: int, wait_s: WaitS) -> socket.socket:
 
 def _tls(sock: socket.socket, host: str, wait_s: WaitS) -> socket.socket:
     """``sock`` wrapped in TLS for ``host``, the handshake within ``wait_s``."""
+    secure: ssl.SSLSocket | None = None
     try:
         secure = tls_context().wrap_socket(sock, server_hostname=host,
                                            do_handshake_on_connect=False)
-    except BaseException:
-        sock.close()
-        raise
-    try:
         secure.settimeout(wait_s(time.perf_counter()))
         secure.do_handshake()
     except BaseException:
-        secure.close()
+        (secure or sock).close()
         raise
     return secure
-
-
-def _shown(proxy: str) -> str:
-    return repr(redact_url(proxy if "://" in proxy else f"http://{proxy}"))
 
 
 def _proxy_auth(proxy: str) -> list[str]:

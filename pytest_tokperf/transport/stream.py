@@ -1,7 +1,5 @@
-"""Streamed generations read with a bounded cost: a deadline, an idle limit, a size cap.
-
-The stdlib reader (``rawhttp``) reads http(s) streams; httpx only a given transport.
-"""
+"""Streamed generations read with a bounded cost: a deadline, an idle limit, a size cap;
+the stdlib reader (``rawhttp``) reads http(s) streams, httpx only a given transport."""
 
 from __future__ import annotations
 
@@ -15,25 +13,13 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.errors import (
-    ConfigError,
-    EngineError,
-    EngineProtocolError,
-    EngineUnavailable,
-)
+from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import GenerationRequest
 from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
 from pytest_tokperf.transport.answers import auth_hint, check_head, error_text
 from pytest_tokperf.transport.events import EventParser, StreamStats, decode_event
-from pytest_tokperf.transport.rawhttp import (
-    BadURL,
-    MalformedResponse,
-    RawResponse,
-    open_raw,
-    refused_hint,
-)
-
-"""Seconds without a new event, once events flow, before a stream counts as stalled."""
+from pytest_tokperf.transport.rawhttp import (MalformedResponse, RawResponse, capped_text,
+                                              open_raw, refused_hint)
 
 MAX_EVENT_BYTES = 8 << 20
 """The longest line or event accepted (llama-server's final event repeats the prompt)."""
@@ -44,6 +30,7 @@ MAX_ERROR_BYTES = 64 << 10
 MAX_WAIT_S = 86400.0
 """The longest one read may block (a socket timeout must be finite, a limit need not)."""
 
+
 def event_cap(generate_tokens: int) -> int:
     """The most events one stream may send: one per token plus a margin."""
     return generate_tokens + max(32, generate_tokens // 8)
@@ -52,24 +39,17 @@ def event_cap(generate_tokens: int) -> int:
 OnError = Callable[[int, str], EngineError | None]
 
 
-@dataclass(frozen=True, slots=True)
-class StreamLimits:
-    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
-    max_event_bytes: int = MAX_EVENT_BYTES
-
-
 class _Clock:
     """The limits of one stream, on the monotonic clock."""
 
-    __slots__ = ("url", "request", "idle_s", "sent_s", "deadline_s", "last_event_s", "stats")
+    __slots__ = ("url", "request", "idle_s", "deadline_s", "last_event_s", "stats")
 
-    def __init__(self, url: str, request: GenerationRequest, limits: StreamLimits,
+    def __init__(self, url: str, request: GenerationRequest, idle_s: float,
                  stats: StreamStats) -> None:
         self.url = url
         self.request = request
-        self.idle_s = limits.idle_s
-        self.sent_s = time.perf_counter()
-        self.deadline_s = self.sent_s + request.timeout_s
+        self.idle_s = idle_s
+        self.deadline_s = time.perf_counter() + request.timeout_s
         self.last_event_s: float | None = None
         self.stats = stats
 
@@ -110,9 +90,6 @@ class _Clock:
         )
 
 
-# -- events ----------------------------------------------------------------------------
-
-
 def _check_answer(url: str, status: int, headers: Mapping[str, str], body: Callable[[], str],
                   on_error: OnError | None) -> None:
     """Refuse a redirect, a compressed body, an error status, an HTML page or one JSON
@@ -134,15 +111,12 @@ def _check_answer(url: str, status: int, headers: Mapping[str, str], body: Calla
             f"this server support streaming on this endpoint?")
 
 
-# -- the client ------------------------------------------------------------------------
-
-
 @dataclass
 class StreamClient:
-    """How one adapter streams: its httpx client, headers and query, the limits."""
+    """How one adapter streams: its httpx client, headers and query, the idle limit."""
 
     client: httpx.Client
-    limits: StreamLimits = field(default_factory=StreamLimits)
+    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     query: str = field(default="", repr=False)
     scrub: Callable[[str], str] = field(default=str, repr=False)
@@ -153,13 +127,14 @@ class StreamClient:
     def events(self, url: str, body: dict[str, Any], request: GenerationRequest,
                on_error: OnError | None = None, *, ndjson: bool = False,
                stats: StreamStats | None = None) -> Iterator[tuple[float, dict[str, Any]]]:
-        """POST ``body`` and yield each streamed JSON object with its arrival time. A
-        payload that is not an object, or an error object mid-stream, raises with the
-        engine's words."""
+        """POST ``body``; each streamed JSON object with its arrival time. A payload that is
+        not an object, or an error object mid-stream, raises with the engine's words."""
         stats = stats if stats is not None else StreamStats()
-        clock = _Clock(url, request, self.limits, stats)
-        parser = EventParser(ndjson, url, self.limits.max_event_bytes, stats)
-        reader = self._stdlib if self._stdlib_for(url) else self._httpx
+        clock = _Clock(url, request, self.idle_s, stats)
+        parser = EventParser(ndjson, url, MAX_EVENT_BYTES, stats)
+        # the stdlib reader takes http(s); httpx reads only a given transport
+        stdlib = self.stdlib and url.startswith(("http://", "https://"))
+        reader = self._stdlib if stdlib else self._httpx
         cap = event_cap(request.generate_tokens)
         events = reader(url, body, clock, parser, on_error)
         last: dict[str, Any] | None = None
@@ -188,10 +163,6 @@ class StreamClient:
         finally:
             events.close()
 
-    def _stdlib_for(self, url: str) -> bool:
-        """Whether the stdlib reader takes this URL (httpx reads only a given transport)."""
-        return self.stdlib and url.startswith(("http://", "https://"))
-
     # -- stdlib: one socket, chunked decoding and line splitting in bytes ------------
 
     def _stdlib(self, url: str, body: dict[str, Any], clock: _Clock, parser: EventParser,
@@ -202,8 +173,9 @@ class StreamClient:
         try:
             response = open_raw(target, data, self.headers, clock.wait_s)
             _check_answer(url, response.status, response.headers,
-                          lambda: self.scrub(response.read_all(MAX_ERROR_BYTES, clock.wait_s)
-                                             if response else ""), on_error)
+                          lambda: self.scrub(capped_text(response.blocks(clock.wait_s),
+                                                         MAX_ERROR_BYTES) if response else ""),
+                          on_error)
             stats = clock.stats
             perf = time.perf_counter
             feed, read, ndjson = parser.feed, response.read, parser.ndjson
@@ -239,23 +211,16 @@ class StreamClient:
             raise clock.expired(now) from exc
         except MalformedResponse as exc:
             raise EngineProtocolError(f"{url} sent a malformed HTTP response: {exc}") from exc
-        except BadURL as exc:
-            raise ConfigError(f"cannot request {exc}; give an http(s) URL such as "
-                              f"http://127.0.0.1:8080") from exc
+        except ConnectionRefusedError as exc:
+            raise EngineUnavailable(f"cannot reach {url}: connection refused "
+                                    f"({refused_hint(url)})") from exc
         except OSError as exc:
-            raise self._lost(url, exc, response is not None) from exc
+            if response is None:
+                raise EngineUnavailable(f"cannot reach {url}: {exc}") from exc
+            raise _Lost(str(exc) or type(exc).__name__) from exc
         finally:
             if response is not None:
                 response.close()
-
-    @staticmethod
-    def _lost(url: str, exc: BaseException, connected: bool) -> EngineUnavailable:
-        if isinstance(exc, ConnectionRefusedError):
-            return EngineUnavailable(f"cannot reach {url}: connection refused "
-                                     f"({refused_hint(url)})")
-        if not connected:
-            return EngineUnavailable(f"cannot reach {url}: {exc}")
-        return _Lost(str(exc) or type(exc).__name__)
 
     # -- httpx: the same parser over iter_bytes, with a watchdog for blocked reads ----
 
@@ -267,7 +232,8 @@ class StreamClient:
             with self.client.stream("POST", url, json=body, timeout=timeout) as response:
                 watchdog.watch(response)
                 _check_answer(url, response.status_code, response.headers,
-                              lambda: self.scrub(_read_capped(response)), on_error)
+                              lambda: self.scrub(capped_text(response.iter_bytes(),
+                                                             MAX_ERROR_BYTES)), on_error)
                 stats = clock.stats
                 perf = time.perf_counter
                 arrived = perf()
@@ -315,17 +281,6 @@ class _Lost(EngineUnavailable):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def _read_capped(response: httpx.Response) -> str:
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= MAX_ERROR_BYTES:
-            break
-    return b"".join(chunks)[:MAX_ERROR_BYTES].decode("utf-8", errors="replace")
 
 
 class _Watchdog:

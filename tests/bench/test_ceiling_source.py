@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 import pytest_tokperf.hardware.probe as probe_mod
-from pytest_tokperf.bench.ceilings import CeilingSource, kv_type_from_args, mean_decode_depth
+from pytest_tokperf.bench.ceilings import CeilingSource, ModelFiles, mean_decode_depth
+from pytest_tokperf.bench.run import ceiling_source
 from pytest_tokperf.ceiling import check_efficiency
 from pytest_tokperf.hardware.reached import ReachedBandwidth, calibration_key
 from pytest_tokperf.model.footprint import footprint
 from pytest_tokperf.model.gguf_file import load_gguf
 from pytest_tokperf.results import Bandwidth, BenchResult, HardwareInfo, MachineLoad, Workload
+from pytest_tokperf.settings import resolve
 from tests.support.storage_factory import make_engine, make_result
 
 
@@ -25,11 +27,17 @@ def test_mean_decode_depth() -> None:
 
 
 @pytest.mark.parametrize(("args", "kv"), [
-    ((), "f16"), (("-ctk", "q8_0"), "q8_0"), (("--cache-type-k=Q4_0",), "q4_0"),
-    (("-t", "2", "--cache-type-k", "q8_0", "-ctv", "q8_0"), "q8_0"),
+    ((), ("f16", "f16")), (("-ctk", "q8_0"), ("q8_0", "f16")),
+    (("--cache-type-k=Q4_0",), ("q4_0", "f16")),
+    (("-t", "2", "--cache-type-k", "q8_0", "-ctv", "q8_0"), ("q8_0", "q8_0")),
 ])
-def test_kv_type_from_args(args: tuple[str, ...], kv: str) -> None:
-    assert kv_type_from_args(args) == kv
+def test_the_kv_cache_types_come_from_the_server_args(
+    args: tuple[str, ...], kv: tuple[str, str], tmp_path: Path
+) -> None:
+    settings = resolve(cli=lambda _: None, ini=lambda _: None, env={}, rootdir=tmp_path,
+                       server_args=args)
+    source = ceiling_source(settings, ModelFiles())
+    assert (source.kv_type, source.kv_type_v) == kv
 
 
 class _FakeProbe:
@@ -194,8 +202,8 @@ def test_cpu_engine_on_a_gpu_box_is_judged_by_the_cpu_probe(
     source.probe()  # known now: the CPU is probed before the next measurement too
     ceiling = source.ceiling_for(make_result(engine=engine), None)
     assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 55e9
-    assert source.placement is not None and source.placement.device is not None
-    assert source.placement.device.label == "cpu"
+    assert source._placement is not None and source._placement.device is not None
+    assert source._placement.device.label == "cpu"
     assert source.hardware is not None and source.hardware.name == "EPYC"
 
 
@@ -241,7 +249,7 @@ def test_device_override_wins(monkeypatch: pytest.MonkeyPatch, test_model: Path)
     source.probe()  # the override says the CPU: probe before the measurement
     ceiling = source.ceiling_for(make_result(engine=engine), None)
     assert ceiling is not None and ceiling.bandwidth.bytes_per_s == 45e9
-    assert source.placement is not None and source.placement.source == "--tokperf-device"
+    assert source._placement is not None and source._placement.source == "--tokperf-device"
 
 
 def test_kv_types_come_from_the_engine(test_model: Path) -> None:

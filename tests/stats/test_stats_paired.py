@@ -113,7 +113,7 @@ def test_agreeing_starts_are_pooled_with_the_level_a_start_is_allowed() -> None:
     assert verdict.verdict == "regression"
     assert "each start allowed a level of its own: 1.0%" in verdict.reason
     # the starts as the unit (the old rule: 1 df) could not see it
-    means = pairs.block_means()
+    means = [float(np.mean(p.log_ratios)) for p in pairs.per_start()]
     old = judge(Shift(float(np.mean(means)), float(np.std(means, ddof=1)) / math.sqrt(2), 1.0,
                       400, 400, "pooled", 0.05), AB_DECODE)
     assert old.verdict == "inconclusive"

@@ -241,48 +241,6 @@ def test_history_is_in_time_order_and_limit_keeps_newest(store: ResultStore) -> 
     assert store.history("no-such-series") == []
 
 
-def test_insert_rows_is_the_bulk_path_for_ready_rows(store: ResultStore) -> None:
-    first = store.record("run-1", "t", make_result(decode=10.0), **record_kwargs()).result_id
-    row = store._read("SELECT * FROM results WHERE id = ?", (first,))[0]
-    copies = [{**row, "id": None, "decode_tokens_per_s_median": float(d)} for d in (20, 30)]
-    with store.db.atomic():
-        assert store.insert_rows("results", copies) == 2
-        assert store.insert_rows("results", []) == 0
-    key = row["series_key"]
-    assert [h.decode_tokens_per_s for h in store.history(key)] == [10.0, 20.0, 30.0]
-    assert store.db.execute("PRAGMA cache_size").fetchone()[0] == -2000  # put back
-    broken = [copies[0], {k: v for k, v in copies[1].items() if k != "test_id"}]
-    with pytest.raises(StorageError, match="a row for 'results' lacks column 'test_id'"):
-        store.insert_rows("results", broken)
-
-
-def test_insert_rows_keeps_every_value_when_rows_fill_different_columns(
-    store: ResultStore,
-) -> None:
-    """Columns empty in the first row leave the statement; a later row that fills one
-    still lands whole and in its place, and an empty value never becomes a default."""
-    store.db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, "
-                     "b TEXT DEFAULT 'dflt', c REAL, d TEXT)")
-    rows = [
-        {"id": None, "a": 1, "b": None, "c": None, "d": None},
-        {"id": None, "a": 2, "b": None, "c": None, "d": None},
-        {"id": None, "a": 3, "b": "x", "c": 1.5, "d": None},
-        {"id": None, "a": 4, "b": None, "c": None, "d": "y"},
-        {"id": None, "a": None, "b": None, "c": 2.5, "d": None},
-        {"id": None, "a": 6, "b": None, "c": None, "d": None},
-    ]
-    with store.db.atomic():
-        assert store.insert_rows("t", rows) == len(rows)
-    got = store.db.execute("SELECT id, a, b, c, d FROM t ORDER BY id").fetchall()
-    assert got == [(i + 1, r["a"], r["b"], r["c"], r["d"]) for i, r in enumerate(rows)]
-    with pytest.raises(StorageError, match="a row for 't' lacks column 'd'"):
-        store.insert_rows("t", [rows[0], {k: v for k, v in rows[1].items() if k != "d"}])
-    store.db.execute("CREATE TABLE u (id INTEGER PRIMARY KEY, a INTEGER)")
-    with store.db.atomic():  # nothing to leave out of a first row that is all NULL
-        assert store.insert_rows("u", [{"id": None, "a": None}, {"id": None, "a": 2}]) == 2
-    assert store.db.execute("SELECT id, a FROM u ORDER BY id").fetchall() == [(1, None), (2, 2)]
-
-
 def test_latest_per_series_picks_the_newest_of_each(store: ResultStore) -> None:
     store.record("run-1", "a", make_result(decode=1.0), **record_kwargs())
     newest_a = store.record("run-1", "a", make_result(decode=2.0), **record_kwargs()).result_id

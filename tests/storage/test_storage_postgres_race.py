@@ -33,7 +33,7 @@ def test_eight_openers_of_a_new_db_at_once_all_get_the_store(pg_url: str) -> Non
             barrier.wait()
             try:
                 with ResultStore.open(url) as store:
-                    versions.append(store._user_version())
+                    versions.append(store.backend.schema_version())
             except Exception as exc:  # every failure is collected, not only the first
                 errors.append(f"round {r}: {exc}")
 

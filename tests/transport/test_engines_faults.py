@@ -28,7 +28,7 @@ from pytest_tokperf.transport.credentials import ApiKey, Endpoint, redact_url
 from pytest_tokperf.transport.events import EventParser, StreamStats
 from pytest_tokperf.engines.llama_server.adapter import LlamaServer
 from pytest_tokperf.engines.registry import create_engine
-from pytest_tokperf.transport.stream import StreamLimits
+from pytest_tokperf.transport import stream as stream_module
 from pytest_tokperf.engines.wire import not_ready_error
 from pytest_tokperf.errors import EngineProtocolError, EngineUnavailable
 from pytest_tokperf.results import GenerationRequest
@@ -142,9 +142,11 @@ def test_a_slow_drip_cannot_outlive_the_request_timeout(fake: FakeFaultyLlama, r
 
 
 @pytest.mark.parametrize("fake", [("endless",)], indirect=True)
-def test_an_endless_line_is_refused_with_memory_bounded(fake: FakeFaultyLlama, reader: str) -> None:
+def test_an_endless_line_is_refused_with_memory_bounded(
+    fake: FakeFaultyLlama, reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = llama(fake.url, reader, idle_s=600.0)
-    engine._streams.limits = StreamLimits(idle_s=600.0, max_event_bytes=2 << 20)
+    monkeypatch.setattr(stream_module, "MAX_EVENT_BYTES", 2 << 20)
     tracemalloc.start()
     try:
         with pytest.raises(EngineProtocolError, match=r"an event of more than 2 MiB .*refused, "
@@ -158,11 +160,11 @@ def test_an_endless_line_is_refused_with_memory_bounded(fake: FakeFaultyLlama, r
 
 @pytest.mark.parametrize("fake", [("endless",)], indirect=True)
 def test_an_endless_line_below_the_cap_ends_at_the_deadline(
-    fake: FakeFaultyLlama, reader: str
+    fake: FakeFaultyLlama, reader: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cap is not what ends every endless line: with a big one, the deadline does."""
     engine = llama(fake.url, reader, idle_s=600.0)
-    engine._streams.limits = StreamLimits(idle_s=600.0, max_event_bytes=1 << 40)
+    monkeypatch.setattr(stream_module, "MAX_EVENT_BYTES", 1 << 40)
     with pytest.raises((EngineUnavailable, EngineProtocolError)) as error:
         generate(engine, total_s=1.0)
     assert "within 1 s" in str(error.value) or "more than" in str(error.value)

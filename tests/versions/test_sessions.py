@@ -4,13 +4,15 @@ the journal, and a real interleaved comparison of two wrapper builds of llama-se
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.cli.main import main
-from pytest_tokperf.errors import ConfigError
+from pytest_tokperf.busy import BusyPolicy
+from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.versions.sessions import (
     BuildRunner,
     Journal,
@@ -117,3 +119,52 @@ def test_compare_two_builds_interleaved(server_binary: Path, tmp_path: Path,
     out = capsys.readouterr().out
     assert "B/A" in out and "regression" in out
     assert (tmp_path / "c.db.builds.jsonl").read_text().splitlines() == journal
+
+
+class _BusyRunner(BuildRunner):
+    """A runner whose sessions are made up: the first ``busy`` of them read busy."""
+
+    def __init__(self, tmp_path: Path, policy: BusyPolicy, busy: int) -> None:
+        super().__init__(tmp_path / "r.db", ["t.py"], progress=lambda _: None, busy=policy)
+        self.made, self.left_busy = 0, busy
+
+    def _session(self, build: Build, number: int, expected_s: float | None) -> Session:
+        self.made += 1
+        return Session(build.label, self.selection, (f"run-{self.made}",), str(build.binary),
+                       0, 1.0, "2026-01-01T00:00:00Z", self.journal.digest(build.binary))
+
+    def _busy_in(self, run_ids: Sequence[str]) -> str:
+        self.left_busy -= 1
+        return "machine: others 1.8 of 2 CPUs, busy" if self.left_busy >= 0 else ""
+
+
+@pytest.mark.parametrize(("policy", "quiet_after", "made", "busy"), [
+    (BusyPolicy("skip", 60.0), 5.0, 2, ""),  # measured again in a quiet window
+    (BusyPolicy("skip", 60.0), None, 1, "busy"),  # no quiet window: it stands, noted
+    (BusyPolicy("skip", 0.0), 5.0, 1, "busy"),  # never waits
+    (BusyPolicy("judge", 60.0), 5.0, 1, "busy"),  # its figures count: no wait
+])
+def test_a_session_measured_busy_follows_the_busy_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: BusyPolicy,
+    quiet_after: float | None, made: int, busy: str,
+) -> None:
+    from pytest_tokperf.hardware import load
+
+    waits: list[float] = []
+    monkeypatch.setattr(load, "wait_for_quiet", lambda s: waits.append(s) or quiet_after)
+    runner = _BusyRunner(tmp_path, policy, busy=1)
+    build = Build("b1", tmp_path / "llama-server")
+    build.binary.write_text("#!/bin/sh\n")
+    session = runner.run_session(build, 1)
+    assert runner.made == made and (busy in session.busy if busy else session.busy == "")
+    assert waits == ([60.0] if policy.waits_s else [])
+    assert [s.run_ids for s in runner.journal.sessions(build, runner.selection)] == \
+        [session.run_ids]  # only the session that stands is journalled
+
+
+def test_busy_fail_stops_at_a_session_measured_busy(tmp_path: Path) -> None:
+    runner = _BusyRunner(tmp_path, BusyPolicy("fail"), busy=1)
+    (tmp_path / "llama-server").write_text("#!/bin/sh\n")
+    with pytest.raises(EngineError, match=r"^b1: session 1 was measured busy \(machine: "
+                                          r"others 1.8 of 2 CPUs, busy\) and --busy fail"):
+        runner.run_session(Build("b1", tmp_path / "llama-server"), 1)

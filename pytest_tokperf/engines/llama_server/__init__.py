@@ -1,8 +1,6 @@
-"""llama-server: its adapter, its speed settings from every source, its start-up log
-reader.
+"""llama-server: its adapter, its speed settings from every source, its start-up log reader.
 
-The adapter loads on first use, so reading settings costs no HTTP client import.
-"""
+The adapter loads on first use, so reading settings costs no HTTP client import."""
 
 from __future__ import annotations
 
@@ -11,11 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.engines.llama_server.log import parse_llama_server_log, read_log
-from pytest_tokperf.engines.speed_settings import (
-    ServerSettings,
-    parse_llama_server_args,
-    parse_props,
-)
+from pytest_tokperf.engines.speed_settings import (ServerSettings, parse_llama_server_args,
+                                                   parse_props)
 
 
 def llama_server_settings(pairs: Mapping[str, str], props: Mapping[str, Any]) -> ServerSettings:

@@ -1,8 +1,6 @@
-"""Adapter for llama.cpp's ``llama-server``, native ``/completion`` API.
-
-Token-id prompts, ``n_predict`` with ``ignore_eos``, no prompt cache; the last SSE event
-carries ``timings``. Clocks: docs/engines.md.
-"""
+"""Adapter for llama.cpp's ``llama-server``, native ``/completion`` API: token-id prompts,
+``n_predict`` with ``ignore_eos``, no prompt cache; the last SSE event carries ``timings``.
+Clocks: docs/engines.md."""
 
 from __future__ import annotations
 
@@ -15,22 +13,11 @@ import httpx
 from pytest_tokperf.engines.base import HttpAdapter, get_json
 from pytest_tokperf.engines.llama_server import llama_server_settings
 from pytest_tokperf.engines.openai_compat import llama_cpp_timings
-from pytest_tokperf.engines.values import MAX_TOKENS, Fields
-from pytest_tokperf.engines.wire import (
-    ChunkLog,
-    json_field,
-    probe_ready,
-    text_prompt,
-    wrong_engine,
-)
+from pytest_tokperf.engines.values import MAX_TOKENS, Fields, int_or_none
+from pytest_tokperf.engines.wire import (ChunkLog, json_field, probe_ready, text_prompt,
+                                         wrong_engine)
 from pytest_tokperf.errors import EngineProtocolError
-from pytest_tokperf.results import (
-    EngineInfo,
-    EngineTimings,
-    Generation,
-    GenerationRequest,
-    ModelInfo,
-)
+from pytest_tokperf.results import EngineInfo, Generation, GenerationRequest, ModelInfo
 
 FIRST_PLAIN_TOKEN = 3 + 256
 """Skip <unk>/<s>/</s> and the 256 byte tokens of an SPM vocabulary."""
@@ -127,7 +114,7 @@ class LlamaServer(HttpAdapter):
             model_path=model_path,
             model_name=model_name,
             context_size=context_size,
-            threads=_int_or_none(settings.get("threads")),
+            threads=int_or_none(settings.get("threads")),
             speculative=configured or bool(drafting),
             settings=tuple(sorted(settings.items())),
             warnings=(*warnings, *said.warning()),
@@ -171,42 +158,43 @@ class LlamaServer(HttpAdapter):
     supports_chat = True
 
     def generate(self, request: GenerationRequest) -> Generation:
-        if request.chat:
-            return self._chat(request)
-        body: dict[str, Any] = {
-            "prompt": prompt_token_ids(request.prompt_tokens, self._vocab_size(), request.salt),
-            "n_predict": request.generate_tokens,
-            "ignore_eos": True,
-            "cache_prompt": request.reuse_prefix,
-            "temperature": 0.0,
-            "seed": 1234,
-            "stream": True,
-        }
-        url = f"{self.base_url}/completion"
+        """Token ids to ``/completion``; a chat goes through the template at
+        ``/v1/chat/completions``, thinking and answer apart."""
+        chat, asked = request.chat, request.generate_tokens
+        body: dict[str, Any] = {"ignore_eos": True, "cache_prompt": request.reuse_prefix,
+                                "temperature": 0.0, "seed": 1234, "stream": True}
+        if chat:
+            url, what = f"{self.base_url}/v1/chat/completions", "its usage/timings chunk"
+            prompt = text_prompt(request.prompt_tokens, request.salt)
+            body.update(messages=[{"role": "user", "content": prompt}], max_tokens=asked,
+                        stream_options={"include_usage": True})
+        else:
+            url, what = f"{self.base_url}/completion", "a final (stop) event"
+            body.update(n_predict=asked, prompt=prompt_token_ids(
+                request.prompt_tokens, self._vocab_size(), request.salt))
         log = ChunkLog(request, url)
         final: dict[str, Any] | None = None
         last: object = None
         for now, event in self._streams.events(url, body, request, stats=log.stats):
             last = event
-            tokens, content = event.get("tokens"), event.get("content")
-            text = content if isinstance(content, str) else ""
-            n = len(tokens) if isinstance(tokens, list) and tokens else (1 if text else 0)
-            log.add(now, n, text)
-            if event.get("stop"):
-                final = event
-        said, timings = self._ending(log, url, final, last, "a final (stop) event",
-                                     request.generate_tokens)
-        asked = request.generate_tokens
-        return log.generation(
-            generated_tokens=timings.generated_tokens if timings
-            else said.tokens("tokens_predicted", most=asked),
-            prompt_tokens=timings.prompt_tokens if timings else said.tokens("tokens_evaluated"),
-            stop_reason=said.text("stop_type"), engine=said.noted(timings))
-
-    def _ending(self, log: ChunkLog, url: str, final: dict[str, Any] | None, last: object,
-                what: str, asked: int) -> tuple[Fields, EngineTimings | None]:
-        """The stream's final event read (its fields and llama.cpp's timings), or the error
-        of a stream that ended without ``what`` or without a generated token."""
+            if not chat:
+                tokens, content = event.get("tokens"), event.get("content")
+                text = content if isinstance(content, str) else ""
+                log.add(now, len(tokens) if isinstance(tokens, list) and tokens
+                        else (1 if text else 0), text)
+                final = event if event.get("stop") else final
+            else:
+                choices = event.get("choices")
+                first = choices[0] if isinstance(choices, list) and choices else None
+                delta = first.get("delta") if isinstance(first, dict) else None
+                delta = delta if isinstance(delta, dict) else {}
+                thought, answer = delta.get("reasoning_content"), delta.get("content")
+                thought = thought if isinstance(thought, str) else ""
+                answer = answer if isinstance(answer, str) else ""
+                if thought or answer:
+                    log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
+                if "timings" in event or "usage" in event:
+                    final = event
         if final is None:
             raise log.cut_short(self.name, what, last)
         if not log.times_s:
@@ -215,46 +203,14 @@ class LlamaServer(HttpAdapter):
         said = Fields(self.name, url, final)
         timings = (llama_cpp_timings(said.inside("timings"), asked) if said.has("timings")
                    else None)
-        return said, timings
-
-    def _chat(self, request: GenerationRequest) -> Generation:
-        """``/v1/chat/completions`` through the template; thinking and answer apart."""
-        body: dict[str, Any] = {
-            "messages": [{"role": "user", "content": text_prompt(request.prompt_tokens, request.salt)}],
-            "max_tokens": request.generate_tokens,
-            "ignore_eos": True,
-            "cache_prompt": request.reuse_prefix,
-            "temperature": 0.0,
-            "seed": 1234,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        url = f"{self.base_url}/v1/chat/completions"
-        log = ChunkLog(request, url)
-        final: dict[str, Any] | None = None
-        last: object = None
-        for now, event in self._streams.events(url, body, request, stats=log.stats):
-            last = event
-            choices = event.get("choices")
-            first = choices[0] if isinstance(choices, list) and choices else None
-            delta = first.get("delta") if isinstance(first, dict) else None
-            delta = delta if isinstance(delta, dict) else {}
-            thought, answer = delta.get("reasoning_content"), delta.get("content")
-            thought = thought if isinstance(thought, str) else ""
-            answer = answer if isinstance(answer, str) else ""
-            if thought or answer:
-                log.add(now, 1, thought + answer, reasoning=bool(thought) and not answer)
-            if "timings" in event or "usage" in event:
-                final = event
-        said, timings = self._ending(log, url, final, last, "its usage/timings chunk",
-                                     request.generate_tokens)
-        asked = request.generate_tokens
-        usage = said.inside("usage")
+        counts = said.inside("usage") if chat else said
+        generated, prompted = (("completion_tokens", "prompt_tokens") if chat
+                               else ("tokens_predicted", "tokens_evaluated"))
         return log.generation(
             generated_tokens=timings.generated_tokens if timings
-            else usage.tokens("completion_tokens", most=asked),
-            prompt_tokens=timings.prompt_tokens if timings else usage.tokens("prompt_tokens"),
-            stop_reason=None, engine=said.noted(timings))
+            else counts.tokens(generated, most=asked),
+            prompt_tokens=timings.prompt_tokens if timings else counts.tokens(prompted),
+            stop_reason=None if chat else said.text("stop_type"), engine=said.noted(timings))
 
 
 def _first_model_meta(models: Any) -> dict[str, Any] | None:
@@ -264,11 +220,4 @@ def _first_model_meta(models: Any) -> dict[str, Any] | None:
             meta = data[0].get("meta")
             return meta if isinstance(meta, dict) else None
     return None
-
-
-def _int_or_none(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 

@@ -10,12 +10,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_tokperf.engines.speed_settings import (
-    BackendDevice,
-    ServerSettings,
-    parse_backend,
-    parse_flash_attn,
-)
+from pytest_tokperf.engines.speed_settings import (BackendDevice, ServerSettings, parse_backend,
+                                                   parse_flash_attn)
 from pytest_tokperf.hardware.placement import backend_of_device_name
 
 MIB = 2**20
