@@ -166,7 +166,7 @@ def test_the_pull_request_ab_runs_end_to_end_and_fails_on_a_regression(
     # the job summary: each session's own results (the plugin writes them wherever
     # GITHUB_STEP_SUMMARY is set), then the A/B's verdict table
     table = summary.read_text().split("### tokperf compare-builds: ", 1)[-1]
-    assert table.startswith("A = base/build/bin/llama-server (baseline), "
+    assert table.startswith("A = base/build/bin/llama-server (control), "
                             "B = pr/build/bin/llama-server (candidate)"), summary.read_text()
     assert "| test | metric | median A | median B | pairs | verdict |" in table
     rows = [line for line in table.splitlines() if "test_prompt" in line and "| ttft |" in line]
