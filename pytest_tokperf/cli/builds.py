@@ -5,7 +5,7 @@ A build is what ``builds.specs`` reads (a release, a llama-server binary or a ll
 source tree) and ``builds`` makes; ``versions`` runs the pytest sessions over builds and
 judges them; ``report.verdicts``, ``report.builds`` and ``report.watch`` print them. A
 measurement taken with neighbours busy follows one ``--busy`` rule in every verb
-(``hardware.load.BusyPolicy``).
+(``busy.BusyPolicy``).
 """
 
 from __future__ import annotations
@@ -161,8 +161,7 @@ def _compare_sessions(args: argparse.Namespace, runner: BuildRunner, a: Build, b
     emit(args, [{**asdict(f), "ratio": f.ratio} for f in found],
          [f"A = {a.label}, B = {b.label}: {rounds} sessions each, interleaved; results in "
           f"{runner.db}", *text(table), SESSIONS_NOTE])
-    policy = _busy(args)
-    return 1 if args.fail and any(policy.fails(bool(f.busy), f.comparison.verdict == "regression")
+    return 1 if args.fail and any(runner.busy.fails(bool(f.busy), f.comparison.regressed)
                                   for f in found) else 0
 
 
@@ -178,10 +177,9 @@ def _compare_paired(args: argparse.Namespace, runner: BuildRunner, a: Build, b: 
     )
     from pytest_tokperf.versions.paired import compare_builds_paired
 
-    policy = _busy(args)
     found = compare_builds_paired(runner, a, b, sessions, min_effect=args.min_effect,
                                   start_sd=math.log1p(args.start_sd / 100),
-                                  busy_wait=policy.waits_s)
+                                  busy_wait=runner.busy.waits_s)
     table = paired_table(found.results)
     changed = f"changed: {found.changed or 'unknown'}"
     _append(args.markdown, titled_markdown(
@@ -191,7 +189,7 @@ def _compare_paired(args: argparse.Namespace, runner: BuildRunner, a: Build, b: 
          [f"A = {a.label} (control), B = {b.label} (candidate): same-run A/B, {sessions} "
           f"session(s), both servers up at once, ABBA pairs; {found.wall_s:.0f} s", changed,
           *text(table), *paired_notes(found, sessions, args.start_sd)])
-    return 1 if args.fail and any(policy.fails(bool(f.busy), f.comparison.verdict == "regression")
+    return 1 if args.fail and any(runner.busy.fails(bool(f.busy), f.comparison.regressed)
                                   for f in found.results) else 0
 
 

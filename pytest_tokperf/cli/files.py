@@ -26,7 +26,7 @@ from pytest_tokperf.cli.output import (
 )
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.storage.location import shown_db
-from pytest_tokperf.storage.lookup import find_series, open_for_reading, readable
+from pytest_tokperf.storage.lookup import find_series, open_for_reading, readable, writable
 from pytest_tokperf.storage.store import ResultStore
 
 
@@ -55,9 +55,7 @@ def export(args: argparse.Namespace) -> int:
 def import_(args: argparse.Namespace) -> int:
     from pytest_tokperf.storage.exchange import import_datasets
 
-    db = db_location(chosen_db(args))
-    if isinstance(db, Path) and db.is_file():
-        open_for_reading(str(db)).close()  # a tokperf DB, or refused before it is written
+    db = writable(chosen_db(args))
     added = import_datasets(db, [Path(source) for source in args.files])
     emit(args, {**asdict(added), "db": str(db)}, added.summary(db))
     return 0
@@ -73,9 +71,7 @@ def merge(args: argparse.Namespace) -> int:
     if args.output == STDOUT:
         raise ConfigError("--output '-' (stdout) cannot take a DB; name an SQLite file or a "
                           "postgresql:// URL")
-    out = db_location(args.output)
-    if isinstance(out, Path) and out.is_file():
-        open_for_reading(str(out)).close()  # a tokperf DB, or refused before it is written
+    out = writable(args.output)
     added = merge_dbs(readable(dbs[0]), readable(dbs[1]) if len(dbs) == 2 else None, out)
     emit(args, {"runs": added.runs, "results": added.results, "samples": added.samples,
                 "output": str(out)},

@@ -21,11 +21,9 @@ def import_llama_bench(args: argparse.Namespace) -> int:
         import_llama_bench as imported,
     )
     from pytest_tokperf.report.llama_bench import imported_json, imported_lines
-    from pytest_tokperf.storage.store import ResultStore
+    from pytest_tokperf.storage.lookup import writable
 
-    db = db_location(chosen_db(args))
-    if isinstance(db, Path) and db.is_file():
-        ResultStore.open_read_only(db).close()  # a tokperf DB, or refused untouched
+    db = writable(chosen_db(args))
     added, rows = imported(db, [Path(f) for f in args.files], device=args.device,
                            gpu_cores=args.gpu_cores)
     emit(args, imported_json(db, added, rows), imported_lines(db, added, rows))

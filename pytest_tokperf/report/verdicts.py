@@ -11,16 +11,10 @@ from dataclasses import asdict
 from typing import Any
 
 from pytest_tokperf.report.tables import Cell, Table, markdown, md_cell, text
-from pytest_tokperf.stats.metric import interval_text, pct
-from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.stats.metric import pct
 from pytest_tokperf.versions.compare import Compared, SeriesComparison
 from pytest_tokperf.versions.paired import PairedBuildComparison, PairedComparison
 from pytest_tokperf.versions.sessions import BuildComparison
-
-
-def change_text(c: Comparison) -> str:
-    """``-12.0% [-14.1%, -9.8%]``: the change and its interval."""
-    return f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"
 
 
 def compare_lines(result: Compared) -> list[str]:
@@ -61,7 +55,7 @@ def _series_rows(s: SeriesComparison, ttft: bool, one_level: bool) -> list[list[
                       if i == 0 else ["", ""])
         v = s.verdict
         at = "" if one_level or not math.isfinite(v.confidence) else f" at {_level(v.confidence)}"
-        cells += ([Cell(v.verdict, strong=v.verdict == "regression"), change_text(v) + at]
+        cells += ([Cell(v.verdict, strong=v.verdict == "regression"), v.brief() + at]
                   if i == 0 else ["", ""])
         rows.append(cells)
     return rows
@@ -98,7 +92,7 @@ def sessions_table(found: Sequence[BuildComparison]) -> Table:
     for f in found:
         c, unit = f.comparison, "tok/s" if f.target.metric == "decode" else "s"
         rows.append((f.target.test_id, f.target.metric, f"{f.median_a:.4g} {unit}",
-                     f"{f.median_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict, change_text(c),
+                     f"{f.median_b:.4g} {unit}", f"{f.ratio:.3f}", c.verdict, c.brief(),
                      f"{c.p_value:.2g}"))
     return Table.of(SESSIONS_HEADER, rows, numeric=(2, 3, 4, 7))
 
@@ -110,7 +104,7 @@ def paired_table(found: Sequence[PairedBuildComparison]) -> Table:
         c, unit = f.comparison, "s" if f.metric == "ttft" else "tok/s"
         word = c.verdict + (" (measured busy)" if f.busy and c.flagged else "")
         rows.append((f.test_id, f.metric, f"{f.median_a:.4g} {unit}", f"{f.median_b:.4g} {unit}",
-                     str(f.pairs), word, change_text(c)))
+                     str(f.pairs), word, c.brief()))
     return Table.of(PAIRED_HEADER, rows, numeric=(2, 3, 4))
 
 

@@ -15,7 +15,7 @@ from pytest_tokperf.stats.changepoints import (
 )
 from pytest_tokperf.stats.comparing import compare, measure_shift
 from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA, Metric, check_level, interval_text, pct, resolved,
+    DEFAULT_ALPHA, Metric, check_level, resolved,
 )
 from pytest_tokperf.stats.verdict import Comparison, judge, phase_figures
 
@@ -71,12 +71,12 @@ def judge_history(history: Sequence[Point], current: Sequence[float], metric: Me
         now = f" and {current_version}" if current_version else " and this run"
         reason = (f"{drift.reason}; judged {where}: it accumulated over "
                   f"{_span(points[REFERENCE_RUNS:])}{now}{how}; against the settled level "
-                  f"({_span(base)}) alone: {step.verdict} {_brief(step)}; `tokperf accept` "
+                  f"({_span(base)}) alone: {step.verdict} {step.brief()}; `tokperf accept` "
                   "records a deliberate new level")
         return HistoryJudgement(replace(drift, reason=reason), step, drift, tuple(base),
                                 tuple(reference), "drift")
     if drift.verdict != step.verdict and drift.verdict != "unchanged":
-        step = replace(step, reason=f"{step.reason}; {where}: {drift.verdict} {_brief(drift)}")
+        step = replace(step, reason=f"{step.reason}; {where}: {drift.verdict} {drift.brief()}")
     return HistoryJudgement(step, step, drift, tuple(base), tuple(reference), "step")
 
 
@@ -143,7 +143,3 @@ def _span(points: Sequence[Point]) -> str:
     first, last = points[0].version, points[-1].version
     builds = first if first == last else f"{first}..{last}"
     return f"{builds}, {len(points)} run{'s' * (len(points) != 1)}"
-
-
-def _brief(c: Comparison) -> str:
-    return f"{pct(c.relative_change)} {interval_text(c.ci_low, c.ci_high)}"

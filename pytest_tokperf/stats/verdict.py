@@ -49,6 +49,10 @@ class Comparison:
         """A regression or an improvement: a claim that the level moved by ``m`` or more."""
         return self.verdict in ("regression", "improvement")
 
+    def brief(self) -> str:
+        """``-12.0% [-14.1%, -9.8%]``: the change and its interval."""
+        return f"{pct(self.relative_change)} {interval_text(self.ci_low, self.ci_high)}"
+
     def as_metric(self) -> Metric:
         """The metric this comparison was judged as (direction and minimum effect)."""
         return Metric(self.metric, self.higher_is_better, self.min_effect)

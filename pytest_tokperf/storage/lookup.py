@@ -24,6 +24,15 @@ def readable(path: str, flag: str = "--db") -> DbLocation:
     return db
 
 
+def writable(path: str, flag: str = "--db") -> DbLocation:
+    """``path`` as a DB to write: a checked ``PgUrl``, a new file, or an existing file that
+    is a tokperf DB (another program's file is refused before anything is written)."""
+    db = db_location(path, flag)
+    if isinstance(db, Path) and db.is_file():
+        ResultStore.open_read_only(db).close()
+    return db
+
+
 def open_for_reading(path: str, flag: str = "--db") -> ResultStore:
     """The DB at ``path``, read-only: a tokperf DB, or refused and left untouched."""
     return ResultStore.open_read_only(readable(path, flag))

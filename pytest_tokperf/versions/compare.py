@@ -223,7 +223,8 @@ def compare_stored(db: str, other_db: str | None = None, baseline: str | None = 
         raise ConfigError("no series has results on both sides; check the versions with "
                           "`tokperf history`")
     common = sorted(sides)
-    metric_of = {k: series_metrics(base_store)[k] for k in common}
+    metrics = series_metrics(base_store)
+    metric_of = {k: metrics[k] for k in common}
     verdicts: dict[str, Comparison] = compare_many(
         {k: sides[k][0].sessions for k in common}, {k: sides[k][1].sessions for k in common},
         metric_of, spread={k: sides[k][2] for k in common})
