@@ -3,24 +3,46 @@
 Loads a folder of run files (default ``db/runs/releases``: 9 llama.cpp releases x 3
 sessions of the main job on a VM whose memory sat at ~37 or ~60 GB/s by the hour) and
 judges each session of each decode series against the sessions before it, as the pytest
-gate does (``judge_history`` over at most 20 earlier sessions, from the third on). Prints
+gate does (``judge_history`` over at most 20 earlier sessions, from the third on), and how
+each series' level follows its sessions' probes (the host's decode-bandwidth relation). Prints
 the flags, and the flags left once a flag that the memory moved with is withheld
-(``stats.moved``), with each session's probe.
+(``stats.moved``, against the probes of the sessions it was judged against), with each
+session's probe.
 
     PYTHONPATH=$PWD .venv/bin/python lab/drivers/moved_replay.py [FOLDER]
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from pytest_tokperf.stats import DECODE, judge_history
+from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.storage.exchange import import_datasets
 from pytest_tokperf.storage.history import series_history, session_points
 from pytest_tokperf.storage.store import ResultStore
+
+
+def _relation(points: list[Point], bw: list[float | None]) -> str:
+    """How decode follows the probe here: the slope of log level on log probe within each
+    version, and the exponent the two states' medians imply (split at 48 GB/s)."""
+    rows = [(p.version, math.log(b), math.log(statistics.median(p.samples)))
+            for p, b in zip(points, bw, strict=True) if b]
+    x, y = (np.array([r[k] - np.mean([q[k] for q in rows if q[0] == r[0]]) for r in rows])
+            for k in (1, 2))
+    slow, fast = ([r for r in rows if (r[1] > math.log(48e9)) == up] for up in (False, True))
+    states = [(np.median([r[1] for r in s]), np.median([r[2] for r in s])) for s in (slow, fast)]
+    ratio = (states[1][1] - states[0][1]) / (states[1][0] - states[0][0])
+    return (f"level ~ probe^{x @ y / (x @ x):.2f} within versions, ^{ratio:.2f} between the "
+            f"states' medians ({math.exp(states[0][0]) / 1e9:.0f} vs "
+            f"{math.exp(states[1][0]) / 1e9:.0f} GB/s)")
 
 
 def main() -> None:
@@ -38,11 +60,14 @@ def main() -> None:
                     continue
                 probes = store.probed_bandwidths(e.row.result_id for e in entries)
                 bw = [probes.get(e.row.result_id) for e in entries]
-                print(f"{entries[0].row.test_id}: {len(points)} sessions")
+                print(f"{entries[0].row.test_id}: {len(points)} sessions; "
+                      f"{_relation(points, bw)}")
                 for i in range(3, len(points)):
-                    verdict = judge_history(points[max(0, i - 20):i], points[i].samples,
-                                            DECODE).comparison
-                    kept = moved_verdict(verdict, [bw[i]], bw[max(0, i - 20):i])
+                    gate = judge_history(points[max(0, i - 20):i], points[i].samples, DECODE)
+                    verdict, before = gate.comparison, bw[max(0, i - 20):i]
+                    kept = moved_verdict(verdict, [bw[i]], (  # the runs it was judged against
+                        before[:len(gate.reference)] if gate.judged == "drift"
+                        else before[len(before) - len(gate.baseline):]))
                     judged += 1
                     total += verdict.flagged
                     left += kept.flagged

@@ -20,7 +20,9 @@ from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, judge_family,
 from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.stats.metric import AGGREGATE, DEFAULT_ALPHA
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.storage.history import metric_values, series_histories, session_points
+from pytest_tokperf.storage.history import (
+    metric_values, series_histories, session_points, session_probes,
+)
 from pytest_tokperf.storage.store import GateVerdict, ResultStore
 
 HISTORY_RUNS = 20
@@ -46,7 +48,8 @@ class GateFinding:
     correction: str = "none"
     """How significance was controlled across the session's comparisons."""
     busy: str = ""
-    """What the machine's load says about a flag that stands (``busy_verdict``)."""
+    """What the machine's memory and load say of a flag that stands (``stats.moved``,
+    ``busy_verdict``)."""
 
     def stored(self) -> GateVerdict | None:
         """The row ``ResultStore.save_gate_verdicts`` keeps (None without a result id)."""
@@ -122,14 +125,18 @@ class Gate:
                         f"change from run-to-run drift: need {MIN_BASELINE_RUNS} runs of this "
                         f"series"))  # no shift: the session's family correction leaves it be
                 ids = [e.row.result_id for e in histories[metric.name]]
-                if comparison.verdict in ("regression", "improvement") and result_id is not None:
-                    comparison = moved_verdict(
-                        comparison, list(store.probed_bandwidths([result_id]).values()),
-                        list(source.probed_bandwidths(ids).values()))
-                busy = ""
+                busy = ""  # what the machine says of a flag that stands, re-said after Holm
+                if comparison.flagged:  # against the probes of the runs it was judged against
+                    probes, flag = session_probes(source, histories[metric.name]), comparison
+                    comparison = moved_verdict(flag, list(store.probed_bandwidths(
+                        [result_id] if result_id is not None else []).values()),
+                        probes[:len(judged.reference)] if judged.judged == "drift"
+                        else probes[len(probes) - len(judged.baseline):])
+                    busy = comparison.reason[len(flag.reason) + 2:] * comparison.flagged
                 if comparison.verdict in ("regression", "improvement") and load is not None:
-                    comparison, busy = busy_verdict(comparison, load,
-                                                    list(source.machine_loads(ids).values()))
+                    comparison, loaded = busy_verdict(comparison, load,
+                                                      list(source.machine_loads(ids).values()))
+                    busy = "; ".join(n for n in (busy, loaded) if n)
                 findings.append(GateFinding(test_id, series_key, comparison, span,
                                             current_build, result_id=result_id, busy=busy))
         finally:

@@ -1,20 +1,26 @@
-"""A flagged change that the machine's memory moved with: withheld, said so.
+"""A flag the machine's memory moved with, judged on what the move cannot explain.
 
-Decode reads memory: where the bandwidth probed around the current run lies outside every
-baseline run's and the change goes the way it went, the flag is withheld as "inconclusive"
-with both figures in the reason. A change against the bandwidth keeps its flag.
+Decode follows the bandwidth probed around a run at most as bandwidth^``exponent``. Where
+the probes moved (outside the judged baseline's) the way the change went, that part is
+taken out of the change and its interval: a flag the rest no longer makes is withheld as
+"inconclusive", one it makes stands; both reasons show the arithmetic. A change against
+the move keeps its flag; one without probes says the machine cannot be told apart.
 """
-
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
 from pytest_tokperf.hardware.units import format_bandwidth
-from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.stats.metric import interval_text, pct
+from pytest_tokperf.stats.verdict import EXACT_TOLERANCE, Comparison
 
 PROBE_SPREAD = 0.15
 """How far (relative) one probe may read from another in the same machine state."""
+BANDWIDTH_EXPONENT = 1.0
+"""Decode follows bandwidth at most as bandwidth^1: the bound, no per-host fit is stored."""
 MOVED_NOTE = "the machine's memory moved:"
 
 
@@ -29,19 +35,7 @@ def moved(current: float | None, baseline: Sequence[float | None],
     known = _probed(baseline)
     if current is None or current <= 0 or not known:
         return 0
-    if current > known[-1] * (1 + spread):
-        return 1
-    if current < known[0] / (1 + spread):
-        return -1
-    return 0
-
-
-def moved_together(current: Sequence[float | None], baseline: Sequence[float | None],
-                   spread: float = PROBE_SPREAD) -> int:
-    """The way every probe of ``current`` moved from ``baseline``'s (``moved``); 0 where
-    they do not all move one way, one has no probe, or there are none."""
-    ways = {moved(c, baseline, spread) for c in current}
-    return ways.pop() if len(ways) == 1 else 0
+    return (current > known[-1] * (1 + spread)) - (current < known[0] / (1 + spread))
 
 
 def _span(probes: list[float]) -> str:
@@ -50,16 +44,33 @@ def _span(probes: list[float]) -> str:
 
 
 def moved_verdict(comparison: Comparison, current: Sequence[float | None],
-                  baseline: Sequence[float | None], spread: float = PROBE_SPREAD) -> Comparison:
-    """``comparison`` withheld as inconclusive when it is a flag that goes the way the
-    bandwidth went (``moved_together``); unchanged otherwise."""
-    if comparison.verdict not in ("regression", "improvement"):
-        return comparison
-    way = moved_together(current, baseline, spread)
-    if way == 0 or (way < 0) != (comparison.verdict == "regression"):
-        return comparison
-    return replace(comparison, verdict="inconclusive", shift=None, reason=(
-        f"inconclusive: {MOVED_NOTE} it read {_span(_probed(current))} around this run and "
-        f"{_span(_probed(baseline))} around the baseline's, and the change goes the way the "
-        f"memory went ({comparison.reason}); rerun in the baseline's machine state, or use "
-        f"the same-run A/B (both builds measured in one run)"))
+                  baseline: Sequence[float | None], spread: float = PROBE_SPREAD,
+                  exponent: float = BANDWIDTH_EXPONENT) -> Comparison:
+    """A flag withheld where every probe of ``current`` moved one way (``moved``) from
+    ``baseline``'s (the runs it was judged against) and that explains it (module doc)."""
+    c, now, then = comparison, _probed(current), _probed(baseline)
+    ways = {moved(x, baseline, spread) for x in current}
+    if not c.flagged or (now and then and (len(ways) != 1 or ways == {0})):
+        return c
+    if not (now and then):
+        return replace(c, reason=f"{c.reason}; {'this run' if then else 'its baseline'} has "
+                       "no bandwidth probe: the machine cannot be told from the engine")
+    ratio = statistics.median(now) / statistics.median(then)
+    log_explained = exponent * math.log(ratio) * (1 if c.higher_is_better else -1)
+    read = (f"it read {_span(now)} around this run and {_span(then)} around the "
+            f"baseline's (x{ratio:.2f})")
+    if log_explained * c.relative_change < 0:
+        return replace(c, reason=f"{c.reason}; {MOVED_NOTE} {read}, the other way: "
+                       "it explains none of this")
+    rest, lo, hi = (math.expm1(math.log1p(x) - log_explained)
+                    for x in (c.relative_change, c.ci_low, c.ci_high))
+    shown = (f"{read}, which explains up to {pct(math.expm1(log_explained))} "
+             f"(bandwidth^{exponent:g}); the {pct(c.relative_change)} less that is "
+             f"{pct(rest)} {interval_text(lo, hi)}")
+    way = 1 if c.relative_change > 0 else -1
+    if (lo > 0 if way > 0 else hi < 0) and way * rest >= c.min_effect * (1 - EXACT_TOLERANCE):
+        return replace(c, reason=f"{c.reason}; {MOVED_NOTE} {shown}, still a {c.verdict}")
+    return replace(c, verdict="inconclusive", shift=None, reason=(
+        f"inconclusive: {MOVED_NOTE} {shown}, not a {c.verdict} of {c.min_effect:.0%} or more "
+        f"by itself ({c.reason}); rerun in the baseline's machine state, or use the same-run A/B "
+        "(both builds measured in one run)"))

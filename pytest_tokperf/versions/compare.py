@@ -2,7 +2,7 @@
 latest runs of a second DB against the first DB's settled window.
 
 ``compare_stored`` gathers both sides per series and judges them once
-(``stats.compare_many``, Holm across series; a flag the machine's memory moved with is
+(``stats.compare_many``, Holm across series; a flag the machine's memory move explains is
 withheld, ``stats.moved``); ``tokperf compare`` prints it as a verdict table, JSON or
 compare-llama-bench's markdown (``report.verdicts``).
 """
@@ -253,8 +253,8 @@ def _two_names(store: ResultStore, baseline: str | None, current: str | None) ->
 
 def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,
              base_store: ResultStore, cur_store: ResultStore) -> Comparison:
-    """A flag withheld when every current run's bandwidth probe lies outside the
-    baseline's and the change goes the way the memory went (``stats.moved``)."""
+    """A flag withheld where the current runs' bandwidth probes moved from the baseline
+    runs' and that move explains it (``stats.moved``)."""
     if not verdict.flagged:
         return verdict
     ids = [[e.row.result_id for e in side.entries.get(metric.name, ())] for side in (base, cur)]

@@ -82,3 +82,38 @@ def test_moved_needs_the_probe_outside_every_baseline_one(now, then, way) -> Non
 def test_an_unflagged_comparison_is_left_alone() -> None:
     same = compare([[100.0, 101.0, 99.0, 100.5, 99.5]] * 3, [100.0, 100.4, 99.8], DECODE)
     assert moved_verdict(same, [37e9], [60e9]) is same
+
+
+def _judged(tmp_path: Path, history: list[tuple[float, float]], now_gb: float,
+            level: float) -> tuple[str, str]:
+    """``_gate`` over a history of (decode level, probe GB/s) runs."""
+    store, key = fill_history(tmp_path / "r.db", [(f"b{i}", v) for i, (v, _) in
+                                                   enumerate(history)],
+                              probed=[gb for _, gb in history])
+    run = make_run(run_id="current", started_at="2026-02-01T00:00:00+00:00")
+    store.begin_run(run)
+    result = result_at("bnew", level, random.Random(3))
+    rid = store.record(run.run_id, "t::decode", result, model=make_model(),
+                       hardware=probed_hardware(now_gb), ceiling=make_ceiling(),
+                       efficiency=0.7, verdict="unchecked")
+    gate = Gate(Baseline("history"))
+    findings = gate.judge(store, test_id="t::decode", series_key=key, samples=result.samples,
+                          current_build="bnew", run_id="current", result_id=rid.result_id)
+    store.close()
+    decode = next(f for f in gate.finish(findings)[0] if f.comparison.metric == "decode")
+    return decode.comparison.verdict, decode.comparison.reason.replace("−", "-")
+
+
+def test_the_probes_are_those_of_the_runs_judged_against(tmp_path: Path) -> None:
+    # older runs at 85 tok/s on slow memory, then a settled level of 100 on fast memory:
+    # a run at 85 on slow memory is judged against the settled runs, and so is its probe
+    verdict, reason = _judged(tmp_path, [(85.0, 37.0)] * 5 + [(100.0, 60.0)] * 5, 37.0, 85.0)
+    assert verdict == "inconclusive", reason
+    assert "around this run and 60.0 GB/s around the baseline's" in reason
+
+
+def test_a_drop_the_memory_cannot_explain_stands_with_the_arithmetic(tmp_path: Path) -> None:
+    verdict, reason = _judged(tmp_path, [(100.0, 60.0)] * 5, 37.0, 56.0)
+    assert verdict == "regression", reason
+    assert "which explains up to -38.3% (bandwidth^1); the -44" in reason
+    assert "still a regression" in reason
