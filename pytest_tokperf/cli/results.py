@@ -114,9 +114,10 @@ def add_compare(verbs: Any) -> None:
 
 def add_changes(verbs: Any) -> None:
     p = verbs.add_parser(
-        "changes", parents=[DB, JSON], help="change points in each series' history",
-        description="Detected level steps per series (a step needs 2 runs on each side), "
-        "with the dimension that changed there: build, driver, hardware, model file.",
+        "changes", parents=[DB, JSON], help="level steps and drifts in each series' history",
+        description="Detected level steps per series (a step needs 2 runs on each side) and "
+        "drifts (slides whose total reaches the minimum effect in steps each too small to "
+        "flag), with the dimension that changed there: build, driver, hardware, model file.",
         usage="tokperf changes [--db PATH] [SERIES] [--json]")
     _series_word(p)
     p.set_defaults(func=changes)

@@ -1,6 +1,7 @@
 """What ``tokperf history`` and ``tokperf changes`` print of a results DB: every series
-with its latest figure, one series' runs with its noise and gate verdicts, the change
-points. Each returns the JSON data and the text lines of one view (``Shown``)."""
+with its latest figure; one series' runs with its noise, gate verdicts and level changes;
+the level changes (steps and drifts). Each returns the JSON data and the text lines of one
+view (``Shown``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 from pytest_tokperf.report.tables import Table, text
 from pytest_tokperf.stats.calibration import format_noise, noise
-from pytest_tokperf.stats.changepoints import ChangePoint, change_points
-from pytest_tokperf.stats.drift import resolution
-from pytest_tokperf.stats.metric import Metric, fmt_p, pct
+from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
+from pytest_tokperf.stats.drift import drifts, resolution
+from pytest_tokperf.stats.metric import Metric, fmt_p, interval_text, pct
 from pytest_tokperf.storage.history import (
     JudgedEfficiency,
     efficiency_notes,
@@ -87,8 +88,10 @@ def _noise_line(points: list[Any], metric: Metric) -> str:
 
 
 def series_runs(store: ResultStore, latest: HistoryRow) -> Shown:
-    """One series' runs with their gate verdicts, its noise and what it can detect."""
+    """One series' runs with their gate verdicts, its noise and what it can detect, and
+    its level changes since its accepted level (as ``changes`` lists them)."""
     key, metric = latest.series_key, series_metric(latest)
+    moved = level_changes(store, key, metric)[1]
     entries = series_history(store, key, metric.name, since_accepted=False)
     line = _noise_line([e.point for e in entries], metric)
     gate = store.gate_verdicts(e.row.result_id for e in entries)
@@ -110,38 +113,53 @@ def series_runs(store: ResultStore, latest: HistoryRow) -> Shown:
             "runs": [{**asdict(e.row), "samples": list(e.point.samples),
                       "judged_efficiency": asdict(judged[e.row.result_id]),
                       "gate": [asdict(v) for v in gate[e.row.result_id]]} for e in entries],
-            "acceptances": [asdict(a) for a in accepted.values()]}
+            "acceptances": [asdict(a) for a in accepted.values()],
+            "changes": [asdict(cp) for cp in moved]}
     header = ("at", "build", "hardware", metric.name, "TTFT ms", "eff", "verdict",
               f"gate {metric.name}", "gate TTFT")
     return Shown(data, [f"series {key} ({latest.test_id})", *text(Table.of(header, rows)),
                         *notes, *efficiency_notes([judged[e.row.result_id] for e in entries]),
-                        line])
+                        *(f"{_where(cp)}: {cp.verdict} {pct(cp.relative_change)} "
+                          f"{interval_text(cp.ci_low, cp.ci_high)}" for cp in moved), line])
 
 
 NO_CHANGES = ("no change points: every series is level, or too short to tell (a step needs 2 "
-              "runs on each side; 5-10 runs of 3-5 repetitions resolve a 5% step at a few % "
-              "noise)")
+              "runs on each side, a drift 6 runs; 5-10 runs of 3-5 repetitions resolve a 5% "
+              "step at a few % noise)")
+
+
+def level_changes(store: ResultStore, key: str, metric: Metric
+                  ) -> tuple[list[Point], list[ChangePoint]]:
+    """A series' runs since its accepted level, and its steps and drifts among them."""
+    entries = series_history(store, key, metric.name)
+    points = session_points(entries)
+    return points, [*change_points(points, metric, probes=session_probes(store, entries)),
+                    *drifts(points, metric)]
+
+
+def _where(cp: ChangePoint) -> str:
+    return (f"drift {cp.version_before}..{cp.version_after}" if cp.kind == "drift"
+            else f"step {cp.version_before} -> {cp.version_after}")
 
 
 def changes(store: ResultStore, pattern: str | None = None) -> Shown:
-    """Detected level steps per series, with the dimension that changed there, and the
-    series whose runs sit in machine phases too far apart for a step to show."""
+    """Level steps and drifts (slides whose total reaches the minimum effect) per series,
+    with the dimension that changed there, and the series whose runs sit in machine phases
+    too far apart for a step to show."""
     found: list[tuple[HistoryRow, Metric, ChangePoint]] = []
     notes = []
     for row in find_series(store, pattern):
         metric = series_metric(row)
-        entries = series_history(store, row.series_key, metric.name)
-        points = session_points(entries)
-        found += [(row, metric, cp) for cp in change_points(
-            points, metric, probes=session_probes(store, entries))]
+        points, moved = level_changes(store, row.series_key, metric)
+        found += [(row, metric, cp) for cp in moved]
         seen = resolution(points, metric)
         if seen.phase_dominated:
             notes.append(f"{row.series_key[:12]} {row.test_id}: {seen.note}")
-    rows = [(r.series_key[:12], r.test_id, f"{cp.version_before} -> {cp.version_after}",
-             m.name, pct(cp.relative_change), fmt_p(cp.p_value),
+    rows = [(r.series_key[:12], r.test_id, _where(cp), m.name, pct(cp.relative_change),
+             fmt_p(cp.p_value),
              ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in cp.changed.items()) or "-")
             for r, m, cp in found]
-    lines = (text(Table.of(("series", "test", "step", "metric", "change", "p",
+    lines = (text(Table.of(("series", "test", "where", "metric", "change", "p",
                             "what changed"), rows)) if rows
              else [NO_CHANGES + (", or its runs sit in machine phases:" if notes else "")])
     return Shown([{"series_key": r.series_key, "metric": m.name, **asdict(cp)}

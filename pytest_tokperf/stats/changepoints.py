@@ -35,8 +35,8 @@ class Point:
 
 @dataclass(frozen=True, slots=True)
 class ChangePoint:
-    """A step in level between ``history[index - 1]`` and ``history[index]``,
-    Bonferroni-adjusted; ``changed`` maps each differing label to (before, after)."""
+    """A step between ``history[index - 1]`` and ``history[index]`` (Bonferroni-adjusted), or
+    a ``drift`` from ``history[index]`` (``stats.drift``); ``changed``: label -> (before, after)."""
 
     index: int
     version_before: str
@@ -53,6 +53,7 @@ class ChangePoint:
     confidence: float = math.nan
     scale: Scale = "pooled"
     set_aside: tuple[SetAside, ...] = ()
+    kind: Literal["step", "drift"] = "step"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +65,9 @@ class _Split:
 
 def change_points(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA,
                   probes: Sequence[float | None] = ()) -> list[ChangePoint]:
-    """Significant steps of ``history`` (oldest first) reaching ``min_effect``, less those going
-    the way the memory went (``probes``: each point's bandwidth, bytes/s; ``stats.moved``)."""
-    from pytest_tokperf.stats.moved import moved_together
+    """Significant steps of ``history`` (oldest first) reaching ``min_effect``, less those the
+    memory's move explains (``probes``: each point's bandwidth, bytes/s; ``stats.moved``)."""
+    from pytest_tokperf.stats.moved import moved_verdict
 
     check_level(alpha, "alpha")
     if len(history) < 2 * MIN_SIZE:
@@ -82,12 +83,11 @@ def change_points(history: Sequence[Point], metric: Metric, *, alpha: float = DE
         verdict = judge(shift, metric, alpha=level)
         if verdict.verdict not in ("regression", "improvement"):
             continue
-        if len(probes) == len(history) and moved_together(
-                probes[split.index:bounds[i + 2]], probes[bounds[i]:split.index]) == (
-                -1 if verdict.verdict == "regression" else 1):
+        if len(probes) == len(history) and not moved_verdict(
+                verdict, probes[split.index:bounds[i + 2]], probes[bounds[i]:split.index]).flagged:
             continue
         before, after = history[split.index - 1], history[split.index]
-        changed = _changed(before.labels, after.labels)
+        changed = changed_labels(before.labels, after.labels)
         what = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()) or "no label"
         p = min(1.0, split.tried * shift.p_value)
         how = "" if levels.scale == "pooled" else (
@@ -116,21 +116,21 @@ def settled_baseline(history: Sequence[Point], metric: Metric, *, window: int = 
     """The last ``window`` versions since the latest significant step of any size."""
     if window < 1:
         raise ConfigError(f"window is {window!r}: give at least 1 version")
-    start = segments(history, metric, alpha=alpha)[-1][0] if history else 0
+    start = segments(history, metric, alpha=alpha)[0][-1][0] if history else 0
     return list(history[start:])[-window:]
 
 
 def segments(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
-             ) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each level between significant steps of any size, in order."""
+             ) -> tuple[list[tuple[int, int]], Scale]:
+    """``[start, stop)`` of each level between significant steps of any size, and the scale."""
     check_level(alpha, "alpha")
     if len(history) < 2 * MIN_SIZE:
         _logs(history, metric)  # bad samples are still named
-        return [(0, len(history))]
+        return [(0, len(history))], "pooled"
     kept, _ = _without_stalls(history, metric)
-    splits, _ = _segmentation(_Levels.of(kept), alpha)
+    splits, levels = _segmentation(_Levels.of(kept), alpha)
     bounds = [0, *(s.index for s in splits), len(history)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(zip(bounds[:-1], bounds[1:])), levels.scale
 
 
 def _without_stalls(history: Sequence[Point], metric: Metric
@@ -246,7 +246,8 @@ def _segment(levels: _Levels, alpha: float) -> list[_Split]:
     return sorted(found, key=lambda s: s.index)
 
 
-def _changed(before: Mapping[str, str], after: Mapping[str, str]
-             ) -> dict[str, tuple[str | None, str | None]]:
+def changed_labels(before: Mapping[str, str], after: Mapping[str, str]
+                   ) -> dict[str, tuple[str | None, str | None]]:
+    """Each label that differs: (before, after), ``before``'s order first."""
     keys = [*before, *(k for k in after if k not in before)]
     return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}

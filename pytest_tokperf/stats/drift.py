@@ -1,22 +1,20 @@
-"""A new result against its history's settled and accepted levels: step and drift
-comparisons, each at ``alpha / 2`` (docs/design.md, "How a verdict is reached")."""
+"""A new result against its history's settled and accepted levels (step and drift looks,
+each at ``alpha / 2``), and the drifts a history holds (docs/design.md)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.calibration import detectable_shift
-from pytest_tokperf.stats.changepoints import (
-    HISTORY_WINDOW, MIN_SIZE, Point, change_points, segments,
-)
-from pytest_tokperf.stats.comparing import compare, measure_shift
-from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA, Metric, check_level, resolved,
-)
+from pytest_tokperf.stats.changepoints import (HISTORY_WINDOW, MIN_SIZE, ChangePoint, Point,
+                                                change_points, changed_labels, segments)
+from pytest_tokperf.stats.comparing import Baseline, compare, measure_shift
+from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, resolved
 from pytest_tokperf.stats.verdict import Comparison, judge, phase_figures
 
 REFERENCE_RUNS = 3
@@ -48,7 +46,7 @@ def judge_history(history: Sequence[Point], current: Sequence[float], metric: Me
     if not points:
         empty = compare([], current, metric, alpha=alpha, min_samples=min_samples)
         return HistoryJudgement(empty, empty, None, (), (), "step")
-    cuts = segments(points, metric, alpha=alpha)
+    cuts, _ = segments(points, metric, alpha=alpha)
     base = points[cuts[-1][0]:][-window:]  # ``settled_baseline``, segmented once
     start = len(points) - len(base)
     step = compare([list(p.samples) for p in base], current, metric, alpha=alpha,
@@ -56,9 +54,7 @@ def judge_history(history: Sequence[Point], current: Sequence[float], metric: Me
     reference = points[:REFERENCE_RUNS]
     if len(points) < REFERENCE_RUNS + 2 or step.shift is None:
         return HistoryJudgement(step, step, None, tuple(base), (), "step")
-    later = _groups(points[REFERENCE_RUNS:], _cut(cuts, REFERENCE_RUNS, len(points)))
-    drift = compare([list(p.samples) for p in reference], current, metric, alpha=alpha,
-                    min_samples=min_samples, spread=later, trend=True)
+    drift = _from_start(points, cuts, current, metric, alpha, min_samples)
     step = _corrected(step, metric, alpha)
     drift = _corrected(drift, metric, alpha)
     where = f"against the accepted level ({_span(reference)})"
@@ -80,6 +76,42 @@ def judge_history(history: Sequence[Point], current: Sequence[float], metric: Me
     return HistoryJudgement(step, step, drift, tuple(base), tuple(reference), "step")
 
 
+def drifts(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA
+           ) -> list[ChangePoint]:
+    """Slides between the steps ``change_points`` finds (those the memory explains too) where
+    the level moved (any significant step, or versions differing beyond repetitions): the
+    gate's drift look, first ``REFERENCE_RUNS`` runs to last, significant and reaching ``m``."""
+    points, r = list(history), REFERENCE_RUNS
+    cuts, scale = segments(points, metric, alpha=alpha)
+    stops = [0, *(c.index for c in change_points(points, metric, alpha=alpha)), len(points)]
+    found = []
+    for a, b in zip(stops[:-1], stops[1:]):
+        if b - a < 2 * r or scale == "pooled" and len(_cut(cuts, a, b)) < 2:
+            continue
+        start, end = points[a:a + r], points[b - r:b]
+        c = _corrected(_from_start(points[a:b - r], _cut(cuts, a, b - r),
+                                   [list(p.samples) for p in end], metric, alpha), metric, alpha)
+        if c.flagged:
+            level = statistics.median(x for p in start for x in p.samples)
+            found.append(ChangePoint(
+                a, start[0].version, end[-1].version, level, level * (1 + c.relative_change),
+                c.relative_change, c.ci_low, c.ci_high, c.p_value,
+                "regression" if c.regressed else "improvement",
+                changed_labels(start[0].labels, end[-1].labels),
+                f"{c.reason}; drifted from {start[0].version}..{start[-1].version} to "
+                f"{end[0].version}..{end[-1].version} ({r} runs each) in steps each too small "
+                "to flag", c.confidence, kind="drift"))
+    return found
+
+
+def _from_start(points: Sequence[Point], cuts: Sequence[tuple[int, int]], current: Baseline,
+                metric: Metric, alpha: float, min_samples: int = 3) -> Comparison:
+    """The drift look: ``current`` against the first runs, the later ones in the spread."""
+    later = _groups(points[REFERENCE_RUNS:], _cut(cuts, REFERENCE_RUNS, len(points)))
+    return compare([list(p.samples) for p in points[:REFERENCE_RUNS]], current, metric,
+                   alpha=alpha, min_samples=min_samples, spread=later, trend=True)
+
+
 def _groups(points: Sequence[Point], cuts: Sequence[tuple[int, int]]) -> list[list[list[float]]]:
     """The runs of each ``[start, stop)`` segment, one group per segment."""
     return [[list(p.samples) for p in points[a:b]] for a, b in cuts if b > a]
@@ -87,12 +119,9 @@ def _groups(points: Sequence[Point], cuts: Sequence[tuple[int, int]]) -> list[li
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """What a history can resolve: log SDs within and between sessions (NaN: unknown), the
-    smallest step seen with 80% power, and a ``note``."""
+    """What a history can resolve: the smallest step seen with 80% power (NaN: unknown),
+    whether machine phases dominate, and a ``note`` saying so."""
 
-    sessions: int
-    within_cv: float
-    between_cv: float
     smallest_step: float
     phase_dominated: bool
     note: str
@@ -102,20 +131,17 @@ def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAU
                ) -> Resolution:
     """How finely ``history`` (oldest first) resolves a step (see ``Resolution``), read
     inside its longest level: a step the history holds is no spread between sessions."""
-    check_level(alpha, "alpha")
-    points = list(history)
-    if len(points) >= 2 * MIN_SIZE:
-        start, stop = max(segments(points, metric, alpha=alpha), key=lambda c: c[1] - c[0])
-        points = points[start:stop]
+    start, stop = max(segments(history, metric, alpha=alpha)[0], key=lambda c: c[1] - c[0])
+    points = list(history)[start:stop]
     k = len(points)
     if k < 2 * MIN_SIZE:
-        return Resolution(k, math.nan, math.nan, math.nan, False, "")
+        return Resolution(math.nan, False, "")
     half = k // 2
     try:
         shift = measure_shift([list(p.samples) for p in points[:half]],
                               [list(p.samples) for p in points[half:]], metric, trend=True)
     except ConfigError:
-        return Resolution(k, math.nan, math.nan, math.nan, False, "")
+        return Resolution(math.nan, False, "")
     tried = max(1, k - 2 * MIN_SIZE + 1)
     smallest = detectable_shift(shift, alpha / tried) if shift.std_error > 0 else math.nan
     note = ""
@@ -123,8 +149,7 @@ def resolution(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAU
         steps = f"under {smallest:.0%}" if resolved(smallest) else "of any size up to 1000%"
         note = (f"phase-dominated history: steps {steps} cannot be seen; use the "
                 f"same-run A/B ({phase_figures(shift)}; {k} runs)")
-    return Resolution(k, shift.noise_cv, shift.between_cv, smallest, shift.phase_dominated,
-                      note)
+    return Resolution(smallest, shift.phase_dominated, note)
 
 
 def _corrected(c: Comparison, metric: Metric, alpha: float) -> Comparison:
@@ -138,8 +163,6 @@ def _cut(cuts: Sequence[tuple[int, int]], a: int, b: int) -> list[tuple[int, int
 
 
 def _span(points: Sequence[Point]) -> str:
-    if not points:
-        return "no runs"
     first, last = points[0].version, points[-1].version
     builds = first if first == last else f"{first}..{last}"
     return f"{builds}, {len(points)} run{'s' * (len(points) != 1)}"

@@ -11,6 +11,7 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats import DECODE, TTFT, change_points, judge_history
 from pytest_tokperf.stats.changepoints import Point, settled_baseline
 from pytest_tokperf.stats.changepoints import _without_stalls
+from pytest_tokperf.stats.drift import drifts
 
 
 def series(levels: list[float], cv: float, reps: int = 5, seed: int = 0,
@@ -65,12 +66,54 @@ def test_the_direction_comes_from_the_metric() -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_a_flat_noisy_history_has_no_change_points(seed: int) -> None:
-    assert change_points(series([100.0] * 30, 0.05, seed=seed), DECODE) == []
+    flat = series([100.0] * 30, 0.05, seed=seed)
+    assert change_points(flat, DECODE) == [] and drifts(flat, DECODE) == []
+
+
+RAMP = [100 * 0.99**i for i in range(10)]  # -1% a version: -8.6% from the first to the last
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_ramp_whose_total_reaches_the_minimum_is_named(seed: int) -> None:
+    """No step of a -1%/version ramp reaches 5% by itself; what ``changes`` lists (steps,
+    then drifts) names it once, as a regression."""
+    points = series(RAMP, 0.02, seed=seed)
+    named = change_points(points, DECODE) + drifts(points, DECODE)
+    assert [c.verdict for c in named] == ["regression"]
+
+
+def test_a_drift_names_its_versions_total_and_interval() -> None:
+    points = series(RAMP, 0.02, seed=1)
+    assert change_points(points, DECODE) == []  # each step alone is too small
+    (drift,) = drifts(points, DECODE)
+    assert (drift.kind, drift.index, drift.verdict) == ("drift", 0, "regression")
+    assert (drift.version_before, drift.version_after) == ("b11000", "b11090")
+    assert -0.11 < drift.ci_low < drift.relative_change <= -0.05 and drift.ci_high < 0
+    assert drift.level_after == pytest.approx(drift.level_before * (1 + drift.relative_change))
+    assert drift.changed == {"engine_build": ("b11000", "b11090")}
+    assert "Bonferroni over 2 comparisons) and the change reaches the 5% minimum" in drift.reason
+    assert drift.reason.endswith("drifted from b11000..b11020 to b11070..b11090 (3 runs each) "
+                                 "in steps each too small to flag")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_ramp_whose_total_stays_under_the_minimum_is_not_named(seed: int) -> None:
+    small = series([100 * 0.995**i for i in range(10)], 0.02, seed=seed)  # -4.4% in all
+    assert drifts(small, DECODE) == []
+
+
+def test_a_drift_is_judged_from_the_level_after_the_last_step() -> None:
+    points = series([100.0] * 6 + [85 * 0.99**i for i in range(10)], 0.01, seed=0)
+    assert [c.index for c in change_points(points, DECODE)] == [6]
+    (drift,) = drifts(points, DECODE)
+    assert (drift.index, drift.version_before, drift.version_after) == (6, "b11060", "b11150")
+    assert drift.relative_change == pytest.approx(0.99**7 - 1, abs=0.015)
+    assert drifts(series(STEP, 0.02), DECODE) == []  # a step is a step, not a drift
 
 
 def test_stalls_do_not_make_change_points() -> None:
     stalled = stall(series([100.0] * 30, 0.02, seed=11), every=3)
-    assert change_points(stalled, DECODE) == []
+    assert change_points(stalled, DECODE) == [] and drifts(stalled, DECODE) == []
 
 
 def test_a_build_with_most_repetitions_stalled_makes_no_step_and_keeps_its_level() -> None:
@@ -115,7 +158,7 @@ def test_a_wandering_machine_is_judged_on_version_levels() -> None:
     rng = np.random.default_rng(14)
     levels = [100 * math.exp(0.03 * rng.standard_normal()) for _ in range(12)]
     wandering = series(levels, 0.003, seed=15)
-    assert change_points(wandering, DECODE) == []
+    assert change_points(wandering, DECODE) == [] and drifts(wandering, DECODE) == []
     (found,) = change_points(series([x * (1 if i < 6 else 0.7) for i, x in enumerate(levels)],
                                     0.003, seed=15), DECODE)
     assert found.index == 6 and found.scale == "versions"
