@@ -1,7 +1,7 @@
 """What a measurement taken while other processes kept the machine busy becomes: one
 rule (``BusyPolicy``) for every door: the plugin's checks and A/Bs, ``tokperf
 compare-builds``, ``bisect``, ``watch`` and ``bench`` (``hardware.load`` tells busy
-from quiet and waits for a quiet window)."""
+from quiet, stops a measurement still busy a minute in, and waits for a quiet window)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class BusyPolicy:
 
     @property
     def judges(self) -> bool:
-        """Busy figures decide (pass, fail, flag) as quiet ones do."""
+        """Busy figures decide (pass, fail, flag) as quiet ones do, measured to the end."""
         return self.outcome == "judge"
 
     def fails(self, busy: bool, failed: bool) -> bool:

@@ -22,6 +22,10 @@ class EngineUnavailable(EngineError):
     """The engine is not there: binary missing, server down, port refused."""
 
 
+class RequestStopped(EngineError):
+    """A streamed request its caller stopped midway (``GenerationRequest.stop``)."""
+
+
 class EngineProtocolError(EngineError):
     """The engine answered, but not in the shape its documented API promises."""
 
@@ -39,8 +43,13 @@ class StorageError(TokperfError):
 
 
 class MeasuredBusy(TokperfError):
-    """A floor or limit checked on figures the neighbours disturbed: neither a pass nor a
-    fail. The plugin reports it as a skip with the load (``--tokperf-busy fail``: a fail)."""
+    """A measurement the neighbours disturbed (stopped once it read busy, ``partial`` the
+    repetitions before), or a floor checked on one: neither a pass nor a fail. The plugin
+    reports it as a skip with the load (``--tokperf-busy fail``: a fail)."""
+
+    def __init__(self, message: str, partial: object | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 class TokperfWarning(UserWarning):

@@ -65,6 +65,8 @@ class GenerationRequest:
     """Through the chat endpoint and model template (reasoning separated)."""
     clock: Callable[[], object] | None = field(default=None, compare=False, repr=False)
     """The engine process's own clock, read at the first content chunk and at the end."""
+    stop: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+    """Asked between reads, at least every second: True ends the stream (``RequestStopped``)."""
 
 
 @dataclass(frozen=True, slots=True)

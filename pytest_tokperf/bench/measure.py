@@ -20,7 +20,7 @@ from pytest_tokperf.engines.speculation import with_observed_speculation
 from pytest_tokperf.engines.values import checked_timings
 from pytest_tokperf.engines.wire import SALT_LINE_TOKENS
 from pytest_tokperf.errors import ConfigError, MeasurementError, TokperfError
-from pytest_tokperf.hardware.load import LoadSampler
+from pytest_tokperf.hardware.load import BusyWatch, LoadSampler
 from pytest_tokperf.hardware.process_clock import (
     ProcessClock,
     ThreadTimes,
@@ -79,6 +79,8 @@ class MeasureOptions:
     sample_load: bool = True
     """Read the machine's load (/proc) around every measured repetition."""
     load_sampler: Callable[[tuple[int, ...]], LoadSampler] = LoadSampler
+    watch: BusyWatch | None = None
+    """Stops the measurement, mid-request too, once it reads busy (``MeasuredBusy``)."""
 
     @classmethod
     def of(cls, settings: Settings) -> MeasureOptions:
@@ -468,7 +470,8 @@ def _measure_round(engine: Engine, workload: Workload, options: MeasureOptions,
                                   timeout_s=options.timeout_s,
                                   reuse_prefix=workload.cached_prefix_tokens > 0,
                                   chat=workload.chat,
-                                  clock=clock.read if clock is not None else None)
+                                  clock=clock.read if clock is not None else None,
+                                  stop=options.watch.stopping if options.watch else None)
                 for stream in range(n)]
     if workload.cached_prefix_tokens > 0:
         # Unmeasured: the same salt makes these prompts the measured ones' prefix.
@@ -524,7 +527,8 @@ def run_workload(
     options: MeasureOptions = MeasureOptions(),
     progress: Progress | None = None,
 ) -> BenchResult:
-    """Warm up, then measure ``workload.repetitions`` rounds of ``concurrency`` streams."""
+    """Warm up, then measure ``workload.repetitions`` rounds of ``concurrency`` streams;
+    ``options.watch`` reading busy stops it mid-request (``MeasuredBusy``, rounds kept)."""
     validate_workload(workload)
     info = engine.info()
     check_context(workload, info)
@@ -538,7 +542,11 @@ def run_workload(
         try:
             generations, round_samples = _measure_round(engine, workload, options, index)
         except TokperfError as exc:
-            partial = summarize(workload, info, samples, options.agreement_tolerance) if samples else None
+            done = replace(workload, repetitions=rounds)  # what a failure keeps
+            partial = summarize(done, info, samples, options.agreement_tolerance) if samples else None
+            stopped = options.watch.stopped(exc, partial) if options.watch else None
+            if stopped is not None:
+                raise stopped from exc
             raise MeasurementError(
                 f"repetition {index + 1} of {total} failed: {exc}", partial=partial
             ) from exc

@@ -16,7 +16,7 @@ from pytest_tokperf.bench.measure import (
     validate_workload,
 )
 from pytest_tokperf.engines.base import Engine
-from pytest_tokperf.errors import MeasurementError
+from pytest_tokperf.errors import MeasuredBusy, MeasurementError
 from pytest_tokperf.results import BenchResult, Progress, Sample, Summary, Workload
 
 
@@ -126,10 +126,10 @@ def run_speculative_ab(
             tag = f"{name} {index + 1}/{workload.repetitions}"
             try:
                 result = run_workload(engine, one, salted, tagged_progress(progress, tag))
-            except MeasurementError as exc:
+            except (MeasurementError, MeasuredBusy) as exc:  # the base side so far is kept
                 done = samples["base"]
                 partial = summarize(workload, base.info(), done, options.agreement_tolerance) if done else None
-                raise MeasurementError(f"speculative A/B, {name} side: {exc}", partial=partial) from exc
+                raise type(exc)(f"speculative A/B, {name} side: {exc}", partial=partial) from exc
             samples[name].extend(result.samples)
     results = {name: summarize(workload, engine.info(), samples[name], options.agreement_tolerance)
                for name, engine in sides}

@@ -261,5 +261,5 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", action=_Spelled, metavar="PATH", help=f"{DB_HELP}; 'off' writes nothing")
     p.add_argument("--busy", action=_Spelled, choices=BUSY_OUTCOMES, help=BUSY_HELP)
     p.add_argument("--busy-wait", action=_Spelled, metavar="S",
-                   help="a test with a floor measured busy waits up to S seconds for a quiet "
-                   "window and is measured once more (default 30; 0: never)")
+                   help="a test measured busy waits up to S seconds for a quiet window and "
+                   "is measured once more (default 30; 0: never)")

@@ -1,6 +1,6 @@
 """The machine's own state during a measurement (other processes' CPU, run queue, steal),
-and a wait for a quiet window. Linux only, from /proc; elsewhere ``MachineLoad.unknown``.
-"""
+a watch that stops a measurement reading busy, and a wait for a quiet window. Linux only,
+from /proc; elsewhere ``MachineLoad.unknown``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from pytest_tokperf.results import MachineLoad
+from pytest_tokperf.errors import MeasuredBusy, RequestStopped
+from pytest_tokperf.results import BUSY_NOTE, BenchResult, MachineLoad
 
 POLL_S = 0.1
 """Seconds between run-queue samples while a repetition runs."""
@@ -178,6 +179,10 @@ class LoadSampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
+        return self.reading()
+
+    def reading(self) -> MachineLoad:
+        """The reading from ``start`` to now; the sampler goes on."""
         begin = self._start
         if begin is None:
             return MachineLoad.unknown(self._problem or "the sampler was not started")
@@ -260,6 +265,39 @@ def engine_idle(load: MachineLoad) -> MachineLoad:
     if load.busy_cpus is None or load.engine_cpus is not None:
         return load
     return replace(load, engine_cpus=0.0)
+
+
+class BusyWatch:
+    """The machine from the start of a measurement on: ``after_s`` in (warm-up included)
+    and every ``every_s`` after, ``stopping`` reads it since the start; the first busy
+    reading (``MachineLoad.loaded``) is kept in ``busy`` and stops the measurement."""
+
+    def __init__(self, engine_pids: Sequence[int] = (), *, after_s: float = 60.0,
+                 every_s: float = 5.0, sampler: LoadSampler | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sampler = (sampler or LoadSampler(engine_pids, poll_s=None)).start()
+        self._clock, self._every_s = clock, every_s
+        self._due_s = clock() + after_s
+        self.busy: MachineLoad | None = None
+
+    def stopping(self) -> bool:
+        """Whether to stop measuring; a clock read until a reading is due (cheap per token)."""
+        if self.busy is None and self._clock() >= self._due_s:
+            self._due_s = self._clock() + self._every_s
+            load = self._sampler.reading()
+            self.busy = load if load.loaded else None
+        return self.busy is not None
+
+    def stopped(self, exc: Exception, partial: BenchResult | None) -> MeasuredBusy | None:
+        """A measurement that ``exc`` ended: stopped busy, its repetitions so far
+        (``partial``) kept; None when it failed otherwise."""
+        load = self.busy
+        if load is None or not isinstance(exc, RequestStopped):
+            return None
+        said = (f"{BUSY_NOTE} {load.describe('since the measurement began')}: measuring "
+                f"stopped after {load.wall_s:.0f} s, neither a pass nor a fail (--tokperf-busy "
+                "judge measures on)")
+        return MeasuredBusy(said, partial and replace(partial, notes=(*partial.notes, said)))
 
 
 QUIET_WINDOW_S = 2.0

@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from pytest_tokperf.errors import EngineError, EngineProtocolError, EngineUnavailable
+from pytest_tokperf.errors import (EngineError, EngineProtocolError, EngineUnavailable,
+                                   RequestStopped)
 from pytest_tokperf.results import GenerationRequest
 from pytest_tokperf.transport import DEFAULT_IDLE_TIMEOUT_S
 from pytest_tokperf.transport.answers import auth_hint, check_head, error_text
@@ -29,6 +30,9 @@ MAX_ERROR_BYTES = 64 << 10
 
 MAX_WAIT_S = 86400.0
 """The longest one read may block (a socket timeout must be finite, a limit need not)."""
+
+SLICE_S = 1.0
+"""A silent body is waited on in slices this long, so a request's ``stop`` is asked."""
 
 
 def event_cap(generate_tokens: int) -> int:
@@ -58,13 +62,16 @@ class _Clock:
         left = self.deadline_s - now
         if self.last_event_s is not None:
             left = min(left, self.last_event_s + self.idle_s - now)
-        if left <= 0:
+        if left <= 0 or (self.request.stop is not None and self.request.stop()):
             raise self.expired(now)
         return min(left, MAX_WAIT_S)
 
-    def expired(self, now: float) -> EngineUnavailable:
-        """The error for the limit that bound the last wait (idle, else deadline)."""
+    def expired(self, now: float) -> EngineError:
+        """The error for the limit that bound the last wait (stopped, idle, else deadline)."""
         stats, request = self.stats, self.request
+        if request.stop is not None and request.stop():
+            return RequestStopped(f"{self.url}: stopped by its caller after {stats.events} "
+                                  f"streamed events of {request.generate_tokens} tokens asked")
         pings = (f"; meanwhile the server sent only {stats.comments} keep-alive comment(s)"
                  if stats.comments else "")
         last = self.last_event_s
@@ -183,7 +190,11 @@ class StreamClient:
             while True:
                 now = perf()
                 stats.busy_s += now - arrived
-                block = read(clock.wait_s(now))
+                try:
+                    block = read(min(clock.wait_s(now), SLICE_S))
+                except TimeoutError:  # a slice: wait_s says next whether a limit passed
+                    arrived = perf()
+                    continue
                 arrived = perf()
                 if block is None:
                     break
