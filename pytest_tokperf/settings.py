@@ -87,6 +87,16 @@ def _number(lo: float, hi: float, *, closed_hi: bool, what: str, example: str) -
 
 _SECONDS = _number(0, 1e6, closed_hi=False, what="a number of seconds", example="e.g. 30")
 
+AB_BUDGET_S = 240.0
+AB_STARTS = 32
+"""The same-run A/B's defaults: 16 starts of 15 s a side resolve about 2.5% on this
+project's 2-core VM with the test model (lab/2026-12-07-ab-starts.md)."""
+
+
+def _ab_budget(value: str, where: str, name: str) -> float | None:
+    """Seconds in (0, 1e6), or 0: no budget (None)."""
+    return None if str(value).strip() in ("0", "0.0") else _SECONDS(value, where, name)
+
 
 def _WAIT(value: str, where: str, name: str) -> float:
     """Seconds in [0, 1e6): 0 turns the wait off."""
@@ -373,7 +383,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("target_interval", "adaptive repetitions stop once the 95% interval of the "
                "mean judged decode is within +/- this fraction of it", _SHARE, 0.02, "F",
                True, cli=False),
-    OptionSpec("busy_wait", "a call with a floor measured on a busy machine waits up to this "
+    OptionSpec("busy_wait", "a tok_bench call measured on a busy machine waits up to this "
                "many seconds for a quiet window and measures once more (the busy try is "
                "stored beside it as busy); 0: never", _WAIT, 30.0, "S", True, cli=False),
     OptionSpec("max_cv", "a result whose judged decode varies more than this (coefficient of "
@@ -450,21 +460,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
                _number(0, 1, closed_hi=False, what="a fraction",
                        example="0.02 means a 2% change"), 0.02, "F"),
     OptionSpec("ab_budget", "same-run A/B: each tok_bench call measures pairs for this many "
-               "seconds (warm-up included), then stops at the next even pair count; give a "
-               "large --tokperf-repetitions (e.g. 2000) to let the clock decide", _SECONDS,
-               None, "S"),
+               "seconds, server starts and warm-ups included, whatever its repetitions (0: no "
+               "budget, the call's repetitions from one start)", _ab_budget, AB_BUDGET_S, "S"),
+    OptionSpec("ab_starts", "same-run A/B: server starts a side each call's budget is split "
+               "over, both servers started anew for each in a random order; the judge counts "
+               "their own level once (1: one start, allowed an assumed level of 1%; an "
+               "attached engine is always one start)", _whole(1, 10_000, "16"), AB_STARTS, "N"),
     OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
                "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),
     OptionSpec("fail_on_regression", "exit status 1 when the gate found a decode or TTFT "
                "regression against the baseline (significant AND at least --tokperf-min-effect, "
                "controlled across the session); noisy series are reported, not failed",
                _bool, False, "BOOL", True, switch=True),
-    OptionSpec("busy", "a floor or limit (assert_efficiency, assert_ttft, assert_usable, "
-               "--tokperf-min-efficiency) or same-run A/B measured on a machine whose other "
-               "processes took a notable share of the CPUs: 'skip' reports it as skipped "
-               "with the load, neither a pass nor a fail (default), 'fail' fails it, 'judge' "
-               "decides it on its figures whatever the load (tokperf compare-builds, bisect, "
-               "watch and bench take the same --busy)", _busy_outcome, "skip", "WHAT", True),
+    OptionSpec("busy", "a tok_bench call (its floors and limits too) or same-run A/B measured "
+               "on a machine whose other processes took a notable share of the CPUs: 'skip' "
+               "reports it as skipped with the load, neither a pass nor a fail (default; a "
+               "call still busy a minute in stops there), 'fail' fails it, 'judge' measures "
+               "on and decides it on its figures whatever the load (tokperf compare-builds, "
+               "bisect, watch and bench take the same --busy)", _busy_outcome, "skip", "WHAT",
+               True),
 )
 
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
@@ -557,8 +571,8 @@ class Settings:
     server_args: tuple[str, ...] = ()
     fail_on_regression: bool = False
     busy: BusyPolicy = BusyPolicy("skip", 30.0)
-    """What a check or A/B measured busy becomes (``tokperf_busy``: 'skip', 'fail' as
-    ``errors.MeasuredBusy``, 'judge'), and how long a floor measured busy waits for a
+    """What a call or A/B measured busy becomes (``tokperf_busy``: 'skip', 'fail' as
+    ``errors.MeasuredBusy``, 'judge'), and how long a call measured busy waits for a
     quiet window to measure again (``tokperf_busy_wait``; 0: never)."""
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
     api_key_env: str = DEFAULT_API_KEY_ENV
@@ -585,7 +599,8 @@ class Settings:
     ab_url: str | None = None
     ab_model: str | None = None
     ab_min_effect: float = 0.02
-    ab_budget: float | None = None
+    ab_budget: float | None = AB_BUDGET_S
+    ab_starts: int = AB_STARTS
     """Seconds each same-run A/B may measure pairs for (``MeasureOptions.budget_s``)."""
     ab_json: str | None = None
 
@@ -720,7 +735,7 @@ def _check_ab(values: Mapping[str, Any]) -> None:
         raise ConfigError("the candidate is attached with --tokperf-url, so tokperf cannot start "
                           "a like-for-like engine beside it; run the other one too and pass "
                           "--tokperf-ab-engine URL")
-    if values["ab_budget"] is not None and all(values[n] is None for n in AB_OPTIONS):
+    if values["ab_budget"] not in (None, AB_BUDGET_S) and all(values[n] is None for n in AB_OPTIONS):
         raise ConfigError(f"--tokperf-ab-budget {values['ab_budget']:g}: no same-run A/B is "
                           "asked for, so nothing would stop by it; add --tokperf-ab-engine "
                           "SPEC (or --tokperf-ab-model PATH) or drop the budget")

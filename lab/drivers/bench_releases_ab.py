@@ -42,6 +42,10 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import stats as sps
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +62,7 @@ from pytest_tokperf.model.writer import MAIN_MODEL
 from pytest_tokperf.paths import cache_root
 from pytest_tokperf.results import Workload
 from pytest_tokperf.stats.metric import DEFAULT_ALPHA, interval_text
-from pytest_tokperf.stats.paired import StartSpread, pool_runs, start_spread
+from pytest_tokperf.stats.paired import pool_runs
 from pytest_tokperf.stats.shifts import Shift
 from pytest_tokperf.stats.verdict import judge
 from pytest_tokperf.versions.paired import judge_documents
@@ -143,6 +147,57 @@ def step(prev: Shift, cur: Shift, tests: int) -> Shift:
                  std_error=math.hypot(prev.std_error, cur.std_error),
                  df=min(prev.df, cur.df), n_baseline=prev.n_current, n_current=cur.n_current,
                  method="pooled", noise_cv=math.nan, tests=tests)
+
+
+@dataclass(frozen=True, slots=True)
+class StartSpread:
+    """How repeated A/B runs disagree beyond their pairs' error: Cochran's Q, the
+    DerSimonian-Laird ``sd`` and its upper 95% bound ``sd_high`` (the level to allow)."""
+
+    q: float
+    df: int
+    p_value: float
+    sd: float
+    sd_high: float
+    groups: int
+
+
+def _generalised_q(groups: Sequence[Sequence[Shift]], var: float) -> float:
+    q = 0.0
+    for shifts in groups:
+        w = [1 / (s.std_error ** 2 + var) for s in shifts]
+        mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
+        q += sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
+    return q
+
+
+def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
+    """``StartSpread`` over ``groups`` of runs; None when no group has two runs (the package
+    keeps only the DerSimonian-Laird SD, ``stats.paired.start_spread``)."""
+    used = [list(g) for g in groups if len(g) >= 2]
+    if not used:
+        return None
+    scale, df = 0.0, 0
+    for shifts in used:
+        w = [1 / s.std_error ** 2 for s in shifts]
+        scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)
+        df += len(shifts) - 1
+    q = _generalised_q(used, 0.0)
+    low_q = float(sps.chi2.ppf(0.025, df))
+    if q <= low_q:
+        high = 0.0
+    else:  # Q(var) falls from q towards 0 as var grows: bracket, then bisect
+        top = max(s.log_shift ** 2 + s.std_error ** 2 for g in used for s in g) + 1e-8
+        while _generalised_q(used, top) > low_q:
+            top *= 4
+        lo, hi = 0.0, top
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _generalised_q(used, mid) > low_q else (lo, mid)
+        high = math.sqrt(hi)
+    return StartSpread(q=q, df=df, p_value=float(sps.chi2.sf(q, df)),
+                       sd=math.sqrt(max(0.0, (q - df) / scale)), sd_high=high,
+                       groups=len(used))
 
 
 def start_level(shifts: dict[int, dict[str, list[Shift]]]) -> tuple[StartSpread | None, str]:

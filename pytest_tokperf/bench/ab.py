@@ -13,7 +13,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -78,6 +78,8 @@ class ABResult:
     """Per pair, which side ran first: "AB" (control first) or "BA"."""
     sequential: int = 0
     """The planned pair count of an adaptive A/B (anytime-valid verdicts); 0: a fixed count."""
+    starts: tuple[int, ...] = ()
+    """Per pair, the server start (both servers started anew) it was measured in."""
 
     def verdict(self, metric: str) -> Comparison | None:
         return next((v for v in self.verdicts if v.metric == metric), None)
@@ -122,8 +124,10 @@ class ABResult:
                 "measured busy: a reading, not a gate's verdict (--tokperf-busy judge lets it "
                 "decide); rerun on a quiet machine" if flagged_busy else "",
                 self.clock, self.stopped)
+        starts = len(set(self.starts))
+        over = f" over {starts} server starts a side" if starts > 1 else ""
         return "; ".join((f"same-run A/B against control {against}: {'; '.join(parts)} "
-                          f"({self.pairs} ABBA pairs{level})", *(t for t in then if t)))
+                          f"({self.pairs} ABBA pairs{over}{level})", *(t for t in then if t)))
 
 
 def _clock_text(nets: Mapping[str, bool], shares: tuple[float, float] | None) -> str:
@@ -174,6 +178,7 @@ def _figure(samples: tuple[Sample, ...] | list[Sample], metric: str, net: bool =
 
 
 Rounds = list[tuple[list[Sample], list[Sample]]]
+Restart = Callable[[bool], tuple[Engine, Engine, tuple[int, ...]]]
 
 
 def net_clock(rounds: Rounds, metric: str = "decode") -> bool:
@@ -191,15 +196,19 @@ def wait_shares(rounds: Rounds) -> tuple[float, float] | None:
     return statistics.fmean(shares[0]), statistics.fmean(shares[1])
 
 
-def pairs_of(rounds: Rounds, metric: Metric, net: bool | None = None) -> Pairs:
-    """The pairs of ``metric`` where both sides of a round have the figure; net of the
-    engines' wait for a CPU when ``net`` (None: whenever ``net_clock`` says it can be)."""
+def pairs_of(rounds: Rounds, metric: Metric, net: bool | None = None,
+             blocks: list[int] | None = None) -> Pairs:
+    """The pairs of ``metric`` where both sides of a round have the figure, each in its
+    server start (``blocks``); net of the engines' wait for a CPU when ``net`` (None:
+    whenever ``net_clock`` says it can be)."""
     if net is None:
         net = net_clock(rounds, metric.name)
-    sides = [(_figure(ctrl, metric.name, net), _figure(cand, metric.name, net))
-             for ctrl, cand in rounds]
-    kept = [(x, y) for x, y in sides if x is not None and y is not None]
-    return Pairs.of(metric, [x for x, _ in kept], [y for _, y in kept])
+    starts = blocks if blocks is not None else [0] * len(rounds)
+    sides = [(_figure(ctrl, metric.name, net), _figure(cand, metric.name, net), b)
+             for (ctrl, cand), b in zip(rounds, starts, strict=True)]
+    kept = [(x, y, b) for x, y, b in sides if x is not None and y is not None]
+    return Pairs.of(metric, [x for x, _, _ in kept], [y for _, y, _ in kept],
+                    [b for _, _, b in kept])
 
 
 def like_for_like(control: EngineInfo, candidate: EngineInfo, *,
@@ -254,54 +263,96 @@ class PairedAB:
     models_differ: str = ""
     changed: str = ""
     infos: Mapping[Side, EngineInfo] = field(default_factory=dict)
+    starts: int = 1
+    """Server starts a side the budget is split over (1: one start, pairs as before)."""
+    restart: Restart | None = None
+    """Restarts both servers (candidate first when given True): the new control and
+    candidate engines and their processes. None: they cannot be restarted (attached)."""
     _rounds: list[tuple[list[Sample], list[Sample]]] = field(default_factory=list, init=False)
     _orders: list[str] = field(default_factory=list, init=False)
+    _blocks: list[int] = field(default_factory=list, init=False)
     _sequential: int = field(default=0, init=False)
 
     def run(self, workload: Workload) -> ABResult:
-        """Warm both up, then measure ``workload.repetitions`` pairs, or fewer (adaptive)
-        once the decode ratio is known to ``options.target_interval`` (``_settled``)."""
+        """Warm both up, then measure pairs until the budget (``options.budget_s``) is spent,
+        split evenly over ``starts`` starts of both servers where they can be restarted
+        (``restart``, in a random order; each start warmed up anew); without a budget,
+        ``workload.repetitions`` pairs from one start (fewer where adaptive, ``_settled``)."""
         validate_workload(workload)
         budget = self.options.budget_s
         if budget is not None and not (math.isfinite(budget) and budget > 0):
             raise ConfigError(f"an A/B's time budget must be a positive number of seconds, "
                               f"not {budget!r}; leave it unset for a fixed number of pairs")
+        if self.starts < 1:
+            raise ConfigError(f"--tokperf-ab-starts {self.starts!r}: give 1 or more server starts")
         started = time.monotonic()
-        self._rounds = []
+        self._rounds, self._orders, self._blocks = [], [], []
+        draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")
+        starts = self.starts if self.restart is not None and budget is not None else 1
+        self._sequential = (workload.repetitions if self.options.adaptive and budget is None
+                            else 0)
+        stopped = ""
+        for start in range(starts):
+            if start:
+                self._restart(draw, start, started, workload)
+            share = None if budget is None else budget * (start + 1) / starts
+            stopped = self._start(workload, start, share, started, draw)
+        if starts > 1:
+            stopped = f"{starts} server starts a side; {stopped}"
+        return self._result(workload, stopped, started)
+
+    def _restart(self, draw: random.Random, start: int, started: float,
+                 workload: Workload) -> None:
+        assert self.restart is not None
+        try:
+            self.control, self.candidate, pids = self.restart(draw.random() < 0.5)
+        except TokperfError as exc:
+            partial = self._result(workload, "stopped: a restart failed", started) \
+                if self._rounds else None
+            raise MeasurementError(f"same-run A/B: restarting the servers for start "
+                                   f"{start + 1} of {self.starts} failed: {exc}",
+                                   partial=partial) from exc
+        if pids:
+            self.options = replace(self.options, engine_pids=pids)
+
+    def _start(self, workload: Workload, start: int, until: float | None, started: float,
+               draw: random.Random) -> str:
+        """One server start: warm-up, then ABBA pairs until ``until`` s since ``started``
+        (None: the workload's repetitions, or fewer where adaptive); why it stopped."""
         sides: tuple[tuple[Side, Engine], ...] = (("control", self.control),
                                                   ("candidate", self.candidate))
         if workload.warmup:
             warm = replace(workload, repetitions=workload.warmup, warmup=0)
-            warm_options = replace(self.options, salt_base=self.options.salt_base + 10**6)
+            warm_options = replace(self.options,
+                                   salt_base=self.options.salt_base + 10**6 * (start + 1))
             for name, engine in sides:
                 self._one(name, engine, warm, warm_options, started, workload)
         one = replace(workload, repetitions=1, warmup=0)
-        stopped = ""
-        least = min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions)
-        self._sequential = workload.repetitions if self.options.adaptive else 0
-        draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")
-        self._orders, order = [], ""
-        for index in range(workload.repetitions):
+        least = (2 if start or self.restart is not None and self.starts > 1  # an ABBA block
+                 else min(max(MIN_PAIRS, self.options.min_repetitions), workload.repetitions))
+        order, first = "", len(self._rounds)
+        for index in range(workload.repetitions if until is None else 10**6):
+            k = len(self._rounds)
             salted = replace(self.options,
-                             salt_base=self.options.salt_base + index * workload.concurrency)
+                             salt_base=self.options.salt_base + k * workload.concurrency)
             order = draw.choice(("AB", "BA")) if index % 2 == 0 else order[::-1]  # ABBA blocks
             got: dict[Side, list[Sample]] = {}
             for name, engine in (sides if order == "AB" else sides[::-1]):
                 got[name] = self._one(name, engine, one, salted, started, workload,
-                                      tag=f"pair {index + 1}")
+                                      tag=f"pair {k + 1}")
             self._rounds.append((got["control"], got["candidate"]))
             self._orders.append(order)
+            self._blocks.append(start)
             spent, k = time.monotonic() - started, len(self._rounds)
-            if k < least or k % 2:
+            if (index + 1) % 2:
                 continue
-            if budget is not None and spent >= budget and index + 1 < workload.repetitions:
-                stopped = (f"stopped at {k} of {workload.repetitions} pairs: the time budget of "
-                           f"{_seconds(budget)} s was spent ({_seconds(spent)} s)")
-            elif self.options.adaptive:
-                stopped = self._settled(workload.repetitions)
-            if stopped:
-                break
-        return self._result(workload, stopped, started)
+            if until is not None:
+                if spent >= until and k - first >= least:
+                    return f"the time budget of {_seconds(until)} s was spent ({_seconds(spent)} s)"
+            elif k >= least and self.options.adaptive and (
+                    why := self._settled(workload.repetitions)):
+                return why
+        return ""
 
     def _settled(self, planned: int) -> str:
         """Why an adaptive A/B may stop now ("" to go on): the decode flagged, or its
@@ -335,7 +386,7 @@ class PairedAB:
         ctrl = summarize(done, infos["control"], [s for b, _ in self._rounds for s in b], tol)
         cand = summarize(done, infos["candidate"], [s for _, c in self._rounds for s in c], tol)
         nets = {m: net_clock(self._rounds, m) for m in PAIR_METRICS}
-        pairs = {m.name: pairs_of(self._rounds, m, nets[m.name])
+        pairs = {m.name: pairs_of(self._rounds, m, nets[m.name], self._blocks)
                  for m in pair_metrics(self.min_effect)}
         verdicts = judge_ab({k: p for k, p in pairs.items() if p.n}, alpha=self.alpha,
                             sequential=self._sequential)
@@ -348,7 +399,8 @@ class PairedAB:
                            wall_s=time.monotonic() - started, rounds=figures,
                            clock=_clock_text(nets, wait_shares(self._rounds)),
                            orders=tuple(self._orders[:len(self._rounds)]),
-                           sequential=self._sequential)
+                           sequential=self._sequential,
+                           starts=tuple(self._blocks[:len(self._rounds)]))
         return replace(outcome, candidate=replace(cand, notes=(*cand.notes, outcome.describe())))
 
 
@@ -362,8 +414,11 @@ def run_paired_ab(
     progress: Progress | None = None,
     control_model_given: bool = False,
     changed: str = "",
+    starts: int = 1,
+    restart: Restart | None = None,
 ) -> ABResult:
-    """Refuse a pair that is not like-for-like (``like_for_like``), then measure it."""
+    """Refuse a pair that is not like-for-like (``like_for_like``), then measure it over
+    ``starts`` server starts a side (``restart`` starts both anew; None: one start)."""
     if control is candidate:
         raise ConfigError("the control and the candidate are the same engine object; start "
                           "(or attach) two servers, one per side")
@@ -378,4 +433,5 @@ def run_paired_ab(
     models = like_for_like(b, c, control_model_given=control_model_given)
     return PairedAB(control, candidate, options, min_effect, progress=progress,
                     models_differ=models, changed=changed,
-                    infos={"control": b, "candidate": c}).run(workload)
+                    infos={"control": b, "candidate": c}, starts=starts,
+                    restart=restart).run(workload)

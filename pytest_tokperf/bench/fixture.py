@@ -35,6 +35,7 @@ from pytest_tokperf.errors import (
     MeasurementError,
     TokperfWarning,
 )
+from pytest_tokperf.hardware.load import BusyWatch, wait_for_quiet
 from pytest_tokperf.results import (
     BUSY_NOTE,
     BenchResult,
@@ -47,7 +48,7 @@ from pytest_tokperf.results import (
 )
 
 if TYPE_CHECKING:
-    from pytest_tokperf.bench.ab import ABResult
+    from pytest_tokperf.bench.ab import ABResult, Restart
 
 Revise = Callable[[Verdict], None]
 """Replaces a stored result's verdict with the test's own, worse one (an explicit assert)."""
@@ -72,6 +73,10 @@ class ABPlan:
     changed: Callable[[], str] = lambda: ""
     """What changed between the two builds, once both are started."""
     on_result: Callable[[ABResult], None] = lambda _: None
+    starts: int = 1
+    """Server starts a side each call's budget is split over (``--tokperf-ab-starts``)."""
+    restart: Callable[[], Restart | None] = lambda: None
+    """Once both are started: how to start both anew (None: one cannot be restarted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,13 +232,8 @@ def _median(summary: Summary | None) -> float | None:
 
 
 WORKLOAD_DEFAULTS: dict[str, int | bool] = {
-    "prompt_tokens": 64,
-    "generate_tokens": 128,
-    "depth_tokens": 0,
-    "concurrency": 1,
-    "cached_prefix_tokens": 0,
-    "chat": False,
-}
+    "prompt_tokens": 64, "generate_tokens": 128, "depth_tokens": 0, "concurrency": 1,
+    "cached_prefix_tokens": 0, "chat": False}
 """The workload a bare ``tok_bench()`` measures; each is also a marker argument."""
 
 FIXED_REPETITIONS = 5
@@ -266,10 +266,11 @@ class TokBench:
     engine_pids: Callable[[], tuple[int, ...]] | None = None
     """The server processes tokperf started (read after they start), told from neighbours."""
     judge_busy: bool = False
-    """Floors decide on the figures even when measured busy (``--tokperf-busy judge``)."""
+    """Measure to the end and let floors decide even when busy (``--tokperf-busy judge``);
+    False: a call still busy a minute in stops, and one measured busy raises ``MeasuredBusy``."""
     busy_wait_s: float = 0.0
-    """A call with a floor measured busy waits up to this long for a quiet window and
-    measures once more (the busy try is stored beside it as ``busy``); 0: no second try."""
+    """A call measured busy waits up to this long for a quiet window and measures once
+    more (the busy try is stored beside it as ``busy``); 0: no second try."""
     wait_quiet: Callable[[float, tuple[int, ...]], float | None] | None = None
     """How to wait for a quiet window (``hardware.load.wait_for_quiet``; tests swap it)."""
 
@@ -305,41 +306,41 @@ class TokBench:
         engine = self.engine()
         if self.ab is not None:
             return self._paired(self.ab, engine, workload, options)
-        options = self._with_pids(options)
-        result = self._measure(lambda: run_workload(engine, workload, options, self.progress))
-        again = replace(self._with_pids(self._next_options()), adaptive=options.adaptive)
+        again = replace(self._next_options(), adaptive=options.adaptive)
         result = self._again_if_busy(
-            result, lambda: run_workload(engine, workload, again, self.progress))
+            lambda o: run_workload(engine, workload, self._with_pids(o, True), self.progress),
+            options, again)
         return self._judge_and_record(result)
 
-    def _again_if_busy(self, result: BenchResult, again: Callable[[], BenchResult]
-                       ) -> BenchResult:
-        """``result``, or where it was measured busy with a floor to check: a second
-        measurement after a quiet window (``busy_wait_s``), the busy one stored as ``busy``.
-        No quiet window in time: ``result`` as measured (its floor then reads busy)."""
-        load = result.load
-        if (self.judge_busy or self.min_efficiency is None or not self.busy_wait_s > 0
-                or load is None or not load.loaded):
-            return result
-        from pytest_tokperf.hardware.load import wait_for_quiet
-
-        wait = self.wait_quiet or wait_for_quiet
+    def _again_if_busy(self, measure: Callable[[MeasureOptions], BenchResult],
+                       options: MeasureOptions, again: MeasureOptions) -> BenchResult:
+        """``measure(options)``; read busy (stopped early, or at its end): once more with
+        ``again`` after a quiet window (``busy_wait_s``), the busy try stored as ``busy``.
+        No quiet window in time: the busy try stands (stopped: its ``MeasuredBusy``)."""
+        try:
+            first: BenchResult | MeasuredBusy = self._measure(lambda: measure(options))
+        except MeasuredBusy as stopped:  # its partial is stored as busy
+            first = stopped
+        quiet = isinstance(first, BenchResult) and not (first.load and first.load.loaded)
+        if quiet or self.judge_busy or not self.busy_wait_s > 0:
+            return _stands(first)
         if self.progress is not None:
-            self.progress(f"measured busy ({load.brief()}): waiting up to "
-                          f"{self.busy_wait_s:g} s for a quiet window to measure again")
-        waited = wait(self.busy_wait_s, self._pids())
+            self.progress(f"measured busy: waiting up to {self.busy_wait_s:g} s for a quiet "
+                          "window to measure again")
+        waited = (self.wait_quiet or wait_for_quiet)(self.busy_wait_s, self._pids())
         if waited is None:
-            return replace(result, notes=(*result.notes, (
-                f"no quiet window within {self.busy_wait_s:g} s to measure again (ini "
-                "tokperf_busy_wait)")))
-        ceiling = self.ceiling_for(result) if self.ceiling_for is not None else None
-        self.record(replace(result, notes=(*result.notes, "measured again after a quiet "
-                                           "window: this busy try is kept, not judged")),
-                    ceiling, "busy")
-        second = self._measure(again)
+            return _stands(first if isinstance(first, MeasuredBusy) else replace(first, notes=(
+                *first.notes, (f"no quiet window within {self.busy_wait_s:g} s to measure "
+                               "again (ini tokperf_busy_wait)"))))
+        if isinstance(first, BenchResult):
+            ceiling = self.ceiling_for(first) if self.ceiling_for is not None else None
+            self.record(replace(first, notes=(*first.notes, "measured again after a quiet "
+                                              "window: this busy try is kept, not judged")),
+                        ceiling, "busy")
+        second = self._measure(lambda: measure(again))  # stopped busy again: raised
         return replace(second, notes=(*second.notes, (
             f"the second try, after {waited:.0f} s of waiting for a quiet window: the first "
-            f"was measured busy ({load.brief()}) and is stored beside it as busy")))
+            "was measured busy and is stored beside it as busy")))
 
     def _paired(self, plan: ABPlan, engine: Engine, workload: Workload,
                 options: MeasureOptions) -> TokBenchResult:
@@ -354,7 +355,7 @@ class TokBench:
             ab = self._measure(lambda: run_paired_ab(
                 control, engine, workload, options, min_effect=plan.min_effect,
                 progress=self.progress, control_model_given=plan.control_model_given,
-                changed=plan.changed()))
+                changed=plan.changed(), starts=plan.starts, restart=plan.restart()))
         except MeasurementError as exc:
             if isinstance(exc.partial, ABResult):
                 self.record(exc.partial.control, None, "error")
@@ -396,7 +397,7 @@ class TokBench:
         options = self._next_options()
         base = self.engine()
         accelerated = self.speculative_engine(draft)
-        options = self._with_pids(options)  # the drafting server's too, once started
+        options = self._with_pids(options, True)  # the drafting server's too, once started
         ab = self._measure(
             lambda: run_speculative_ab(base, accelerated, workload, options, self.progress))
         base_outcome = self._judge_and_record(ab.base, assert_floor=False)
@@ -414,16 +415,20 @@ class TokBench:
             self.before_measure()
         try:
             return run()
-        except MeasurementError as exc:
+        except (MeasurementError, MeasuredBusy) as exc:
             if isinstance(exc.partial, BenchResult):
-                self.record(exc.partial, None, "error")
+                self.record(exc.partial, None,
+                            "busy" if isinstance(exc, MeasuredBusy) else "error")
             raise
 
     def _pids(self) -> tuple[int, ...]:
         return self.engine_pids() if self.engine_pids is not None else ()
 
-    def _with_pids(self, options: MeasureOptions) -> MeasureOptions:
-        return replace(options, engine_pids=self._pids())
+    def _with_pids(self, options: MeasureOptions, watch: bool = False) -> MeasureOptions:
+        """With the PIDs; ``watch``: a ``BusyWatch`` from now (none when busy is judged)."""
+        pids = self._pids()
+        return replace(options, engine_pids=pids,
+                       watch=BusyWatch(pids) if watch and not self.judge_busy else None)
 
     def _workload(self, *, repetitions: int, warmup: int | None,
                   **given: int | bool | None) -> Workload:
@@ -455,9 +460,13 @@ class TokBench:
                             "fail" if floor is not None else "unchecked")
         if verdict in ("pass", "fail") and not self.judge_busy and outcome._busy():
             verdict = "busy"  # neither: the neighbours had the machine (assert_efficiency)
+        busy = (assert_floor and self.min_efficiency is None and not self.judge_busy
+                and bool(result.load and result.load.loaded))
         if verdict in ("pass", "unchecked") and is_unstable(result, self.options.max_cv):
             verdict = "unstable"  # too wide a spread to stand as a pass (see its note)
-        outcome = replace(outcome, revise=self.record(result, ceiling, verdict))
+        outcome = replace(outcome, revise=self.record(result, ceiling, "busy" if busy else verdict))
+        if busy:  # no floor to refuse: the call itself is neither a pass nor a fail
+            outcome._refuse_busy("its figures are stored as busy")
         if self.min_efficiency is not None and assert_floor:
             outcome.assert_efficiency(self.min_efficiency)
         return outcome
@@ -478,3 +487,10 @@ class SpeculativeOutcome:
     @property
     def acceptance_rate(self) -> float | None:
         return self.ab.acceptance_rate
+
+
+def _stands(result: BenchResult | MeasuredBusy) -> BenchResult:
+    """``result``; a measurement stopped busy: its ``MeasuredBusy``, raised."""
+    if isinstance(result, MeasuredBusy):
+        raise result
+    return result

@@ -28,7 +28,8 @@ from pytest_tokperf.results import BenchResult, Ceiling, ModelInfo, Progress, Ve
 from pytest_tokperf.settings import BUILTIN_MODELS, Settings
 
 if TYPE_CHECKING:
-    from pytest_tokperf.bench.ab import ABResult
+    from pytest_tokperf.bench.ab import ABResult, Restart
+    from pytest_tokperf.engines.base import Engine
     from pytest_tokperf.bench.gate import Gate, GateFinding
     from pytest_tokperf.storage.store import Stored
 
@@ -264,9 +265,22 @@ class BenchRun:
         def changed() -> str:
             return build_changes(control.binary_path, self.session.binary_path)
 
+        def restart() -> Restart | None:
+            if not (self.session.restartable() and control.restartable()):
+                return None
+
+            def again(candidate_first: bool) -> tuple[Engine, Engine, tuple[int, ...]]:
+                for side in ((self.session, control) if candidate_first
+                             else (control, self.session)):
+                    side.restart()
+                return control.engine(), self.session.engine(), self._engine_pids()
+
+            return again
+
         return ABPlan(control=control.engine, min_effect=s.ab_min_effect,
                       control_model_given=s.ab_model is not None, changed=changed,
-                      on_result=lambda ab: self.ab_results.append((test_id, ab)))
+                      on_result=lambda ab: self.ab_results.append((test_id, ab)),
+                      starts=s.ab_starts, restart=restart)
 
     def record(
         self, test_id: str, result: BenchResult, ceiling: Ceiling | None, verdict: Verdict

@@ -126,6 +126,7 @@ class EngineSession:
     _drafts: dict[str, tuple[ServerProcess | None, Engine]] = field(default_factory=dict,
                                                                      init=False)
     """Drafting engines by draft path (started here) or URL (attached)."""
+    _restarts: int = field(default=0, init=False)
     _attached_pids: tuple[int, ...] | None = field(default=None, init=False)
     """An attached server's processes when it listens on this machine's loopback."""
 
@@ -218,6 +219,33 @@ class EngineSession:
         self._server = start_llama_server(spec)
         pairs = (*self._settings_pairs(), ("log_path", str(spec.log_path)))
         return self._make(name, self._server.url, tuple(sorted(pairs)), self._server)
+
+    def restartable(self) -> bool:
+        """Whether ``restart`` can start this session's server anew (tokperf started a
+        llama-server and no drafting server beside it)."""
+        return isinstance(self._server, ServerProcess) and self._launch is not None \
+            and not self._drafts
+
+    def restart(self) -> Engine:
+        """Stop the llama-server tokperf started and start it again with the same launch
+        (a free port unless one was given); the new engine. ``ConfigError`` where it
+        cannot (``restartable``)."""
+        if not self.restartable():
+            raise ConfigError("only a llama-server tokperf started (no drafting server "
+                              "beside it) can be restarted for a server start of its own")
+        assert self._launch is not None and self._server is not None
+        if self._engine is not None:
+            self._engine.close()
+        self._engine = None
+        self._server.stop()
+        self._restarts += 1
+        spec = replace(self._launch, startup_deadline_s=None, log_path=self._launch.log_path
+                       .with_name(f"{self._launch.log_path.stem}-{self._restarts}.log"))
+        self._server = start_llama_server(spec)
+        pairs = (*self._settings_pairs(), ("log_path", str(self._launch.log_path)))
+        self._engine = self._make("llama-server", self._server.url, tuple(sorted(pairs)),
+                                  self._server)
+        return self._engine
 
     def draft_path(self, choice: str | None = None) -> Path:
         """The draft GGUF for ``choice`` (a path, ``self`` or ``small``; default

@@ -22,7 +22,7 @@ from pytest_tokperf.cli.common import DB, JSON, METRICS_HELP, chosen_db, db_loca
 from pytest_tokperf.cli.output import emit
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import Progress
-from pytest_tokperf.stats.metric import DECODE, START_SD
+from pytest_tokperf.stats.metric import CONFIRM_GAP_S, DECODE, START_SD
 
 if TYPE_CHECKING:
     from pytest_tokperf.builds.specs import Build, Builder
@@ -42,10 +42,11 @@ def _selection(args: argparse.Namespace) -> list[str]:
     selection = list(args.pytest_args or [])
     if selection:
         return selection
-    if Path("benchmarks/test_main.py").is_file():
-        return ["benchmarks/test_main.py"]
+    for default in ("benchmarks/ab_workload.py", "benchmarks/test_main.py"):
+        if Path(default).is_file():
+            return [default]
     raise ConfigError("no tests to run: give the pytest arguments after '--', e.g. "
-                      "`tokperf compare-builds 11292 11434 -- benchmarks/test_main.py`")
+                      "`tokperf compare-builds 11292 11434 -- benchmarks/ab_workload.py`")
 
 
 def _busy(args: argparse.Namespace) -> BusyPolicy:
@@ -261,7 +262,7 @@ def _watch(args: argparse.Namespace, progress: Progress) -> int:
         folder=Path(args.folder) if args.folder else None, metrics=tuple(args.metric or ("decode",)),
         min_effect=PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
         busy=policy, confirm=not args.no_confirm, retry_failed=args.retry_failed,
-        sessions=args.sessions, max_sessions=args.max_sessions)
+        sessions=args.sessions, max_sessions=args.max_sessions, confirm_gap=args.confirm_gap)
     _append(args.markdown, format_markdown(result))
     emit(args, result.as_json(), format_summary(result))
     failed = any(f.kind == "regression" for f in result.named) or (
@@ -371,9 +372,12 @@ def add_compare_builds(verbs: Any) -> None:
         "(docs/ci-and-builds.md). --mode sessions alternates whole sessions (A B A B ...) "
         "into one results DB instead and prints the regression judge's verdict beside the "
         "plain ratio of means. A build is a release (built when not cached), a path to a "
-        "llama-server binary, or a llama.cpp source tree (built as releases are).")
+        "llama-server binary, or a llama.cpp source tree: built as releases are, in the "
+        "tool's cache (copies of a tree share ccache), labelled by its own git commit or "
+        "else a fingerprint of its files (docs/ci-and-builds.md).")
     p.add_argument("builds", nargs=2, metavar="BUILD",
-                   help="release (11292, b11292), binary or source tree")
+                   help="release (11292, b11292), llama-server binary or llama.cpp "
+                   "source tree")
     p.usage = "tokperf compare-builds [options] A B [-- PYTEST_ARGS]"
     p.add_argument("--mode", choices=("paired", "sessions"), default="paired",
                    help="paired (default): each session runs both builds at once, every "
@@ -381,16 +385,16 @@ def add_compare_builds(verbs: Any) -> None:
                    "whole sessions A B A B (the machine's phase between sessions lands in "
                    "the spread)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="paired: A/B sessions, each a fresh start of both servers (default 1: "
-                   "the pairs are the unit; give more where a server start carries a level of "
-                   "its own, docs/ci-and-builds.md); sessions: sessions per build (default 5; "
-                   "at least 3)")
+                   help="paired: pytest sessions (default 1: each call of a session already "
+                   "restarts both servers --tokperf-ab-starts times within "
+                   "--tokperf-ab-budget, and every start is the judge's unit); sessions: "
+                   "sessions per build (default 5; at least 3)")
     p.add_argument("--start-sd", type=float, default=round(100 * math.expm1(START_SD), 2),
                    metavar="PCT",
-                   help="paired, several sessions: the level of its own (SD, percent) each "
-                   "session is allowed when the sessions are pooled; the sessions' own spread "
-                   f"is used where larger (default {100 * math.expm1(START_SD):.1f}, "
-                   "docs/ci-and-builds.md)")
+                   help="paired: the level (SD, percent) a server start is assumed to carry "
+                   "where a call has only one (an attached engine, --tokperf-ab-starts 1); "
+                   "with several, their own level is estimated from them and counted once "
+                   f"(default {100 * math.expm1(START_SD):.1f}, docs/ci-and-builds.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")
     p.add_argument("--markdown", metavar="PATH",
                    help="also append the verdict table as markdown to PATH (in GitHub "
@@ -483,6 +487,10 @@ def _watch_span_options(p: argparse.ArgumentParser) -> None:
                    help="stop a build that takes longer (default 1800 s); the build is "
                    "skipped and said so")
     p.add_argument("--no-confirm", action="store_true",
-                   help="name a flagged step on one A/B (default: a second A/B must agree)")
+                   help="name a flagged step on one A/B (default: it is measured again in "
+                   "another machine window and both windows pooled must agree)")
+    p.add_argument("--confirm-gap", type=float, default=CONFIRM_GAP_S, metavar="S",
+                   help="a flag is measured again after another A/B, or once S seconds have "
+                   f"passed since its first (the end of the watch waits; default {CONFIRM_GAP_S:g})")
     p.add_argument("--retry-failed", action="store_true",
                    help="build again the releases the journal records as failed or timed out")

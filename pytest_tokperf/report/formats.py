@@ -411,7 +411,8 @@ def ab_document(results: Sequence[tuple[str, ABResult]]) -> dict[str, Any]:
         "pairs": ab.pairs,
         "metrics": list(PAIR_METRICS),
         "rounds": [{"control": list(b), "candidate": list(c),
-                    **({"order": ab.orders[i]} if i < len(ab.orders) else {})}
+                    **({"order": ab.orders[i]} if i < len(ab.orders) else {}),
+                    **({"start": ab.starts[i]} if i < len(ab.starts) else {})}
                    for i, (b, c) in enumerate(ab.rounds)],
         "sequential": ab.sequential,
         "verdicts": [{"metric": v.metric, "verdict": v.verdict,

@@ -62,7 +62,7 @@ def detectable_shift(shift: Shift, alpha: float = DEFAULT_ALPHA, power: float = 
     _check(alpha, power)
     if not shift.std_error > 0:
         return math.nan
-    return math.expm1(min(700.0, _ncp(shift.df, alpha / shift.tests, power) * shift.std_error))
+    return math.expm1(min(700.0, noncentrality(shift.df, alpha / shift.tests, power) * shift.std_error))
 
 
 def repetitions_needed(cv: float, change: float, alpha: float = DEFAULT_ALPHA,
@@ -103,10 +103,10 @@ def format_noise(metric: Metric, estimate: NoiseEstimate | float, n: int,
 
 def _log_detectable(cv: float, n: int, nb: int, versions: int, alpha: float,
                     power: float) -> float:
-    return _ncp(n + nb - 1 - versions, alpha, power) * cv * math.sqrt(1 / n + 1 / nb)
+    return noncentrality(n + nb - 1 - versions, alpha, power) * cv * math.sqrt(1 / n + 1 / nb)
 
 
-def _ncp(df: float, alpha: float, power: float) -> float:
+def noncentrality(df: float, alpha: float, power: float) -> float:
     """Noncentrality at which a two-sided level-``alpha`` t test has ``power``."""
     crit = float(special.stdtrit(df, 1 - alpha / 2))
     return float(special.nctdtrinc(df, 1 - power, crit))

@@ -12,6 +12,12 @@ DEFAULT_ALPHA = 0.005
 
 START_SD = 0.01
 """A server start's own level (log SD) allowed for when pooling starts (docs/ci-and-builds.md)."""
+WINDOW_SD = 0.025
+"""The level a machine window is allowed where the host has not measured its own (log
+SD): the watch's pairs measured again in later windows read 2-2.5% apart."""
+CONFIRM_GAP_S = 600.0
+"""Seconds after a flag's first A/B its confirmation may run without other work between:
+the machine's windows last minutes (lab/2026-12-05-release-watch.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,9 @@ from scipy import special
 from scipy import stats as sps
 
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.stats.calibration import detectable_shift, repetitions_needed
+from pytest_tokperf.stats.calibration import noncentrality, detectable_shift
 from pytest_tokperf.stats.metric import (
-    DEFAULT_ALPHA, START_SD, Metric, check_level, fmt_p, interval_text, pct, resolved,
+    DEFAULT_ALPHA, START_SD, WINDOW_SD, Metric, check_level, fmt_p, interval_text, pct, resolved,
 )
 from pytest_tokperf.stats.shifts import STALL_MIN, STALL_SDS, Shift, log_samples
 from pytest_tokperf.stats.verdict import Comparison, judge
@@ -168,39 +168,36 @@ def anytime_half_width(sd: float, n: int, alpha: float, n_planned: int) -> float
     return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha * alpha))) / n
 
 
-START_BEYOND = 0.05
-"""Level at which starts disagreeing beyond ``start_sd`` become the t scale's unit."""
-
-
 @dataclass(frozen=True, slots=True)
 class StartLevel:
-    """How starts were pooled: ``allowed`` log SD (``floor`` or ``own``, the larger), ``own``
-    the DerSimonian-Laird estimate, ``unit`` where the starts set the df."""
+    """How several starts were pooled: ``own``, their level estimated from them (the
+    DerSimonian-Laird SD, log units), counted once; ``pairs_se`` and ``level_se``, the parts
+    of the error the pairs and the start level bring."""
 
-    allowed: float
     own: float
-    unit: bool
-    floor: float
+    pairs_se: float
+    level_se: float
 
 
-def start_level(pairs: Pairs, start_sd: float = START_SD) -> tuple[list[Shift], StartLevel] | None:
-    """Each start's own shift and the level pooling allows; None with under two starts."""
+def start_level(pairs: Pairs) -> tuple[list[Shift], StartLevel] | None:
+    """Each start's own shift (no level of its own added) and the level the starts show;
+    None with under two starts or a start without spread."""
     if pairs.starts < 2:
         return None
-    if not (math.isfinite(start_sd) and start_sd >= 0):
-        raise ConfigError(f"start_sd {start_sd!r}: give a log SD of 0 or more, e.g. 0.01")
-    shifts = [paired_shift(p) for p in pairs.per_start()]
+    shifts = [paired_shift(p, start_sd=0.0) for p in pairs.per_start()]
     if not all(s.std_error > 0 for s in shifts):
         return None
-    spread = start_spread([shifts])
-    own = spread.sd if spread is not None else 0.0
-    beyond = float(sps.chi2.sf(_generalised_q([shifts], start_sd ** 2), len(shifts) - 1))
-    return shifts, StartLevel(max(start_sd, own), own, beyond < START_BEYOND, start_sd)
+    own = start_spread(shifts)
+    k = len(shifts)
+    pairs_se = math.sqrt(sum(s.std_error ** 2 for s in shifts)) / k
+    return shifts, StartLevel(own, pairs_se, own / math.sqrt(k))
 
 
 def paired_shift(pairs: Pairs, start_sd: float = START_SD) -> Shift:
-    """The shift behind the verdict: mean log-ratio, SE and df; ``start_sd``, the level each
-    server start is allowed (one start: added to the SE; several: pooled)."""
+    """The shift behind the verdict: mean log-ratio, SE and df. One server start: the pairs
+    are the unit and ``start_sd``, the level a start is allowed, is added to the SE (one
+    start cannot measure it). Several: their level is estimated from them (``start_level``)
+    and counted once, Hartung-Knapp over the starts, ``starts - 1`` df."""
     return _shift_and_level(pairs, start_sd)[0]
 
 
@@ -208,24 +205,28 @@ def _shift_and_level(pairs: Pairs, start_sd: float, sequential: int = 0
                      ) -> tuple[Shift, StartLevel | None]:
     """``paired_shift`` and its ``StartLevel``; ``sequential`` (an early-stopping A/B's
     planned pairs) widens one start's SE to the anytime-valid interval."""
+    if not (math.isfinite(start_sd) and start_sd >= 0):
+        raise ConfigError(f"start_sd {start_sd!r}: give a log SD of 0 or more, e.g. 0.01")
     d = np.asarray(pairs.log_ratios, dtype=float)
     n = len(d)
     if n == 0:
         return Shift(math.nan, math.nan, math.nan, 0, 0, "no spread", math.nan), None
-    pooled = start_level(pairs, start_sd)
+    pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    pooled = start_level(pairs)
     if pooled is not None:
         shifts, level = pooled
-        out = pool_runs(shifts, level.allowed)
-        pair_sd = float(d.std(ddof=1))
-        return replace(out, df=float(len(shifts) - 1) if level.unit else out.df,
-                       noise_cv=pair_sd / math.sqrt(2)), level
+        out = pool_runs(shifts, level.own)
+        weights = [1 / (s.std_error ** 2 + level.own ** 2) for s in shifts]
+        hk = sum(w * (s.log_shift - out.log_shift) ** 2 for w, s in zip(weights, shifts)) / (
+            (len(shifts) - 1) * sum(weights))
+        return replace(out, std_error=max(out.std_error, math.sqrt(hk)),
+                       df=float(len(shifts) - 1), noise_cv=pair_sd / math.sqrt(2)), level
     units = (np.asarray([np.mean(p.log_ratios) for p in pairs.per_start()])
              if pairs.starts >= 2 else d)
     estimate = float(units.mean())
     if len(units) < 2:
         return Shift(estimate, math.nan, math.nan, n, n, "no spread", math.nan), None
     sd = float(units.std(ddof=1))
-    pair_sd = float(d.std(ddof=1)) if n >= 2 else math.nan
     inflate = serial_factor(d) if pairs.starts < 2 else 1.0
     noise = pair_sd * math.sqrt(inflate / 2) if math.isfinite(pair_sd) else math.nan
     if not sd > 0:
@@ -279,15 +280,18 @@ def _from_starts(pairs: Pairs, level: StartLevel | None, start_sd: float = START
                 "(one start cannot measure it)" if start_sd > 0 else "")
     if level is None:
         return f" from {pairs.starts} server starts a side, the starts as the unit"
-    own = (f"their own spread, {level.own:.1%}, as they disagree beyond {level.floor:.1%} "
-           "(the starts are the unit)" if level.unit
-           else f"{level.allowed:.1%} (their own spread: {level.own:.1%})")
-    return (f" from {pairs.starts} server starts a side, each start allowed a level of its "
-            f"own: {own}")
+    return (f" from {pairs.starts} server starts a side, whose own level, {level.own:.1%}, "
+            f"is counted once ({pairs.starts - 1} df)")
+
+
+START_LIMIT = 400
+"""The most server starts ``_unsettled`` works out a need for."""
 
 
 def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Comparison,
                alpha: float, start_sd: float = START_SD) -> str:
+    """Why it stayed open, naming the real limit (the pairs' spread, the start level or the
+    few starts), and how many starts of this length would settle it."""
     m = pairs.metric.min_effect
     seen = detectable_shift(shift, alpha)
     head = (f"{pairs.metric.name} {pct(verdict.relative_change)} "
@@ -295,22 +299,33 @@ def _unsettled(pairs: Pairs, level: StartLevel | None, shift: Shift, verdict: Co
             f"from none over {pairs.n} pairs{_from_starts(pairs, level, start_sd)} "
             f"(p={fmt_p(shift.p_value)}); this A/B resolves "
             + (f"about {seen:.1%}" if resolved(seen) else "no change within ±1000%"))
-    if pairs.starts >= 2:
-        return head + "; more server starts a side, not more pairs per start, would settle it"
-    if start_sd > 0 and _start_bound(shift, start_sd, alpha, m):
-        return head + ("; the start level alone keeps it open: more server starts a side "
-                       "(compare-builds --rounds), not more pairs, would settle it")
-    try:
-        need = repetitions_needed(shift.noise_cv, m, alpha)
-    except ConfigError:
-        return head + f"; at a pair spread of {shift.noise_cv * math.sqrt(2):.1%} no practical count would"
-    return head + f"; about {need} pairs would settle it"
+    k = pairs.starts
+    if level is not None:
+        pairs_se, level_sd = level.pairs_se, level.own
+    elif k < 2 and math.isfinite(shift.std_error):
+        pairs_se, level_sd = math.sqrt(max(0.0, shift.std_error ** 2 - start_sd ** 2)), start_sd
+    else:
+        return head + "; more server starts a side would settle it"
+    parts = {f"the pairs' spread ({shift.noise_cv * math.sqrt(2):.1%} a pair)": pairs_se,
+             f"the start level ({level_sd:.1%}{' assumed' if level is None else ''})":
+                 level_sd / math.sqrt(k)}
+    limit = max(parts, key=parts.__getitem__)
+    if k >= 2 and special.stdtrit(k - 1, 1 - alpha / 2) > 1.3 * special.ndtri(1 - alpha / 2):
+        limit = f"the few starts ({k}, {k - 1} df)"
+    per = max(1, round(pairs.n / k))
+    need = _starts_needed(pairs_se * math.sqrt(k), level_sd, math.log1p(m), alpha)
+    then = (f"about {need} server starts a side of about {per} pairs each would settle it"
+            if need else f"no practical number of starts of {per} pairs would: lengthen them")
+    return head + f"; the limit is {limit}: {then}"
 
 
-def _start_bound(shift: Shift, start_sd: float, alpha: float, m: float) -> bool:
-    """Whether the start level alone makes the interval wider than ``2 m`` (never unchanged)."""
-    t = float(special.stdtrit(max(shift.df, 1.0), 1 - alpha / 2))
-    return 2 * t * start_sd >= 2 * math.log1p(m)
+def _starts_needed(pairs_se_one: float, level_sd: float, target: float, alpha: float) -> int:
+    """Fewest starts (each with pairs giving ``pairs_se_one``) whose interval resolves
+    ``target`` (log) at 80% power; 0 when even ``START_LIMIT`` would not."""
+    for k in range(2, START_LIMIT + 1):
+        if noncentrality(k - 1, alpha, 0.8) * math.hypot(pairs_se_one, level_sd) / math.sqrt(k) <= target:
+            return k
+    return 0
 
 
 def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
@@ -322,6 +337,33 @@ def judge_ab(pairs: Mapping[str, Pairs], *, alpha: float = DEFAULT_ALPHA,
     for name, p in pairs.items():
         c = judge_pairs(p, alpha=alpha / k, start_sd=start_sd, sequential=sequential)
         out[name] = replace(c, correction=f"Bonferroni over {k} metrics" if k > 1 else "")
+    return out
+
+
+def judge_windows(windows: Sequence[Mapping[str, Pairs]], *, window_sd: float = WINDOW_SD,
+                  alpha: float = DEFAULT_ALPHA) -> dict[str, Comparison]:
+    """Every metric measured in several machine windows: each window judged as one A/B
+    (``paired_shift``), then the windows pooled, each allowed a level of ``window_sd``
+    (one window cannot measure it; ``pool_runs``), at ``alpha / k`` over the metrics."""
+    check_level(alpha, "alpha")
+    if len(windows) < 2:
+        return judge_ab(windows[0] if windows else {}, alpha=alpha)
+    names = [n for n in windows[0] if all(w.get(n) is not None and w[n].n for w in windows)]
+    k = max(1, len(names))
+    out = {}
+    for name in names:
+        kept = [set_aside_stalled_pairs(w[name])[0] for w in windows]
+        shifts = [paired_shift(p) for p in kept]
+        metric = kept[0].metric
+        if any(not (s.std_error > 0) for s in shifts) or any(p.n < MIN_PAIRS for p in kept):
+            out[name] = replace(judge_pairs(kept[0], alpha=alpha / k),
+                                correction=f"Bonferroni over {k} metrics" if k > 1 else "")
+            continue
+        verdict = judge(pool_runs(shifts, window_sd), metric, alpha=alpha / k)
+        each = ", ".join(f"{pct(math.expm1(s.log_shift))}" for s in shifts)
+        out[name] = replace(verdict, correction=f"Bonferroni over {k} metrics" if k > 1 else "",
+                            reason=f"{verdict.reason} (pooled over {len(shifts)} machine "
+                            f"windows, each allowed a level of {window_sd:.1%}: {each})")
     return out
 
 
@@ -358,51 +400,13 @@ def pool_runs(shifts: Sequence[Shift], start_sd: float, *, tests: int = 1) -> Sh
                  noise_cv=math.nan, sessions_current=len(shifts), tests=tests)
 
 
-@dataclass(frozen=True, slots=True)
-class StartSpread:
-    """How repeated A/B runs disagree beyond their pairs' error: Cochran's Q, the
-    DerSimonian-Laird ``sd`` and its upper 95% bound ``sd_high`` (the level to allow)."""
-
-    q: float
-    df: int
-    p_value: float
-    sd: float
-    sd_high: float
-    groups: int
-
-
-def _generalised_q(groups: Sequence[Sequence[Shift]], var: float) -> float:
-    q = 0.0
-    for shifts in groups:
-        w = [1 / (s.std_error ** 2 + var) for s in shifts]
-        mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
-        q += sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
-    return q
-
-
-def start_spread(groups: Sequence[Sequence[Shift]]) -> StartSpread | None:
-    """``StartSpread`` over ``groups`` of runs; None when no group has two runs."""
-    used = [list(g) for g in groups if len(g) >= 2]
-    if not used:
-        return None
-    scale, df = 0.0, 0
-    for shifts in used:
-        w = [1 / s.std_error ** 2 for s in shifts]
-        scale += sum(w) - sum(wi ** 2 for wi in w) / sum(w)
-        df += len(shifts) - 1
-    q = _generalised_q(used, 0.0)
-    low_q = float(sps.chi2.ppf(0.025, df))
-    if q <= low_q:
-        high = 0.0
-    else:  # Q(var) falls from q towards 0 as var grows: bracket, then bisect
-        top = max(s.log_shift ** 2 + s.std_error ** 2 for g in used for s in g) + 1e-8
-        while _generalised_q(used, top) > low_q:
-            top *= 4
-        lo, hi = 0.0, top
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _generalised_q(used, mid) > low_q else (lo, mid)
-        high = math.sqrt(hi)
-    return StartSpread(q=q, df=df, p_value=float(sps.chi2.sf(q, df)),
-                       sd=math.sqrt(max(0.0, (q - df) / scale)), sd_high=high,
-                       groups=len(used))
+def start_spread(shifts: Sequence[Shift]) -> float:
+    """How far runs of one pair disagree beyond their own errors: the DerSimonian-Laird
+    SD (log) of their level, 0 where they agree (or are fewer than two)."""
+    if len(shifts) < 2:
+        return 0.0
+    w = [1 / s.std_error ** 2 for s in shifts]
+    mean = sum(wi * s.log_shift for wi, s in zip(w, shifts, strict=True)) / sum(w)
+    q = sum(wi * (s.log_shift - mean) ** 2 for wi, s in zip(w, shifts, strict=True))
+    scale = sum(w) - sum(wi ** 2 for wi in w) / sum(w)
+    return math.sqrt(max(0.0, (q - len(shifts) + 1) / scale))

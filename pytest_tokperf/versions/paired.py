@@ -28,13 +28,22 @@ from pytest_tokperf.stats.metric import (
     PREFILL,
     START_SD,
     TTFT,
+    WINDOW_SD,
     Metric,
 )
-from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT, Pairs, judge_ab
+from pytest_tokperf.stats.paired import (
+    PAIRED_MIN_EFFECT,
+    Pairs,
+    judge_ab,
+    judge_windows,
+)
 from pytest_tokperf.stats.verdict import Comparison
 from pytest_tokperf.versions.sessions import BuildRunner
 
 _METRICS = {m.name: m for m in (DECODE, PREFILL, TTFT)}
+START_CAP = 10_000
+"""Server starts one session may hold: a pair's start across sessions is ``session *
+START_CAP + start``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,19 +135,26 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
 
 def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str], *,
                     min_effect: float = PAIRED_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
-                    start_sd: float = START_SD) -> list[PairedBuildComparison]:
-    """Pool each test's pairs over the sessions (session = server start, each allowed a
-    level of ``start_sd`` or its sessions' own spread) and judge them as the session itself
+                    start_sd: float = START_SD, windows: Sequence[int] | None = None,
+                    window_sd: float = WINDOW_SD) -> list[PairedBuildComparison]:
+    """Pool each test's pairs over the documents' server starts (each session's starts;
+    their level counted once, ``stats.paired``) and judge them as the session itself
     does: one family per test, every metric its A/B measured (``judge_ab``), so the table
     and the session's own line give the same verdict; ``metrics`` picks the rows shown. A
-    test whose only session could stop on its own figures is judged anytime-valid."""
+    test whose only session could stop on its own figures is judged anytime-valid.
+    ``windows``, the machine window of each document: documents of several windows are
+    judged a window at a time and pooled, each allowed ``window_sd`` (``judge_windows``)."""
     unknown = [m for m in metrics if m not in _METRICS]
     if unknown or not metrics:
         raise ConfigError(f"metric {unknown or list(metrics)!r}: choose from {', '.join(_METRICS)}")
-    pooled: dict[tuple[str, str], dict[str, tuple[list[float], list[float], list[int]]]] = {}
+    where = list(windows) if windows is not None else [0] * len(documents)
+    if len(where) != len(documents):
+        raise ConfigError(f"{len(where)} window labels for {len(documents)} A/B documents")
+    Lists = tuple[list[float], list[float], list[int]]
+    pooled: dict[tuple[str, str], dict[int, dict[str, Lists]]] = {}
     planned: dict[tuple[str, str], int] = {}
     busy: dict[tuple[str, str], list[str]] = {}
-    for session, doc in enumerate(documents):
+    for session, (doc, window) in enumerate(zip(documents, where, strict=True)):
         for ab in doc.get("ab", []):
             # what was asked, not how many pairs a session measured before it stopped
             # (adaptive, or by its time budget): those sessions are one workload
@@ -150,32 +166,38 @@ def judge_documents(documents: Sequence[dict[str, Any]], metrics: Sequence[str],
             names = list(ab["metrics"])
             for row in ab["rounds"]:
                 for name in names:
-                    if name not in _METRICS:
-                        continue
                     i = names.index(name)
                     x, y = row["control"][i], row["candidate"][i]
-                    if x is None or y is None:
+                    if name not in _METRICS or x is None or y is None:
                         continue
-                    b, c, blocks = pooled.setdefault(key, {}).setdefault(name, ([], [], []))
+                    b, c, blocks = pooled.setdefault(key, {}).setdefault(window, {}).setdefault(
+                        name, ([], [], []))
                     b.append(float(x))
                     c.append(float(y))
-                    blocks.append(session)
+                    blocks.append(session * START_CAP + int(row.get("start", 0)))
     if not pooled:
         raise ConfigError("no test made a same-run A/B: does the selection call tok_bench?")
     out = []
-    for (test_id, workload), by_metric in sorted(pooled.items()):
-        pairs = {name: Pairs.of(Metric(name, _METRICS[name].higher_is_better, min_effect),
-                                b, c, blocks) for name, (b, c, blocks) in by_metric.items()}
-        verdicts = judge_ab(pairs, alpha=alpha, start_sd=start_sd,
-                            sequential=planned[(test_id, workload)] if len(documents) == 1 else 0)
+    for (test_id, workload), by_window in sorted(pooled.items()):
+        parts = [{name: Pairs.of(Metric(name, _METRICS[name].higher_is_better, min_effect),
+                                 b, c, blocks) for name, (b, c, blocks) in lists.items()}
+                 for _, lists in sorted(by_window.items())]
+        if len(parts) > 1:
+            verdicts = judge_windows(parts, window_sd=window_sd, alpha=alpha)
+        else:
+            verdicts = judge_ab(parts[0], alpha=alpha, start_sd=start_sd,
+                                sequential=planned[(test_id, workload)] if len(documents) == 1
+                                else 0)
         for name in metrics:
-            if name not in pairs:
+            if name not in verdicts:
                 continue
-            b, c, _ = by_metric[name]
-            p = pairs[name]
+            b = [x for lists in by_window.values() for x in lists.get(name, ([], [], []))[0]]
+            c = [x for lists in by_window.values() for x in lists.get(name, ([], [], []))[1]]
+            n = sum(p[name].n for p in parts if name in p)
+            starts = sum(p[name].starts for p in parts if name in p)
             out.append(PairedBuildComparison(test_id, _workload_text(workload), name,
                                              statistics.median(b), statistics.median(c),
-                                             p.n, p.starts, verdicts[name],
+                                             n, starts, verdicts[name],
                                              "; ".join(busy.get((test_id, workload), []))))
     return out
 

@@ -75,6 +75,14 @@ Groups = dict[Target, list[list[float]]]
 """Per target, one list of samples per session."""
 
 
+def ab_threads() -> int:
+    """Engine threads a build session gets unless its selection says: one core left to the
+    client and the system (llama.cpp's threads wait for each other, so one taken from
+    them stalls every token: at 2 threads on 2 busy cores the A/B's pairs spread 70-140%,
+    at 1 thread 10-16%, lab/2026-12-07-ab-starts.md)."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
 def selection_key(pytest_args: Sequence[str], metrics: Sequence[str]) -> str:
     """Sessions are reused only for the same pytest arguments and metrics."""
     return hashlib.sha256(json.dumps([list(pytest_args), list(metrics)]).encode()).hexdigest()[:12]
@@ -192,6 +200,8 @@ class BuildRunner:
         args = self.pytest_args
         engine = [] if any(a.startswith("--tokperf-engine") for a in args) else [
             "--tokperf-engine", "llama-server"]
+        if not any(a.startswith("--tokperf-threads") for a in args):
+            engine.append(f"--tokperf-threads={ab_threads()}")
         # a PostgreSQL URL goes in the environment (session_env), not the command line
         db = [] if isinstance(self.db, PgUrl) else [f"--tokperf-db={self.db}"]
         return [self.python, "-m", "pytest", *args, *engine,

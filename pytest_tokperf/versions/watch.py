@@ -34,7 +34,7 @@ from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.errors import ConfigError, EngineError, InstallError, TokperfError
 from pytest_tokperf.jsontext import dumps
 from pytest_tokperf.results import Progress
-from pytest_tokperf.stats.metric import pct
+from pytest_tokperf.stats.metric import CONFIRM_GAP_S, WINDOW_SD, pct
 from pytest_tokperf.stats.paired import PAIRED_MIN_EFFECT
 from pytest_tokperf.storage.location import DbLocation
 from pytest_tokperf.versions.bisect import Lab, RunnerLab, bisect_releases
@@ -45,6 +45,7 @@ from pytest_tokperf.versions.paired import (
     run_paired_session,
 )
 from pytest_tokperf.versions.sessions import BuildRunner, Groups, selection_key
+from pytest_tokperf.versions.windows import HostWindows
 from pytest_tokperf.versions.watch_journal import (
     COMPARE_URL,
     JUDGED,
@@ -78,6 +79,19 @@ class InvertedLab:
                 for t, gs in self.lab.groups(number, sessions).items()}
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A flag waiting for its confirmation in another window."""
+
+    kind: Kind
+    before: tuple[Build, BuildStep]
+    after: tuple[Build, BuildStep]
+    first: AbStep
+    index: int
+    measured: int
+    at: float
+
+
 @dataclass(slots=True)
 class Watch:
     """A watch over builds; ``provide`` builds, ``measure`` runs one A/B session, ``lab``
@@ -102,11 +116,18 @@ class Watch:
     wait_quiet: QuietWait | None = None
     """Seconds waited for a quiet window within a budget, None when none came
     (default ``hardware.load.wait_for_quiet``)."""
+    confirm_gap: float = CONFIRM_GAP_S
+    """A flag is confirmed in another machine window: after another A/B was measured, or
+    once this many seconds passed since its first A/B (the watch's end waits for it)."""
+    windows: HostWindows | None = None
+    """This host's window level (learned from every flag confirmed); None: the default."""
+    sleep: Callable[[float], None] = time.sleep
     progress: Progress = print
     _measured: int = field(default=0, init=False)
     _worked: bool = field(default=False, init=False)
     _reused: int = field(default=0, init=False)
     _ab_seconds: list[float] = field(default_factory=list, init=False)
+    _pending: list[_Pending] = field(default_factory=list, init=False)
 
     def run(self, specs: Sequence[BuildSpec], reference: BuildSpec) -> WatchResult:
         started = time.monotonic()
@@ -129,8 +150,9 @@ class Watch:
             if not self._worked:
                 paced_from = i
             self.progress(f"[{i + 1}/{len(order)}] {spec.text}")
-            done = self._one(spec, ref, ref_step, before, flags)
+            done = self._one(spec, ref, ref_step, before, flags, i)
             releases.append(done)
+            self._confirm_due(releases, flags, final=False)
             if not done.skipped:
                 before = (build_of(done.build), done.build)
             if not self._worked:  # replayed from the journal: no pace to tell
@@ -142,6 +164,8 @@ class Watch:
                 meter.update(float(paced_from))
             meter.update(float(i + 1))
         meter.close()
+        self._confirm_due(releases, flags, final=True)
+        flags.sort(key=lambda f: [r.label for r in releases].index(f.after))
         last = next((r for r in reversed(releases) if not r.skipped), None)
         if last is not None:
             self.journal.add({"step": "watched", "selection": self.selection,
@@ -155,7 +179,8 @@ class Watch:
         return result
 
     def _one(self, spec: BuildSpec, ref: Build, ref_step: BuildStep,
-             before: tuple[Build, BuildStep] | None, flags: list[StepFlag]) -> ReleaseWatch:
+             before: tuple[Build, BuildStep] | None, flags: list[StepFlag],
+             index: int) -> ReleaseWatch:
         step = ref_step if spec.key == ref_step.spec else self._build_step(spec)
         label = step.label
         if not step.ok:
@@ -174,9 +199,11 @@ class Watch:
                 vs_pred = self._ab("predecessor", before, (build, step), 1)
             if before is not None and vs_pred is not None:
                 kind = vs_pred.flag(self.metrics, self.busy)
-                if kind is not None:
-                    second = self._ab("confirm", before, (build, step), 2) if self.confirm else None
-                    flags.append(self._named(kind, before[1], step, vs_pred, second))
+                if kind is not None and self.confirm:  # in another window: _confirm_due
+                    self._pending.append(_Pending(kind, before, (build, step), vs_pred, index,
+                                                  self._measured, time.monotonic()))
+                elif kind is not None:
+                    flags.append(self._named(kind, before[1], step, vs_pred, None))
         except EngineError as exc:
             self.progress(f"skipped {label}: A/B failed: {exc}")
             return ReleaseWatch(spec.text, label, step, before[1].label if before else None,
@@ -268,14 +295,16 @@ class Watch:
         flag = StepFlag(kind, before.label, after.label, first, second, True, "",
                         before.label, after.label)
         if second is not None:
-            again = second.flag(self.metrics, self.busy)
+            pooled, how = self._pooled(first, second)
+            again = pooled.flag(self.metrics, self.busy)
             if again != kind:
                 why = ("the second A/B was measured busy" if second.busy and not self.busy.judges
                        and second.flag(self.metrics, BusyPolicy("judge")) == kind
-                       else f"the second A/B reads {again or 'no change'}")
+                       else f"both windows pooled read {again or 'no change'}{how}")
                 self.progress(f"{before.label} -> {after.label}: {kind} not confirmed ({why})")
                 return replace(flag, confirmed=False, note=f"not confirmed: {why}")
-        note = "confirmed by a second A/B" if second is not None else "one A/B (--no-confirm)"
+        note = (f"confirmed in a second window{how}" if second is not None
+                else "one A/B (--no-confirm)")
         if before.number is None or after.number is None:
             return replace(flag, note=note)
         good, bad = before.number, after.number
@@ -285,6 +314,52 @@ class Watch:
         if not between or self.lab is None:
             return replace(flag, note=f"{note}; no registry release between them")
         return self._bisect(flag, kind, good, bad, between, first)
+
+    def _confirm_due(self, releases: list[ReleaseWatch], flags: list[StepFlag], *,
+                     final: bool) -> None:
+        """Measure each pending flag again in another window: once another A/B was
+        measured since its first, or ``confirm_gap`` s after it (at the end: waited for)."""
+        for item in list(self._pending):
+            waited = time.monotonic() - item.at
+            if self._measured == item.measured and waited < self.confirm_gap:
+                if not final:
+                    continue
+                self.progress(f"waiting {self.confirm_gap - waited:.0f} s to confirm "
+                              f"{item.after[0].label} in another machine window (--confirm-gap)")
+                self.sleep(self.confirm_gap - waited)
+            self._pending.remove(item)
+            try:
+                second = self._ab("confirm", item.before, item.after, 2)
+            except EngineError as exc:
+                self.progress(f"the confirmation of {item.after[0].label} failed: {exc}")
+                second = None
+            flags.append(self._named(item.kind, item.before[1], item.after[1], item.first,
+                                     second))
+            releases[item.index] = replace(releases[item.index], confirm=second)
+
+    def _pooled(self, first: AbStep, second: AbStep) -> tuple[AbStep, str]:
+        """Both windows' A/Bs judged as one (``judge_documents`` over two windows, each
+        allowed this host's window level), kept in ``windows``; the second alone where a
+        document is gone."""
+        paths = [Path(first.document), Path(second.document)]
+        if not all(p.is_file() for p in paths):
+            return second, ""
+        docs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+        level, how = self.windows.level() if self.windows is not None else (
+            WINDOW_SD, f"the default {WINDOW_SD:.1%}")
+        found = judge_documents(docs, JUDGED, min_effect=self.min_effect, windows=[0, 1],
+                                window_sd=level)
+        if self.windows is not None:
+            each = [judge_documents([d], JUDGED, min_effect=self.min_effect) for d in docs]
+            for one, two in zip(*each, strict=True):
+                if one.metric in self.metrics and one.comparison.shift and two.comparison.shift:
+                    self.windows.add(f"{first.control}->{first.candidate}",
+                                     one.comparison.shift, two.comparison.shift)
+        rows = tuple(AbRow.of(f) for f in found)
+        lead = replace(second, rows=rows).lead(self.metrics)
+        text = (f": {lead.metric} {lead.verdict} {pct(lead.change)} over both, a window "
+                f"allowed {how}" if lead is not None else "")
+        return replace(second, rows=rows), text
 
     def _bisect(self, flag: StepFlag, kind: Kind, good: int, bad: int, between: list[int],
                 first: AbStep) -> StepFlag:
@@ -401,4 +476,5 @@ def run_watch(db: DbLocation, selection: Sequence[str], builder: Builder,
         provide=builder, measure=lambda a, b, n: run_paired_session(runner, a, b, n),
         lab=lambda: RunnerLab(runner, builder.release),
         between=lambda lo, hi: [n for n in builder.index().numbers if lo < n < hi],
-        progress=progress, **options).run(specs, reference)
+        progress=progress, windows=HostWindows(journal_for(db).with_suffix("").with_suffix(
+            ".windows.jsonl")), **options).run(specs, reference)

@@ -143,15 +143,60 @@ def test_a_time_budget_stops_the_pairs_at_an_even_count(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ab_module, "time", _Clock(10.0))  # a pair every 10 s
     base, cand, _ = _pair()
-    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=40, warmup=0),  # type: ignore[arg-type]
+    # under a budget the clock decides, not the repetitions (4 here)
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
                        MeasureOptions(budget_s=55.0))
-    # 50 s after 5 pairs (odd: one more), 60 s after 6: stopped there, not at 40
+    # 50 s after 5 pairs (odd: one more), 60 s after 6: stopped there
     assert ab.pairs == 6
-    assert ab.stopped == "stopped at 6 of 40 pairs: the time budget of 55 s was spent (60 s)"
+    assert ab.stopped == "the time budget of 55 s was spent (60 s)"
     assert ab.stopped in ab.describe()
-    roomy = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
-                          MeasureOptions(budget_s=1e6))
-    assert roomy.pairs == 4 and roomy.stopped == ""
+
+
+def test_the_budget_is_split_over_server_starts_each_restarted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_tokperf.bench.ab as ab_module
+
+    monkeypatch.setattr(ab_module, "time", _Clock(5.0))
+    base, cand, machine = _pair()
+    restarts: list[bool] = []
+
+    def restart(candidate_first: bool) -> tuple[_Engine, _Engine, tuple[int, ...]]:
+        restarts.append(candidate_first)
+        return base, cand, (100 + len(restarts),)
+
+    ab = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=1),  # type: ignore[arg-type]
+                       MeasureOptions(budget_s=120.0), starts=3,
+                       restart=restart)  # type: ignore[arg-type]
+    assert len(restarts) == 2  # before the second and the third start
+    assert sorted(set(ab.starts)) == [0, 1, 2] and len(ab.starts) == ab.pairs
+    assert all(ab.starts.count(s) >= 2 and ab.starts.count(s) % 2 == 0 for s in range(3))
+    warmups = [salt for _, salt in machine.log if salt >= 10**6]
+    assert len(warmups) == 6  # each start warmed up anew, both sides
+    decode = ab.verdict("decode")
+    assert decode is not None and "from 3 server starts a side" in decode.reason
+    assert "over 3 server starts a side" in ab.describe()
+    # no way to restart (an attached engine): one start, whatever was asked
+    one = run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
+                        MeasureOptions(budget_s=40.0), starts=3)
+    assert set(one.starts) == {0}
+
+
+def test_a_failed_restart_keeps_the_pairs_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_tokperf.bench.ab as ab_module
+
+    monkeypatch.setattr(ab_module, "time", _Clock(5.0))
+    base, cand, _ = _pair()
+
+    def restart(candidate_first: bool) -> tuple[_Engine, _Engine, tuple[int, ...]]:
+        raise EngineUnavailable("llama-server did not come up")
+
+    with pytest.raises(MeasurementError, match=r"restarting the servers for start 2 of 4 "
+                                               r"failed: llama-server did not come up") as info:
+        run_paired_ab(base, cand, Workload(16, 11, repetitions=4, warmup=0),  # type: ignore[arg-type]
+                      MeasureOptions(budget_s=100.0), starts=4,
+                      restart=restart)  # type: ignore[arg-type]
+    partial = info.value.partial
+    assert partial is not None and partial.pairs >= 4  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("budget", [0.0, -5.0, float("nan"), float("inf")])

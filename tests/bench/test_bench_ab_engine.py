@@ -14,7 +14,7 @@ from tests.versions.test_bisect import PAIRED_ARGS, two_builds
 pytestmark = pytest.mark.engine
 
 ARGS = ["--tokperf-engine", "llama-server", "--tokperf-model", "test", "--tokperf-threads", "1",
-        "--tokperf-bandwidth", "30GB/s", "--tokperf-db", "off"]
+        "--tokperf-bandwidth", "30GB/s", "--tokperf-db", "off", "--tokperf-ab-budget", "0"]
 
 
 def test_a_control_binary_turns_every_call_into_an_ab(

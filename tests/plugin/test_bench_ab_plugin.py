@@ -37,7 +37,7 @@ class DyingVLLM(FakeVLLM):
 
 def _args(candidate: str, control: str, *extra: str) -> list[str]:
     return ["--tokperf-engine", "vllm", "--tokperf-url", candidate, "--tokperf-ab-engine",
-            control, "--tokperf-db", "off", *extra]
+            control, "--tokperf-db", "off", "--tokperf-ab-budget=0", *extra]
 
 
 def test_control_url_turns_tok_bench_into_a_paired_ab(pytester: pytest.Pytester) -> None:
@@ -77,7 +77,8 @@ def test_bench(tok_bench):
 
 def test_the_ab_budget_stops_every_call_by_the_clock_at_an_even_count(
         pytester: pytest.Pytester) -> None:
-    # a budget no pair fits in: each call stops as soon as it may (MIN_PAIRS, an even count)
+    # a budget no pair fits in: each call stops as soon as it may (MIN_PAIRS, an even
+    # count), its 40 repetitions notwithstanding (an attached control: one start)
     with FakeVLLM() as control, FakeVLLM() as candidate:
         pytester.makepyfile(BUDGET)
         result = pytester.runpytest(*_args(candidate.url, control.url,
@@ -86,11 +87,10 @@ def test_the_ab_budget_stops_every_call_by_the_clock_at_an_even_count(
                   for f in (control, candidate)]
     result.assert_outcomes(passed=1)
     assert served == [4, 4]
-    result.stdout.fnmatch_lines(["*PAIRS 4 | stopped at 4 of 40 pairs: the time budget of 0.001 s "
-                                 "was spent (*s)"])
+    result.stdout.fnmatch_lines(["*PAIRS 4 | the time budget of 0.001 s was spent (*s)"])
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
+@pytest.mark.parametrize("value", ["-5", "nan", "soon"])
 def test_a_bad_ab_budget_is_refused_by_name(pytester: pytest.Pytester, value: str) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("--tokperf-engine", "vllm", "--tokperf-url", "http://127.0.0.1:9",

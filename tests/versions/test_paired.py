@@ -32,7 +32,7 @@ def test_sessions_are_the_unit_of_the_pooled_pairs() -> None:
     assert (decode.pairs, decode.sessions) == (8, 2)
     assert decode.comparison.shift is not None and decode.comparison.shift.df == 1
     assert decode.comparison.verdict == "inconclusive"
-    assert "more server starts a side" in decode.comparison.reason
+    assert "the limit is the few starts (2, 1 df)" in decode.comparison.reason
     assert decode.median_a == pytest.approx(45.0)
 
 
@@ -91,20 +91,28 @@ def test_a_bad_start_level_is_refused_before_anything_is_built(
     assert not (tmp_path / "c.db").exists()
 
 
-def test_sessions_that_agree_are_pooled_not_judged_on_one_df() -> None:
-    # two sessions that agree (-5.0% and -5.3%), each tight: pooled with the 1% a session is
-    # allowed they find the step, where the sessions as the unit (1 df) read +-300%
+def _started(decode: list[tuple[float, float]], starts: int) -> dict[str, Any]:
+    doc = _doc(decode, [(0.5, 0.5)] * len(decode))
+    for i, row in enumerate(doc["ab"][0]["rounds"]):
+        row["start"] = i * starts // len(decode)
+    return doc
+
+
+def test_the_server_starts_of_every_session_are_the_unit() -> None:
+    # two sessions that agree (-5.0% and -5.3%), each tight: as two starts (1 df) they
+    # cannot settle it; with 6 starts in each, 12 starts (11 df) find the step
     rows = [(50.0, 47.5), (40.0, 38.0), (51.0, 48.5), (39.0, 37.0), (45.0, 42.8), (44.0, 41.7)]
     rows += [(b * 1.01, c * 1.0105) for b, c in rows]
     second = [(b, c * 0.997) for b, c in rows]
     docs = [_doc(rows, [(0.5, 0.5)] * 12), _doc(second, [(0.5, 0.5)] * 12)]
-    found = {f.metric: f for f in judge_documents(docs, ["decode"])}
-    decode = found["decode"].comparison
-    assert found["decode"].sessions == 2
-    assert decode.verdict == "regression"
-    assert "each start allowed a level of its own: 1.0%" in decode.reason
-    loose = {f.metric: f for f in judge_documents(docs, ["decode"], start_sd=0.05)}
-    assert loose["decode"].comparison.verdict == "inconclusive"  # a larger level: wider
+    two = {f.metric: f for f in judge_documents(docs, ["decode"])}["decode"]
+    assert two.sessions == 2 and two.comparison.verdict == "inconclusive"
+    started = [_started(rows, 6), _started(second, 6)]
+    found = {f.metric: f for f in judge_documents(started, ["decode"])}["decode"]
+    assert found.sessions == 12
+    assert found.comparison.verdict == "regression"
+    assert "from 12 server starts a side" in found.comparison.reason
+    assert found.comparison.shift is not None and found.comparison.shift.df == 11
 
 
 def test_a_session_measured_busy_marks_its_rows() -> None:

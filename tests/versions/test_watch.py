@@ -24,6 +24,9 @@ from pytest_tokperf.report.watch import (
     headline,
 )
 from pytest_tokperf.versions.sessions import Groups, Target
+from pytest_tokperf.stats.metric import WINDOW_SD
+from pytest_tokperf.stats.shifts import Shift
+from pytest_tokperf.versions.windows import HostWindows
 from pytest_tokperf.versions.watch import Watch
 from pytest_tokperf.versions.watch_journal import WatchJournal, WatchResult
 from tests.builds.test_first_minute import cache  # noqa: F401 (a fixture)
@@ -129,7 +132,7 @@ class FakeLab:
 def watch(fakes: Fakes, tmp_path: Path, numbers: list[int] = WATCHED, **kw: Any) -> WatchResult:
     w = Watch(WatchJournal(tmp_path / "r.db.watch.jsonl"), tmp_path / "runs" / "watch",
               "sel", provide=fakes.provide, measure=fakes.measure, lab=fakes.lab,
-              between=fakes.between, progress=lambda _: None, **kw)
+              between=fakes.between, progress=lambda _: None, **{"sleep": lambda _: None, **kw})
     specs = [BuildSpec(f"b{n}", "release", n) for n in numbers]
     return w.run(specs, specs[0])
 
@@ -239,7 +242,7 @@ def test_a_timed_out_build_is_skipped_as_such(tmp_path: Path) -> None:
         return fakes.provide(spec)
 
     w = Watch(WatchJournal(tmp_path / "j.jsonl"), tmp_path / "w", "sel", provide=slow,
-              measure=fakes.measure, progress=lambda _: None)
+              measure=fakes.measure, progress=lambda _: None, sleep=lambda _: None)
     specs = [BuildSpec(f"b{n}", "release", n) for n in (100, 102, 106)]
     result = w.run(specs, specs[0])
     assert [r.skipped for r in result.releases] == [
@@ -290,7 +293,7 @@ def test_a_busy_ab_is_measured_again_after_a_quiet_window(tmp_path: Path) -> Non
     w = Watch(WatchJournal(tmp_path / "r.db.watch.jsonl"), tmp_path / "runs" / "watch", "sel",
               provide=fakes.provide, measure=fakes.measure, lab=fakes.lab,
               between=fakes.between, progress=lines.append, busy=BusyPolicy("skip", 90.0),
-              wait_quiet=lambda budget: waits.append(budget) or 12.0)
+              wait_quiet=lambda budget: waits.append(budget) or 12.0, sleep=lambda _: None)
     specs = [BuildSpec(f"b{n}", "release", n) for n in WATCHED]
     result = w.run(specs, specs[0])
     # measured twice, the quiet one stands: the busy slowdown is gone, so no flag and
@@ -344,7 +347,10 @@ def test_an_unconfirmed_flag_is_not_named(tmp_path: Path) -> None:
         SLOW = saved
     assert verdicts(result) == [("regression", "b102", "b104", False, "b102", "b104")]
     assert result.named == ()
-    assert result.flags[0].note == "not confirmed: the second A/B reads no change"
+    # -10% in the first window, none in the second: pooled, each window allowed 2.5%
+    assert result.flags[0].note == (
+        "not confirmed: both windows pooled read no change: decode inconclusive −5.1% over "
+        "both, a window allowed the default 2.5%")
     assert "regression (not confirmed): b102 -> b104" in "\n".join(format_summary(result))
 
 
@@ -406,7 +412,7 @@ def test_the_verb_watches_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         bins.append(str(path))
     summary = tmp_path / "summary.md"
     args = ["watch", *bins, "--db", str(tmp_path / "w.db"), "--markdown", str(summary),
-            "--progress", "lines"]
+            "--progress", "lines", "--confirm-gap", "0"]
     assert main([*args, "--fail", "--", "t.py"]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines()[0].startswith("watch of 3 builds against ")
@@ -442,7 +448,7 @@ def test_the_verb_goes_on_since_the_last_release_watched(
     monkeypatch.setattr(Builder, "release",
                         lambda self, n: fakes.provide(BuildSpec(f"b{n}", "release", n)))
     monkeypatch.chdir(tmp_path)
-    db = ["--db", str(tmp_path / "w.db"), "--json", "--", "t.py"]
+    db = ["--db", str(tmp_path / "w.db"), "--json", "--confirm-gap", "0", "--", "t.py"]
     assert main(["watch", "--since-last", *db]) == 2
     assert "give --from N (the first release to watch): " in capsys.readouterr().err
     assert main(["watch", "--since-last", "--from", "100", "--to", "103", *db]) == 0
@@ -546,7 +552,7 @@ def test_a_source_tree_is_a_build_for_compare_builds_and_the_watch(
     (tree / "tools" / "server").mkdir(parents=True)
     (tree / "CMakeLists.txt").write_text('project("llama.cpp" C CXX)\n')
     built = Builder(BuildOptions(use_ccache=False), progress=lambda _: None)(str(tree))
-    assert built.label == "llama.cpp" and built.binary.name == "llama-server"
+    assert built.label.startswith("llama.cpp@files-") and built.binary.name == "llama-server"
     assert tree not in built.binary.parents  # built in the cache, never inside the tree
     in_child = Builder(BuildOptions(use_ccache=False, timeout_s=60), progress=lambda _: None)
     assert in_child(str(tree)) == built  # the same folder, built again incrementally
@@ -558,4 +564,34 @@ def test_a_source_tree_is_a_build_for_compare_builds_and_the_watch(
     monkeypatch.chdir(tmp_path)
     assert main(["compare-builds", str(other), str(tree), "--no-ccache", "--json",
                  "--db", str(tmp_path / "c.db"), "--", "t.py"]) == 0
-    assert json.loads(capsys.readouterr().out)["b"] == "llama.cpp"
+    assert json.loads(capsys.readouterr().out)["b"] == built.label
+
+
+def test_a_flag_is_confirmed_in_another_window(tmp_path: Path) -> None:
+    # b104's flag is measured again only after b106's A/B (other work); b108's, the last,
+    # after waiting for the gap, then pooled with the first window and learnt by the host
+    fakes = Fakes(tmp_path)
+    waits: list[float] = []
+    host = HostWindows(tmp_path / "windows.jsonl", "here")
+    result = watch(fakes, tmp_path, sleep=waits.append, confirm_gap=300.0, windows=host)
+    order = [(a, b, n) for a, b, n in fakes.abs if a != 100]
+    assert order.index((102, 104, 2)) > order.index((104, 106, 1))
+    assert order[-1] == (106, 108, 2) and len(waits) == 1 and 0 < waits[0] <= 300.0
+    assert [f.note.split(":")[0] for f in result.flags] == ["confirmed in a second window"] * 2
+    assert "decode regression" in result.flags[0].note and "the default 2.5%" in result.flags[0].note
+    assert len(host.records()) == 2
+
+
+def test_the_hosts_window_level_is_learnt_from_pairs_measured_twice(tmp_path: Path) -> None:
+    host = HostWindows(tmp_path / "w.jsonl", "here")
+    assert host.level()[0] == WINDOW_SD  # nothing learnt yet: the default
+    rng = random.Random(3)
+    for i in range(40):  # windows 3% apart (SD), each estimate known to 0.5%
+        level = 0.03 / math.sqrt(2)
+        one, two = (Shift(rng.gauss(0, level) + rng.gauss(0, 0.005), 0.005, 20, 40, 40,
+                          "pooled", 0.05) for _ in range(2))
+        host.add(f"pair {i}", one, two)
+    HostWindows(tmp_path / "w.jsonl", "elsewhere").add("x", one, two)  # another host's
+    level, how = host.level()
+    assert 0.015 < level < 0.03 and "from 40 pairs measured in two windows" in how
+    assert len(host.records()) == 40
