@@ -284,7 +284,7 @@ class PairedAB:
             raise ConfigError(f"an A/B's time budget must be a positive number of seconds, "
                               f"not {budget!r}; leave it unset for a fixed number of pairs")
         if self.starts < 1:
-            raise ConfigError(f"--tokperf-ab-starts {self.starts!r}: give 1 or more server starts")
+            raise ConfigError(f"tokperf_ab_starts {self.starts!r}: give 1 or more server starts")
         started = time.monotonic()
         self._rounds, self._orders, self._blocks = [], [], []
         draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")

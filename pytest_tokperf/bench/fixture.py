@@ -74,7 +74,7 @@ class ABPlan:
     """What changed between the two builds, once both are started."""
     on_result: Callable[[ABResult], None] = lambda _: None
     starts: int = 1
-    """Server starts a side each call's budget is split over (``--tokperf-ab-starts``)."""
+    """Server starts a side each call's budget is split over (ini ``tokperf_ab_starts``)."""
     restart: Callable[[], Restart | None] = lambda: None
     """Once both are started: how to start both anew (None: one cannot be restarted)."""
 

@@ -362,19 +362,25 @@ def add_install_engine(verbs: Any) -> None:
     p.set_defaults(func=install_engine)
 
 
+COMPARE_BUILDS = (
+    "Run the pytest selection (default benchmarks/ab_workload.py) with build A and build B "
+    "up at once (the default, --mode paired): each tok_bench call restarts both servers 32 "
+    "times in 240 s (ini tokperf_ab_starts, --tokperf-ab-budget) and runs them back to back "
+    "in ABBA pairs; the ratio B/A is judged with the starts as the unit, so the machine's "
+    "phase cancels. Where a pair wanders 12%, a call resolves about 2%; every verdict says "
+    "what it resolved (docs/ci-and-builds.md). --mode sessions alternates whole sessions "
+    "(A B A B ...) into one results DB instead and prints the regression judge's verdict "
+    "beside the plain ratio of means. A build is a release (built when not cached), a path "
+    "to a llama-server binary, or a llama.cpp source tree: built as releases are, in the "
+    "tool's cache (copies of a tree share ccache), labelled by its own git commit or else a "
+    "fingerprint of its files (docs/ci-and-builds.md).")
+
+
 def add_compare_builds(verbs: Any) -> None:
     p = verbs.add_parser(
         "compare-builds", parents=[DB, JSON],
         help="the same benchmarks on two llama-server builds, interleaved",
-        description="Run the pytest selection with build A and build B up at once (the "
-        "default, --mode paired): every tok_bench repetition runs on both back to back in "
-        "ABBA order and the per-pair ratio B/A is judged, so the machine's phase cancels "
-        "(docs/ci-and-builds.md). --mode sessions alternates whole sessions (A B A B ...) "
-        "into one results DB instead and prints the regression judge's verdict beside the "
-        "plain ratio of means. A build is a release (built when not cached), a path to a "
-        "llama-server binary, or a llama.cpp source tree: built as releases are, in the "
-        "tool's cache (copies of a tree share ccache), labelled by its own git commit or "
-        "else a fingerprint of its files (docs/ci-and-builds.md).")
+        description=COMPARE_BUILDS)
     p.add_argument("builds", nargs=2, metavar="BUILD",
                    help="release (11292, b11292), llama-server binary or llama.cpp "
                    "source tree")
@@ -385,14 +391,13 @@ def add_compare_builds(verbs: Any) -> None:
                    "whole sessions A B A B (the machine's phase between sessions lands in "
                    "the spread)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="paired: pytest sessions (default 1: each call of a session already "
-                   "restarts both servers --tokperf-ab-starts times within "
-                   "--tokperf-ab-budget, and every start is the judge's unit); sessions: "
-                   "sessions per build (default 5; at least 3)")
+                   help="paired: pytest sessions (default 1: each call already restarts "
+                   "both servers tokperf_ab_starts times, and every start is the judge's "
+                   "unit); sessions: sessions per build (default 5; at least 3)")
     p.add_argument("--start-sd", type=float, default=round(100 * math.expm1(START_SD), 2),
                    metavar="PCT",
                    help="paired: the level (SD, percent) a server start is assumed to carry "
-                   "where a call has only one (an attached engine, --tokperf-ab-starts 1); "
+                   "where a call has only one (an attached engine, tokperf_ab_starts 1); "
                    "with several, their own level is estimated from them and counted once "
                    f"(default {100 * math.expm1(START_SD):.1f}, docs/ci-and-builds.md)")
     p.add_argument("--fail", action="store_true", help="exit 1 when a test regressed")

@@ -119,9 +119,11 @@ def url_problem(url: str) -> str | None:
         return "has port 0, which no server listens on"
     import httpx  # late: the option check runs at pytest's start-up, which stays light
 
-    try:
-        httpx.URL(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", "")))
-    except httpx.InvalidURL as exc:
+    bare = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    try:  # both readers, on the URL without its credentials ('http://[::1]@]' leaves ']')
+        urlsplit(bare).port
+        httpx.URL(bare)
+    except (ValueError, httpx.InvalidURL) as exc:
         return f"is not a valid URL ({exc})"
     return None
 

@@ -56,7 +56,8 @@ class PairedBuildComparison:
     median_a: float
     median_b: float
     pairs: int
-    sessions: int
+    starts: int
+    """Server starts a side the pairs came from, over every session."""
     comparison: Comparison
     busy: str = ""
     """The machine of the sessions measured busy ("" when none was): such a verdict is a

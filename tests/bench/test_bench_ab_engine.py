@@ -118,16 +118,18 @@ def test_build_identity_tells_a_flag_changed_build_apart(server_binary: Path,
 def test_compare_builds_paired_finds_a_ttft_step(server_binary: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # the default design in small: the budget split over 4 starts, both servers restarted
     a, b = two_builds(tmp_path, server_binary, monkeypatch)
     args = ["compare-builds", a, b, "--rounds", "1", "--metric", "ttft", "--db",
             str(tmp_path / "c.db"), "--json", "--", "test_selection.py",
-            *PAIRED_ARGS]
+            *PAIRED_ARGS, "--tokperf-ab-budget", "10", "-o", "tokperf_ab_starts=4"]
     assert main(args) == 0
     found = json.loads(capsys.readouterr().out)
     assert "binary sha256" in found["changed"]
     (ttft,) = found["results"]
-    assert ttft["comparison"]["verdict"] == "regression" and ttft["pairs"] == 6
-    assert ttft["median_b"] > ttft["median_a"]
+    assert ttft["comparison"]["verdict"] == "regression" and ttft["starts"] == 4
+    assert "from 4 server starts a side" in ttft["comparison"]["reason"]
+    assert ttft["pairs"] >= 8 and ttft["median_b"] > ttft["median_a"]
 
 
 def test_a_flag_changed_build_is_its_own_environment(pytester: pytest.Pytester,

@@ -12,7 +12,7 @@ import pytest
 
 GROUP_TITLE = "LLM engine performance (pytest-tokperf):"
 MAX_FLAGS = 30
-MAX_INI_KEYS = 40
+MAX_INI_KEYS = 41
 
 
 def _help_text(pytester: pytest.Pytester) -> str:

@@ -29,7 +29,7 @@ def test_sessions_are_the_unit_of_the_pooled_pairs() -> None:
                  [(0.5, 0.501), (0.6, 0.6), (0.5, 0.5), (0.6, 0.602)])]
     found = {f.metric: f for f in judge_documents(docs, ["decode", "ttft"])}
     decode = found["decode"]
-    assert (decode.pairs, decode.sessions) == (8, 2)
+    assert (decode.pairs, decode.starts) == (8, 2)
     assert decode.comparison.shift is not None and decode.comparison.shift.df == 1
     assert decode.comparison.verdict == "inconclusive"
     assert "the limit is the few starts (2, 1 df)" in decode.comparison.reason
@@ -44,7 +44,7 @@ def test_sessions_that_stopped_at_different_counts_are_one_workload() -> None:
     six["ab"][0]["workload"] = {**WORKLOAD, "repetitions": 6}
     found = judge_documents([six, four], ["decode"])
     assert len(found) == 1
-    assert (found[0].pairs, found[0].sessions) == (10, 2)
+    assert (found[0].pairs, found[0].starts) == (10, 2)
 
 
 def test_one_session_judges_its_pairs() -> None:
@@ -52,7 +52,7 @@ def test_one_session_judges_its_pairs() -> None:
                   (44.0, 41.5)], [(0.5, 0.5)] * 3 + [(0.6, 0.601)] * 3)]
     found = {f.metric: f for f in judge_documents(docs, ["decode", "ttft"])}
     assert found["decode"].comparison.verdict == "regression"
-    assert found["decode"].sessions == 1
+    assert found["decode"].starts == 1
 
 
 def test_the_table_judges_the_family_the_session_judged() -> None:
@@ -106,10 +106,10 @@ def test_the_server_starts_of_every_session_are_the_unit() -> None:
     second = [(b, c * 0.997) for b, c in rows]
     docs = [_doc(rows, [(0.5, 0.5)] * 12), _doc(second, [(0.5, 0.5)] * 12)]
     two = {f.metric: f for f in judge_documents(docs, ["decode"])}["decode"]
-    assert two.sessions == 2 and two.comparison.verdict == "inconclusive"
+    assert two.starts == 2 and two.comparison.verdict == "inconclusive"
     started = [_started(rows, 6), _started(second, 6)]
     found = {f.metric: f for f in judge_documents(started, ["decode"])}["decode"]
-    assert found.sessions == 12
+    assert found.starts == 12
     assert found.comparison.verdict == "regression"
     assert "from 12 server starts a side" in found.comparison.reason
     assert found.comparison.shift is not None and found.comparison.shift.df == 11
