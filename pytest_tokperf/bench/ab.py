@@ -307,8 +307,7 @@ class PairedAB:
         try:
             self.control, self.candidate, pids = self.restart(draw.random() < 0.5)
         except TokperfError as exc:
-            partial = self._result(workload, "stopped: a restart failed", started) \
-                if self._rounds else None
+            partial = self._partial(workload, "stopped: a restart failed", started)
             raise MeasurementError(f"same-run A/B: restarting the servers for start "
                                    f"{start + 1} of {self.starts} failed: {exc}",
                                    partial=partial) from exc
@@ -373,12 +372,15 @@ class PairedAB:
         try:
             return list(run_workload(engine, workload, options, tagged).samples)
         except TokperfError as exc:
-            partial = self._result(full, f"stopped: the {name} side failed", started) \
-                if self._rounds else None
+            partial = self._partial(full, f"stopped: the {name} side failed", started)
             kept = f"; {len(self._rounds)} pair(s) measured before are kept" if self._rounds else ""
             raise MeasurementError(
                 f"same-run A/B, {name} side ({engine.base_url}) failed at {tag}: {exc}{kept}",
                 partial=partial) from exc
+
+    def _partial(self, workload: Workload, stopped: str, started: float) -> ABResult | None:
+        """What a failed A/B measured before it stopped (None: no pair yet)."""
+        return self._result(workload, stopped, started) if self._rounds else None
 
     def _result(self, workload: Workload, stopped: str, started: float) -> ABResult:
         done, infos = replace(workload, repetitions=len(self._rounds)), self.infos

@@ -165,7 +165,8 @@ class Watch:
             meter.update(float(i + 1))
         meter.close()
         self._confirm_due(releases, flags, final=True)
-        flags.sort(key=lambda f: [r.label for r in releases].index(f.after))
+        place = {r.label: i for i, r in enumerate(releases)}
+        flags.sort(key=lambda f: place[f.after])
         last = next((r for r in reversed(releases) if not r.skipped), None)
         if last is not None:
             self.journal.add({"step": "watched", "selection": self.selection,
@@ -476,5 +477,5 @@ def run_watch(db: DbLocation, selection: Sequence[str], builder: Builder,
         provide=builder, measure=lambda a, b, n: run_paired_session(runner, a, b, n),
         lab=lambda: RunnerLab(runner, builder.release),
         between=lambda lo, hi: [n for n in builder.index().numbers if lo < n < hi],
-        progress=progress, windows=HostWindows(journal_for(db).with_suffix("").with_suffix(
-            ".windows.jsonl")), **options).run(specs, reference)
+        progress=progress, windows=HostWindows(journal_for(db, ".windows.jsonl")),
+        **options).run(specs, reference)

@@ -266,10 +266,11 @@ class WatchJournal:
 
 
 
-def journal_for(db: DbLocation) -> Path:
-    """The watch journal beside the DB: ``<db>.watch.jsonl``."""
+def journal_for(db: DbLocation, suffix: str = ".watch.jsonl") -> Path:
+    """The watch journal beside the DB: ``<db>.watch.jsonl`` (or another ``suffix``:
+    the host's window levels, ``.windows.jsonl``)."""
     base = local_base(db)
-    return base.with_name(base.name + ".watch.jsonl")
+    return base.with_name(base.name + suffix)
 
 
 def watch_folder(db: DbLocation, specs: Sequence[BuildSpec]) -> Path:
