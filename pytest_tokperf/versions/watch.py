@@ -329,13 +329,16 @@ class Watch:
                               f"{item.after[0].label} in another machine window (--confirm-gap)")
                 self.sleep(self.confirm_gap - waited)
             self._pending.remove(item)
+            before, after = item.before[1], item.after[1]
             try:
                 second = self._ab("confirm", item.before, item.after, 2)
-            except EngineError as exc:
-                self.progress(f"the confirmation of {item.after[0].label} failed: {exc}")
-                second = None
-            flags.append(self._named(item.kind, item.before[1], item.after[1], item.first,
-                                     second))
+            except EngineError as exc:  # unconfirmed, never named on its first A/B alone
+                self.progress(f"the confirmation of {after.label} failed: {exc}")
+                flags.append(StepFlag(item.kind, before.label, after.label, item.first, None,
+                                      False, f"not confirmed: the second A/B failed: {exc}",
+                                      before.label, after.label))
+                continue
+            flags.append(self._named(item.kind, before, after, item.first, second))
             releases[item.index] = replace(releases[item.index], confirm=second)
 
     def _pooled(self, first: AbStep, second: AbStep) -> tuple[AbStep, str]:

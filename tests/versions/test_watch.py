@@ -17,7 +17,7 @@ import pytest
 from pytest_tokperf.builds.specs import Build, BuildSpec, BuildTimedOut, parse_spec
 from pytest_tokperf.busy import BusyPolicy
 from pytest_tokperf.cli.main import main
-from pytest_tokperf.errors import ConfigError, InstallError
+from pytest_tokperf.errors import ConfigError, EngineError, InstallError
 from pytest_tokperf.report.watch import (
     format_markdown,
     format_summary,
@@ -595,3 +595,17 @@ def test_the_hosts_window_level_is_learnt_from_pairs_measured_twice(tmp_path: Pa
     level, how = host.level()
     assert 0.015 < level < 0.03 and "from 40 pairs measured in two windows" in how
     assert len(host.records()) == 40
+
+
+def test_a_confirmation_that_fails_leaves_the_flag_unconfirmed(tmp_path: Path) -> None:
+    class Dies(Fakes):
+        def measure(self, a: Build, b: Build, attempt: int) -> Path:
+            if attempt == 2:
+                raise EngineError("llama-server did not come up")
+            return super().measure(a, b, attempt)
+
+    result = watch(Dies(tmp_path), tmp_path)
+    assert result.flags and not any(f.confirmed for f in result.flags)
+    assert result.named == ()
+    assert result.flags[0].note == ("not confirmed: the second A/B failed: llama-server did "
+                                    "not come up")
