@@ -1,32 +1,38 @@
 """The gate replayed over real sessions, with and without the machine-moved rule.
 
-Loads a folder of run files (default ``db/runs/releases``: 9 llama.cpp releases x 3
+Loads folders of run files (default ``db/runs/releases``: 9 llama.cpp releases x 3
 sessions of the main job on a VM whose memory sat at ~37 or ~60 GB/s by the hour) and
 judges each session of each decode series against the sessions before it, as the pytest
 gate does (``judge_history`` over at most 20 earlier sessions, from the third on), and how
 each series' level follows its sessions' probes (the host's decode-bandwidth relation). Prints
 the flags, and the flags left once a flag that the memory moved with is withheld
-(``stats.moved``, against the probes of the sessions it was judged against), with each
+(``stats.moved``, against the probes of the sessions it was judged against, with the
+host's bound as the gate fits it: ``storage.history.bandwidth_exponents``; with
+``--min-per-state N`` as it would with N runs of a build in each state), with each
 session's probe.
 
-    PYTHONPATH=$PWD .venv/bin/python lab/drivers/moved_replay.py [FOLDER]
+    PYTHONPATH=$PWD .venv/bin/python lab/drivers/moved_replay.py [FOLDER ...] [--min-per-state 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from pytest_tokperf.stats import DECODE, judge_history
+from pytest_tokperf.stats import DECODE, judge_history, moved
 from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.stats.moved import moved_verdict
 from pytest_tokperf.storage.exchange import import_datasets
-from pytest_tokperf.storage.history import series_history, session_points
+from pytest_tokperf.storage.history import (
+    bandwidth_exponents,
+    series_history,
+    session_points,
+)
 from pytest_tokperf.storage.store import ResultStore
 
 
@@ -46,11 +52,20 @@ def _relation(points: list[Point], bw: list[float | None]) -> str:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "db/runs/releases")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path, default=[Path("db/runs/releases")])
+    parser.add_argument("--min-per-state", type=int, default=moved.MIN_PER_STATE)
+    args = parser.parse_args()
+    moved.MIN_PER_STATE = args.min_per_state  # a study of the package's minimum
+    folders = args.folders
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "r.db"
-        import_datasets(db, [folder])
+        import_datasets(db, folders)
         with ResultStore.open_read_only(db) as store:
+            fits = {h: bandwidth_exponents(store, h)
+                    for h, in store.tuples("SELECT DISTINCT host FROM runs")}
+            for host, fit in fits.items():
+                print(f"{host}: decode {fit.fitted['decode']}; ttft {fit.fitted['ttft']}")
             keys = [k for k, in store.tuples("SELECT DISTINCT series_key FROM results")]
             total = left = judged = 0
             for key in keys:
@@ -67,7 +82,9 @@ def main() -> None:
                     verdict, before = gate.comparison, bw[max(0, i - 20):i]
                     kept = moved_verdict(verdict, [bw[i]], (  # the runs it was judged against
                         before[:len(gate.reference)] if gate.judged == "drift"
-                        else before[len(before) - len(gate.baseline):]))
+                        else before[len(before) - len(gate.baseline):]),
+                        exponent=fits[entries[i].row.host].of(
+                            DECODE.name, {e.row.host for e in entries[:i + 1]}))
                     judged += 1
                     total += verdict.flagged
                     left += kept.flagged

@@ -5,18 +5,24 @@ fast memory (probe ~60 GB/s) or slow (~37 GB/s), where decode runs ``--state-dro
 (default -20.5%: the main job's ~31 against ~39 tok/s). Each session's probe is its
 state's bandwidth times a probe noise of SD 5%. Each judgement is the gate's:
 ``judge_history`` over the earlier sessions, then ``moved_verdict`` against the probes of
-the sessions it was judged against, with the rule's ``--exponent`` (1: the bound the
-package ships). Every cell also shows the same draws without the rule and under the
-earlier rule (any flag the way every history probe moved withheld, whatever its size).
+the sessions it was judged against, with the rule's ``--exponent`` (1: the bound; ``host``:
+as the package does, the host's upper bound fitted for each judgement by
+``stats.moved.host_exponent`` from a stored history of ``--host-sessions`` sessions of one
+build, each in a state at random, ``--host-mismatch`` of their probes catching the other
+state; ``--host-confidence`` and ``--host-outliers`` are the estimator's, ``inf``: plain
+least squares). Every cell also shows the same draws without the rule and under the earlier rule
+(any flag the way every history probe moved withheld, whatever its size).
 
     PYTHONPATH=$PWD .venv/bin/python lab/drivers/moved_rule.py [--trials 1000]
-        [--exponent 1] [--state-drop -0.205]
+        [--exponent 1|host] [--state-drop -0.205] [--host-sessions 20] [--host-mismatch 0]
+        [--host-confidence 0.975] [--host-outliers 3.5]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -24,13 +30,22 @@ import numpy as np
 
 from pytest_tokperf.stats import DECODE, Comparison, judge_history
 from pytest_tokperf.stats.changepoints import Point
-from pytest_tokperf.stats.moved import moved, moved_verdict
+from pytest_tokperf.stats.moved import (
+    HOST_CONFIDENCE,
+    OUTLIER_SDS,
+    BandwidthExponent,
+    host_exponent,
+    moved,
+    moved_verdict,
+)
 
 BANDWIDTH = {"fast": 60e9, "slow": 37e9}
 Session = tuple[list[float], float]
+Exponent = Callable[[np.random.Generator], float | BandwidthExponent]
+"""The exponent of one judgement, drawn after its history (a fit, or a constant)."""
 
 
-def _judged(history: list[Session], current: Session, exponent: float
+def _judged(history: list[Session], current: Session, exponent: float | BandwidthExponent
             ) -> tuple[Comparison, Comparison, Comparison]:
     """(no rule, earlier rule, this rule) on one judgement, as the gate makes it."""
     points = [Point(f"v{i}", s) for i, (s, _) in enumerate(history)]
@@ -48,12 +63,12 @@ def _judged(history: list[Session], current: Session, exponent: float
 
 def _cell(name: str, trials: int, draw: Callable[[np.random.Generator, int],
                                                   tuple[list[Session], Session]],
-          count: Callable[[Comparison], bool], exponent: float) -> None:
+          count: Callable[[Comparison], bool], exponent: Exponent) -> None:
     counts = [0, 0, 0]
     for seed in range(trials):
         rng = np.random.default_rng(seed)
-        history, current = draw(rng, seed)
-        for i, c in enumerate(_judged(history, current, exponent)):
+        history, current = draw(rng, seed)  # the same draws at every --exponent
+        for i, c in enumerate(_judged(history, current, exponent(rng))):
             counts[i] += count(c)
     plain, earlier, now = (f"{100 * n / trials:.1f}%" for n in counts)
     print(f"  {name}: no rule {plain}, earlier rule {earlier}, this rule {now}")
@@ -62,7 +77,11 @@ def _cell(name: str, trials: int, draw: Callable[[np.random.Generator, int],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--exponent", type=float, default=1.0)
+    parser.add_argument("--exponent", default="1", help="a number, or host (module doc)")
+    parser.add_argument("--host-sessions", type=int, default=20)
+    parser.add_argument("--host-mismatch", type=float, default=0.0)
+    parser.add_argument("--host-confidence", type=float, default=HOST_CONFIDENCE)
+    parser.add_argument("--host-outliers", type=float, default=OUTLIER_SDS)
     parser.add_argument("--state-drop", type=float, default=-0.205)
     parser.add_argument("--mismatch", type=float, default=0.10,
                         help="share of probes that catch the other state (last table)")
@@ -116,9 +135,25 @@ def main() -> None:
     def improvement(c: Comparison) -> bool:
         return c.verdict == "improvement"
 
-    t, e = args.trials, args.exponent
+    fits: list[BandwidthExponent] = []
+
+    def host_fit(rng: np.random.Generator) -> BandwidthExponent:
+        runs = []
+        for _ in range(args.host_sessions):
+            state = coin(rng)
+            other = "fast" if state == "slow" else "slow"
+            samples, probe = session(rng, state, probe_state=other if rng.random()
+                                     < args.host_mismatch else None)
+            runs.append(("b0", probe, statistics.median(samples)))
+        fits.append(host_exponent(runs, args.host_confidence, args.host_outliers))
+        return fits[-1]
+
+    t = args.trials
+    e: Exponent = host_fit if args.exponent == "host" else lambda _: float(args.exponent)
+    explained = ("the host's fitted bound" if args.exponent == "host" else
+                 f"{(37 / 60) ** float(args.exponent) - 1:+.1%} (bandwidth^{args.exponent})")
     print(f"states: 60 vs 37 GB/s (x{37 / 60:.3f}), decode {args.state_drop:+.1%} in the slow "
-          f"one; the rule explains up to {(37 / 60) ** e - 1:+.1%} (bandwidth^{e:g}); "
+          f"one; the rule explains up to {explained}; "
           f"{t} judgements a cell, 3-5 sessions unless said")
     print("history on fast memory, current on slow:")
     _cell("-30% engine regression found", t, fast_then("slow", -0.30), regression, e)
@@ -133,6 +168,14 @@ def main() -> None:
     _cell("-10% regression found", t, mixed(-0.10), regression, e)
     print(f"every session on fast memory, {args.mismatch:.0%} of probes catching the slow state:")
     _cell("-10% engine regression found", t, probed_badly, regression, e)
+    if fits:
+        values = sorted(f.value for f in fits)
+        print(f"host bound over {len(fits)} fits of {args.host_sessions} sessions "
+              f"({args.host_mismatch:.0%} of probes catching the other state; "
+              f"{args.host_confidence:.1%} bound, outliers {args.host_outliers:g} SDs): median "
+              f"{statistics.median(values):.2f}, 5-95% {values[len(values) // 20]:.2f}-"
+              f"{values[-len(values) // 20 - 1]:.2f}, the bound 1 in "
+              f"{sum(f.runs == 0 for f in fits) / len(fits):.1%}")
 
 
 if __name__ == "__main__":

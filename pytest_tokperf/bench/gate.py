@@ -17,7 +17,7 @@ from pytest_tokperf.jsontext import finite
 from pytest_tokperf.results import BUSY_NOTE, MachineLoad, Sample
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import DECODE, TTFT, Comparison, Metric, judge_family, judge_history
-from pytest_tokperf.stats.moved import moved_verdict
+from pytest_tokperf.stats.moved import BANDWIDTH_EXPONENT, HostExponents, moved_verdict
 from pytest_tokperf.stats.metric import AGGREGATE, DEFAULT_ALPHA
 from pytest_tokperf.stats.changepoints import Point
 from pytest_tokperf.storage.history import (
@@ -93,9 +93,11 @@ class Gate:
         result_id: int | None = None,
         concurrency: int = 1,
         load: MachineLoad | None = None,
+        exponents: HostExponents | None = None,
     ) -> list[GateFinding]:
         """Decode and TTFT of ``samples`` (and with ``concurrency`` > 1 the aggregate
-        output) against the baseline's runs of the series; ``load``: the machine then."""
+        output) against the baseline's runs of the series; ``load``: the machine then;
+        ``exponents``: the host's (``storage.history.bandwidth_exponents``; None: the bound)."""
         if self.baseline.kind == "off":
             return []
         source = store
@@ -131,7 +133,9 @@ class Gate:
                     comparison = moved_verdict(flag, list(store.probed_bandwidths(
                         [result_id] if result_id is not None else []).values()),
                         probes[:len(judged.reference)] if judged.judged == "drift"
-                        else probes[len(probes) - len(judged.baseline):])
+                        else probes[len(probes) - len(judged.baseline):],
+                        exponent=BANDWIDTH_EXPONENT if exponents is None else exponents.of(
+                            metric.name, {e.row.host for e in histories[metric.name]}))
                     busy = comparison.reason[len(flag.reason) + 2:] * comparison.flagged
                 if comparison.verdict in ("regression", "improvement") and load is not None:
                     comparison, loaded = busy_verdict(comparison, load,

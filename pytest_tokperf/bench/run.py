@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pytest_tokperf.bench.ab import ABResult, Restart
     from pytest_tokperf.engines.base import Engine
     from pytest_tokperf.bench.gate import Gate, GateFinding
+    from pytest_tokperf.stats.moved import HostExponents
     from pytest_tokperf.storage.store import Stored
 
 VERDICT_RANK: dict[Verdict, int] = {"unchecked": 0, "pass": 1, "unstable": 2, "suspect": 3,
@@ -149,6 +150,7 @@ class BenchRun:
     salt_seed: int = 0
     """Where this run's prompt salts start: no cache serves an earlier run's prompts."""
     _benches: int = field(default=0, init=False)
+    _exponents: HostExponents | None = field(default=None, init=False)
 
     @classmethod
     def open(
@@ -300,11 +302,17 @@ class BenchRun:
         findings: tuple[GateFinding, ...] = ()
         store = self.recorder.store
         if stored is not None and store is not None and verdict != "error":
+            if self._exponents is None:  # the host's bandwidth relation, once a run
+                from pytest_tokperf.storage.history import bandwidth_exponents
+
+                run = self.recorder.run
+                self._exponents = bandwidth_exponents(store, run.host if run else None)
             findings = tuple(self.gate.judge(
                 store, test_id=test_id, series_key=stored.series_key, samples=result.samples,
                 current_build=result.engine.build or result.engine.version or "?",
                 run_id=self.recorder.run_id, result_id=stored.result_id,
                 concurrency=result.workload.concurrency, load=result.load,
+                exponents=self._exponents,
             ))
         recorded = Recorded(test_id, result, ceiling, verdict, stored, findings)
         self.recorded.append(recorded)

@@ -175,12 +175,14 @@ def sort_rows(rows: Sequence[Row], order: Sequence[str]) -> list[Row]:
 
 
 def change_line(change: SeriesChange) -> str:
-    """``decode −12.0% [−14.1%, −9.8%], p=0.0005, b6000 → b6100``: figures and builds."""
+    """``decode −12.0% [−14.1%, −9.8%], p=0.0005, b6000 → b6100`` (a drift: ``drift b0..b9``)."""
     interval = ""
     if not math.isnan(change.ci_low):
         interval = f" {interval_text(change.ci_low, change.ci_high)}"
+    span = (f"drift {change.baseline}..{change.current}" if change.kind == "drift"
+            else f"{change.baseline} → {change.current}")
     return (f"{change.metric} {pct(change.relative_change)}{interval}, "
-            f"p={fmt_p(change.p_value)}, {change.baseline} → {change.current}")
+            f"p={fmt_p(change.p_value)}, {span}")
 
 
 def headline(figures: Sequence[ResultFigures], changes: Sequence[SeriesChange]) -> str:
@@ -282,7 +284,7 @@ _SAMPLE_FIELDS = ("round_index", "ttft_s", "prefill_tokens_per_s",
                   "engine_prefill_tokens_per_s", "decode_tokens_per_s",
                   "engine_decode_tokens_per_s", "prompt_tokens", "generated_tokens")
 _CHANGE_FIELDS = ("test_id", "series_key", "metric", "verdict", "relative_change", "ci_low",
-                  "ci_high", "p_value", "baseline", "current", "reason")
+                  "ci_high", "p_value", "baseline", "current", "reason", "kind")
 
 
 def _fields(value: object, names: Sequence[str]) -> dict[str, Any]:

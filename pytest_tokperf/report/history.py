@@ -14,9 +14,11 @@ from pytest_tokperf.stats.calibration import format_noise, noise
 from pytest_tokperf.stats.changepoints import ChangePoint, Point, change_points
 from pytest_tokperf.stats.drift import drifts, resolution
 from pytest_tokperf.stats.metric import Metric, fmt_p, interval_text, pct
+from pytest_tokperf.stats.moved import HostExponents
 from pytest_tokperf.storage.history import (
     JudgedEfficiency,
     efficiency_notes,
+    entries_exponent,
     judged_efficiencies,
     series_history,
     series_metric,
@@ -128,13 +130,16 @@ NO_CHANGES = ("no change points: every series is level, or too short to tell (a 
               "step at a few % noise)")
 
 
-def level_changes(store: ResultStore, key: str, metric: Metric
+def level_changes(store: ResultStore, key: str, metric: Metric,
+                  fits: dict[str | None, HostExponents] | None = None
                   ) -> tuple[list[Point], list[ChangePoint]]:
-    """A series' runs since its accepted level, and its steps and drifts among them."""
+    """A series' runs since its accepted level, and its steps and drifts among them
+    (``fits``: each host's exponents, ``entries_exponent``, shared by a command's series)."""
     entries = series_history(store, key, metric.name)
     points = session_points(entries)
-    return points, [*change_points(points, metric, probes=session_probes(store, entries)),
-                    *drifts(points, metric)]
+    exponent = entries_exponent(store, entries, metric.name, {} if fits is None else fits)
+    return points, [*change_points(points, metric, probes=session_probes(store, entries),
+                                   exponent=exponent), *drifts(points, metric)]
 
 
 def _where(cp: ChangePoint) -> str:
@@ -147,10 +152,11 @@ def changes(store: ResultStore, pattern: str | None = None) -> Shown:
     with the dimension that changed there, and the series whose runs sit in machine phases
     too far apart for a step to show."""
     found: list[tuple[HistoryRow, Metric, ChangePoint]] = []
-    notes = []
+    notes: list[str] = []
+    fits: dict[str | None, HostExponents] = {}
     for row in find_series(store, pattern):
         metric = series_metric(row)
-        points, moved = level_changes(store, row.series_key, metric)
+        points, moved = level_changes(store, row.series_key, metric, fits)
         found += [(row, metric, cp) for cp in moved]
         seen = resolution(points, metric)
         if seen.phase_dominated:

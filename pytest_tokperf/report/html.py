@@ -230,7 +230,7 @@ def build_html_report(
     keys = series_keys if run_id is None else sorted({f.series_key for f in figures
                                                        if f.series_key is not None})
     histories = load_histories(store, keys, metric=metric, limit=limit)
-    histories.sort(key=lambda h: not h.changes)  # series that stepped come first
+    histories.sort(key=lambda h: not (h.changes or h.drifts))  # series that moved first
     changes = [c for h in histories for c in h.series_changes()] + list(extra_changes)
     subtitle = f"{store.path.name}" + (f", run {run_id}" if run_id else "")
     links = {key: figure_anchor(Path(name)) for key, name in history_file_names(histories).items()}

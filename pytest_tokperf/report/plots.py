@@ -167,8 +167,10 @@ def plot_history(history: SeriesHistory, path: Path) -> Plot:
     ax.set_title(title, fontsize="medium")
     if ax.get_legend_handles_labels()[1]:
         ax.legend(fontsize="small", loc="lower right")
-    steps = ", ".join(f"{c.verdict} {pct(c.relative_change)} at {c.version_after}"
-                      for c in history.changes) or "no change point"
+    steps = ", ".join([*(f"{c.verdict} {pct(c.relative_change)} at {c.version_after}"
+                         for c in history.changes),
+                       *(f"{c.verdict} {pct(c.relative_change)} drift {c.version_before}.."
+                         f"{c.version_after}" for c in history.drifts)]) or "no change point"
     return Plot("history", title, _save(fig, path), steps)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.ceiling import decode_efficiency
@@ -32,8 +33,11 @@ from pytest_tokperf.stats.comparing import (
     Metric,
     Outcome,
 )
+from pytest_tokperf.stats.drift import drifts
 from pytest_tokperf.stats.metric import AGGREGATE
+from pytest_tokperf.stats.moved import HostExponents
 from pytest_tokperf.storage.history import (
+    entries_exponent,
     JudgedEfficiency,
     judged_efficiencies,
     series_history,
@@ -297,7 +301,7 @@ def store_figures(
 
 @dataclass(frozen=True, slots=True)
 class SeriesChange:
-    """A verdict on one series with the builds it compared: a gate result or a step."""
+    """A verdict on one series with the builds it compared: a gate result, a step or a drift."""
 
     test_id: str
     series_key: str | None
@@ -311,6 +315,7 @@ class SeriesChange:
     """What was compared against: a build label, or ``b6000 .. b6010`` for a history."""
     current: str
     reason: str
+    kind: Literal["gate", "step", "drift"] = "gate"
 
     @classmethod
     def from_comparison(
@@ -334,13 +339,13 @@ class SeriesChange:
             verdict=change.verdict, relative_change=change.relative_change,
             ci_low=change.ci_low, ci_high=change.ci_high, p_value=change.p_value,
             baseline=change.version_before, current=change.version_after,
-            reason=change.reason,
+            reason=change.reason, kind=change.kind,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class SeriesHistory:
-    """A series across engine builds: one point per build, oldest first, and its steps."""
+    """A series across engine builds: one point per build, oldest first, its steps and drifts."""
 
     series_key: str
     test_id: str
@@ -349,11 +354,12 @@ class SeriesHistory:
     points: tuple[Point, ...]
     changes: tuple[ChangePoint, ...]
     ceiling_decode_tokens_per_s: float | None
+    drifts: tuple[ChangePoint, ...] = ()
 
     def series_changes(self) -> list[SeriesChange]:
         return [SeriesChange.from_change_point(self.test_id, c, self.metric,
                                                series_key=self.series_key)
-                for c in self.changes]
+                for c in (*self.changes, *self.drifts)]
 
 
 def metric_named(name: str) -> Metric:
@@ -366,10 +372,11 @@ def metric_named(name: str) -> Metric:
 def load_history(
     store: ResultStore, series_key: str, *, metric: Metric | None = None,
     limit: int | None = None, judged: dict[int, JudgedEfficiency] | None = None,
+    fits: dict[str | None, HostExponents] | None = None,
 ) -> SeriesHistory:
-    """A series' history with its change points and the ceiling its latest is judged by;
+    """A series' history with its steps, drifts and the ceiling its latest is judged by;
     ``metric`` None: the one the series is judged on (``series_metric``), and the decode
-    ceiling only where that is decode."""
+    ceiling only where that is decode; ``fits``: each host's exponents, ``entries_exponent``)."""
     rows = store.history(series_key, 1)
     if not rows:
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
@@ -384,10 +391,13 @@ def load_history(
     title = f"{rows[-1].test_id} — {label}"
     return SeriesHistory(
         series_key=series_key, test_id=rows[-1].test_id, title=title, metric=metric,
-        points=tuple(points), changes=tuple(change_points(points, metric, probes=probes)),
+        points=tuple(points), changes=tuple(change_points(
+            points, metric, probes=probes,
+            exponent=entries_exponent(store, entries, metric.name, {} if fits is None else fits))),
         ceiling_decode_tokens_per_s=(judged or judged_efficiencies(store))[
             rows[-1].result_id].ceiling(rows[-1].ceiling_decode_tokens_per_s)
         if metric.name == DECODE.name else None,
+        drifts=tuple(drifts(points, metric)),
     )
 
 
@@ -400,6 +410,7 @@ def load_histories(
     keys = ([h.series_key for h in store.latest_per_series()] if series_keys is None
             else list(series_keys))
     judged = judged_efficiencies(store)
-    histories = [load_history(store, key, metric=metric, limit=limit, judged=judged)
+    fits: dict[str | None, HostExponents] = {}
+    histories = [load_history(store, key, metric=metric, limit=limit, judged=judged, fits=fits)
                  for key in keys]
     return sorted(histories, key=lambda h: (h.test_id, h.title, h.series_key))

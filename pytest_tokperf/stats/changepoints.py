@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from scipy import special
@@ -17,6 +17,9 @@ from pytest_tokperf.stats.metric import DEFAULT_ALPHA, Metric, check_level, fmt_
 from pytest_tokperf.stats.nested import DRIFT_LEVEL, Sessions
 from pytest_tokperf.stats.shifts import SetAside, Shift, log_samples, set_aside_stalls
 from pytest_tokperf.stats.verdict import judge
+
+if TYPE_CHECKING:
+    from pytest_tokperf.stats.moved import BandwidthExponent
 
 MIN_SIZE = 2  # versions on each side of a step: a level must persist to count
 HISTORY_WINDOW = 20
@@ -64,9 +67,11 @@ class _Split:
 
 
 def change_points(history: Sequence[Point], metric: Metric, *, alpha: float = DEFAULT_ALPHA,
-                  probes: Sequence[float | None] = ()) -> list[ChangePoint]:
+                  probes: Sequence[float | None] = (),
+                  exponent: float | BandwidthExponent = 1.0) -> list[ChangePoint]:
     """Significant steps of ``history`` (oldest first) reaching ``min_effect``, less those the
-    memory's move explains (``probes``: each point's bandwidth, bytes/s; ``stats.moved``)."""
+    memory's move explains (``probes``: each point's bandwidth, bytes/s; ``exponent``: 1,
+    the bound, or the host's, ``storage.history.bandwidth_exponents``; ``stats.moved``)."""
     from pytest_tokperf.stats.moved import moved_verdict
 
     check_level(alpha, "alpha")
@@ -84,7 +89,8 @@ def change_points(history: Sequence[Point], metric: Metric, *, alpha: float = DE
         if verdict.verdict not in ("regression", "improvement"):
             continue
         if len(probes) == len(history) and not moved_verdict(
-                verdict, probes[split.index:bounds[i + 2]], probes[bounds[i]:split.index]).flagged:
+                verdict, probes[split.index:bounds[i + 2]], probes[bounds[i]:split.index],
+                exponent=exponent).flagged:
             continue
         before, after = history[split.index - 1], history[split.index]
         changed = changed_labels(before.labels, after.labels)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.results import judged_decode_values
-from pytest_tokperf.stats.metric import AGGREGATE, DECODE, PREFILL, Metric
+from pytest_tokperf.stats.metric import AGGREGATE, DECODE, PREFILL, TTFT, Metric
 
 if TYPE_CHECKING:
     from pytest_tokperf.stats.changepoints import Point
+    from pytest_tokperf.stats.moved import BandwidthExponent, HostExponents
     from pytest_tokperf.storage.store import HistoryRow, ResultStore
 
 METRIC_NAMES = ("decode", "prefill", "ttft", "aggregate")
@@ -186,6 +187,30 @@ def session_probes(store: ResultStore, entries: Sequence[HistoryEntry]) -> list[
             out[-1].append(value)
     return [statistics.median(v) if v else None for v in out]
 
+
+def bandwidth_exponents(store: ResultStore, host: str | None) -> HostExponents:
+    """Per metric, how fast it can follow the bandwidth probe on ``host``: the upper bound
+    its stored runs of one series and build in two memory states tell (``stats.moved``)."""
+    from pytest_tokperf.stats.moved import HostExponents, host_exponent
+
+    runs = store.probed_results(host) if host is not None else []
+    return HostExponents(host, {m.name: host_exponent(
+        ((r.series_key, r.engine_version, r.engine_build), r.bandwidth_bytes_per_s,
+         statistics.median(values) ** (1 if m.higher_is_better else -1))
+        for r, samples in runs if (values := metric_values(samples, m.name)))
+        for m in (DECODE, PREFILL, TTFT, AGGREGATE)})
+
+
+
+def entries_exponent(store: ResultStore, entries: Iterable[HistoryEntry], metric: str,
+                     fits: dict[str | None, HostExponents]) -> BandwidthExponent:
+    """``metric``'s exponent for runs ``entries``: their host's fit (``bandwidth_exponents``,
+    kept in ``fits`` so a command fits each host once), the bound where hosts differ."""
+    hosts = {e.row.host for e in entries}
+    host = next(iter(hosts)) if len(hosts) == 1 else None
+    if host not in fits:
+        fits[host] = bandwidth_exponents(store, host)
+    return fits[host].of(metric, hosts)
 
 @dataclass(frozen=True, slots=True)
 class JudgedEfficiency:

@@ -15,6 +15,7 @@ from pytest_tokperf.storage.records import (
     Acceptance,
     GateVerdict,
     HistoryRow,
+    ProbedResult,
     SampleFigures,
     StoredResult,
     StoredRun,
@@ -52,6 +53,16 @@ SELECT chosen.*, s.repetition AS sample_repetition, s.ttft_s AS sample_ttft_s,
        s.round_index AS sample_round, s.round_wall_s AS sample_round_wall
 FROM chosen LEFT JOIN samples s ON s.result_id = chosen.result_id
 ORDER BY chosen.created_at, chosen.result_id, s.repetition
+"""
+_PROBED = """
+SELECT r.id AS result_id, r.series_key, e.engine_version, e.engine_build,
+  r.measured_bandwidth_bytes_per_s AS bandwidth_bytes_per_s, s.ttft_s AS sample_ttft_s,
+  s.prefill_tokens_per_s AS sample_prefill, s.decode_tokens_per_s AS sample_decode,
+  s.engine_decode_tokens_per_s AS sample_engine, s.generated_tokens AS sample_generated,
+  s.round_index AS sample_round, s.round_wall_s AS sample_round_wall
+FROM results r JOIN environments e ON e.id = r.environment_id
+JOIN runs ru ON ru.run_id = r.run_id JOIN samples s ON s.result_id = r.id
+WHERE ru.host = ? AND r.measured_bandwidth_bytes_per_s > 0 ORDER BY r.id, s.repetition
 """
 _SAMPLE_ALIASES = ("sample_ttft_s", "sample_prefill", "sample_decode", "sample_engine",
                    "sample_generated", "sample_round", "sample_round_wall")
@@ -133,6 +144,18 @@ class StoreReads:
                               f"WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk))
             out.update({row["id"]: row["bw"] for row in rows})
         return out
+
+    def probed_results(self, host: str
+                       ) -> list[tuple[ProbedResult, tuple[SampleFigures, ...]]]:
+        """Every result of ``host``'s runs stored with a bandwidth probe and repetitions,
+        with their figures, in one query."""
+        out: list[tuple[ProbedResult, list[SampleFigures]]] = []
+        for row in self._read(_PROBED, (host,)):
+            figures = SampleFigures(*(row.pop(name) for name in _SAMPLE_ALIASES))
+            if not out or out[-1][0].result_id != row["result_id"]:
+                out.append((ProbedResult(**row), []))
+            out[-1][1].append(figures)
+        return [(result, tuple(figures)) for result, figures in out]
 
     def gate_verdicts(self, result_ids: Iterable[int]) -> dict[int, tuple[GateVerdict, ...]]:
         """The stored gate verdicts of these results, by result id (metric order)."""

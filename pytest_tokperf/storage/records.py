@@ -56,6 +56,17 @@ class SampleFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbedResult:
+    """A result stored with a bandwidth probe (bytes/s): its series and engine build."""
+
+    result_id: int
+    series_key: str
+    engine_version: str | None
+    engine_build: str | None
+    bandwidth_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Stored:
     """Where ``record`` put a result: its id and the series it belongs to."""
 

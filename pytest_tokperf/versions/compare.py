@@ -19,9 +19,10 @@ from pytest_tokperf.errors import ConfigError
 from pytest_tokperf.stats.changepoints import settled_baseline
 from pytest_tokperf.stats.comparing import Comparison, compare_many
 from pytest_tokperf.stats.metric import Metric
-from pytest_tokperf.stats.moved import moved_verdict
+from pytest_tokperf.stats.moved import HostExponents, moved_verdict
 from pytest_tokperf.storage.history import (
     HistoryEntry,
+    entries_exponent,
     series_histories,
     series_metric,
     session_points,
@@ -231,10 +232,11 @@ def compare_stored(db: str, other_db: str | None = None, baseline: str | None = 
     rows = {r.series_key: r for r in base_store.latest_per_series()}
     labels = series_labels(base_store, [rows[k] for k in common])
     tests = _test_names(base_store, common)
+    fits: dict[str | None, HostExponents] = {}
     return Compared(names[0], names[1], tuple(
         SeriesComparison(k, labels[k], tests[k], metric_of[k], sides[k][0], sides[k][1],
                          _machine(v, metric_of[k], sides[k][0], sides[k][1], base_store,
-                                  cur_store))
+                                  cur_store, fits))
         for k, v in verdicts.items()))
 
 
@@ -252,14 +254,19 @@ def _two_names(store: ResultStore, baseline: str | None, current: str | None) ->
 
 
 def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,
-             base_store: ResultStore, cur_store: ResultStore) -> Comparison:
+             base_store: ResultStore, cur_store: ResultStore,
+             fits: dict[str | None, HostExponents]) -> Comparison:
     """A flag withheld where the current runs' bandwidth probes moved from the baseline
-    runs' and that move explains it (``stats.moved``)."""
+    runs' and that move explains it (``stats.moved``; ``fits``: each host's exponents,
+    fitted once a command)."""
     if not verdict.flagged:
         return verdict
-    ids = [[e.row.result_id for e in side.entries.get(metric.name, ())] for side in (base, cur)]
+    entries = [side.entries.get(metric.name, ()) for side in (base, cur)]
+    ids = [[e.row.result_id for e in side] for side in entries]
     return moved_verdict(verdict, list(cur_store.probed_bandwidths(ids[1]).values()),
-                         list(base_store.probed_bandwidths(ids[0]).values()))
+                         list(base_store.probed_bandwidths(ids[0]).values()),
+                         exponent=entries_exponent(cur_store, [*entries[0], *entries[1]],
+                                                   metric.name, fits))
 
 
 def _db_name(db: str, sides: Sequence[Side]) -> str:

@@ -1,4 +1,4 @@
-"""The gate withholds a flag that the machine's memory moved with (stats.moved)."""
+"""The gate (and compare) withholds a flag that the machine's memory moved with (stats.moved)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pytest_tokperf.bench.gate import Gate
 from pytest_tokperf.settings import Baseline
 from pytest_tokperf.stats import DECODE, compare
 from pytest_tokperf.stats.moved import moved, moved_verdict
+from pytest_tokperf.storage.history import bandwidth_exponents
+from pytest_tokperf.storage.store import ResultStore
+from pytest_tokperf.versions.compare import compare_stored
 from tests.support.storage_factory import (
     fill_history,
     make_ceiling,
@@ -115,5 +118,74 @@ def test_the_probes_are_those_of_the_runs_judged_against(tmp_path: Path) -> None
 def test_a_drop_the_memory_cannot_explain_stands_with_the_arithmetic(tmp_path: Path) -> None:
     verdict, reason = _judged(tmp_path, [(100.0, 60.0)] * 5, 37.0, 56.0)
     assert verdict == "regression", reason
-    assert "which explains up to -38.3% (bandwidth^1); the -44" in reason
+    assert "which explains up to -38.3% (bandwidth^1: the bound; this host's relation is " \
+        "not yet measured: needs runs in both memory states); the -44" in reason
     assert "still a regression" in reason
+
+
+def _host_history(store: ResultStore) -> None:
+    """Another series of one build, 6 runs on each memory state, decode ~ probe^0.45."""
+    rng = random.Random(5)
+    for i, gb in enumerate([37.0, 60.0] * 6):
+        store.begin_run(make_run(run_id=f"host-{i}", started_at=f"2026-01-{10 + i}T00:00:00+00:00"))
+        store.record(f"host-{i}", "t::other", result_at("b0", 100 * (gb / 60) ** 0.45, rng),
+                     model=make_model(), hardware=probed_hardware(gb), ceiling=make_ceiling(),
+                     efficiency=0.7, verdict="unchecked")
+
+
+def test_the_gate_judges_with_the_host_bound_its_stored_runs_tell(tmp_path: Path) -> None:
+    # the host's bound (~0.5, _host_history) explains -22% of a move the bound explains
+    # -41.7% of, so a -30% engine regression measured on slow memory (-44.4%) stands
+    store, key = fill_history(tmp_path / "r.db", [(f"b{i}", 100.0) for i in range(5)],
+                              probed=60.0)
+    _host_history(store)
+    store.begin_run(make_run(run_id="current", started_at="2026-02-01T00:00:00+00:00"))
+    result = result_at("bnew", 55.6, random.Random(3))
+    rid = store.record("current", "t::decode", result, model=make_model(),
+                       hardware=probed_hardware(35.0), ceiling=make_ceiling(), efficiency=0.7,
+                       verdict="unchecked")
+    exponents = bandwidth_exponents(store, "bench-host")
+    assert exponents.fitted["decode"].runs == 12 and exponents.fitted["ttft"].runs > 0
+    gate = Gate(Baseline("history"))
+    host, bound, elsewhere = (next(f.comparison for f in gate.judge(
+        store, test_id="t::decode", series_key=key, samples=result.samples,
+        current_build="bnew", run_id="current", result_id=rid.result_id, exponents=fit)
+        if f.comparison.metric == "decode")
+        for fit in (exponents, None, bandwidth_exponents(store, "elsewhere")))
+    store.close()
+    assert host.verdict == "regression", host.reason
+    assert f"({exponents.fitted['decode']}); the" in host.reason
+    assert "this host's upper bound from 12 runs" in host.reason
+    assert bound.verdict == "inconclusive"
+    assert "(bandwidth^1: the bound; this host's" in bound.reason
+    assert elsewhere.verdict == "inconclusive"
+    assert "(bandwidth^1: the bound; the runs compared are not all on one host)" \
+        in elsewhere.reason
+
+
+def test_compare_judges_with_the_host_bound(tmp_path: Path) -> None:
+    # b1's runs on fast memory, b2's 30% slower on slow: compare says which exponent
+    store, _ = fill_history(tmp_path / "r.db", [("b1", 100.0)] * 4 + [("b2", 55.6)] * 4,
+                            probed=[60.0] * 4 + [35.0] * 4)
+    _host_history(store)
+    store.close()
+    verdict = compare_stored(str(tmp_path / "r.db"), baseline="b1", current="b2").series[0].verdict
+    assert verdict.verdict == "regression", verdict.reason
+    assert "(bandwidth^0.46: this host's upper bound from 12 runs)" in verdict.reason
+
+
+def test_changes_and_the_report_judge_steps_with_the_host_bound(tmp_path: Path) -> None:
+    # the same step as a history: withheld under the bound, named once the host's runs
+    # in both memory states tell its relation
+    from pytest_tokperf.report.history import level_changes
+    from pytest_tokperf.report.report_data import load_history
+
+    store, key = fill_history(tmp_path / "r.db", [("b1", 100.0)] * 4 + [("b2", 55.6)] * 4,
+                              probed=[60.0] * 4 + [35.0] * 4)
+    assert level_changes(store, key, DECODE)[1] == []
+    assert load_history(store, key, metric=DECODE).changes == ()
+    _host_history(store)
+    steps = level_changes(store, key, DECODE)[1]
+    assert [(s.version_before, s.version_after) for s in steps] == [("b1", "b2")]
+    assert [c.version_after for c in load_history(store, key, metric=DECODE).changes] == ["b2"]
+    store.close()

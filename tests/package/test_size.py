@@ -10,13 +10,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_tokperf"
 
-TOTAL = 32_100
+TOTAL = 32_400
 """Lines of the whole package (every ``.py`` file, blank lines and docstrings too)."""
 SHARE = 0.12
 """The most of the package one room may hold."""
 BUDGETS = {
-    "bench": 3_725, "storage": 3_500, "engines": 3_150, "report": 3_150, "model": 2_650,
-    "stats": 2_025, "versions": 2_050, "hardware": 1_850, "builds": 1_850, "expected": 1_750,
+    "bench": 3_750, "storage": 3_575, "engines": 3_150, "report": 3_175, "model": 2_650,
+    "stats": 2_150, "versions": 2_060, "hardware": 1_850, "builds": 1_925, "expected": 1_750,
     "cli": 1_650, "transport": 1_400, "launch": 800, "top": 2_750,
 }
 """Lines per room (``top``: the modules at the package's top level)."""
