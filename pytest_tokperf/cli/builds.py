@@ -339,8 +339,8 @@ def add_install_engine(verbs: Any) -> None:
         "it elsewhere, e.g. on a larger disk). Without --version: a llama-server already on "
         "PATH or in the usual Homebrew, apt or conda folder is used (its --version shown) "
         "instead of compiling, else the pinned release b11434 is built. Builds of different "
-        "releases run at once; a second build of the same release waits for the first, "
-        "saying whose it is.")
+        "releases take turns compiling at one path in the cache, so that ccache serves each "
+        "the objects of the others; a build that waits says whose build it waits for.")
     p.add_argument("engine", nargs="?", choices=["llama-server"], default="llama-server",
                    help="engine to install (default llama-server, the only one)")
     p.add_argument("--version", action="append", metavar="SPEC",

@@ -1,5 +1,6 @@
 """The first minute of ``tokperf install-engine``: a prebuilt llama-server is used instead of
-compiling, a second build says whose build it waits for, and two releases build at once.
+compiling, a second build says whose build it waits for, and two releases take turns at the
+one path that releases compile through.
 
 Fakes only: a llama-server script that answers ``--version`` on a temporary PATH, a fake
 ``cmake`` that can be held mid-build, and a second process that builds."""
@@ -24,9 +25,10 @@ from pytest_tokperf.builds.install import (
     install_llama_server,
     installed_llama_server,
 )
+from pytest_tokperf.builds.lock import work_for
 from pytest_tokperf.cli.main import main
 from pytest_tokperf.launch.process import resolve_server_binary
-from tests.builds.test_install import VERSIONS, _index, _sdist
+from tests.builds.test_install import VERSIONS, _index, _sdist, fake_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,11 +67,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "engines").mkdir(parents=True)
     (root / "engines" / "releases.json").write_text(
         json.dumps({"fetched_at": time.time(), "versions": VERSIONS}))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "cmake").write_text(HELD_CMAKE)
-    (bin_dir / "cmake").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/bin")
+    fake_tools(tmp_path / "bin", {"cmake": HELD_CMAKE}, monkeypatch, "/bin")
     monkeypatch.setenv("PYTEST_TOKPERF_CACHE", str(root))
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.delenv("CCACHE_DIR", raising=False)
@@ -197,17 +195,22 @@ def _in_thread(call: Callable[[], InstalledEngine]) -> tuple[threading.Thread, l
     return thread, done
 
 
+def _waiting(messages: list[str]) -> str:
+    """The first line that says a build waits for another, once it is said."""
+    deadline = time.monotonic() + 30
+    while not any(m.startswith("waiting for") for m in messages):
+        assert time.monotonic() < deadline, messages
+        time.sleep(0.05)
+    return next(m for m in messages if m.startswith("waiting for"))
+
+
 def test_a_second_build_of_a_release_says_whose_build_it_waits_for(tmp_path: Path,
                                                                    cache: Path) -> None:
     messages: list[str] = []
     with another_build(11292, tmp_path / "hold") as other:
         thread, done = _in_thread(lambda: install_llama_server(
             11292, progress=messages.append, index=_index(), use_ccache=False))
-        deadline = time.monotonic() + 30
-        while not any(m.startswith("waiting for") for m in messages):
-            assert time.monotonic() < deadline, messages
-            time.sleep(0.05)
-        waiting = next(m for m in messages if m.startswith("waiting for"))
+        waiting = _waiting(messages)
         assert waiting.startswith(f"waiting for build of b11292 by pid {other.pid}, started ")
         assert " ago (" in waiting
     thread.join(30)
@@ -215,14 +218,21 @@ def test_a_second_build_of_a_release_says_whose_build_it_waits_for(tmp_path: Pat
     assert any("was built meanwhile" in m for m in messages)
 
 
-def test_two_releases_build_at_once(tmp_path: Path, cache: Path) -> None:
-    with another_build(11292, tmp_path / "hold"):
+def test_two_releases_take_turns_at_the_fixed_path_and_say_so(tmp_path: Path,
+                                                               cache: Path) -> None:
+    messages: list[str] = []
+    here = cache / "engines" / "releases" / "building"
+    with another_build(11292, tmp_path / "hold") as other:
         thread, done = _in_thread(lambda: install_llama_server(
-            11269, progress=lambda _: None, index=_index(), use_ccache=False))
-        thread.join(30)
-        finished_while_held = not thread.is_alive()
+            11269, progress=messages.append, index=_index(), use_ccache=False))
+        waiting = _waiting(messages)
+        assert waiting.startswith(f"waiting for build of b11292 by pid {other.pid}, started ")
+        assert waiting.endswith(f" ago ({here.with_name('.building.lock')}; builds take turns "
+                                f"at {here} so that ccache's objects serve all)")
+        own = work_for(install.install_dir(install.cmake_flags(11269), "11269.0.0"))
+        assert (own / "src" / "CMakeLists.txt").is_file()  # unpacked while it waits
+        assert thread.is_alive()
     thread.join(30)
-    assert finished_while_held, "b11269 waited for the b11292 build"
     assert done and done[0].build_number == 11269 and not done[0].cached
     assert {b.build_number for b in install.installed_builds()} == {11269, 11292}
 
@@ -236,6 +246,11 @@ def test_a_killed_builds_work_folder_is_swept_a_running_ones_kept(tmp_path: Path
         legacy = engines / ".work" / "build"  # the one shared folder of older versions
         legacy.mkdir(parents=True)
         running = next(engines.glob(".llama-server-b11292-*.work"))
-        install_llama_server(11269, progress=lambda _: None, index=_index(), use_ccache=False)
+        messages: list[str] = []
+        thread, done = _in_thread(lambda: install_llama_server(
+            11269, progress=messages.append, index=_index(), use_ccache=False))
+        _waiting(messages)  # swept before it queues for the fixed path
         assert running.is_dir()
         assert not killed.exists() and not legacy.exists()
+    thread.join(30)
+    assert done and done[0].build_number == 11269

@@ -94,6 +94,17 @@ printf 'direct_cache_hit\\t3\\npreprocessed_cache_hit\\t1\\ncache_miss\\t2\\n'
 """
 
 
+def fake_tools(folder: Path, tools: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+               then: str) -> None:
+    """Write ``tools`` (name: script) into ``folder``, executable, first on PATH before
+    ``then``."""
+    folder.mkdir()
+    for name, text in tools.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{then}")
+
+
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty tokperf cache with a fresh registry list (so nothing asks the network),
@@ -102,12 +113,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "engines").mkdir(parents=True)
     (root / "engines" / "releases.json").write_text(
         json.dumps({"fetched_at": time.time(), "versions": VERSIONS}))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("cmake", FAKE_CMAKE), ("ccache", FAKE_CCACHE)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    fake_tools(tmp_path / "bin", {"cmake": FAKE_CMAKE, "ccache": FAKE_CCACHE}, monkeypatch,
+               os.environ["PATH"])
     monkeypatch.setenv("PYTEST_TOKPERF_CACHE", str(root))
     monkeypatch.setenv("FAKE_CONFIGURE_ARGS", str(tmp_path / "configure-args"))
     monkeypatch.delenv("CCACHE_DIR", raising=False)

@@ -5,7 +5,6 @@ how it was called."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_tokperf.builds.source_tree import build_tree, identity_flags, tree_label
+from tests.builds.test_install import fake_tools
 
 RECORDING_CMAKE = """#!/bin/sh
 # record the arguments and the build's environment; build: leave a llama-server
@@ -41,12 +41,8 @@ def _git(where: Path, *args: str) -> str:
 @pytest.fixture
 def recording_cmake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A tokperf cache in ``tmp_path`` and a cmake (and ccache) on PATH that record calls."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("cmake", RECORDING_CMAKE), ("ccache", "#!/bin/sh\nexit 0\n")):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/bin")
+    fake_tools(tmp_path / "bin", {"cmake": RECORDING_CMAKE, "ccache": "#!/bin/sh\nexit 0\n"},
+               monkeypatch, "/bin")
     monkeypatch.setenv("PYTEST_TOKPERF_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FAKE_CMAKE_LOG", str(tmp_path / "cmake.log"))
     monkeypatch.delenv("CCACHE_DIR", raising=False)

@@ -482,15 +482,17 @@ def test_bad_watch_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 FAKE_CMAKE = """#!/bin/sh
-# configure: make the build folder; build: leave a llama-server that names its build
-# folder (so each build differs), or with the folder matching $FAKE_CMAKE_HANG, hang
+# configure: make the build folder; build: leave a llama-server that names the folder it
+# really builds in, behind the fixed path (so each build differs), or with that folder
+# matching $FAKE_CMAKE_HANG, hang
 if [ "$1" = "--build" ]; then
   echo "[ 10%] Building C object ggml/src/ggml.c.o"
-  case "$2" in *"${FAKE_CMAKE_HANG:-no hang}"*)
+  real=$(cd "$2" && pwd -P)
+  case "$real" in *"${FAKE_CMAKE_HANG:-no hang}"*)
     echo $$ > "$FAKE_CMAKE_PID"; while true; do sleep 0.1; done;;
   esac
   mkdir -p "$2/bin"
-  printf '#!/bin/sh\\n# %s\\necho "version: 0.5.0-dev (build 1, commit pypi-sdist)"\\n' "$2" \\
+  printf '#!/bin/sh\\n# %s\\necho "version: 0.5.0-dev (build 1, commit pypi-sdist)"\\n' "$real" \\
     > "$2/bin/llama-server"
   chmod +x "$2/bin/llama-server"
   echo "[100%] Built target llama-server"
