@@ -465,7 +465,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ab_starts", "same-run A/B: server starts a side each call's budget is split "
                "over, both servers started anew for each in a random order; the judge counts "
                "their own level once (1: one start, allowed an assumed level of 1%; an "
-               "attached engine is always one start)", _whole(1, 10_000, "16"), AB_STARTS, "N",
+               "attached engine is always one start; at most one a 2.5 s of budget, fewer "
+               "where a start costs more than its share)", _whole(1, 10_000, "16"), AB_STARTS, "N",
                True, cli=False),
     OptionSpec("ab_json", "write every same-run A/B of the session (both sides' paired "
                "figures, the ratios, the verdicts, what changed) as JSON here", _text, None, "PATH"),

@@ -49,6 +49,8 @@ from pytest_tokperf.stats.verdict import Comparison
 Side = Literal["control", "candidate"]
 MIN_PAIRS = 4
 """Adaptive A/Bs measure at least two ABBA blocks."""
+MIN_START_S = 2.5
+"""The least share of the budget a server start gets: a 10 s budget is 4 starts at most."""
 
 LIKE_FOR_LIKE = ("threads", "ctx_size", "parallel", "server_args", "total_slots", "draft_model")
 """Settings both sides must share (as configured: a build's changed default is the change)."""
@@ -288,15 +290,21 @@ class PairedAB:
         started = time.monotonic()
         self._rounds, self._orders, self._blocks = [], [], []
         draw = random.Random(f"tokperf-ab-order-{self.options.salt_base}")
-        starts = self.starts if self.restart is not None and budget is not None else 1
+        starts = (min(self.starts, max(1, int(budget // MIN_START_S)))
+                  if self.restart is not None and budget is not None else 1)
         self._sequential = (workload.repetitions if self.options.adaptive and budget is None
                             else 0)
-        stopped = ""
-        for start in range(starts):
+        stopped, start = "", 0
+        while start < starts:
             if start:
                 self._restart(draw, start, started, workload)
             share = None if budget is None else budget * (start + 1) / starts
             stopped = self._start(workload, start, share, started, draw)
+            start += 1
+            spent = time.monotonic() - started
+            if budget is not None and start < starts and spent > 1.25 * budget * start / starts:
+                # starts dearer than their share (a big model's load): fewer of them
+                starts = max(start, min(starts, start + int((budget - spent) * start / spent)))
         if starts > 1:
             stopped = f"{starts} server starts a side; {stopped}"
         return self._result(workload, stopped, started)

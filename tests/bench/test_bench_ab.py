@@ -181,6 +181,27 @@ def test_the_budget_is_split_over_server_starts_each_restarted(
     assert set(one.starts) == {0}
 
 
+def test_the_budget_holds_however_dear_a_start_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_tokperf.bench.ab as ab_module
+
+    clock = _Clock(0.1)
+    monkeypatch.setattr(ab_module, "time", clock)
+    base, cand, _ = _pair()
+
+    def restart(candidate_first: bool) -> tuple[_Engine, _Engine, tuple[int, ...]]:
+        clock.now += load  # a model that takes this long to load
+        return base, cand, ()
+
+    work = Workload(16, 11, repetitions=4, warmup=0)
+    for load, budget, starts in ((0.0, 10.0, {4}), (0.0, 240.0, {32}), (30.0, 240.0, {8, 9})):
+        clock.now = 0.0
+        ab = run_paired_ab(base, cand, work, MeasureOptions(budget_s=budget),  # type: ignore[arg-type]
+                           starts=32, restart=restart)  # type: ignore[arg-type]
+        # 4 starts in 10 s (2.5 s each at least), 32 in 240 s; with 30 s loads, what fits
+        assert len(set(ab.starts)) in starts, (load, budget, sorted(set(ab.starts)))
+        assert clock.now <= budget + load + 1.0
+
+
 def test_a_failed_restart_keeps_the_pairs_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     import pytest_tokperf.bench.ab as ab_module
 

@@ -129,22 +129,30 @@ class FakeProxy:
     def __enter__(self) -> FakeProxy:
         self.fake.__enter__()
         self.env.__enter__()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._sock.settimeout(0.05)  # the accepting thread sees `closing` and closes it
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # never close the socket under a thread blocked in accept(): its number, reused by
+        # the next test's server, would have that thread steal the server's connections
         self.closing.set()
-        self._sock.close()
+        self._acceptor.join(5.0)
         self.env.__exit__()
         self.fake.__exit__(*exc)
 
     def _accept(self) -> None:
-        while not self.closing.is_set():
-            try:
-                client, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        with self._sock:
+            while not self.closing.is_set():
+                try:
+                    client, _ = self._sock.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                client.settimeout(None)
+                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         with client:

@@ -46,20 +46,28 @@ class Canned:
         return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def __enter__(self) -> Self:
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._sock.settimeout(0.05)  # the accepting thread sees `_closing` and closes it
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # never close the socket under a thread blocked in accept(): its number, reused by
+        # the next test's server, would have that thread steal the server's connections
         self._closing.set()
-        self._sock.close()
+        self._acceptor.join(5.0)
 
     def _accept(self) -> None:
-        while not self._closing.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        with self._sock:
+            while not self._closing.is_set():
+                try:
+                    conn, _ = self._sock.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                conn.settimeout(None)
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:

@@ -128,16 +128,23 @@ def server_request_heads(answer: bytes, reader: str) -> str:
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
+                more = conn.recv(65536)
+                if not more:
+                    return
+                data += more
             seen.append(data)
             conn.sendall(answer)
 
     import threading
 
-    threading.Thread(target=serve, daemon=True).start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     try:
         props(f"http://127.0.0.1:{sock.getsockname()[1]}", reader)
     finally:
+        if thread.is_alive() and not seen:  # wake accept() before its socket's number is
+            socket.create_connection(sock.getsockname()[:2]).close()  # reused
+        thread.join(5.0)
         sock.close()
     return seen[0].decode("latin-1")
 
