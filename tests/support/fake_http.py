@@ -13,7 +13,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -94,6 +94,24 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+
+
+def accept_until(sock: socket.socket, closing: threading.Event,
+                 serve: Callable[[socket.socket], None]) -> None:
+    """Serve each connection to ``sock`` in a thread of its own until ``closing`` is set,
+    then close ``sock`` here: a socket closed under a thread blocked in accept() has its
+    number reused by the next test's server, whose connections that thread would steal."""
+    sock.settimeout(0.05)
+    with sock:
+        while not closing.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True

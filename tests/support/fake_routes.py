@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.fake_http import FakeServer
+from tests.support.fake_http import FakeServer, accept_until
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None,
                                    reason="the openssl command makes the test certificate")
@@ -129,30 +129,17 @@ class FakeProxy:
     def __enter__(self) -> FakeProxy:
         self.fake.__enter__()
         self.env.__enter__()
-        self._sock.settimeout(0.05)  # the accepting thread sees `closing` and closes it
-        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor = threading.Thread(target=accept_until,
+                                          args=(self._sock, self.closing, self._serve),
+                                          daemon=True)
         self._acceptor.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # never close the socket under a thread blocked in accept(): its number, reused by
-        # the next test's server, would have that thread steal the server's connections
         self.closing.set()
-        self._acceptor.join(5.0)
+        self._acceptor.join(5.0)  # it closes the socket (accept_until)
         self.env.__exit__()
         self.fake.__exit__(*exc)
-
-    def _accept(self) -> None:
-        with self._sock:
-            while not self.closing.is_set():
-                try:
-                    client, _ = self._sock.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                client.settimeout(None)
-                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
         with client:

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Self
 
+from tests.support.fake_http import accept_until
+
 
 def head(status: int = 200, *fields: tuple[str, str], reason: str = "OK") -> bytes:
     lines = [f"HTTP/1.1 {status} {reason}", *(f"{k}: {v}" for k, v in fields),
@@ -46,28 +48,15 @@ class Canned:
         return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def __enter__(self) -> Self:
-        self._sock.settimeout(0.05)  # the accepting thread sees `_closing` and closes it
-        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor = threading.Thread(target=accept_until,
+                                          args=(self._sock, self._closing, self._serve),
+                                          daemon=True)
         self._acceptor.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # never close the socket under a thread blocked in accept(): its number, reused by
-        # the next test's server, would have that thread steal the server's connections
         self._closing.set()
-        self._acceptor.join(5.0)
-
-    def _accept(self) -> None:
-        with self._sock:
-            while not self._closing.is_set():
-                try:
-                    conn, _ = self._sock.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                conn.settimeout(None)
-                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self._acceptor.join(5.0)  # it closes the socket (accept_until)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
