@@ -15,8 +15,8 @@ import pytest
 
 @pytest.mark.tokperf(min_efficiency=0.25)
 def test_decode_short_prompt(tok_bench):
-    # The floor is loose on purpose: healthy CPU runs here reach 65-90% of the probed
-    # ceiling; below 25% the build, the threads or the machine is wrong.
+    # The floor is loose on purpose: healthy CPU runs reach about 50-65% of the probed
+    # ceiling (README); below 25% the build, the threads or the machine is wrong.
     result = tok_bench(prompt_tokens=64, generate_tokens=128)
     result.assert_usable(min_tokens_per_s=2.0)
 

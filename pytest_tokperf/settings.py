@@ -440,8 +440,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "tok_bench.speculative() when the engine is attached with --tokperf-url",
                _url, None, "URL", True),
     OptionSpec("columns", "width of the terminal summary table: columns that do not fit are "
-               "left out, least important first, and named under it (default 120; e.g. 250 "
-               "shows every column)", _whole(60, 10_000, "120"), 120, "N", True, cli=False),
+               "left out, least important first, and named under it (default: the "
+               "terminal's width, 120 where the output is not a terminal; e.g. 250 shows "
+               "every column)", _whole(60, 10_000, "120"), None, "N", True, cli=False),
     OptionSpec("table_columns", "the summary table's columns, in order (terminal and "
                f"markdown; comma-separated): {', '.join(TABLE_COLUMNS)} (default: the usual "
                "ones, as many as fit)", _table_columns, None, "NAMES", True, cli=False),
@@ -588,8 +589,9 @@ class Settings:
     """Where probes are kept per host (None: nowhere, this session's only)."""
     max_body: int = MAX_BODY_BYTES
     """The byte cap of one non-streamed answer (``tokperf_max_body``)."""
-    columns: int = 120
-    """Width the terminal summary fits in (``report.table.summary_table``)."""
+    columns: int | None = None
+    """Width the terminal summary fits in (``report.table.summary_table``); None: the
+    terminal's."""
     table_columns: tuple[str, ...] | None = None
     """The summary table's columns by name (``TABLE_COLUMNS``); None: the usual ones."""
     sort: tuple[str, ...] = ()
@@ -605,6 +607,13 @@ class Settings:
     ab_starts: int = AB_STARTS
     """Seconds each same-run A/B may measure pairs for (``MeasureOptions.budget_s``)."""
     ab_json: str | None = None
+    front_names: tuple[tuple[str, str], ...] = ()
+    """A front-end's own option per setting (``tokperf bench``'s ``--max-cv``)."""
+
+    def option_name(self, name: str) -> str:
+        """How a user sets ``name`` here (a note names it): front-end option, flag or ini."""
+        spec = next(s for s in OPTIONS if s.name == name)
+        return dict(self.front_names).get(name) or (spec.flag if spec.cli else f"ini {spec.ini}")
 
     @property
     def ab(self) -> bool:
@@ -679,7 +688,8 @@ def resolve(
         values["bandwidth_file"] = _bandwidth_file(values["bandwidth_file"])  # cache dir: lazily
     _check_ab(values)
     api_key = _api_key(env, values["api_key_env"])
-    return Settings(server_args=server_args, api_key=api_key, **values)
+    return Settings(server_args=server_args, api_key=api_key, front_names=tuple(flags.items()),
+                    **values)
 
 
 _AB_ENGINE_FIELDS = {"url": "ab_url", "release": "ab_engine_version", "bin": "ab_server_bin"}

@@ -271,6 +271,8 @@ class TokBench:
     busy_wait_s: float = 0.0
     """A call measured busy waits up to this long for a quiet window and measures once
     more (the busy try is stored beside it as ``busy``); 0: no second try."""
+    busy_wait_option: str = "ini tokperf_busy_wait"
+    """How the user sets ``busy_wait_s`` (``Settings.option_name``), for the note."""
     wait_quiet: Callable[[float, tuple[int, ...]], float | None] | None = None
     """How to wait for a quiet window (``hardware.load.wait_for_quiet``; tests swap it)."""
 
@@ -331,7 +333,7 @@ class TokBench:
         if waited is None:
             return _stands(first if isinstance(first, MeasuredBusy) else replace(first, notes=(
                 *first.notes, (f"no quiet window within {self.busy_wait_s:g} s to measure "
-                               "again (ini tokperf_busy_wait)"))))
+                               f"again ({self.busy_wait_option})"))))
         if isinstance(first, BenchResult):
             ceiling = self.ceiling_for(first) if self.ceiling_for is not None else None
             self.record(replace(first, notes=(*first.notes, "measured again after a quiet "

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_tokperf.bench.grid import BenchPlan, BenchTest
@@ -43,6 +44,8 @@ class BenchRow:
     """Bytes of the model's tensors (llama-bench's ``model_size``)."""
     cpu_info: str
     gpu_info: str
+    binary: Path | None = None
+    """The llama-server binary started (None: attached): its source names its fields."""
 
 
 @dataclass
@@ -145,7 +148,8 @@ def bench_row(run: BenchRun, test: BenchTest, index: int, test_time: str, create
         test=test, recorded=recorded, test_time=test_time, created_at=created_at,
         run_id=run.recorder.run_id or run.recorder.run_id_preset,
         series_key=recorded.series_key or series_key(recorded.test_id, recorded.result, model),
-        model=model, model_bytes=model_bytes, cpu_info=cpu, gpu_info=gpu)
+        model=model, model_bytes=model_bytes, cpu_info=cpu, gpu_info=gpu,
+        binary=run.session.binary_path)
 
 
 def _devices(hardware: HardwareInfo | None, recorded: Recorded) -> tuple[str, str]:
@@ -174,8 +178,6 @@ def _cpu_name() -> str:
 
 def check_models(chosen: BenchPlan, *, attached: bool) -> None:
     """Refuse a model file a started server could not load, before anything starts."""
-    from pathlib import Path
-
     from pytest_tokperf.bench.session import check_model_file
     from pytest_tokperf.settings import BUILTIN_MODELS
 

@@ -71,6 +71,8 @@ class MeasureOptions:
     target_interval: float = DEFAULT_TARGET_INTERVAL
     min_repetitions: int = DEFAULT_MIN_REPETITIONS
     max_cv: float = DEFAULT_MAX_CV
+    max_cv_option: str = "ini tokperf_max_cv"
+    """How the user sets ``max_cv`` (``Settings.option_name``): the unstable note names it."""
     budget_s: float | None = None
     """A same-run A/B stops at the next even pair count once this many seconds have passed
     since it began (warm-up included). None: no limit (``Workload.repetitions`` pairs)."""
@@ -88,7 +90,7 @@ class MeasureOptions:
         return cls(agreement_tolerance=settings.agreement, timeout_s=settings.request_timeout,
                    target_interval=settings.target_interval,
                    min_repetitions=settings.min_repetitions, max_cv=settings.max_cv,
-                   budget_s=settings.ab_budget)
+                   max_cv_option=settings.option_name("max_cv"), budget_s=settings.ab_budget)
 
 
 def decode_interval(values: list[float]) -> float | None:
@@ -129,7 +131,7 @@ def repetition_notes(result: BenchResult, options: MeasureOptions) -> list[str]:
         assert spread is not None
         notes.append(f"unstable: the {_judged_name(samples)} decode varied by CV {spread.cv:.1%} "
                      f"over {spread.n} repetitions ({spread.minimum:.1f} to {spread.maximum:.1f} "
-                     f"tok/s), above the {options.max_cv:.0%} limit (tokperf_max_cv): the "
+                     f"tok/s), above the {options.max_cv:.0%} limit ({options.max_cv_option}): the "
                      f"median stands, but not as a pass; the engine or the machine changed "
                      f"speed during the measurement")
     return notes

@@ -250,6 +250,7 @@ class BenchRun:
             engine_pids=self._engine_pids,
             judge_busy=s.busy.judges,
             busy_wait_s=s.busy.waits_s,
+            busy_wait_option=s.option_name("busy_wait"),
         )
 
     def _engine_pids(self) -> tuple[int, ...]:

@@ -3,9 +3,11 @@ bisect's steps, a wait on another build.
 
 A ``Meter`` counts a step's units and estimates the time left from the time per unit
 since the first few units (a compile's first percent are configure checks and ccache hits,
-not its pace). A progress callable that is a ``LiveProgress`` (the terminal's, in
-``report.live``) shows meters as live lines that tick; any other gets one plain line per
-step: every ``line_every`` units, or when the count moved after ``quiet_s`` without a line.
+not its pace), or from a model of the step where its length is known (``estimate``: an
+A/B session's tests times their budget). A progress callable that is a ``LiveProgress``
+(the terminal's, in ``report.live``) shows meters as live lines that tick; any other gets
+one plain line per step: every ``line_every`` units, or when the count moved after
+``quiet_s`` without a line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pytest_tokperf.results import Progress
 
@@ -59,6 +61,10 @@ class Meter:
     """The total is itself a guess (a bisect's remaining steps): says ``about``."""
     expected_s: float | None = None
     """A step that is timed, not counted: how long the like of it took before."""
+    bounded: bool = False
+    """``expected_s`` is a limit (a wait for a quiet window): says ``up to``."""
+    estimate: Callable[[], float | None] | None = None
+    """Seconds left from a model of the step (None: not yet known): taken before the pace."""
     clock: Callable[[], float] = time.monotonic
     done: float = 0.0
     started: float = field(init=False)
@@ -113,6 +119,8 @@ class Meter:
         """Seconds left at the pace since the warm-up; None until it can be told. A count
         that stalls stretches it: the next unit is taken to arrive now, at the earliest.
         A timed step: its expected time less the elapsed (negative: running long)."""
+        if self.estimate is not None and (modelled := self.estimate()) is not None:
+            return modelled
         now = self.clock()
         if self.expected_s is not None and self.total is None:
             return self.expected_s - (now - self.started)
@@ -122,21 +130,42 @@ class Meter:
         per_unit = max((t1 - t0) / (d1 - d0), (now - t0) / (self.done - d0 + 1))
         return per_unit * max(self.total - self.done, 0.0)
 
+    def fraction(self) -> float | None:
+        """How far along, 0 to 1, for a bar: the count, else the time against the expected."""
+        if self.total:
+            return min(max(self.done / self.total, 0.0), 1.0)
+        if self.expected_s:
+            return min(max(self.elapsed_s() / self.expected_s, 0.0), 1.0)
+        return None
+
     def count_text(self) -> str:
         if self.total is None:
             return ""
         if self.unit == "%":
             return f"{self.done:.0f}%"
         about = "about " if self.approximate else ""
-        return f"{self.done:.0f} of {about}{self.total:.0f} {self.unit}"
+        return f"{math.floor(self.done)} of {about}{self.total:.0f} {self.unit}"
+
+    def times(self, form: Literal["long", "short", "left"] = "long") -> list[str]:
+        """``6 min elapsed, about 9 min left``; short: ``6 min in, 9 min left``; left:
+        ``9 min left`` (the elapsed time only where nothing is left to tell)."""
+        short = form != "long"
+        parts = [f"{duration(self.elapsed_s())} {'in' if short else 'elapsed'}"]
+        left = self.left_s()
+        if left is not None and left <= 0 and self.expected_s is not None and not self.total:
+            parts.append(f"over {duration(self.expected_s)}" if short else
+                         f"longer than {'allowed' if self.bounded else 'the last'} "
+                         f"({duration(self.expected_s)})")
+        elif left is not None and not (self.total is not None and self.done >= self.total):
+            about = "" if short else "up to " if self.bounded else "about "
+            parts.append(f"{about}{duration(left)} left")
+        return parts[1:] if form == "left" and len(parts) > 1 else parts
+
+    def head(self) -> str:
+        """The label and the count: ``compare-builds: 2 of 4 sessions``."""
+        count = self.count_text()
+        return f"{self.label} {count}" if count else self.label.rstrip(":")
 
     def text(self) -> str:
         """``llama-server b11434: build 40%, 6 min elapsed, about 9 min left``."""
-        count = self.count_text()
-        parts = [f"{self.label} {count}".rstrip(), f"{duration(self.elapsed_s())} elapsed"]
-        left = self.left_s()
-        if left is not None and left <= 0 and self.expected_s is not None:
-            parts.append(f"longer than the last ({duration(self.expected_s)})")
-        elif left is not None and not (self.total is not None and self.done >= self.total):
-            parts.append(f"about {duration(left)} left")
-        return ", ".join(parts)
+        return ", ".join([self.head(), *self.times()])

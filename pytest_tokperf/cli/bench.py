@@ -48,7 +48,7 @@ _FLAGS = {"engine": "--engine", "url": "--url", "model": "-m", "threads": "-t",
           "device": "--device", "min_efficiency": "--min-efficiency", "draft_model": "--draft",
           "speculative_url": "--speculative-url", "repetitions": "-r",
           "warmup": "--warmup", "target_interval": "--target-interval", "columns": "--columns",
-          "busy": "--busy", "busy_wait": "--busy-wait"}
+          "busy": "--busy", "busy_wait": "--busy-wait", "max_cv": "--max-cv"}
 """The settings ``tokperf bench`` takes as its own options, by the names errors give
 (the spelling typed, when it was typed)."""
 _DEST = {"draft_model": "draft"}
@@ -224,17 +224,22 @@ def _workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-interval", action=_Spelled, metavar="F",
                    help="adaptive: stop once the 95%% interval of the mean decode is within "
                    "+/- this fraction (default 0.02)")
+    p.add_argument("--max-cv", action=_Spelled, metavar="F",
+                   help="a tg or pg test whose decode varies more than this (coefficient of "
+                   "variation over its repetitions) is 'unstable', never 'pass' (default 0.05)")
     p.add_argument("--warmup", action=_Spelled, default="1", metavar="N",
                    help="discarded warm-up runs per test (default 1)")
     p.add_argument("--no-warmup", dest="warmup", action="store_const", const="0",
                    help="no warm-up runs (--warmup 0)")
     p.add_argument("-o", "--output", choices=FORMS, metavar="md|csv|json|jsonl|sql",
                    help="print llama-bench's form instead of the summary: md (a GitHub "
-                   "table), csv, json, jsonl, sql (CREATE TABLE llama_bench + INSERTs, for "
-                   "sqlite3 and compare-llama-bench.py); llama-bench's fields, then "
-                   "tokperf's (ceiling, efficiency, ttft)")
+                   "table), csv, json, jsonl, sql (llama-bench's CREATE TABLE llama_bench "
+                   "and INSERTs, tokperf's fields in tokperf_bench beside it: for sqlite3 "
+                   "and compare-llama-bench.py); the fields llama-bench of the measured "
+                   "release writes, then tokperf's (ceiling, efficiency, busy/unstable)")
     p.add_argument("--columns", action=_Spelled, metavar="N",
-                   help="width of the summary table (default 120)")
+                   help="width of the summary table (default: the terminal's; 120 where "
+                   "the output is not a terminal)")
 
 
 def _engine_options(p: argparse.ArgumentParser) -> None:

@@ -179,7 +179,9 @@ def add_report(verbs: Any) -> None:
         "report", parents=[DB, JSON],
         help="a report: self-contained HTML, JSON or markdown (needs matplotlib: "
         "pytest-tokperf[plot])",
-        description=f"A report: self-contained HTML, JSON or markdown: {FIGURES}. The suffix "
+        description=f"A report: self-contained HTML, JSON or markdown: {FIGURES}; its changes "
+        "are each series' steps and drifts and, for the two builds measured last, the verdict "
+        "`tokperf compare` gives (a history of two builds has no step to find). The suffix "
         "of --output names the format, as --tokperf-report's does: .html/.htm (the figures "
         "inlined), .json (the session report's document), .md/.markdown (the step "
         "summary's table and changes).")

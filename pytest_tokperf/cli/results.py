@@ -9,6 +9,7 @@ no tokperf DB, leaving it as it is.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -50,6 +51,10 @@ def compare(args: argparse.Namespace) -> int:
     if args.json and args.output == "md":
         raise ConfigError("--json and -o md both choose what compare prints; give one")
     result = compare_stored(chosen_db(args), args.other_db, args.baseline, args.current)
+    if result.picked:
+        print(f"tokperf compare: baseline {result.baseline_name}, current "
+              f"{result.current_name} ({result.picked}; --baseline/--current name others)",
+              file=sys.stderr)
     if args.output == "md":
         print("\n".join(compare_markdown(result)))
     else:
@@ -95,16 +100,20 @@ def add_compare(verbs: Any) -> None:
         description="Per series, each stored run a session (its repetitions nested in it): "
         "significant AND at least 5% -> regression or improvement; too noisy or "
         "phase-dominated -> inconclusive. Holm across series. A version is written "
-        "as install-engine takes it (9093, b9093, 9093.0.0) or as stored (b9093-pypi-sdist). "
-        "-o md prints compare-llama-bench's table for a pull request: each series' tg "
-        "(decode) and pp (prefill) rows with both sides' median t/s and B/A, TTFT where "
+        "as install-engine takes it (9093, b9093, 9093.0.0) or as stored (b9093-pypi-sdist); "
+        "one not named is the build measured last (without either: the two measured last, "
+        "older release as baseline), as compare-llama-bench picks its commits, and stderr "
+        "says which. -o md prints compare-llama-bench's table for a pull request: each "
+        "series' tg (decode) and pp (prefill) rows with both sides' mean t/s (llama-bench's "
+        "avg_ts, as compare-llama-bench shows it) and B/A, their median t/s, TTFT where "
         "measured, then the same verdict and its interval.",
         usage="tokperf compare [--db PATH] [OTHER_DB] [--baseline V --current V] "
         "[-o text|md] [--fail]")
     p.add_argument("other_db", nargs="?", metavar="OTHER_DB",
                    help="a second DB: its latest run per series is 'current'")
-    p.add_argument("--baseline", help="baseline engine version or build")
-    p.add_argument("--current", help="current engine version or build")
+    p.add_argument("--baseline", help="baseline engine version or build (default: picked, "
+                   "as said above)")
+    p.add_argument("--current", help="current engine version or build (default: picked)")
     p.add_argument("--output", "-o", choices=["text", "md"], default="text",
                    help="text: the verdict table (default); md: a GitHub table to paste into "
                    "a pull request (as compare-llama-bench.py prints)")

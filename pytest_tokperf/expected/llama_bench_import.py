@@ -24,7 +24,7 @@ from pytest_tokperf.results import (
     BenchResult, Ceiling, EngineInfo, HardwareInfo, ModelInfo, RunInfo, Sample, Summary, Verdict,
     Workload,
 )
-from pytest_tokperf.storage.exchange import Added, add_run
+from pytest_tokperf.storage.exchange import Added, add_run, adding_to
 from pytest_tokperf.storage.history import series_metric
 from pytest_tokperf.storage.run_files import ResultBundle, RunBundle
 from pytest_tokperf.expected.llama_bench_parse import LlamaBenchRecord, read_llama_bench
@@ -343,7 +343,7 @@ def import_llama_bench(db: DbLocation, paths: Iterable[Path], *, device: str | N
     total, rows = Added(), []
     read = [(path, [replace(r, fields={**r.fields, **extra}) for r in read_llama_bench(path)])
             for path in _files(paths)]  # every file read before the DB is opened (or made)
-    with ResultStore.open(db) as store:
+    with adding_to(db) as store:
         for path, records in read:
             added, imported = import_records(store, records, str(path))
             total += added

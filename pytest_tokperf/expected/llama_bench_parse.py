@@ -33,7 +33,7 @@ FLOAT_FIELDS = frozenset({"avg_ts", "stddev_ts"})
 STRING_FIELDS = frozenset({
     "build_commit", "cpu_info", "gpu_info", "backends", "model_filename", "model_type",
     "cpu_mask", "type_k", "type_v", "split_mode", "devices", "tensor_split",
-    "tensor_buft_overrides", "test_time", "load_mode", "moe_cache",
+    "tensor_buft_overrides", "test_time", "load_mode", "lazy_mode", "moe_cache",
 })
 """llama-bench's field types (``test::get_field_type``); ``flash_attn`` was a BOOL and is
 an INT (-1 = auto) since 2025, so it is typed by its value."""
@@ -43,7 +43,7 @@ MD_COLUMNS: dict[str, str] = {
     "backend": "backends", "ngl": "n_gpu_layers", "threads": "n_threads",
     "sm": "split_mode", "nkvo": "no_kv_offload", "fa": "flash_attn", "mmap": "use_mmap",
     "embd": "embeddings", "nopo": "no_op_offload", "noh": "no_host", "dev": "devices",
-    "ts": "tensor_split", "ot": "tensor_buft_overrides", "mmq": "mul_mat_q",
+    "ts": "tensor_split", "ot": "tensor_buft_overrides", "mmq": "mul_mat_q", "lm": "load_mode",
 }
 """Markdown column -> field (``markdown_printer::get_field_display_name``); other
 columns (n_batch, type_k, ...) carry the field's own name."""
@@ -211,7 +211,8 @@ _SQL_ALLOWED = {sqlite3.SQLITE_CREATE_TABLE, sqlite3.SQLITE_INSERT, sqlite3.SQLI
 
 
 def _sql(text: str, source: str) -> list[LlamaBenchRecord]:
-    """Run the CREATE/INSERT statements (nothing else) in memory, then read every table."""
+    """Run the CREATE/INSERT statements (nothing else) in memory, then read ``llama_bench``
+    (every table where there is none: the file may name its own)."""
     conn = sqlite3.connect(":memory:")
     try:
         conn.set_authorizer(
@@ -221,6 +222,7 @@ def _sql(text: str, source: str) -> list[LlamaBenchRecord]:
         conn.set_authorizer(None)
         tables = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid")]
+        tables = ["llama_bench"] if "llama_bench" in tables else tables
         records = []
         for table in tables:
             cursor = conn.execute(f"SELECT * FROM [{table}] ORDER BY rowid")

@@ -150,8 +150,8 @@ def find_outliers(db: DbLocation, *, factor: float = DEFAULT_FACTOR,
     """Results far below their band, then build regressions (see the module docstring).
     ``db`` is only read (a file that is no tokperf DB is refused as it is)."""
     with ResultStore.open_read_only(db) as store:
-        decoded = {r.series_key for r in store.latest_per_series()
-                   if series_metric(r).name == "decode"}  # a pp row has no decode ceiling
+        decoded = {r.series_key for r in store.latest_per_series()  # a pp row: no decode ceiling
+                   if series_metric(r, r.test_id).name == "decode"}
         rows = [r for r in export_rows(store) if r["series_key"] in decoded
                 and r.get("efficiency") is not None and _decode(r) is not None]
     by_workload: dict[tuple[Any, ...], list[dict[str, Any]]] = {}

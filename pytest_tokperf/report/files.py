@@ -130,7 +130,7 @@ def store_report(
     """A report of a results DB, as the session's: its latest result per series (or
     ``run_id``'s results), and every series' change points. HTML draws the figures too."""
     from pytest_tokperf.report.html import build_html_report
-    from pytest_tokperf.report.report_data import load_histories, store_figures
+    from pytest_tokperf.report.report_data import load_histories, report_changes, store_figures
 
     if kind == "html":
         return build_html_report(store, path, run_id=run_id, series_keys=series_keys,
@@ -138,8 +138,7 @@ def store_report(
     figures = store_figures(store, run_id=run_id, series_keys=series_keys)
     keys = series_keys if run_id is None else sorted({f.series_key for f in figures
                                                        if f.series_key is not None})
-    changes = [c for h in load_histories(store, keys, metric=metric, limit=limit)
-               for c in h.series_changes()]
+    changes = report_changes(store, load_histories(store, keys, metric=metric, limit=limit))
     if kind == "md":
         return write_markdown(markdown_summary(figures, changes), path,
                               source="tokperf report -o")

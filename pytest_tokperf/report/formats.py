@@ -24,8 +24,16 @@ from pytest_tokperf.report.report_data import (
     workload_label,
 )
 from pytest_tokperf.report.session_rows import Row
-from pytest_tokperf.report.tables import Cell, Table, markdown, md_cell
-from pytest_tokperf.results import BenchResult, MachineLoad, RunInfo
+from pytest_tokperf.report.tables import (
+    Cell,
+    Table,
+    markdown,
+    md_cell,
+    rate,
+    spread,
+    unstable_note,
+)
+from pytest_tokperf.results import BenchResult, MachineLoad, RunInfo, Summary
 from pytest_tokperf.stats.metric import fmt_p, interval_text, pct
 
 if TYPE_CHECKING:
@@ -39,16 +47,6 @@ _SECTIONS = (
     ("improvement", "Improvements"),
     ("inconclusive", "Too noisy to decide"),
 )
-
-
-def rate(value: float | None, stdev: float | None = None) -> str:
-    """Tokens per second to a useful precision: ``102.4 ±1.9``, ``5230``."""
-    if value is None:
-        return "-"
-    text = f"{value:.1f}" if value < 1000 else f"{value:.0f}"
-    if stdev:
-        text += f" ±{stdev:.1f}" if stdev < 1000 else f" ±{stdev:.0f}"
-    return text
 
 
 def milliseconds(value_s: float | None) -> str:
@@ -97,6 +95,16 @@ def _streams(fig: ResultFigures) -> float | None:
     return fig.aggregate_tokens_per_s if fig.concurrency > 1 else None
 
 
+def decode_spread(fig: ResultFigures) -> Summary | None:
+    """The judged decode's median and SD, its range from the stored repetitions."""
+    if fig.decode_tokens_per_s is None:
+        return None
+    values = fig.judged_decode_samples
+    low, high = (min(values), max(values)) if values else (math.nan, math.nan)
+    return Summary(fig.decode_tokens_per_s, fig.decode_tokens_per_s,
+                   fig.decode_tokens_per_s_stdev or 0.0, low, high, fig.repetitions)
+
+
 _COLUMN_LIST = (
     Column("test", "test", lambda f: f.test_id, lambda f: f.test_id, numeric=False),
     Column("workload", "workload", _workload_cell,
@@ -109,8 +117,7 @@ _COLUMN_LIST = (
            lambda f: f.ttft_bound_s),
     Column("prefill", "prefill tok/s", lambda f: rate(f.prefill_tokens_per_s),
            lambda f: f.prefill_tokens_per_s),
-    Column("decode", "decode tok/s",
-           lambda f: rate(f.decode_tokens_per_s, f.decode_tokens_per_s_stdev),
+    Column("decode", "decode tok/s", lambda f: spread(decode_spread(f)),
            lambda f: f.decode_tokens_per_s),
     Column("engine_decode", "engine decode tok/s", lambda f: rate(f.engine_decode_tokens_per_s),
            lambda f: f.engine_decode_tokens_per_s),
@@ -227,7 +234,8 @@ def markdown_summary(
                  for c in chosen] for fig in figures]
         lines += markdown(Table.of([c.header for c in chosen], rows,
                                    numeric=[i for i, c in enumerate(chosen) if c.numeric]))
-        lines.append("")
+        note = unstable_note([c.text for row in rows for c in row])
+        lines += ["", *note, *([""] if note else [])]
     else:
         lines += ["No results.", ""]
     warned = [f for f in figures if f.warnings]

@@ -50,8 +50,11 @@ def _f(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _eff(judged: JudgedEfficiency) -> str:
-    """``57%``; ``106% !`` above the ceiling (the notes below the table say why)."""
+def _eff(judged: JudgedEfficiency, metric: Metric) -> str:
+    """``57%``; ``106% !`` above the ceiling (the notes below the table say why); ``-``
+    for a series judged on another figure than decode (a pp test: no decode ceiling)."""
+    if metric.name != "decode":
+        return "-"
     return _f(judged.value, ".0%") + (" !" if judged.above_ceiling else "")
 
 
@@ -70,15 +73,17 @@ def history(store: ResultStore, pattern: str | None = None) -> Shown:
     latest = sorted(latest, key=lambda r: (r.test_id, r.series_key))
     labels = series_labels(store, latest)
     judged = judged_efficiencies(store)
-    metrics = {r.series_key: series_metric(r) for r in latest}
+    metrics = {r.series_key: series_metric(r, r.test_id) for r in latest}
     rows = [(labels[r.series_key], r.series_key[:12], r.engine_build or "-",
              metrics[r.series_key].name, _f(_figure(r, metrics[r.series_key])),
-             _eff(judged[r.result_id]), r.created_at[:19]) for r in latest]
+             _eff(judged[r.result_id], metrics[r.series_key]), r.created_at[:19])
+            for r in latest]
     data = [{**asdict(r), "label": labels[r.series_key], "metric": metrics[r.series_key].name,
              "judged_efficiency": asdict(judged[r.result_id])} for r in latest]
     return Shown(data, [*text(Table.of(("test", "series", "latest build", "metric", "tok/s",
                                         "eff", "at"), rows)),
-                        *efficiency_notes([judged[r.result_id] for r in latest])])
+                        *efficiency_notes([judged[r.result_id] for r in latest
+                                           if metrics[r.series_key].name == "decode"])])
 
 
 def _noise_line(points: list[Any], metric: Metric) -> str:
@@ -92,7 +97,7 @@ def _noise_line(points: list[Any], metric: Metric) -> str:
 def series_runs(store: ResultStore, latest: HistoryRow) -> Shown:
     """One series' runs with their gate verdicts, its noise and what it can detect, and
     its level changes since its accepted level (as ``changes`` lists them)."""
-    key, metric = latest.series_key, series_metric(latest)
+    key, metric = latest.series_key, series_metric(latest, latest.test_id)
     moved = level_changes(store, key, metric)[1]
     entries = series_history(store, key, metric.name, since_accepted=False)
     line = _noise_line([e.point for e in entries], metric)
@@ -106,7 +111,7 @@ def series_runs(store: ResultStore, latest: HistoryRow) -> Shown:
                      e.point.version, r.hardware_name or "-",
                      _f(statistics.median(e.point.samples)),
                      _f(None if r.ttft_s is None else r.ttft_s * 1e3, ".0f"),
-                     _eff(judged[r.result_id]), r.verdict, verdicts.get(metric.name, "-"),
+                     _eff(judged[r.result_id], metric), r.verdict, verdicts.get(metric.name, "-"),
                      verdicts.get("ttft", "-")))
     notes = [f"accepted level from {a.accepted_at[:19]}"
              + (f" by {a.accepted_by}" if a.accepted_by else "")
@@ -120,7 +125,8 @@ def series_runs(store: ResultStore, latest: HistoryRow) -> Shown:
     header = ("at", "build", "hardware", metric.name, "TTFT ms", "eff", "verdict",
               f"gate {metric.name}", "gate TTFT")
     return Shown(data, [f"series {key} ({latest.test_id})", *text(Table.of(header, rows)),
-                        *notes, *efficiency_notes([judged[e.row.result_id] for e in entries]),
+                        *notes, *efficiency_notes([judged[e.row.result_id] for e in entries
+                                                   if metric.name == "decode"]),
                         *(f"{_where(cp)}: {cp.verdict} {pct(cp.relative_change)} "
                           f"{interval_text(cp.ci_low, cp.ci_high)}" for cp in moved), line])
 
@@ -155,7 +161,7 @@ def changes(store: ResultStore, pattern: str | None = None) -> Shown:
     notes: list[str] = []
     fits: dict[str | None, HostExponents] = {}
     for row in find_series(store, pattern):
-        metric = series_metric(row)
+        metric = series_metric(row, row.test_id)
         points, moved = level_changes(store, row.series_key, metric, fits)
         found += [(row, metric, cp) for cp in moved]
         seen = resolution(points, metric)

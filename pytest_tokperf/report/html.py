@@ -20,9 +20,10 @@ from pytest_tokperf.report.report_data import (
     ResultFigures,
     SeriesChange,
     load_histories,
+    report_changes,
     store_figures,
 )
-from pytest_tokperf.report.tables import Cell, Table, html_table
+from pytest_tokperf.report.tables import Cell, Table, html_table, unstable_note
 from pytest_tokperf.stats.comparing import Metric
 from pytest_tokperf.storage.store import ResultStore
 
@@ -67,6 +68,11 @@ th { background: #f0f3f7; text-align: left; cursor: pointer; }
 th[data-order="asc"]::after { content: " \\25B2"; }
 th[data-order="desc"]::after { content: " \\25BC"; }
 td a { color: inherit; }
+.wide { overflow-x: auto; margin: 8px 0 16px; }
+.wide table { margin: 0; }
+.wide td:first-child { overflow-wrap: anywhere; min-width: 8em; }
+.wide .pin { position: sticky; right: 0; background: #fff; box-shadow: -2px 0 3px #0002; }
+.wide th.pin { background: #f0f3f7; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .v-fail, .v-error, .v-suspect, .v-unstable, .regression { color: #b00020; font-weight: bold; }
 .v-pass, .improvement { color: #1b7f2a; }
@@ -103,7 +109,13 @@ def _table(figures: Sequence[ResultFigures], links: Mapping[str, str]) -> list[s
         return ["<p>No results.</p>"]
     columns = table_columns()
     rows = [[_cell(c, fig, links.get(fig.series_key or "")) for c in columns] for fig in figures]
-    return html_table(Table.of([c.header for c in columns], rows))
+    names = [c.name for c in columns]
+    note = unstable_note([c.text for row in rows for c in row])
+    # wider than the window: the table scrolls in its own box, its verdict kept in view
+    return ['<div class="wide">', *html_table(Table.of([c.header for c in columns], rows),
+                                              pinned=names.index("verdict")
+                                              if "verdict" in names else None), "</div>",
+            *(f"<p><small>{escape(n)}</small></p>" for n in note)]
 
 
 def _changes(changes: Sequence[SeriesChange]) -> list[str]:
@@ -231,7 +243,8 @@ def build_html_report(
                                                        if f.series_key is not None})
     histories = load_histories(store, keys, metric=metric, limit=limit)
     histories.sort(key=lambda h: not (h.changes or h.drifts))  # series that moved first
-    changes = [c for h in histories for c in h.series_changes()] + list(extra_changes)
+    changes = report_changes(store, histories, {c.series_key for c in extra_changes}) + list(
+        extra_changes)
     subtitle = f"{store.path.name}" + (f", run {run_id}" if run_id else "")
     links = {key: figure_anchor(Path(name)) for key, name in history_file_names(histories).items()}
     with tempfile.TemporaryDirectory(prefix="tokperf-plots-") as tmp:

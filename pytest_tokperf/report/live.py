@@ -1,9 +1,10 @@
 """Where the build verbs' progress goes: live lines on a terminal, plain lines elsewhere.
 
 On a terminal every running ``Meter`` (``builds.progress``) is a line with a bar, its
-elapsed time and the time left, redrawn every second, messages printed above; ``rich``
-draws them where it is installed (loaded only then), else a few ANSI codes. Anywhere else
-(a pipe, a CI log) each message and each step of a meter is one plain line.
+elapsed time and the time left, redrawn every second, messages printed above; the line
+fits the terminal's width (``live_lines``). ``rich`` draws them where it is installed
+(loaded only then, live only while a meter runs), else a few ANSI codes. Anywhere else (a
+pipe, a CI log) each message and each step of a meter is one plain line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TextIO
 
@@ -59,11 +60,59 @@ class Lines:
 
 
 def bar(meter: Meter, width: int = BAR_WIDTH) -> str:
-    """``[########------------]``; blank for a meter that is only timed."""
-    if not meter.total:
+    """``[########------------]``; blank for a meter with neither a count nor an expected time."""
+    fraction = meter.fraction()
+    if fraction is None:
         return " " * (width + 2)
-    filled = round(width * min(max(meter.done / meter.total, 0.0), 1.0))
+    filled = round(width * fraction)
     return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+Form = tuple[int, Literal["long", "short", "left"], int]
+_WHOLE = 10**6
+_FORMS: tuple[Form, ...] = (
+    (BAR_WIDTH, "long", _WHOLE), (BAR_WIDTH, "short", _WHOLE), (BAR_WIDTH, "short", 12),
+    (BAR_WIDTH // 2, "short", 8), (BAR_WIDTH // 2, "left", 8), (BAR_WIDTH // 2, "left", 0),
+    (0, "left", 0))
+"""Each narrower than the last: bar width, times, the least of a label kept (``_WHOLE``:
+all of it; 0: none)."""
+
+
+def _cut(label: str, room: int) -> str:
+    """``label`` in ``room`` characters, whole words dropped from its start (its end
+    names the step: ``…b11434: build``)."""
+    if len(label) <= room:
+        return label
+    words = label.split(" ")
+    while words and (len(" ".join(words)) + 1 > room or not any(c.isalnum() for c in words[0])):
+        words.pop(0)  # a word that is only an arrow leads nowhere
+    return "…" + " ".join(words) if words else "…" + label[len(label) - room + 1:]
+
+
+def _line(meter: Meter, width: int, form: Form) -> str | None:
+    """The meter's line in this form, or None where it does not fit ``width``."""
+    bar_width, times, least = form
+    drawn = f"{bar(meter, bar_width)} " if bar_width else ""
+    count = meter.count_text()
+    told = ", ".join(meter.times(times))
+    if not least:
+        text = drawn + (f"{count}, {told}" if count else told)
+        return text if len(text) <= width else None
+    label = meter.label if count else meter.label.rstrip(":")
+    rest = (f" {count}" if count else "") + f", {told}"
+    room = width - len(drawn) - len(rest)
+    return f"{drawn}{_cut(label, room)}{rest}" if room >= min(least, len(label)) else None
+
+
+def live_lines(meters: Sequence[Meter], width: int) -> list[str]:
+    """Each meter's line in ``width`` columns, in the widest form all fit (their bars
+    aligned): a narrower terminal gets the short times, the labels' ends and a shorter
+    bar, then no labels and the time left alone; the count and time left stay."""
+    for form in _FORMS:
+        lines = [_line(meter, width, form) for meter in meters]
+        if all(line is not None for line in lines):
+            return [line for line in lines if line is not None]
+    return [(_line(m, _WHOLE, _FORMS[-1]) or "")[:width] for m in meters]
 
 
 class AnsiLive:
@@ -120,37 +169,41 @@ class AnsiLive:
             self.drawn = 0
 
     def _draw(self) -> None:
-        width = shutil.get_terminal_size((100, 24)).columns - 1
-        for meter in self.meters:
-            self.stream.write(f"{PREFIX}{bar(meter)} {meter.text()}"[:width] + "\n")
+        width = shutil.get_terminal_size((100, 24)).columns - 1  # the last column wraps
+        for line in live_lines(self.meters, width):
+            self.stream.write(line + "\n")
         self.drawn = len(self.meters)
         self.stream.flush()
 
 
 class RichLive:
-    """The same on ``rich``'s Progress: a task per meter, its text computed when drawn."""
+    """The same lines on ``rich``'s Progress: a task per meter, its line computed when
+    drawn; live only while a meter runs (an empty one only erases its line)."""
 
     def __init__(self, stream: TextIO) -> None:
         # optional: not a dependency, so not known to the type checker where absent
         from rich.console import Console  # type: ignore[import-not-found, unused-ignore]
         from rich.progress import (  # type: ignore[import-not-found, unused-ignore]
-            BarColumn,
             Progress,
             ProgressColumn,
         )
         from rich.text import Text  # type: ignore[import-not-found, unused-ignore]
 
+        console = Console(file=stream, force_terminal=True)
+        meters: list[Meter] = []
+
         class MeterColumn(ProgressColumn):  # type: ignore[misc, unused-ignore]
             def render(self, task: Any) -> Text:
                 meter: Meter = task.fields["meter"]
-                return Text(meter.text())
+                shown = list(meters) if meter in meters else [meter]
+                line = live_lines(shown, console.width - 1)[shown.index(meter)]
+                return Text(line, no_wrap=True, overflow="ellipsis")
 
-        self.console = Console(file=stream, force_terminal=True)
-        self.progress = Progress(BarColumn(bar_width=BAR_WIDTH), MeterColumn(),
-                                 console=self.console, refresh_per_second=2, transient=True)
+        self.console, self.meters = console, meters
+        self.progress = Progress(MeterColumn(), console=console, refresh_per_second=2,
+                                 transient=True)
         self.tasks: dict[int, Any] = {}
         self.lock = threading.Lock()
-        self.progress.start()
 
     def __call__(self, line: str) -> None:
         self.console.print(f"{PREFIX}{line}", markup=False, highlight=False, soft_wrap=True)
@@ -159,16 +212,24 @@ class RichLive:
         with self.lock:
             task = self.tasks.get(id(meter))
             if task is None:
-                self.tasks[id(meter)] = self.progress.add_task(
-                    "", total=meter.total, completed=int(meter.done), meter=meter)
+                if not self.tasks:
+                    self.progress.start()
+                self.meters.append(meter)
+                self.tasks[id(meter)] = self.progress.add_task("", meter=meter)
             else:
-                self.progress.update(task, total=meter.total, completed=meter.done)
+                self.progress.update(task)
 
     def drop(self, meter: Meter) -> None:
         with self.lock:
             task = self.tasks.pop(id(meter), None)
             if task is not None:
+                self.meters.remove(meter)
                 self.progress.remove_task(task)
+                if not self.tasks:
+                    self.progress.stop()
 
     def stop(self) -> None:
-        self.progress.stop()
+        with self.lock:
+            self.tasks.clear()
+            self.meters.clear()
+            self.progress.stop()

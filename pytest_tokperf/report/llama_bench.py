@@ -1,11 +1,13 @@
 """``tokperf bench -o md|csv|json|jsonl|sql``: results in llama-bench's forms.
 
-Each measured test (``bench.grid_run.BenchRow``) has llama-bench's fields under its names (what
-``llama-bench -o json`` writes, in its order, typed as its printers type them), then
-tokperf's own (ceiling, efficiency, TTFT, the series and run). ``md`` is llama-bench's
-markdown table (``t/s`` as ``avg ± stddev``, a ``build:`` line under it) with the ceiling
-and efficiency beside it; ``sql`` is its ``CREATE TABLE IF NOT EXISTS llama_bench`` and one
-``INSERT`` per row, the table ``scripts/compare-llama-bench.py`` reads.
+Each measured test (``bench.grid_run.BenchRow``) has the fields llama-bench of the measured
+release writes (``builds.llama_bench``), in its order, typed as its printers type them,
+then tokperf's own (ceiling, efficiency, marks, the series and run). ``md`` is llama-bench's
+markdown table (``t/s`` as ``avg ± stddev``, a ``build:`` line under it) with the ceiling,
+efficiency and marks beside it; ``sql`` is llama-bench's own ``CREATE TABLE IF NOT EXISTS
+llama_bench`` (so either's rows go into one file, as ``scripts/compare-llama-bench.py``
+reads it) and ``tokperf_bench`` for tokperf's fields, each row's ``llama_bench_rowid``
+naming its llama-bench row.
 """
 
 from __future__ import annotations
@@ -17,39 +19,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_tokperf.bench.grid import FLASH_ATTN_NUMBER
 from pytest_tokperf.bench.grid_run import BenchRow
+from pytest_tokperf.builds.llama_bench import FieldType, build_of, release_fields
 from pytest_tokperf.jsontext import dumps
-from pytest_tokperf.report.tables import Table, csv_text, markdown, sql_text, text
-from pytest_tokperf.results import judged_decode_values
+from pytest_tokperf.report.tables import UNSTABLE_SPREAD, unstable
+from pytest_tokperf.report.tables import Table, csv_text, markdown, sql_literal, sql_text, text
+from pytest_tokperf.results import Summary, judged_decode_values
 
 if TYPE_CHECKING:
     from pytest_tokperf.bench.run import BenchRun
     from pytest_tokperf.expected.llama_bench_import import ImportedRow
     from pytest_tokperf.expected.outliers import Outlier
-    from pytest_tokperf.results import BenchResult, ModelInfo
+    from pytest_tokperf.results import ModelInfo
     from pytest_tokperf.storage.exchange import Added
 
 OutputForm = Literal["md", "csv", "json", "jsonl", "sql"]
 FORMS: tuple[OutputForm, ...] = ("md", "csv", "json", "jsonl", "sql")
-
-FieldType = Literal["TEXT", "INTEGER", "REAL", "BOOL"]
-
-LLAMA_BENCH_FIELDS: dict[str, FieldType] = {
-    "build_commit": "TEXT", "build_number": "INTEGER", "cpu_info": "TEXT",
-    "gpu_info": "TEXT", "backends": "TEXT", "model_filename": "TEXT", "model_type": "TEXT",
-    "model_size": "INTEGER", "model_n_params": "INTEGER", "n_batch": "INTEGER",
-    "n_ubatch": "INTEGER", "n_threads": "INTEGER", "cpu_mask": "TEXT", "cpu_strict": "BOOL",
-    "poll": "INTEGER", "type_k": "TEXT", "type_v": "TEXT", "n_gpu_layers": "INTEGER",
-    "n_cpu_moe": "INTEGER", "split_mode": "TEXT", "main_gpu": "INTEGER",
-    "no_kv_offload": "BOOL", "flash_attn": "INTEGER", "devices": "TEXT",
-    "tensor_split": "TEXT", "tensor_buft_overrides": "TEXT", "use_mmap": "BOOL",
-    "use_direct_io": "BOOL", "embeddings": "BOOL", "no_op_offload": "INTEGER",
-    "no_host": "BOOL", "repack": "BOOL", "fit_target": "INTEGER", "fit_min_ctx": "INTEGER",
-    "n_prompt": "INTEGER", "n_gen": "INTEGER", "n_depth": "INTEGER", "test_time": "TEXT",
-    "avg_ns": "INTEGER", "stddev_ns": "INTEGER", "avg_ts": "REAL", "stddev_ts": "REAL",
-}
-"""llama-bench's fields and types (tools/llama-bench/README.md's CSV header; the ones
-compare-llama-bench.py joins on are all here). What tokperf cannot set (CPU mask, poll,
-split mode, ...) is llama-server's default, as it ran."""
 
 TOKPERF_FIELDS: dict[str, FieldType] = {
     "test": "TEXT", "test_id": "TEXT", "series_key": "TEXT", "run_id": "TEXT",
@@ -60,12 +44,12 @@ TOKPERF_FIELDS: dict[str, FieldType] = {
     "decode_tokens_per_s": "REAL", "decode_tokens_per_s_stdev": "REAL",
     "decode_source": "TEXT", "ceiling_decode_tokens_per_s": "REAL", "efficiency": "REAL",
     "bandwidth_bytes_per_s": "REAL", "bandwidth_source": "TEXT", "verdict": "TEXT",
-    "notes": "TEXT",
+    "busy": "BOOL", "unstable": "BOOL", "notes": "TEXT",
 }
 """tokperf's own fields after llama-bench's: what was sent (``prompt_tokens``,
 ``generate_tokens``: a pp test streams 2 tokens, a tg test sends 1 prompt token), the
-medians ``--json`` prints, the decode ceiling and efficiency (null for pp tests, whose t/s
-is the prefill's), where it is stored."""
+medians ``--json`` prints, the decode ceiling and efficiency (tg tests only: a pp or pg
+t/s is no decode), where it is stored, and the summary's marks (``marks``)."""
 
 _BACKENDS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm", "metal": "Metal",
              "vulkan": "Vulkan", "sycl": "SYCL", "opencl": "OpenCL", "cann": "CANN",
@@ -108,13 +92,36 @@ def fields(row: BenchRow) -> dict[str, Any]:
             **tokperf_fields(row)}
 
 
+def release_of(row: BenchRow) -> Mapping[str, FieldType]:
+    """The fields llama-bench of the row's release writes (``builds.llama_bench``)."""
+    engine = row.recorded.result.engine
+    return release_fields(build_of(engine.build, engine.version)[1], row.binary)[0]
+
+
 def llama_bench_fields(row: BenchRow) -> dict[str, Any]:
+    """The release's fields (``release_of``) typed as it types them; one tokperf does not
+    know is null, but an attached server's threads are 0 (compare-llama-bench joins on
+    them). What tokperf cannot set (CPU mask, poll, load mode, ...) is llama-server's
+    default, as it ran."""
+    known = _llama_bench_values(row)
+    return {name: _typed(known.get(name), kind) for name, kind in release_of(row).items()}
+
+
+def _typed(value: Any, kind: FieldType) -> Any:
+    if value is None or kind == "TEXT":
+        return value if value is None else str(value)
+    if kind == "BOOL":
+        return value is True or value == 1  # flash_attn -1 (auto) was no boolean
+    return float(value) if kind == "REAL" else int(value)
+
+
+def _llama_bench_values(row: BenchRow) -> dict[str, Any]:
     from pytest_tokperf.engines.speed_settings import ServerSettings
 
     result = row.recorded.result
     server = ServerSettings.from_engine(result.engine)
     ns, ts = samples(row)
-    commit, number = build_of(result)
+    commit, number = build_of(result.engine.build, result.engine.version)
     fa = FLASH_ATTN_NUMBER.get(server.flash_attn or "auto", -1)
     model = row.model
     return {
@@ -126,13 +133,14 @@ def llama_bench_fields(row: BenchRow) -> dict[str, Any]:
         "model_type": model_type(model), "model_size": row.model_bytes,
         "model_n_params": model.parameter_count if model else None,
         "n_batch": server.batch_size or 2048, "n_ubatch": server.ubatch_size or 512,
-        "n_threads": server.threads or result.engine.threads, "cpu_mask": "0x0",
+        "n_threads": server.threads or result.engine.threads or 0, "cpu_mask": "0x0",
         "cpu_strict": False, "poll": 50, "type_k": server.cache_type_k or "f16",
         "type_v": server.cache_type_v or "f16", "n_gpu_layers": _gpu_layers(server.gpu_layers),
         "n_cpu_moe": 0, "split_mode": server.split_mode or "layer",
         "main_gpu": server.main_gpu or 0, "no_kv_offload": False, "flash_attn": fa,
         "devices": server.device_arg or "auto", "tensor_split": server.tensor_split or "0.00",
         "tensor_buft_overrides": "none", "use_mmap": True, "use_direct_io": False,
+        "load_mode": "auto", "lazy_mode": "auto",
         "embeddings": False, "no_op_offload": 0, "no_host": False, "repack": True,
         "fit_target": 0, "fit_min_ctx": 0, "n_prompt": row.test.n_prompt,
         "n_gen": row.test.n_gen, "n_depth": row.test.n_depth, "test_time": row.test_time,
@@ -151,7 +159,8 @@ def tokperf_fields(row: BenchRow) -> dict[str, Any]:
                               series_key=row.series_key, model=row.model,
                               run_id=row.run_id, created_at=row.created_at)
     decoded = row.test.kind != "pp"  # a pp test's 2 tokens are no decode figure
-    bandwidth = r.ceiling.bandwidth if r.ceiling is not None else None
+    judged = row.test.kind == "tg"  # a pg t/s counts its prompt: no decode ceiling
+    bandwidth = r.ceiling.bandwidth if r.ceiling is not None and judged else None
     w = r.result.workload
     return {
         "test": row.test.name, "test_id": r.test_id, "series_key": row.series_key,
@@ -164,23 +173,29 @@ def tokperf_fields(row: BenchRow) -> dict[str, Any]:
         "decode_tokens_per_s": fig.decode_tokens_per_s if decoded else None,
         "decode_tokens_per_s_stdev": fig.decode_tokens_per_s_stdev if decoded else None,
         "decode_source": fig.decode_source if decoded else None,
-        "ceiling_decode_tokens_per_s": fig.ceiling_decode_tokens_per_s if decoded else None,
-        "efficiency": fig.efficiency if decoded else None,
-        "bandwidth_bytes_per_s": bandwidth.bytes_per_s if bandwidth and decoded else None,
-        "bandwidth_source": bandwidth.source if bandwidth and decoded else None,
-        "verdict": r.verdict, "notes": "; ".join(r.result.notes) or None,
+        "ceiling_decode_tokens_per_s": fig.ceiling_decode_tokens_per_s if judged else None,
+        "efficiency": fig.efficiency if judged else None,
+        "bandwidth_bytes_per_s": bandwidth.bytes_per_s if bandwidth else None,
+        "bandwidth_source": bandwidth.source if bandwidth else None,
+        "verdict": r.verdict, **dict.fromkeys(MARKS, False), **dict.fromkeys(marks(row), True),
+        "notes": "; ".join(r.result.notes) or None,
     }
 
 
-def build_of(result: BenchResult) -> tuple[str, int | None]:
-    """llama-bench's ``build_commit`` and ``build_number`` from llama-server's build
-    (``b11434-74f58e63``, its ``/props`` build_info), else from the version alone."""
-    engine = result.engine
-    found = re.fullmatch(r"b?(\d+)-(.+)", engine.build or "")
-    if found:
-        return found[2], int(found[1])
-    number = re.fullmatch(r"b?(\d+)", engine.version or "")
-    return (engine.build or engine.version or "unknown"), int(number[1]) if number else None
+MARKS = ("busy", "unstable")
+MARKS_NOTE = (f"busy: other processes kept the machine busy while it was measured (its notes "
+              f"say how much): the figure may be theirs; unstable: its repetitions spread "
+              f"by more than {UNSTABLE_SPREAD:.0%} of the median, or too widely to pass")
+
+
+def marks(row: BenchRow) -> tuple[str, ...]:
+    """The default summary's marks on the row: ``busy`` (a busy machine, as its verdict's
+    ``(busy)``) and ``unstable`` (its t/s flagged ``!`` there, or its verdict)."""
+    r = row.recorded
+    load = r.result.load
+    busy = r.verdict == "busy" or (load is not None and load.loaded)
+    marked = r.verdict == "unstable" or unstable(Summary.of(samples(row)[1]))
+    return tuple(m for m, on in zip(MARKS, (busy, marked), strict=True) if on)
 
 
 def model_type(model: ModelInfo | None) -> str:
@@ -206,7 +221,7 @@ _MD_NAMES = {"n_gpu_layers": "ngl", "n_threads": "threads", "flash_attn": "fa",
              "concurrency": "c", "cached_prefix_tokens": "warm", "draft_model": "draft"}
 _MD_WIDTHS = {"model": -30, "t/s": 20, "size": 10, "params": 10, "n_gpu_layers": 3,
               "n_threads": 7, "n_batch": 7, "n_ubatch": 8, "type_k": 6, "type_v": 6,
-              "flash_attn": 3, "test": 15, "backend": -10, "draft_model": -10}
+              "flash_attn": 3, "test": 15, "backend": -10, "draft_model": -10, "note": -14}
 _MD_DEFAULTS: dict[str, object] = {"n_batch": 2048, "n_ubatch": 512, "type_k": "f16",
                                    "type_v": "f16", "flash_attn": -1, "concurrency": 1,
                                    "cached_prefix_tokens": 0, "draft_model": None}
@@ -219,8 +234,10 @@ shows a parameter given other than its default; tokperf's ``c`` and ``warm`` lik
 
 def md_table(rows: Sequence[BenchRow], asked: set[str] | frozenset[str] = frozenset()
              ) -> list[str]:
-    """llama-bench's markdown table (then the ceiling and efficiency) and its build line."""
-    data = [fields(row) for row in rows]
+    """llama-bench's markdown table (then the ceiling, efficiency and the rows' marks) and
+    its build line (then what the marks mean)."""
+    data = [{**_llama_bench_values(row), **tokperf_fields(row), "note": ", ".join(marks(row))}
+            for row in rows]
     cpu_only = all(d["backends"] == "CPU" for d in data)
 
     def show(name: str) -> bool:
@@ -231,7 +248,8 @@ def md_table(rows: Sequence[BenchRow], asked: set[str] | frozenset[str] = frozen
         return {"n_gpu_layers": not cpu_only, "n_threads": cpu_only}.get(name, False)
 
     shown = ["model", "size", "params", "backend", *filter(show, MD_OPTIONAL),
-             "test", "t/s", "ceiling t/s", "eff"]
+             "test", "t/s", "ceiling t/s", "eff", *(["note"] if any(d["note"] for d in data)
+                                                    else [])]
     widths = [_MD_WIDTHS.get(name, max(len(_MD_NAMES.get(name, name)), 10)) for name in shown]
     table = Table.of([_MD_NAMES.get(n, n) for n in shown],
                      [[_md_cell(name, d) for name in shown] for d in data],
@@ -240,7 +258,7 @@ def md_table(rows: Sequence[BenchRow], asked: set[str] | frozenset[str] = frozen
     lines = markdown(table, padded=True)
     if data:
         lines += ["", f"build: {data[0]['build_commit']} ({data[0]['build_number'] or 0})"]
-    return lines
+    return lines + (["", MARKS_NOTE] if "note" in shown else [])
 
 
 def _md_cell(name: str, d: Mapping[str, Any]) -> str:
@@ -265,10 +283,11 @@ def _md_cell(name: str, d: Mapping[str, Any]) -> str:
         return "-" if eff is None else f"{eff:.0%}"
     if name == "test":
         return str(d["test"])
-    return "-" if d[name] is None else str(d[name])
+    return "-" if d[name] in (None, "") else str(d[name])
 
 
 SQL_TABLE = "llama_bench"
+TOKPERF_TABLE = "tokperf_bench"
 
 
 def render(form: OutputForm, rows: Sequence[BenchRow],
@@ -282,11 +301,27 @@ def render(form: OutputForm, rows: Sequence[BenchRow],
         return dumps(records).splitlines()
     if form == "jsonl":
         return [dumps(r, indent=None) for r in records]
-    types = {**LLAMA_BENCH_FIELDS, **TOKPERF_FIELDS}
+    release = release_of(rows[0]) if rows else release_fields(None)[0]
     if form == "csv":
-        return csv_text(list(types), records, quote_all=True, line_end="\n").splitlines()
-    return sql_text(SQL_TABLE, {n: "INTEGER" if t == "BOOL" else t for n, t in types.items()},
-                    records)
+        return csv_text([*release, *TOKPERF_FIELDS], records, quote_all=True,
+                        line_end="\n").splitlines()
+    return sql_lines(release, records)
+
+
+def sql_lines(release: Mapping[str, FieldType], records: Sequence[Mapping[str, Any]]
+              ) -> list[str]:
+    """llama-bench's table as its release creates it, tokperf's beside it; per row an
+    ``INSERT`` into each, tokperf's naming the llama-bench row it belongs to."""
+    own, sql = {"llama_bench_rowid": "INTEGER", **TOKPERF_FIELDS}, {"BOOL": "INTEGER"}
+    lines = [*sql_text(SQL_TABLE, {n: sql.get(t, t) for n, t in release.items()}, []),
+             *sql_text(TOKPERF_TABLE, {n: sql.get(t, t) for n, t in own.items()}, [])]
+    for record in records:
+        values = ", ".join(sql_literal(record.get(n)) for n in release)
+        lines.append(f"INSERT INTO {SQL_TABLE} ({', '.join(release)}) VALUES ({values});")
+        values = ", ".join(sql_literal(record.get(n)) for n in TOKPERF_FIELDS)
+        lines.append(f"INSERT INTO {TOKPERF_TABLE} ({', '.join(own)}) VALUES "
+                     f"(last_insert_rowid(), {values});")
+    return lines
 
 
 def bench_json(run: BenchRun, rows: Sequence[BenchRow], failed: Sequence[str]) -> str:

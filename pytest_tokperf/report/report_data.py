@@ -5,10 +5,11 @@ The one place that reads a ``ResultStore`` for ``formats``, ``plots`` and ``html
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from pytest_tokperf.bench.ab import model_name  # the file's name, never its folder
 from pytest_tokperf.bench.ceilings import mean_decode_depth
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.errors import ConfigError
@@ -45,6 +46,9 @@ from pytest_tokperf.storage.history import (
     version_label,
 )
 from pytest_tokperf.storage.store import ResultStore, StoredResult
+
+if TYPE_CHECKING:
+    from pytest_tokperf.versions.compare import Compared
 
 METRICS: dict[str, Metric] = {m.name: m for m in (DECODE, PREFILL, TTFT, AGGREGATE)}
 
@@ -206,7 +210,7 @@ def figures_from_result(
     """Flatten one result; ``efficiency`` defaults to ``ceiling.decode_efficiency``; a
     result judged on another metric than decode has no decode ceiling or efficiency."""
     decode = result.judged_decode_tokens_per_s
-    decoded = series_metric(result).name == DECODE.name
+    decoded = series_metric(result, test_id).name == DECODE.name
     ceiling_tps = ceiling.decode_tokens_per_s if ceiling and decoded else None
     if efficiency is None:
         efficiency = decode_efficiency(result, ceiling)
@@ -217,7 +221,7 @@ def figures_from_result(
         test_id=test_id, series_key=series_key, engine_name=result.engine.name,
         engine_version=result.engine.version, engine_build=result.engine.build,
         hardware_name=hardware.name if hardware else None,
-        model_file_name=model.file_name if model else result.engine.model_name,
+        model_file_name=model.file_name if model else model_name(result.engine) or None,
         prompt_tokens=w.prompt_tokens, generate_tokens=w.generate_tokens,
         depth_tokens=w.depth_tokens, concurrency=w.concurrency,
         repetitions=len(result.samples) or w.repetitions,
@@ -315,7 +319,8 @@ class SeriesChange:
     """What was compared against: a build label, or ``b6000 .. b6010`` for a history."""
     current: str
     reason: str
-    kind: Literal["gate", "step", "drift"] = "gate"
+    kind: Literal["gate", "step", "drift", "compare"] = "gate"
+    """``compare``: the two builds measured last, judged as ``tokperf compare`` does."""
 
     @classmethod
     def from_comparison(
@@ -381,7 +386,7 @@ def load_history(
     if not rows:
         raise ConfigError(f"series {series_key!r} has no results in {str(store.path)!r}; "
                           "list series with `tokperf history`")
-    metric = series_metric(rows[-1]) if metric is None else metric
+    metric = series_metric(rows[-1], rows[-1].test_id) if metric is None else metric
     entries = series_history(store, series_key, metric.name, limit=limit, since_accepted=False)
     points = [e.point for e in entries]
     probed = store.probed_bandwidths(e.row.result_id for e in entries)
@@ -414,3 +419,33 @@ def load_histories(
     histories = [load_history(store, key, metric=metric, limit=limit, judged=judged, fits=fits)
                  for key in keys]
     return sorted(histories, key=lambda h: (h.test_id, h.title, h.series_key))
+
+
+def report_changes(store: ResultStore, histories: Sequence[SeriesHistory],
+                   judged: Collection[str | None] = ()) -> list[SeriesChange]:
+    """What a report lists: each history's steps and drifts, and per series (but those in
+    ``judged``: the session's gate verdicts) the DB's two builds measured last, judged as
+    ``tokperf compare`` judges them (a history of two builds has no step to find); a step
+    between those two builds is left to compare's verdict, so the doors agree."""
+    from pytest_tokperf.versions.compare import compare_versions
+
+    try:
+        compared: Compared | None = compare_versions(store)
+    except ConfigError:  # fewer than two builds, or no series measured on both
+        compared = None
+    by_key = {s.series_key: s for s in compared.series} if compared else {}
+    out: list[SeriesChange] = []
+    for h in histories:
+        s = by_key.get(h.series_key)
+        if compared is None or s is None or s.metric.name != h.metric.name \
+                or h.series_key in judged:
+            out += h.series_changes()
+            continue
+        base, cur = ({e.point.version for e in side.entries.get(s.metric.name, ())}
+                     for side in (s.baseline, s.current))
+        out += [c for c in h.series_changes()
+                if c.kind == "drift" or not (c.baseline in base and c.current in cur)]
+        out.append(replace(SeriesChange.from_comparison(
+            h.test_id, s.verdict, baseline=compared.baseline_name,
+            current=compared.current_name, series_key=h.series_key), kind="compare"))
+    return out

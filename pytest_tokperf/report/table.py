@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from collections.abc import Sequence
 
 from pytest_tokperf.ceiling import decode_efficiency
 from pytest_tokperf.report.session_rows import Row, gate_label, session_rows
-from pytest_tokperf.report.tables import Table, text
-from pytest_tokperf.results import BenchResult, Ceiling, Summary
+from pytest_tokperf.report.tables import Table, spread, text, unstable_note
+from pytest_tokperf.results import BenchResult, Ceiling
 
 __all__ = ["Row", "gate_label", "session_rows"]  # kept importable from here
-
-
-UNSTABLE_SPREAD = 0.25
-"""A rate whose repetitions' standard deviation is over this share of its median shows
-its range (min-max) and ``!`` instead of a ± that would reach toward zero or below."""
-UNSTABLE_NOTE = (f"!: the repetitions spread by more than {UNSTABLE_SPREAD:.0%} of the "
-                 "median, so the range (slowest-fastest) is shown, not ±: an unstable figure")
-
-
-def _unstable(summary: Summary | None) -> bool:
-    return (summary is not None and summary.n > 1
-            and summary.stdev > UNSTABLE_SPREAD * abs(summary.median))
-
-
-def _bound(value: float) -> str:
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
-
-
-def _rate(summary: Summary | None) -> str:
-    """``208.09 ±3.12``; ``208.09 (12.4-590)!`` when the spread is a large share of it."""
-    if summary is None:
-        return "-"
-    if _unstable(summary):
-        return f"{summary.median:.2f} ({_bound(summary.minimum)}-{_bound(summary.maximum)})!"
-    if summary.n > 1:
-        return f"{summary.median:.2f} ±{summary.stdev:.2f}"
-    return f"{summary.median:.2f}"
 
 
 def _ttft_bound(result: BenchResult, ceiling: Ceiling | None) -> str:
@@ -59,7 +33,13 @@ def _short(test_id: str, width: int = 44) -> str:
 
 
 DEFAULT_COLUMNS = 120
-"""The summary fits a 120-column terminal unless told otherwise (``tokperf_columns``)."""
+"""The summary's width where the output is no terminal (a CI log, a file) and
+``tokperf_columns`` does not say."""
+
+
+def terminal_columns() -> int:
+    """The terminal's width (``COLUMNS`` where set); ``DEFAULT_COLUMNS`` off a terminal."""
+    return shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
 _HEADER = (
     "test", "prompt/gen", "TTFT ms", "TTFT bound", "prefill tok/s", "decode tok/s",
     "engine decode", "agree", "n", "ceiling", "eff", "chars/s", "all streams",
@@ -78,11 +58,15 @@ COLUMN_NAMES = {
 """Each ``tokperf_table_columns`` name (``settings.TABLE_COLUMNS``) and its column here."""
 _LEAVE_OUT = ("TTFT bound", "agree", "all streams", "chars/s", "n", "ceiling",
               "prefill tok/s", "engine build", "gate", "engine decode")
-"""Columns left out, in order, until the table fits (the core columns always stay)."""
+"""Columns left out, in order, until the table fits..."""
+_LEAVE_OUT_NARROW = ("TTFT ms", "eff")
+"""...then these, on a terminal narrower still (test, workload, decode and verdict stay)."""
 _SHORT_TEST_WIDTH = 32
 """A test id is cut to this (its end kept) before any column is left out..."""
 _MIN_TEST_WIDTH = 24
-"""...and to this only when every column that may go has gone."""
+"""...to this when every column that may go has gone, and to ``_NARROW_TEST_WIDTH`` on a
+terminal too narrow for the core columns."""
+_NARROW_TEST_WIDTH = 16
 
 
 def _percentile_cells(row: Row) -> tuple[str, str]:
@@ -109,9 +93,9 @@ def _cells(row: Row, percentiles: bool = False) -> tuple[str, ...]:
         + (f" x{r.workload.concurrency}" if r.workload.concurrency > 1 else ""),
         f"{r.ttft_s.median * 1e3:.0f}" if r.ttft_s else "-",
         _ttft_bound(r, row.ceiling),
-        _rate(r.prefill_tokens_per_s),
-        _rate(r.decode_tokens_per_s),
-        _rate(r.engine_decode_tokens_per_s),
+        spread(r.prefill_tokens_per_s),
+        spread(r.decode_tokens_per_s),
+        spread(r.engine_decode_tokens_per_s),
         f"{r.decode_agreement:.2%}" if r.decode_agreement is not None else "-",
         str(len(r.samples)),
         f"{ceiling:.1f}" if ceiling else "-",
@@ -147,14 +131,23 @@ def _layout(body: list[tuple[str, ...]], columns: int, chosen: list[int] | None 
         kept.remove(_HEADER.index(name))
     while width(test_width) > columns and test_width > _MIN_TEST_WIDTH:
         test_width -= 1
+    for name in (*(_LEAVE_OUT_NARROW if chosen is None else ()), None):
+        while width(test_width) > columns and test_width > _NARROW_TEST_WIDTH:
+            test_width -= 1  # a shorter test id before a core column goes
+        if width(test_width) <= columns or name is None:
+            break
+        kept.remove(_HEADER.index(name))
+        test_width = _MIN_TEST_WIDTH
     return kept, test_width
 
 
-def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
+def summary_table(rows: Sequence[Row], columns: int | None = None,
                   option: str = "PYTEST_TOKPERF_COLUMNS=250",
                   show: Sequence[str] | None = None) -> list[str]:
-    """Aligned lines of at most ``columns`` characters; ``option`` asks for more. ``show``:
-    these columns by name (``COLUMN_NAMES``), in order, none left out."""
+    """Aligned lines of at most ``columns`` characters (None: the terminal's width);
+    ``option`` asks for more. ``show``: these columns by name (``COLUMN_NAMES``), in
+    order, none left out."""
+    columns = terminal_columns() if columns is None else columns
     chosen = None if show is None else [_HEADER.index(COLUMN_NAMES[name]) for name in show]
     extra = chosen is not None and any(_HEADER[i] in _ON_REQUEST for i in chosen)
     full = [_cells(row, extra) for row in rows]
@@ -169,7 +162,7 @@ def summary_table(rows: Sequence[Row], columns: int = DEFAULT_COLUMNS,
         out += textwrap.wrap(f"(not shown to fit {columns} columns: {', '.join(left_out)}; "
                              f"{option} shows them)", columns, subsequent_indent=" ",
                              break_on_hyphens=False)
-    notes = [UNSTABLE_NOTE] if any(c.endswith(")!") for line in body for c in line[1:]) else []
+    notes = unstable_note([c for line in body for c in line[1:]])
     for row in rows:
         notes += [f"note: {_short(row.test_id)}: {note}" for note in row.result.notes]
         if row.ceiling is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_tokperf.jsontext import finite
+from pytest_tokperf.results import Summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +118,10 @@ def text(table: Table) -> list[str]:
     return [line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:])]
 
 
-def _html_cell(cell: CellLike, numeric: bool) -> str:
+def _html_cell(cell: CellLike, numeric: bool, pinned: bool = False) -> str:
     if not isinstance(cell, Cell):
         cell = Cell(cell)
-    css = cell.css or ("num" if numeric else "")
+    css = " ".join(filter(None, (cell.css or ("num" if numeric else ""), "pin" * pinned)))
     attrs = f' class="{html.escape(css)}"' if css else ""
     if cell.sort is not None and math.isfinite(cell.sort):
         attrs += f' data-sort="{cell.sort:.9g}"'
@@ -133,11 +134,14 @@ def _html_cell(cell: CellLike, numeric: bool) -> str:
     return f"<td{attrs}>{body}</td>"
 
 
-def html_table(table: Table, css: str = "sortable") -> list[str]:
-    """An HTML table, its cells escaped; ``css`` the table's class."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
-    body = ["<tr>" + "".join(_html_cell(c, i in table.numeric) for i, c in enumerate(row))
-            + "</tr>" for row in table.rows]
+def html_table(table: Table, css: str = "sortable", pinned: int | None = None) -> list[str]:
+    """An HTML table, its cells escaped; ``css`` the table's class; the ``pinned``
+    column's cells and header get the class ``pin`` (kept in view where it scrolls)."""
+    pin = ' class="pin"'
+    head = "".join(f"<th{pin * (i == pinned)}>{html.escape(h)}</th>"
+                   for i, h in enumerate(table.header))
+    body = ["<tr>" + "".join(_html_cell(c, i in table.numeric, i == pinned)
+                             for i, c in enumerate(row)) + "</tr>" for row in table.rows]
     return [f'<table class="{html.escape(css)}">', f"<thead><tr>{head}</tr></thead><tbody>",
             *body, "</tbody></table>"]
 
@@ -184,3 +188,48 @@ def sql_text(table_name: str, types: Mapping[str, str],
         values = ", ".join(sql_literal(record.get(n)) for n in names)
         lines.append(f"INSERT INTO {table_name} ({', '.join(names)}) VALUES ({values});")
     return lines
+
+
+UNSTABLE_SPREAD = 0.25
+"""A rate whose repetitions' standard deviation is over this share of its median shows
+its range (min-max) and ``!`` instead of a ± that would reach toward zero or below."""
+UNSTABLE_NOTE = (f"!: the repetitions spread by more than {UNSTABLE_SPREAD:.0%} of the "
+                 "median, so the range (slowest-fastest) is shown, not ±: an unstable figure")
+
+
+def unstable(summary: Summary | None) -> bool:
+    """Whether ``summary``'s spread is over ``UNSTABLE_SPREAD`` of its median."""
+    return (summary is not None and summary.n > 1
+            and summary.stdev > UNSTABLE_SPREAD * abs(summary.median))
+
+
+def unstable_note(cells: Sequence[str]) -> list[str]:
+    """What a ``!`` after a figure means, where one of ``cells`` has it."""
+    return [UNSTABLE_NOTE] if any(c.endswith("!") for c in cells) else []
+
+
+def _bound(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def rate(value: float | None, stdev: float | None = None) -> str:
+    """Tokens per second to a useful precision: ``102.4 ±1.9``, ``5230``."""
+    if value is None:
+        return "-"
+    text = f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+    if stdev:
+        text += f" ±{stdev:.1f}" if stdev < 1000 else f" ±{stdev:.0f}"
+    return text
+
+
+def spread(summary: Summary | None) -> str:
+    """A rate over its repetitions, written so in every table (terminal, markdown, HTML):
+    ``208.1 ±3.1``; ``208.1 (12.4-590)!`` when the spread is a large share of it (a range
+    not stored: ``208.1 ±353.3!``)."""
+    if summary is None:
+        return "-"
+    if not unstable(summary):
+        return rate(summary.median, summary.stdev if summary.n > 1 else None)
+    if math.isfinite(summary.minimum) and math.isfinite(summary.maximum):
+        return f"{rate(summary.median)} ({_bound(summary.minimum)}-{_bound(summary.maximum)})!"
+    return f"{rate(summary.median, summary.stdev)}!"

@@ -47,9 +47,10 @@ def _series_rows(s: SeriesComparison, ttft: bool, one_level: bool) -> list[list[
                                and s.current.median(m) is not None]
     rows: list[list[str | Cell]] = []
     for i, name in enumerate(shown):
-        base, cur = s.baseline.median(name), s.current.median(name)
+        base, cur = s.baseline.mean(name), s.current.mean(name)
         cells: list[str | Cell] = [s.label, s.tests.get(name, name), _num(base), _num(cur),
-                                   _num(cur / base if base and cur is not None else None)]
+                                   _num(cur / base if base and cur is not None else None),
+                                   _num(s.baseline.median(name)), _num(s.current.median(name))]
         if ttft:
             cells += ([_ms(s.baseline.median("ttft")), _ms(s.current.median("ttft"))]
                       if i == 0 else ["", ""])
@@ -61,23 +62,28 @@ def _series_rows(s: SeriesComparison, ttft: bool, one_level: bool) -> list[list[
     return rows
 
 
+MD_NOTE = ("t/s mean: llama-bench's avg_ts (each run's mean over its repetitions, averaged "
+           "over the runs), as compare-llama-bench.py shows it, and B/A their ratio (its "
+           "Speedup); t/s median: the median of every repetition, tokperf's figure elsewhere; "
+           "TTFT: the median; verdict and change: the judge's (as `tokperf compare`), on one "
+           "figure per series (decode; prefill for a prompt-only series).")
+
+
 def compare_markdown(result: Compared) -> list[str]:
     """compare-llama-bench's table: per series a row per figure (tg: decode, pp: prefill),
-    both sides' median t/s and B/A, TTFT where measured; the verdict and its interval
-    (the judged figure's row only) last."""
+    both sides' mean t/s (llama-bench's) and B/A, their medians, TTFT where measured; the
+    verdict and its interval (the judged figure's row only) last."""
     ttft = any(s.baseline.median("ttft") is not None or s.current.median("ttft") is not None
                for s in result.series)
     levels = {s.verdict.confidence for s in result.series if math.isfinite(s.verdict.confidence)}
     one_level = len(levels) == 1
     interval = f"change [{_level(levels.pop())} interval]" if one_level else "change [interval]"
-    header = ["Test id", "Test", "t/s A", "t/s B", "B/A",
-              *(["TTFT ms A", "TTFT ms B"] if ttft else []), "verdict", interval]
+    header = ["Test id", "Test", "t/s A mean", "t/s B mean", "B/A", "t/s A median",
+              "t/s B median", *(["TTFT ms A", "TTFT ms B"] if ttft else []), "verdict", interval]
     rows = [row for s in sorted(result.series, key=lambda s: (s.label, s.series_key))
             for row in _series_rows(s, ttft, one_level)]
     return [f"**A**: {md_cell(result.baseline_name)}, **B**: {md_cell(result.current_name)}. "
-            "t/s: the median of the compared runs' repetitions; verdict: the judge's (as "
-            "`tokperf compare`), on one figure per series (decode; prefill for a prompt-only "
-            "series).", "", *markdown(Table.of(header, rows, numeric=range(2, len(header) - 2)))]
+            + MD_NOTE, "", *markdown(Table.of(header, rows, numeric=range(2, len(header) - 2)))]
 
 
 SESSIONS_HEADER = ("test", "metric", "median A", "median B", "B/A", "verdict",

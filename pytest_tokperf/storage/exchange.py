@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -277,6 +278,24 @@ def import_files(paths: Iterable[Path]) -> tuple[list[Path], tuple[str, ...]]:
     return files, tuple(skipped)
 
 
+@contextmanager
+def adding_to(db: DbLocation) -> Iterator[ResultStore]:
+    """``db`` opened (or created) to add runs to; a file it created, and the folders made
+    for it, are removed again when the adding fails: a refused import leaves no DB."""
+    path, new = Path(str(db)), isinstance(db, Path) and not Path(db).exists()
+    folders = [p for p in path.parents if not p.exists()] if new else []
+    try:
+        with ResultStore.open(db) as store:
+            yield store
+    except BaseException:
+        with suppress(OSError):
+            for suffix in ("", "-wal", "-shm", "-journal") if new else ():
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+            for folder in folders:  # the innermost first
+                folder.rmdir()
+        raise
+
+
 def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
     """Load run text files (``.jsonl``), folders of them or JSON exports into ``db``; every
     file is checked before the DB is opened (or created, only to hold runs)."""
@@ -293,7 +312,7 @@ def import_datasets(db: DbLocation, paths: Sequence[Path]) -> Added:
     total = Added(skipped=skipped + tuple(empty))
     if len(empty) == len(files):
         return total  # nothing to add: no DB opened, none created
-    with ResultStore.open(db) as store:
+    with adding_to(db) as store:
         for file, kept_runs in zip(files, plans, strict=True):
             for run in kept_runs if kept_runs is not None else read_run_file(file):
                 total += add_results(store, run.run, run.results, run.source)
@@ -312,7 +331,7 @@ def merge(a: DbLocation, b: DbLocation | None, out: DbLocation) -> Added:
     for source in sources:  # all are tokperf DBs before the output is created
         ResultStore.open_read_only(source).close()
     added = Added()
-    with ResultStore.open(out) as target:
+    with adding_to(out) as target:
         for source in sources:
             with ResultStore.open_read_only(source) as store:
                 for bundle in read_runs(store):

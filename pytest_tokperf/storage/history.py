@@ -8,6 +8,7 @@ one point per stored result, oldest first, by default since the latest accepted 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -92,11 +93,16 @@ class MeasuredFigures(Protocol):
     def prefill_tokens_per_s(self) -> object | None: ...
 
 
-def series_metric(result: MeasuredFigures) -> Metric:
-    """The metric a series is judged on at every door, read off one of its results: decode
-    where it has a decode figure; else prefill (a llama-bench pp row, never held against
-    the decode ceiling); else aggregate (a llama-bench pg row)."""
-    if result.decode_tokens_per_s is not None or result.engine_decode_tokens_per_s is not None:
+PROMPT_ONLY_TEST = re.compile(r"tokperf bench pp\d+(?![\d+])")
+"""A ``tokperf bench`` pp test's id (not ``pp512+tg128``): its 2 tokens are no decode."""
+
+
+def series_metric(result: MeasuredFigures, test_id: str | None = None) -> Metric:
+    """The metric a series is judged on at every door, read off a result and its test id:
+    decode where it has a decode figure (not a ``tokperf bench`` pp test); else prefill (a
+    pp row, never held against the decode ceiling); else aggregate (a llama-bench pg row)."""
+    decoded = result.decode_tokens_per_s is not None or result.engine_decode_tokens_per_s is not None
+    if decoded and not PROMPT_ONLY_TEST.match(test_id or ""):
         return DECODE
     return PREFILL if result.prefill_tokens_per_s is not None else AGGREGATE
 

@@ -4,7 +4,8 @@ latest runs of a second DB against the first DB's settled window.
 ``compare_stored`` gathers both sides per series and judges them once
 (``stats.compare_many``, Holm across series; a flag the machine's memory move explains is
 withheld, ``stats.moved``); ``tokperf compare`` prints it as a verdict table, JSON or
-compare-llama-bench's markdown (``report.verdicts``).
+compare-llama-bench's markdown (``report.verdicts``), and the reports judge a DB's two
+latest builds through ``compare_versions`` (one rule at every door).
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class Side:
         values = [v for e in self.entries.get(metric, ()) for v in e.point.samples]
         return statistics.median(values) if values else None
 
+    def mean(self, metric: str) -> float | None:
+        """llama-bench's figure: each result's mean over its repetitions (``avg_ts``),
+        averaged over the results (compare-llama-bench's ``AVG(avg_ts)``)."""
+        means = [statistics.fmean(e.point.samples) for e in self.entries.get(metric, ())
+                 if e.point.samples]
+        return statistics.fmean(means) if means else None
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesComparison:
@@ -72,6 +80,8 @@ class Compared:
     baseline_name: str
     current_name: str
     series: tuple[SeriesComparison, ...]
+    picked: str = ""
+    """How the versions were chosen when not named (``latest_builds``); empty: named."""
 
 
 Pair = tuple[Side, Side, list[list[list[float]]]]
@@ -83,7 +93,8 @@ def series_metrics(*stores: ResultStore) -> dict[str, Metric]:
     result); a series in several stores takes the first store's."""
     out: dict[str, Metric] = {}
     for store in reversed(stores):
-        out.update({r.series_key: series_metric(r) for r in store.latest_per_series()})
+        out.update({r.series_key: series_metric(r, r.test_id)
+                    for r in store.latest_per_series()})
     return out
 
 
@@ -108,6 +119,14 @@ def _is(row: HistoryRow, version: str) -> bool:
     return version in (row.engine_version, row.engine_build)
 
 
+def _release(text: str | None) -> int | None:
+    """The release number a stored version or build starts with (``b9093-pypi-sdist``)."""
+    try:
+        return release_number(text.split("-", 1)[0]) if text else None
+    except ConfigError:
+        return None
+
+
 def stored_version(store: ResultStore, label: str | None) -> str | None:
     """The stored engine version a user's label names: as stored (``b9093`` or
     ``b9093-pypi-sdist``), or in any form ``install-engine --version`` takes (``9093``,
@@ -117,16 +136,9 @@ def stored_version(store: ResultStore, label: str | None) -> str | None:
     stored = store.tuples("SELECT DISTINCT engine_version, engine_build FROM environments")
     if any(label in pair for pair in stored):
         return label
-
-    def number(text: str | None) -> int | None:
-        try:
-            return release_number(text.split("-", 1)[0]) if text else None
-        except ConfigError:
-            return None
-
-    wanted = number(label)
+    wanted = _release(label)
     matches: list[str] = sorted({str(v) for v, b in stored if wanted is not None and v
-                                 and wanted in (number(v), number(b))})
+                                 and wanted in (_release(v), _release(b))})
     if len(matches) == 1:
         return matches[0]
     known = sorted({v or b or "?" for v, b in stored})
@@ -134,6 +146,44 @@ def stored_version(store: ResultStore, label: str | None) -> str | None:
                       + (f" (it matches {matches!r}: name one)" if matches else "")
                       + f"; the DB holds {', '.join(known) or 'no results'}: "
                       f"`tokperf history` shows each series' build")
+
+
+def measured_builds(store: ResultStore) -> list[tuple[str, tuple[str | None, str | None]]]:
+    """Every stored build by when it was last measured, latest last: its name (the engine
+    version, or the build where two builds share a version) and its (version, build)."""
+    found = store.tuples(
+        "SELECT e.engine_version, e.engine_build, MAX(r.created_at) FROM results r "
+        "JOIN environments e ON e.id = r.environment_id "
+        "GROUP BY e.engine_version, e.engine_build")
+    versions = [v for v, _, _ in found]
+    return [(str(b) if (versions.count(v) > 1 or not v) and b else str(v or b), (v, b))
+            for v, b, _ in sorted(found, key=lambda f: str(f[2])) if v or b]
+
+
+def latest_builds(store: ResultStore, baseline: str | None = None,
+                  current: str | None = None) -> tuple[str, str, str]:
+    """The baseline and the current build, and how they were picked ('' when both are
+    named): one not named is the build measured last of the others, as
+    compare-llama-bench picks its commits; two picked go oldest release first."""
+    names = [stored_version(store, baseline), stored_version(store, current)]
+    if names[0] and names[1]:
+        return names[0], names[1], ""
+    builds = measured_builds(store)
+    named = {n for n in names if n}
+    others = list(dict.fromkeys(n for n, pair in builds if not named & set(pair)))
+    if len(others) < 2 - len(named):
+        raise ConfigError(f"compare needs two builds, and the DB holds "
+                          f"{', '.join(n for n, _ in builds) or 'no results'}: measure "
+                          "another build, or give a second DB")
+    if names[0]:
+        return names[0], others[-1], "the build measured last besides --baseline"
+    if names[1]:
+        return others[-1], names[1], "the build measured last besides --current"
+    old, new = others[-2:]
+    first, second = _release(old), _release(new)
+    if first is not None and second is not None and first > second:
+        old, new = new, old
+    return old, new, "the two builds measured last"
 
 
 def _two_dbs(base_store: ResultStore, current_store: ResultStore, base_version: str | None,
@@ -202,27 +252,43 @@ def _test_names(store: ResultStore, keys: Sequence[str]) -> dict[str, dict[str, 
 
 def compare_stored(db: str, other_db: str | None = None, baseline: str | None = None,
                    current: str | None = None) -> Compared:
-    """Both sides of every series two versions of ``db`` (``baseline``, ``current``), or
-    ``db`` and ``other_db``, share, judged as one family (Holm across series); each stored
-    run a session, its repetitions nested in it. A version is named as stored or as
-    ``install-engine --version`` takes it."""
+    """Both sides of every series two versions of ``db`` (``baseline``, ``current``; not
+    named: ``latest_builds``), or ``db`` and ``other_db``, share, judged as one family (Holm
+    across series); each stored run a session, its repetitions nested in it. A version is
+    named as stored or as ``install-engine --version`` takes it."""
     if other_db is not None and same_db(db_location(db), db_location(other_db)):
         raise ConfigError(f"compare {shown_db(db)!r} with {shown_db(other_db)!r}: that is one DB "
                           "twice, so its latest run would sit on both sides; give a second "
                           "DB, or one DB with --baseline VERSION --current VERSION")
     base_store = open_for_reading(db)
-    cur_store = base_store if other_db is None else open_for_reading(other_db)
-    if other_db is not None:
-        sides = _two_dbs(base_store, cur_store, stored_version(base_store, baseline),
-                         stored_version(cur_store, current))
-        names = [_db_name(db, [v[0] for v in sides.values()]),
-                 _db_name(other_db, [v[1] for v in sides.values()])]
-    else:
-        names = _two_names(base_store, baseline, current)
-        sides = _two_versions(base_store, names[0], names[1])
+    if other_db is None:
+        return compare_versions(base_store, baseline, current)
+    cur_store = open_for_reading(other_db)
+    sides = _two_dbs(base_store, cur_store, stored_version(base_store, baseline),
+                     stored_version(cur_store, current))
+    names = (_db_name(db, [v[0] for v in sides.values()]),
+             _db_name(other_db, [v[1] for v in sides.values()]))
+    return _judged(base_store, cur_store, names, sides)
+
+
+def compare_versions(store: ResultStore, baseline: str | None = None,
+                     current: str | None = None) -> Compared:
+    """Two builds of one DB judged as ``tokperf compare`` judges them: named, or picked
+    (``latest_builds``); the reports judge the two latest builds through it."""
+    base, cur, picked = latest_builds(store, baseline, current)
+    if base == cur:
+        raise ConfigError(f"--baseline {baseline!r} and --current {current!r} are both "
+                          f"{base}: a build compared with itself has no change to judge; "
+                          "name two versions `tokperf history` lists")
+    return _judged(store, store, (base, cur), _two_versions(store, base, cur), picked)
+
+
+def _judged(base_store: ResultStore, cur_store: ResultStore, names: tuple[str, str],
+            sides: Mapping[str, Pair], picked: str = "") -> Compared:
+    """Every series with results on both sides judged as one family (Holm)."""
     if not sides:
-        raise ConfigError("no series has results on both sides; check the versions with "
-                          "`tokperf history`")
+        raise ConfigError(f"no series has results of both {names[0]} and {names[1]}; "
+                          "check the versions with `tokperf history`")
     common = sorted(sides)
     metrics = series_metrics(base_store)
     metric_of = {k: metrics[k] for k in common}
@@ -237,20 +303,7 @@ def compare_stored(db: str, other_db: str | None = None, baseline: str | None = 
         SeriesComparison(k, labels[k], tests[k], metric_of[k], sides[k][0], sides[k][1],
                          _machine(v, metric_of[k], sides[k][0], sides[k][1], base_store,
                                   cur_store, fits))
-        for k, v in verdicts.items()))
-
-
-def _two_names(store: ResultStore, baseline: str | None, current: str | None) -> list[str]:
-    """The two stored versions ``--baseline`` and ``--current`` name, checked."""
-    if not (baseline and current):
-        raise ConfigError("compare needs --baseline VERSION and --current VERSION, or a "
-                          "second DB")
-    names = [stored_version(store, baseline), stored_version(store, current)]
-    if names[0] == names[1]:
-        raise ConfigError(f"--baseline {baseline!r} and --current {current!r} are both "
-                          f"{names[0]}: a build compared with itself has no change to judge; "
-                          "name two versions `tokperf history` lists")
-    return [str(n) for n in names]
+        for k, v in verdicts.items()), picked)
 
 
 def _machine(verdict: Comparison, metric: Metric, base: Side, cur: Side,

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_tokperf.builds.identity import build_changes
+from pytest_tokperf.builds.progress import Meter
 from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.errors import ConfigError, EngineError
 from pytest_tokperf.results import Progress
@@ -38,6 +39,11 @@ from pytest_tokperf.stats.paired import (
     judge_windows,
 )
 from pytest_tokperf.stats.verdict import Comparison
+from pytest_tokperf.versions.session_progress import (
+    SessionMeter,
+    ab_budget_of,
+    run_watched,
+)
 from pytest_tokperf.versions.sessions import BuildRunner
 
 _METRICS = {m.name: m for m in (DECODE, PREFILL, TTFT)}
@@ -102,7 +108,8 @@ def again_if_busy(measure: Callable[[], Path], what: str, busy_wait: float,
 
     progress(f"{what} measured busy ({busy}): waiting up to {busy_wait:g} s for a quiet "
              f"window to measure it again (--busy-wait)")
-    waited = (wait_quiet or wait_for_quiet)(busy_wait)
+    with Meter(progress, "waiting for a quiet window", expected_s=busy_wait, bounded=True):
+        waited = (wait_quiet or wait_for_quiet)(busy_wait)
     if waited is None:
         progress(f"no quiet window within {busy_wait:g} s: {what} stands as measured busy")
         return document, None
@@ -123,12 +130,12 @@ def run_paired_session(runner: BuildRunner, a: Build, b: Build, number: int) -> 
                f"--tokperf-ab-json={document}"]
     runner.progress(f"A/B session {number}: {a.label} (control) and {b.label} (candidate) ...")
     started = time.monotonic()
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
-                              env=runner.session_env(), check=False)
-    tail = [tail_text(log, 1).strip()]
-    if proc.returncode not in (0, 1) or not document.is_file():
-        raise EngineError(f"the A/B session on {a.label} and {b.label} (exit {proc.returncode}) "
+    code = run_watched(command, log, runner.session_env(), SessionMeter(
+        runner.progress, f"A/B {a.label} -> {b.label}:", log,
+        budget_s=ab_budget_of(runner.pytest_args, runner.session_env())))
+    tail = [tail_text(log, 1).strip(" =\n")]
+    if code not in (0, 1) or not document.is_file():
+        raise EngineError(f"the A/B session on {a.label} and {b.label} (exit {code}) "
                           f"wrote no A/B results: {tail[0]}; full output: {log}")
     runner.progress(f"A/B session {number} done in {time.monotonic() - started:.0f} s ({tail[0]})")
     return document
@@ -220,12 +227,16 @@ def compare_builds_paired(runner: BuildRunner, a: Build, b: Build, sessions: int
     started = time.monotonic()
     kept: list[Path] = []
     replaced: list[Path] = []
-    for n in range(sessions):
-        path, busy = again_if_busy(lambda: run_paired_session(runner, a, b, n + 1),
-                                   f"A/B session {n + 1}", busy_wait, runner.progress,
-                                   wait_quiet)
-        kept.append(path)
-        replaced += [busy] if busy is not None else []
+    with (Meter(runner.progress, "compare-builds:", float(sessions), unit="A/B sessions",
+                line_every=1.0) if sessions > 1 else nullcontext()) as meter:
+        for n in range(sessions):
+            path, busy = again_if_busy(lambda: run_paired_session(runner, a, b, n + 1),
+                                       f"A/B session {n + 1}", busy_wait, runner.progress,
+                                       wait_quiet)
+            kept.append(path)
+            replaced += [busy] if busy is not None else []
+            if meter is not None:
+                meter.update(n + 1.0)
     paths = tuple(kept)
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     results = judge_documents(documents, runner.metrics,

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +32,7 @@ from pytest_tokperf.stats.comparing import compare_many
 from pytest_tokperf.stats.metric import DECODE, TTFT, Metric
 from pytest_tokperf.stats.verdict import Comparison
 from pytest_tokperf.storage.location import DbLocation, PgUrl, local_base
+from pytest_tokperf.versions.session_progress import SessionMeter, run_watched
 
 METRICS: dict[str, Metric] = {"decode": DECODE, "ttft": TTFT}
 RESERVED = ("--tokperf-server-bin", "--tokperf-engine-version", "--tokperf-db", "--tokperf-url",
@@ -204,9 +204,10 @@ class BuildRunner:
             engine.append(f"--tokperf-threads={ab_threads()}")
         # a PostgreSQL URL goes in the environment (session_env), not the command line
         db = [] if isinstance(self.db, PgUrl) else [f"--tokperf-db={self.db}"]
+        # pytest's own "collected N" and a letter per test move the parent's meter
         return [self.python, "-m", "pytest", *args, *engine,
                 f"--tokperf-server-bin={build.binary}", *db,
-                "--tokperf-baseline=off", "-p", "no:cacheprovider", "-q"]
+                "--tokperf-baseline=off", "-p", "no:cacheprovider", "--no-header"]
 
     def session_env(self) -> dict[str, str]:
         """A session's environment: ours, the runner's ``env``, and a PostgreSQL URL (maybe
@@ -228,7 +229,10 @@ class BuildRunner:
 
             self.progress(f"{build.label}: session {number} measured busy ({busy}): waiting up "
                           f"to {self.busy.waits_s:g} s for a quiet window (--busy-wait)")
-            if wait_for_quiet(self.busy.waits_s) is not None:
+            with Meter(self.progress, "waiting for a quiet window", expected_s=self.busy.waits_s,
+                       bounded=True):
+                quiet = wait_for_quiet(self.busy.waits_s)
+            if quiet is not None:
                 return self.run_session(build, number, expected_s=expected_s, again=True)
         if busy and self.busy.outcome == "fail":
             raise EngineError(f"{build.label}: session {number} was measured busy ({busy}) and "
@@ -249,21 +253,19 @@ class BuildRunner:
         log = self.log_dir / f"session-{safe_name(build.label)}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         self.progress(f"{build.label}: session {number} ...")
         started = time.monotonic()
-        with open(log, "w", encoding="utf-8") as out, Meter(
-                self.progress, f"{build.label}: session {number}", expected_s=expected_s):
-            proc = subprocess.run(self.command(build), stdout=out, stderr=subprocess.STDOUT,
-                                  env=self.session_env(), check=False)
+        code = run_watched(self.command(build), log, self.session_env(), SessionMeter(
+            self.progress, f"{build.label} session {number}:", log, expected_s=expected_s))
         seconds = time.monotonic() - started
         with ResultStore.open(self.db) as store:
             new = tuple(r.run.run_id for r in store.runs() if r.run.run_id not in before)
-        tail = tail_text(log, 1).strip()
-        if proc.returncode not in (0, 1) or not new or not _run_values(self.db, new, self.metrics):
+        tail = tail_text(log, 1).strip(" =\n")
+        if code not in (0, 1) or not new or not _run_values(self.db, new, self.metrics):
             raise EngineError(
-                f"pytest on {build.label} (exit {proc.returncode}) stored no tok_bench results "
+                f"pytest on {build.label} (exit {code}) stored no tok_bench results "
                 f"in {self.db}: {tail}; full output: {log}"
             )
         self.progress(f"{build.label}: session {number} done in {seconds:.0f} s ({tail})")
-        return Session(build.label, self.selection, new, str(build.binary), proc.returncode,
+        return Session(build.label, self.selection, new, str(build.binary), code,
                        round(seconds, 1), utc_now(), self.journal.digest(build.binary))
 
     def _busy_in(self, run_ids: Sequence[str]) -> str:

@@ -14,7 +14,6 @@ measures only what is missing, and a later watch can start at the last release w
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -126,7 +125,6 @@ class Watch:
     _measured: int = field(default=0, init=False)
     _worked: bool = field(default=False, init=False)
     _reused: int = field(default=0, init=False)
-    _ab_seconds: list[float] = field(default_factory=list, init=False)
     _pending: list[_Pending] = field(default_factory=list, init=False)
 
     def run(self, specs: Sequence[BuildSpec], reference: BuildSpec) -> WatchResult:
@@ -255,18 +253,11 @@ class Watch:
                           busy_first=str(entry.get("busy_first") or ""))
         self.progress(f"A/B {ctrl.label} -> {cand.label} ({role}"
                       f"{', again to confirm' if role == 'confirm' else ''})")
-        expected = statistics.fmean(self._ab_seconds) if self._ab_seconds else None
         self._worked = True
         started = time.monotonic()
-
-        def measure() -> Path:
-            began = time.monotonic()
-            with Meter(self.progress, f"A/B {ctrl.label} -> {cand.label}", expected_s=expected):
-                document = self.measure(ctrl, cand, attempt)
-            self._ab_seconds.append(time.monotonic() - began)  # what an A/B is expected to take
-            return document
-
-        document, busy = again_if_busy(measure, f"A/B {ctrl.label} -> {cand.label}",
+        # the A/B's session draws its own meter (versions.session_progress)
+        document, busy = again_if_busy(lambda: self.measure(ctrl, cand, attempt),
+                                       f"A/B {ctrl.label} -> {cand.label}",
                                        self.busy.waits_s, self.progress, self.wait_quiet)
         busy_first = str(busy) if busy is not None else ""
         rows = self._judge(document)
@@ -327,7 +318,9 @@ class Watch:
                     continue
                 self.progress(f"waiting {self.confirm_gap - waited:.0f} s to confirm "
                               f"{item.after[0].label} in another machine window (--confirm-gap)")
-                self.sleep(self.confirm_gap - waited)
+                with Meter(self.progress, "waiting for another machine window",
+                           expected_s=self.confirm_gap - waited):
+                    self.sleep(self.confirm_gap - waited)
             self._pending.remove(item)
             before, after = item.before[1], item.after[1]
             try:

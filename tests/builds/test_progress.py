@@ -22,7 +22,7 @@ from pytest_tokperf.builds.install import install_llama_server
 from pytest_tokperf.builds.progress import Meter, duration
 from pytest_tokperf.builds.specs import Build
 from pytest_tokperf.report import live as cli_progress
-from pytest_tokperf.report.live import AnsiLive, Lines, reporter
+from pytest_tokperf.report.live import AnsiLive, Lines, live_lines, reporter
 from pytest_tokperf.results import Progress
 from pytest_tokperf.versions.bisect import bisect_releases
 from pytest_tokperf.versions.sessions import Groups, compare_builds
@@ -211,7 +211,7 @@ def test_a_terminal_gets_a_live_bar_cleared_at_the_end(monkeypatch: pytest.Monke
             meter.update(40)
             progress("a message goes above the bar")
     text = out.getvalue()
-    assert "tokperf: [########------------] llama-server b11292: build 40%, 0 s elapsed" in text
+    assert "\n[########------------] llama-server b11292: build 40%, 0 s elapsed" in text
     assert "tokperf: a message goes above the bar\n" in text
     assert text.endswith("\x1b[1F\x1b[J")  # the bar's line erased: the verb prints below
 
@@ -227,7 +227,7 @@ def test_rich_draws_the_bar_where_it_is_installed() -> None:
             meter.update(40)
             progress("a message")
             time.sleep(0.6)
-    assert "llama-server b11292: build 40%" in out.getvalue()
+    assert "b11292: build 40%" in out.getvalue()  # the label cut to fit the console
     assert "tokperf: a message" in out.getvalue()
 
 
@@ -258,7 +258,7 @@ def test_install_engine_on_a_terminal_draws_bars(cache: Path, tmp_path: Path) ->
         assert proc.wait(60) == 0
     os.close(primary)
     screen = b"".join(chunks).decode()
-    assert re.search(r"tokperf: \[#{8}-{12}\] llama-server b11292: build 40%, \d+ s elapsed, "
+    assert re.search(r"\[#{8}-{12}\] llama-server b11292: build 40%, \d+ s elapsed, "
                      r"about \d+ s left", screen)
     assert "\x1b[1F\x1b[J" in screen
     piped = subprocess.run([*argv, "--force"], env=env, capture_output=True, text=True,
@@ -271,3 +271,77 @@ def test_install_engine_on_a_terminal_draws_bars(cache: Path, tmp_path: Path) ->
 @pytest.fixture(autouse=True)
 def _no_real_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(install, "_cpu_flags", lambda: "fake")
+
+
+def _drawn(text: str) -> list[str]:
+    """The lines a terminal shows of ``text``: escape codes dropped, split at CR and LF."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", text)
+    return [line for line in re.split(r"[\r\n]", plain) if line.strip()]
+
+
+def _long_steps(clock: Clock, progress: Progress) -> list[Meter]:
+    """A build at 40% with its time left, an A/B session's tests, a bounded wait."""
+    build = Meter(progress, "llama-server b11434: build", 100.0, warmup=5.0, clock=clock)
+    tests = Meter(progress, "A/B b11292 -> b11434:", 6.0, unit="tests", clock=clock)
+    clock.now += 60
+    build.update(5)
+    tests.update(1)
+    clock.now += 270
+    wait = Meter(progress, "waiting for a quiet window", expected_s=120.0, bounded=True,
+                 clock=clock)
+    clock.now += 30
+    build.update(40)
+    tests.update(2)
+    return [build, tests, wait]
+
+
+FITTED = {
+    80: ["[########------------] llama-server b11434: build 40%, 6 min in, 9 min left",
+         "[#######-------------] …b11292 -> b11434: 2 of 6 tests, 6 min in, 12 min left",
+         "[#####---------------] waiting for a quiet window, 30 s in, 2 min left"],
+    40: ["[####------] 40%, 9 min left", "[###-------] 2 of 6 tests, 12 min left",
+         "[##--------] 2 min left"],
+}
+"""What a terminal that wide shows of ``_long_steps``: bars aligned, the count and the time
+left kept; the label's start goes first, then the elapsed time and the labels."""
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_a_bar_fits_the_terminal_with_its_time_left(
+        columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect: the build's line wrapped on an 80-column terminal (rich) or lost its
+    time left to the cut (ANSI)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr(cli_progress.importlib.util, "find_spec", lambda _: None)  # no rich
+    out, clock = io.StringIO(), Clock()
+    with reporter("bar", out) as progress:
+        meters = _long_steps(clock, progress)
+        out.seek(0)
+        out.truncate()
+        progress("a message")  # every meter redrawn below it
+        for meter in meters:
+            meter.close()
+    drawn = _drawn(out.getvalue())
+    assert any(drawn[i:i + 3] == FITTED[columns] for i in range(len(drawn)))
+    wide = live_lines(meters, 119)
+    assert wide[0] == ("[########------------] llama-server b11434: build 40%, "
+                       "6 min elapsed, about 9 min left")
+    assert wide[2].endswith("waiting for a quiet window, 30 s elapsed, up to 2 min left")
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_rich_keeps_each_bar_on_one_line(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("rich")
+    from pytest_tokperf.report.live import RichLive
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out, clock = io.StringIO(), Clock()
+    live = RichLive(out)
+    assert "\x1b" not in out.getvalue()  # nothing drawn (no bare erase codes) without a meter
+    meters = _long_steps(clock, live)
+    live.progress.refresh()
+    for meter in meters:
+        meter.close()
+    live.stop()
+    drawn = [line.rstrip() for line in _drawn(out.getvalue())]
+    assert any(drawn[i:i + 3] == FITTED[columns] for i in range(len(drawn)))  # a line each

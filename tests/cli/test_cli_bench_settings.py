@@ -3,13 +3,16 @@ unless ``-r`` fixes them (no engine needed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_tokperf.bench.grid import plan
+from pytest_tokperf.bench.measure import MeasureOptions
 from pytest_tokperf.cli.bench import bench_settings, grid_options
 from pytest_tokperf.cli.main import build_parser
 from pytest_tokperf.errors import ConfigError
-from pytest_tokperf.settings import Settings
+from pytest_tokperf.settings import Settings, resolve
 
 
 def _settings(*argv: str) -> Settings:
@@ -48,3 +51,17 @@ def test_each_server_configuration_has_its_settings() -> None:
     assert (first.threads, second.threads) == (1, 2)
     assert first.server_args == ("-fa", "on", "-ctk", "q8_0")
     assert first.parallel == 2 and first.ctx_size == 8000 + 64 + 128 + 1
+
+
+def test_bench_notes_name_its_own_options_not_the_plugins_ini() -> None:
+    # the unstable note said "(tokperf_max_cv)": an ini name `tokperf bench` has no option for
+    settings = _settings("--max-cv", "0.1")
+    options = MeasureOptions.of(settings)
+    assert (options.max_cv, options.max_cv_option) == (0.1, "--max-cv")
+    assert settings.option_name("busy_wait") == "--busy-wait"
+    with pytest.raises(ConfigError, match=r"^--max-cv '2' from option --max-cv"):
+        _settings("--max-cv", "2")
+    plugin = resolve(cli=lambda _: None, ini=lambda _: None, env={}, rootdir=Path.cwd())
+    assert (plugin.option_name("max_cv"), plugin.option_name("busy_wait"),
+            plugin.option_name("url")) == ("ini tokperf_max_cv", "ini tokperf_busy_wait",
+                                           "--tokperf-url")

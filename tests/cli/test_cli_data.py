@@ -31,6 +31,30 @@ def test_history_lists_series_then_one(db: Path, capsys: pytest.CaptureFixture[s
     assert "decode CV " in out and "smallest detectable change at 5 reps" in out
 
 
+def test_history_lists_a_bench_pp_test_as_prefill(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a `tokperf bench` pp test streams 2 tokens: history showed their decode (56 t/s)
+    # where bench's table said 522
+    from pytest_tokperf.bench.grid import BenchTest
+    from pytest_tokperf.bench.grid_run import TEST_ID
+
+    db = tmp_path / "b.db"
+    tests = {"pp": BenchTest("pp", 512, 0, 4096, 4, 256), "pg": BenchTest("pg", 512, 128)}
+    for kind, test in tests.items():
+        fill_history(db, [("b1", 56.0), ("b2", 56.0)], test_id=f"{TEST_ID} {test.label} -t 8",
+                     seed=len(kind))[0].close()
+    assert main(["history", "--db", str(db), "--json"]) == 0
+    listed = {r["test_id"].split()[2]: r for r in json.loads(capsys.readouterr().out)}
+    assert (listed["pp512"]["metric"], listed["pp512+tg128"]["metric"]) == ("prefill", "decode")
+    assert main(["history", "--db", str(db)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "pp512 @ d4096" in line)
+    assert row.split()[-4:-1] == ["prefill", "5000.00", "-"]  # its prefill, no decode efficiency
+    assert main(["compare", "--db", str(db), "--json"]) == 0
+    assert {v["metric"] for v in json.loads(capsys.readouterr().out).values()} == {
+        "prefill", "decode"}
+
+
 def test_accept_starts_the_baseline_at_the_new_level(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

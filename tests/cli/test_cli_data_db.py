@@ -187,3 +187,18 @@ def test_history_warns_when_a_datasheet_ceiling_is_beaten(
     out = capsys.readouterr().out
     assert "106% !" in out
     assert "WARNING result 1: efficiency 106% is above its ceiling of 50.0 GB/s" in out
+
+
+def test_an_import_that_fails_leaves_no_db_it_made(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a row without avg_ts is refused once the DB is open: exit 2 used to leave an 80 KB DB
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"n_prompt": 0, "n_gen": 128}]', encoding="utf-8")
+    new = tmp_path / "new" / "dir" / "t.db"
+    assert main(["import-llama-bench", str(bad), "--db", str(new)]) == 2
+    assert "no avg_ts" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    before = db.read_bytes()
+    assert main(["import-llama-bench", str(bad), "--db", str(db)]) == 2
+    assert db.read_bytes() == before  # a DB that was there stays, as it was

@@ -156,7 +156,7 @@ def test_a_spread_wider_than_a_quarter_of_the_rate_shows_as_a_range() -> None:
             Row("t::calm", make_result(), make_ceiling(), "pass")]
     text = "\n".join(summary_table(rows, columns=250))
     assert "±353" not in text
-    assert "208.09 (12.4-1000)!" in text and "100.00 ±2.00" in text
+    assert "208.1 (12.4-1000)!" in text and "100.0 ±2.0" in text  # as markdown and HTML write it
     assert "the range (slowest-fastest) is shown, not ±: an unstable figure" in text
     assert "unstable figure" not in "\n".join(summary_table(rows[1:], columns=250))
 
@@ -168,7 +168,8 @@ def test_report_writes_the_format_its_suffix_names(
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["schema"].startswith("pytest-tokperf/report/")
     assert {r["test_id"] for r in document["results"]} == {"t::decode", "t::other"}
-    assert {c["verdict"] for c in document["changes"]} == {"regression"}
+    assert {(c["kind"], c["verdict"]) for c in document["changes"]} == {
+        ("step", "regression"), ("compare", "unchanged")}  # the step; the last two builds
     assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.md")]) == 0
     assert (tmp_path / "r.md").read_text().startswith("### pytest-tokperf: 2 results")
     assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.htm")]) == 0

@@ -227,3 +227,43 @@ def test_no_ttft_or_chars_per_s_is_shown_for_an_imported_row(
         lines = capsys.readouterr().out.splitlines()
         column = lines[1].index("TTFT ms")
         assert {line[column:column + 7].strip() for line in lines[3:7]} == {"-"}, lines
+
+
+def test_a_report_of_two_builds_judges_them_as_compare_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # two builds are too short a history for a step: the report said "No regressions or
+    # improvements found." where compare called tg128 -23% and pp512 -10% a regression
+    files = []
+    for i, factor in enumerate((1.0, None)):
+        rows = json.loads(LLAMA_BENCH.read_text(encoding="utf-8"))
+        for row in rows:
+            f = factor or SLOWER["tg" if row["n_gen"] else "pp"]
+            row.update(build_number=5160 + i, build_commit=f"c{i:07d}",
+                       test_time=row["test_time"].replace("2025-04-24", f"2025-05-0{i + 1}"),
+                       samples_ts=[t * f for t in row["samples_ts"]], avg_ts=row["avg_ts"] * f)
+        files.append(tmp_path / f"b{5160 + i}.json")
+        files[-1].write_text(json.dumps(rows), encoding="utf-8")
+    db = tmp_path / "two.db"
+    assert main(["import-llama-bench", *map(str, files), "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--db", str(db), "--baseline", "b5160", "--current", "b5161",
+                 "--json"]) == 0
+    compared = {k: (v["verdict"], v["relative_change"])
+                for k, v in json.loads(capsys.readouterr().out).items()}
+    assert sorted(compared.values()) == [("regression", pytest.approx(-0.23, abs=0.001)),
+                                         ("regression", pytest.approx(-0.10, abs=0.001))]
+    assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.json")]) == 0
+    document = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert {c["series_key"]: (c["verdict"], c["relative_change"])
+            for c in document["changes"]} == compared
+    assert {(c["kind"], c["baseline"], c["current"]) for c in document["changes"]} == {
+        ("compare", "b5160", "b5161")}
+    assert main(["report", "--db", str(db), "-o", str(tmp_path / "r.md")]) == 0
+    md = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "2 regressions" in md and "decode −23.0%" in md and "prefill −10.0%" in md
+    # two runs a build: the history finds the step too; the report lists it once, as compare's
+    fill_history(tmp_path / "runs.db", [("b1", 100.0), ("b1", 100.0), ("b2", 80.0), ("b2", 80.0)])[
+        0].close()
+    assert main(["report", "--db", str(tmp_path / "runs.db"), "-o", str(tmp_path / "s.json")]) == 0
+    changes = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["changes"]
+    assert [(c["kind"], c["verdict"]) for c in changes] == [("compare", "regression")]

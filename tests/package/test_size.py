@@ -10,14 +10,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_tokperf"
 
-TOTAL = 32_400
+TOTAL = 33_000
 """Lines of the whole package (every ``.py`` file, blank lines and docstrings too)."""
 SHARE = 0.12
 """The most of the package one room may hold."""
 BUDGETS = {
-    "bench": 3_750, "storage": 3_575, "engines": 3_150, "report": 3_175, "model": 2_650,
-    "stats": 2_150, "versions": 2_060, "hardware": 1_850, "builds": 1_925, "expected": 1_750,
-    "cli": 1_650, "transport": 1_400, "launch": 800, "top": 2_750,
+    "bench": 3_750, "storage": 3_600, "engines": 3_150, "report": 3_375, "model": 2_650,
+    "stats": 2_150, "versions": 2_275, "hardware": 1_850, "builds": 2_050, "expected": 1_750,
+    "cli": 1_650, "transport": 1_400, "launch": 800, "top": 2_775,
 }
 """Lines per room (``top``: the modules at the package's top level)."""
 FUNCTION_LINES = 80

@@ -63,7 +63,8 @@ def test_attach_measures_and_stores(pytester: pytest.Pytester, llama_url: str) -
     pytester.makepyfile(BENCH_TEST)
     db = pytester.path / "r.db"
     result = pytester.runpytest("--tokperf-url", llama_url, "--tokperf-db", str(db),
-                                "-o", "tokperf_max_cv=0.99")  # 2 short repetitions: noisy
+                                "-o", "tokperf_max_cv=0.99",  # 2 short repetitions: noisy
+                                "-o", "tokperf_columns=120")  # not the terminal's width
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "tokperf: engine llama-server, attach http://127.0.0.1:*, build b11434-pypi-sdist, model *.gguf; results db *r.db",

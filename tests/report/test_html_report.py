@@ -75,8 +75,8 @@ def test_report_has_the_table_verdicts_and_the_regression(report: Path) -> None:
             '<td class="num" data-sort="0.05">50.0/50.2/50.2</td>' in html)
     assert '<td class="num" data-sort="88">88.0 ±0.3</td>' in html
     assert '<td class="num" data-sort="0.01">10.0/12.0/20.0</td>' in html  # inter-token
-    assert '<td class="v-fail" data-sort="0">fail</td>' in html  # worst sorts first
-    assert '<td class="v-unchecked" data-sort="6">unchecked</td>' in html
+    assert '<td class="v-fail pin" data-sort="0">fail</td>' in html  # worst sorts first
+    assert '<td class="v-unchecked pin" data-sort="6">unchecked</td>' in html
     assert "<h2>Regressions</h2>" in html
     # the headline counts 6 with warnings: the page shows them
     warnings = html.split("<h2>Warnings</h2>", 1)[1].split("</ul>", 1)[0]
@@ -200,3 +200,31 @@ def test_chromium_sorts_the_table_by_a_clicked_column(
     values = [float(v.split()[0].replace("−", "-")) for v in up.group(1).split("|")]
     assert len(values) == 6 and values == sorted(values)
     assert down.group(1).split("|") == up.group(1).split("|")[::-1]
+
+
+@pytest.mark.parametrize("window", [1400, 800])
+def test_chromium_keeps_the_table_and_its_verdict_in_the_window(
+        db: ResultStore, chromium: str, tmp_path: Path, window: int) -> None:
+    """The defect: the table ran off a 1400 px window, the verdict cut and the gate off
+    screen. Now long ids wrap and the page does not scroll sideways: a table still too
+    wide (800 px) scrolls in its own box, its verdict kept in view."""
+    wide = [dataclasses.replace(  # ids and builds as a release's A/B has them: unbroken
+        f, test_id=f"benchmarks/test_release_workloads.py::{f.test_id}[llama-server-prompt-"
+        f"4096-generate-128-depth-8192-chat-{i}]", engine_version="0.6.0-dev",
+        engine_build="b11434-pypi-sdist-6c6d2b4b1d5e", gate="regression decode −12.0%")
+        for i, f in enumerate(store_figures(db))]
+    probe = ('<script>var b = document.body, th = Array.from(document.querySelectorAll('
+             '"table.sortable th")).find(function (h) { return h.textContent === "verdict"; });'
+             'var r = th.getBoundingClientRect();'
+             'b.dataset.page = document.documentElement.scrollWidth + "/" + window.innerWidth;'
+             'b.dataset.verdict = Math.round(r.left) + "/" + Math.round(r.right);</script>')
+    html = render_html(wide, [], [])
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
+    page = tmp_path / "wide.html"
+    page.write_text(html.replace("</body>", probe + "</body>"), encoding="utf-8")
+    dom = run_chromium(chromium, tmp_path / "profile", f"--window-size={window},900",
+                       "--dump-dom", page.as_uri()).stdout
+    scroll, inner = map(int, re.search(r'data-page="(\d+)/(\d+)"', dom).groups())
+    left, right = map(int, re.search(r'data-verdict="(-?\d+)/(-?\d+)"', dom).groups())
+    assert scroll <= inner, "the page scrolls sideways"
+    assert 0 <= left and right <= inner, "the verdict is off screen"

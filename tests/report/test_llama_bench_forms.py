@@ -17,25 +17,21 @@ import pytest
 from pytest_tokperf.bench.run import Recorded
 from pytest_tokperf.bench.grid import BenchTest
 from pytest_tokperf.bench.grid_run import BenchRow
-from pytest_tokperf.report.llama_bench import (
-    LLAMA_BENCH_FIELDS,
-    SQL_TABLE,
-    TOKPERF_FIELDS,
-    build_of,
-    render,
-)
+from pytest_tokperf.builds.llama_bench import NEWEST_FIELDS as LLAMA_BENCH_FIELDS
+from pytest_tokperf.builds.llama_bench import build_of
+from pytest_tokperf.report.llama_bench import SQL_TABLE, TOKPERF_FIELDS, TOKPERF_TABLE, render
 from pytest_tokperf.expected.llama_bench_parse import parse_llama_bench
 from pytest_tokperf.results import Summary, Workload
 from tests.support.storage_factory import make_ceiling, make_engine, make_model, make_result
 
 COMPARE_KEYS = (
-    "cpu_info", "gpu_info", "backends", "n_gpu_layers", "tensor_buft_overrides",
+    "cpu_info", "gpu_info", "backends", "n_gpu_layers", "n_cpu_moe", "tensor_buft_overrides",
     "model_filename", "model_type", "n_batch", "n_ubatch", "embeddings", "cpu_mask",
-    "cpu_strict", "poll", "n_threads", "type_k", "type_v", "use_mmap", "no_kv_offload",
+    "cpu_strict", "poll", "n_threads", "type_k", "type_v", "load_mode", "no_kv_offload",
     "split_mode", "main_gpu", "tensor_split", "flash_attn", "n_prompt", "n_gen", "n_depth",
-    "build_commit", "test_time", "avg_ts")
-"""What scripts/compare-llama-bench.py joins on and requires (LLAMA_BENCH_KEY_PROPERTIES
-plus build_commit, test_time, avg_ts)."""
+    "fit_target", "fit_min_ctx", "build_commit", "test_time", "avg_ts")
+"""What b11434's scripts/compare-llama-bench.py joins on and requires
+(LLAMA_BENCH_KEY_PROPERTIES plus build_commit, test_time, avg_ts)."""
 
 ENGINE = make_engine(version="b11434", build="b11434-74f58e63", backend="cpu",
                      settings=(("threads", "2"), ("flash_attn", "on"), ("batch_size", "2048"),
@@ -130,7 +126,7 @@ def test_json_is_strict_with_samples(form: str, rows: list[BenchRow]) -> None:
     assert [i["test"] for i in items] == ["pp512", "tg128 @ d4096", "pp512+tg128"]
     first = items[0]
     assert list(first)[:len(LLAMA_BENCH_FIELDS)] == list(LLAMA_BENCH_FIELDS)
-    assert first["cpu_strict"] is False and first["use_mmap"] is True  # typed as llama-bench's
+    assert first["cpu_strict"] is False and first["repack"] is True  # typed as llama-bench's
     assert len(first["samples_ns"]) == len(first["samples_ts"]) == 3
     assert first["avg_ts"] == pytest.approx(sum(first["samples_ts"]) / 3)
     assert items[2]["ttft_s"] is None
@@ -148,7 +144,9 @@ def test_sql_loads_into_sqlite_as_compare_llama_bench_reads_it(rows: list[BenchR
     columns = [r[1] for r in conn.execute(f"PRAGMA table_info({SQL_TABLE})")]
     assert set(COMPARE_KEYS) <= set(columns)
     found = conn.execute(f"SELECT n_prompt, n_gen, n_depth, model_filename, avg_ts, "
-                         f"efficiency, build_commit, build_number FROM {SQL_TABLE}").fetchall()
+                         f"efficiency, build_commit, build_number FROM {SQL_TABLE} JOIN "
+                         f"{TOKPERF_TABLE} ON llama_bench_rowid = {SQL_TABLE}.rowid "
+                         f"ORDER BY {SQL_TABLE}.rowid").fetchall()
     assert len(found) == 6
     assert found[1][:4] == (0, 128, 4096, "/models/it's, a model.gguf")
     assert found[0][5] is None and found[1][5] > 0 and found[0][6:] == ("74f58e63", 11434)
@@ -160,10 +158,9 @@ def test_sql_loads_into_sqlite_as_compare_llama_bench_reads_it(rows: list[BenchR
 
 
 def test_build_is_read_from_llama_servers_build_info() -> None:
-    result = make_result(engine=make_engine(version="b11434", build="b11434-pypi-sdist"))
-    assert build_of(result) == ("pypi-sdist", 11434)
-    result = make_result(engine=make_engine(version="b9093", build=None))
-    assert build_of(result) == ("b9093", 9093)
+    assert build_of("b11434-74f58e63", "b11434") == ("74f58e63", 11434)
+    assert build_of("b11434-pypi-sdist", "b11434") == ("b11434", 11434)  # a registry build
+    assert build_of(None, "b9093") == ("b9093", 9093)
 
 
 def test_a_markdown_renderer_reads_the_md_table(rows: list[BenchRow]) -> None:

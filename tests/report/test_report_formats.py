@@ -210,3 +210,53 @@ def test_markdown_escapes_html_from_test_ids(figures: list[ResultFigures]) -> No
     md = markdown_summary([hostile])
     assert "<script>" not in md
     assert "t[\\<script\\>alert(1)\\</script\\>\\|x]" in md
+
+
+def test_one_spread_reads_the_same_in_the_terminal_markdown_and_html() -> None:
+    """The defect: ``95.78 (57.0-117)!`` in the terminal, ``95.8 ±29.9`` in HTML and md."""
+    import dataclasses
+
+    from tests.support.storage_factory import make_sample
+
+    from pytest_tokperf.report.html import render_html
+    from pytest_tokperf.report.table import summary_table
+    from pytest_tokperf.report.tables import UNSTABLE_NOTE
+    from pytest_tokperf.results import Summary
+
+    values = [57.0, 95.78, 117.0, 70.0, 110.0]
+    samples = tuple(dataclasses.replace(make_sample(i), decode_tokens_per_s=v,
+                                        engine_decode_tokens_per_s=None)
+                    for i, v in enumerate(values))
+    wild = dataclasses.replace(make_result(), samples=samples, engine_decode_tokens_per_s=None,
+                               decode_tokens_per_s=Summary.of(values))
+    rows = [Row("t::wild", wild, make_ceiling(), "unstable"),
+            Row("t::calm", make_result(), make_ceiling(), "pass")]
+    terminal = summary_table(rows, columns=250)
+    md = markdown_summary([figures_from_row(r) for r in rows])
+    html = render_html([figures_from_row(r) for r in rows], [], [])
+    assert "95.8 (57.0-117)!" in terminal[2] and "| 95.8 (57.0-117)! |" in md
+    assert ">95.8 (57.0-117)!</td>" in html
+    assert "100.0 ±2.0" in terminal[3] and ">101.0 ±2.0</td>" in html  # md, html: the engine's
+    assert UNSTABLE_NOTE in terminal and UNSTABLE_NOTE in md and UNSTABLE_NOTE in html
+
+
+def test_no_report_shows_the_models_folder(tmp_path: Path) -> None:
+    """The defect: report.md's Setup line read ``/home/me/models/Qwen3-0.6B-Q8_0.gguf``."""
+    import dataclasses
+
+    from tests.support.storage_factory import make_engine
+
+    from pytest_tokperf.report.files import ReportPaths, write_session_reports
+
+    folder = "/home/me/models"
+    engine = make_engine(model_path=f"{folder}/Qwen3-0.6B-Q8_0.gguf",
+                         model_name=f"{folder}/Qwen3-0.6B-Q8_0.gguf")  # no alias: the path
+    rows = [Row("t::decode", dataclasses.replace(make_result(), engine=engine), make_ceiling(),
+                "pass")]
+    paths = ReportPaths(tmp_path / "r.md", tmp_path / "r.json", tmp_path / "r.html")
+    written = write_session_reports(rows, [], paths, {})
+    assert len(written) == 3
+    for path in written:
+        text = path.read_text(encoding="utf-8")
+        assert folder not in text and "Qwen3-0.6B-Q8_0.gguf" in text, path.name
+    assert "Setup: llama-server b6000 (abc1234) · Qwen3-0.6B-Q8_0.gguf" in paths.markdown.read_text()

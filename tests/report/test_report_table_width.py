@@ -1,4 +1,4 @@
-"""The terminal summary fits 120 columns by default; ``tokperf_columns`` widens it."""
+"""The terminal summary fits the terminal (120 columns off one); ``tokperf_columns`` sets it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def _rows() -> list[Row]:
             Row("t::short", make_result(), make_ceiling(), "pass")]
 
 
-def test_summary_fits_120_columns_and_names_what_it_left_out() -> None:
+def test_summary_fits_120_columns_and_names_what_it_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # a 120-column terminal
     lines = summary_table(_rows())
     assert max(len(line) for line in lines) <= 120
     header = lines[0].split()
@@ -55,7 +57,7 @@ def test_columns_option_resolves_and_refuses_a_narrow_width() -> None:
     def settings(**ini: str) -> Settings:
         return resolve(cli=lambda _: None, ini=ini.get, env={}, rootdir=Path("/proj"))
 
-    assert settings().columns == 120
+    assert settings().columns is None  # the terminal's
     assert settings(tokperf_columns="200").columns == 200
     with pytest.raises(Exception, match=r"tokperf_columns '20' from ini option"):
         settings(tokperf_columns="20")
@@ -67,6 +69,44 @@ def test_columns_is_a_project_setting(pytester: pytest.Pytester) -> None:
     bad = pytester.runpytest("-o", "tokperf_columns=20")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*tokperf_columns '20'*"])
+
+
+def test_a_narrow_terminal_keeps_test_workload_decode_and_verdict() -> None:
+    lines = summary_table(_rows(), columns=80)
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].split() == ["test", "prompt/gen", "decode", "tok/s", "eff", "verdict"]
+    assert lines[2].startswith("…etrised_name[warm-960]  d4096+1024/16 warm960 chat  ")
+    assert "(not shown to fit 80 columns: TTFT ms, TTFT bound," in " ".join(lines)
+
+
+TWO = """
+def test_one(tok_bench):
+    tok_bench(prompt_tokens=4, generate_tokens=8, repetitions=2, warmup=0)
+
+def test_a_second_test_with_a_long_name_as_parametrised_tests_have(tok_bench):
+    tok_bench(prompt_tokens=4, generate_tokens=8, repetitions=3, warmup=0)
+"""
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_session_table_fits_the_terminal(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """The defect: the pytest table kept 120 columns whatever the terminal."""
+    from tests.support.fake_faults import FakeFaultyLlama
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    pytester.makepyfile(TWO)
+    with FakeFaultyLlama("ok") as fake:
+        result = pytester.runpytest("--tokperf-url", fake.url, "--tokperf-bandwidth", "30GB/s",
+                                    "--tokperf-db", "off")
+    result.assert_outcomes(passed=2)
+    out = result.outlines
+    table = out[out.index(next(line for line in out if line.startswith("test "))):]
+    table = table[:next(i for i, line in enumerate(table) if not line.strip())
+                  if "" in table else len(table)]
+    assert table and max(len(line) for line in table) <= columns, table
+    wide = "engine build" in table[0] and "gate" in table[0]
+    assert wide == (columns == 200)
 
 
 def test_a_row_measured_on_a_busy_machine_is_flagged_in_its_verdict() -> None:
